@@ -1,0 +1,1 @@
+"""Per-node exporter: engine /metrics and NVML in, the engine-neutral llm_* vocabulary out."""

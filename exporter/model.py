@@ -1,0 +1,90 @@
+"""Plain data passed between the exporter's stages: parse -> normalize -> render.
+
+Nothing here does I/O. `None` means "the engine does not report this": it renders as no series,
+never as a made-up 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+
+class Sample(NamedTuple):
+    """One line of an exposition body: `name{labels} value`."""
+
+    name: str
+    labels: dict[str, str]
+    value: float
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """A cumulative histogram: `buckets` are (upper bound, cumulative count), ending with +Inf."""
+
+    buckets: tuple[tuple[float, float], ...]
+    sum: float
+    count: float
+
+
+@dataclass
+class EngineMetrics:
+    """The normalized signals of one model (and role) served by one engine endpoint."""
+
+    engine: str
+    model: str
+    role: str = "unified"
+    version: str | None = None
+    requests_running: float | None = None
+    requests_waiting: float | None = None
+    requests_max_running: float | None = None
+    kv_cache_usage_ratio: float | None = None
+    kv_cache_capacity_tokens: float | None = None
+    prompt_tokens_total: float | None = None
+    generation_tokens_total: float | None = None
+    requests_finished_total: float | None = None
+    prefix_cache_queried_tokens_total: float | None = None
+    prefix_cache_hit_tokens_total: float | None = None
+    preemptions_total: float | None = None
+    time_to_first_token_seconds: Histogram | None = None
+    inter_token_latency_seconds: Histogram | None = None
+
+
+@dataclass(frozen=True)
+class Target:
+    """An engine endpoint to scrape, with what discovery or config knows about it."""
+
+    url: str
+    namespace: str = ""
+    pod: str = ""
+    node: str = ""
+    model: str | None = None  # overrides/supplies the model name (TGI, llama.cpp report none)
+    engine: str | None = None  # force an engine type instead of detecting it from the body
+    role: str | None = None
+    max_running: float | None = None  # configured batch limit where the engine does not export it
+    container_start: float | None = None  # unix time the serving container started (pod status)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.pod}@{self.url}" if self.pod else self.url
+
+
+@dataclass
+class GpuMetrics:
+    """One GPU or MIG slice as NVML reports it, in base units; None = not supported on this device."""
+
+    index: str  # "0", or "0/1" style for MIG slices (parent index / GPU instance id)
+    uuid: str
+    gpu_model: str
+    up: bool = True
+    mig_profile: str = ""
+    memory_used_bytes: float | None = None
+    memory_total_bytes: float | None = None
+    utilization_ratio: float | None = None
+    power_watts: float | None = None
+    power_limit_watts: float | None = None
+    energy_joules_total: float | None = None
+    temperature_celsius: float | None = None
+    sm_clock_hertz: float | None = None
+    throttled: float | None = None
+    attribution: dict[str, str] = field(default_factory=dict)  # namespace/pod/container, if attributed

@@ -1,0 +1,45 @@
+"""The `keda-llm` console command: one entry point, one sub-command per part.
+
+Each part owns its own argument parser (`<part>.cli.add_arguments` / `run`), so this module only
+dispatches and imports a part when it is asked for (the exporter never imports numpy, the scaler
+never imports matplotlib).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from keda_llm import __version__
+
+#: sub-command -> (module with add_arguments(parser) and run(args) -> int, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "exporter": ("exporter.cli", "per-node exporter: engine /metrics + NVML -> llm_* metrics"),
+    "scaler": ("scaler.cli", "KEDA external scaler (gRPC) for LLM servers"),
+    "simulate": ("simulator.cli", "replay a request trace through a simulated GPU cluster"),
+    "demo": ("keda_llm.demo", "live demo: simulated engines, exporter, scaler and a KEDA+HPA loop"),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="keda-llm", description="Autoscale LLM servers through KEDA.")
+    parser.add_argument("--version", action="version", version=f"keda-llm {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    chosen = next((a for a in args_list if a in SUBCOMMANDS), None)
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == chosen:
+            importlib.import_module(module).add_arguments(p)
+    args = parser.parse_args(args_list)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    mod = importlib.import_module(SUBCOMMANDS[args.command][0])
+    return int(mod.run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

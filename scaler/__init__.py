@@ -1,0 +1,1 @@
+"""KEDA external scaler: per-model history -> policy -> desired replicas, and scale to zero and back."""
