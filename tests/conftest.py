@@ -4,18 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 TESTS = Path(__file__).parent
 ENGINE_FIXTURES = TESTS / "fixtures" / "engines"
 
 
-@pytest.fixture
-def engine_fixture() -> "type[_Fixtures]":
-    return _Fixtures
-
-
-class _Fixtures:
-    @staticmethod
-    def text(name: str) -> str:
-        return (ENGINE_FIXTURES / name).read_text()
+def engine_body(name: str) -> str:
+    """The exact bytes of a bundled engine /metrics body, as text."""
+    return (ENGINE_FIXTURES / name).read_text()
