@@ -1,0 +1,239 @@
+"""The activation bus: "wake this ScaledObject now", delivered to whichever scaler pod holds KEDA's stream.
+
+KEDA keeps one `StreamIsActive` stream per `external-push` trigger, on one scaler pod (a ClusterIP
+Service pins its connection). A gateway's `POST /v1/activate/<namespace>/<scaledobject>` may land on
+any pod, so each pod (1) records the activation and wakes its own streams for that ScaledObject, and
+(2) passes it to its peers with the FORWARDED_HEADER set, so a peer delivers it locally and never
+forwards again (no loops, no storms).
+
+Thread model: the HTTP side runs in threads and the gRPC side on an asyncio loop, so `activate()` is
+thread-safe and wakes stream waiters with `loop.call_soon_threadsafe`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import logging
+import socket
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+#: Set on activations a pod passes to its peers; a request carrying it is delivered locally only.
+FORWARDED_HEADER = "X-Keda-Llm-Forwarded"
+ACTIVATE_PATH = "/v1/activate"
+
+
+@dataclass(frozen=True, order=True)
+class ScaledObjectKey:
+    """A ScaledObject's identity as KEDA names it in ScaledObjectRef."""
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class Subscription:
+    """One open stream's interest in one ScaledObject. `wait()` returns when an activation arrives."""
+
+    def __init__(self, bus: ActivationBus, key: ScaledObjectKey, loop: asyncio.AbstractEventLoop) -> None:
+        self.key = key
+        self._bus = bus
+        self._loop = loop
+        self._event = asyncio.Event()
+        self.evicted = False
+
+    def _wake(self) -> None:  # runs on the subscription's loop
+        self._event.set()
+
+    def notify(self) -> None:
+        """Thread-safe: wake the waiter from any thread (a no-op once its loop has closed)."""
+        try:
+            self._loop.call_soon_threadsafe(self._wake)
+        except RuntimeError:  # loop closed: the stream is gone
+            pass
+
+    def evict(self) -> None:
+        """Thread-safe: end this subscription (a newer stream for the same ScaledObject replaced it)."""
+        self.evicted = True
+        self.notify()
+
+    async def wait(self, timeout: float | None = None) -> bool:
+        """True if woken by an activation (or eviction) within `timeout`; False on timeout."""
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        self._event.clear()
+        return True
+
+    def close(self) -> None:
+        self._bus.unsubscribe(self)
+
+
+class ActivationBus:
+    """Activations per ScaledObject: the last time each was activated, and the streams waiting for one.
+
+    `max_streams_per_key` bounds the streams held for one ScaledObject: KEDA opens one per trigger, so
+    more means a misbehaving client or dead half-open connections; the oldest is evicted, since the
+    newest stream is the one most likely still read by a live client.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.time, max_streams_per_key: int = 32) -> None:
+        if max_streams_per_key < 1:
+            raise ValueError(f"max_streams_per_key must be >= 1, got {max_streams_per_key}")
+        self._clock = clock
+        self._max = max_streams_per_key
+        self._lock = threading.Lock()
+        self._subs: dict[ScaledObjectKey, collections.OrderedDict[int, Subscription]] = {}
+        self._last: dict[ScaledObjectKey, float] = {}
+
+    def subscribe(self, key: ScaledObjectKey) -> Subscription:
+        """Register the calling stream (must run on the asyncio loop that will wait)."""
+        sub = Subscription(self, key, asyncio.get_running_loop())
+        evicted: list[Subscription] = []
+        with self._lock:
+            subs = self._subs.setdefault(key, collections.OrderedDict())
+            subs[id(sub)] = sub
+            while len(subs) > self._max:
+                evicted.append(subs.popitem(last=False)[1])
+        for old in evicted:
+            log.warning("stream for %s evicted: more than %d streams open for it", key, self._max)
+            old.evict()
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        with self._lock:
+            subs = self._subs.get(sub.key)
+            if subs is not None:
+                subs.pop(id(sub), None)
+                if not subs:
+                    del self._subs[sub.key]
+
+    def activate(self, key: ScaledObjectKey, at: float | None = None) -> int:
+        """Record an activation and wake every local stream for `key`; returns how many were woken."""
+        when = self._clock() if at is None else at
+        with self._lock:
+            self._last[key] = max(when, self._last.get(key, when))
+            subs = list(self._subs.get(key, {}).values())
+        for sub in subs:
+            sub.notify()
+        return len(subs)
+
+    def last_activation(self, key: ScaledObjectKey) -> float | None:
+        with self._lock:
+            return self._last.get(key)
+
+    def streams(self, key: ScaledObjectKey | None = None) -> int:
+        """Open streams for `key`, or for all ScaledObjects."""
+        with self._lock:
+            if key is not None:
+                return len(self._subs.get(key, ()))
+            return sum(len(s) for s in self._subs.values())
+
+    def watched(self) -> list[ScaledObjectKey]:
+        """ScaledObjects with at least one open stream."""
+        with self._lock:
+            return list(self._subs)
+
+
+def parse_peer(peer: str, default_port: int) -> tuple[str, int]:
+    """`host`, `host:port` or `[v6]:port` -> (host, port)."""
+    parsed = urllib.parse.urlsplit(f"//{peer}")
+    if not parsed.hostname:
+        raise ValueError(f"bad peer address {peer!r}: expected host or host:port")
+    try:
+        port = parsed.port or default_port
+    except ValueError as err:
+        raise ValueError(f"bad peer address {peer!r}: {err}") from None
+    return parsed.hostname, port
+
+
+class Peers:
+    """Where this pod's peers' HTTP sides are: a static list and/or a headless Service's DNS name.
+
+    The DNS name is resolved on every call (a headless Service's A records are the ready pods), and
+    addresses in `self_addresses` (this pod's own IPs, e.g. from POD_IP) are skipped.
+    """
+
+    def __init__(self, static: Sequence[str] = (), dns_name: str | None = None, port: int = 9091,
+                 self_addresses: Iterable[str] = (),
+                 resolve: Callable[[str, int], list[str]] | None = None) -> None:
+        self._static = [parse_peer(p, port) for p in static]
+        self._dns = parse_peer(dns_name, port) if dns_name else None
+        self._self = set(self_addresses)
+        self._resolve = resolve or _resolve_all
+
+    def addresses(self) -> list[tuple[str, int]]:
+        found = list(self._static)
+        if self._dns is not None:
+            host, port = self._dns
+            try:
+                found.extend((ip, port) for ip in self._resolve(host, port))
+            except OSError as err:
+                log.warning("peer lookup of %s failed: %s", host, err)
+        seen: set[tuple[str, int]] = set()
+        out = []
+        for addr in found:
+            if addr[0] in self._self or addr in seen:
+                continue
+            seen.add(addr)
+            out.append(addr)
+        return out
+
+
+def _resolve_all(host: str, port: int) -> list[str]:
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return sorted({str(info[4][0]) for info in infos})
+
+
+def _url(host: str, port: int, key: ScaledObjectKey) -> str:
+    hostpart = f"[{host}]" if ":" in host else host
+    ns = urllib.parse.quote(key.namespace, safe="")
+    name = urllib.parse.quote(key.name, safe="")
+    return f"http://{hostpart}:{port}{ACTIVATE_PATH}/{ns}/{name}"
+
+
+class PeerForwarder:
+    """Passes an activation to every peer at once (one thread each), waiting at most `timeout` s."""
+
+    def __init__(self, peers: Peers, timeout: float = 1.0, max_workers: int = 8) -> None:
+        self._peers = peers
+        self._timeout = timeout
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max_workers,
+                                                           thread_name_prefix="activation-peer")
+
+    def forward(self, key: ScaledObjectKey) -> dict[str, str]:
+        """{peer: "ok" | error text} for each peer."""
+        addresses = self._peers.addresses()
+        futures = {f"{h}:{p}": self._pool.submit(self._post, _url(h, p, key)) for h, p in addresses}
+        results: dict[str, str] = {}
+        for peer, fut in futures.items():
+            try:
+                results[peer] = fut.result(timeout=self._timeout + 0.5)
+            except Exception as err:  # a peer down must not fail the local activation
+                results[peer] = f"error: {err}"
+        return results
+
+    def _post(self, url: str) -> str:
+        req = urllib.request.Request(url, data=b"", method="POST", headers={FORWARDED_HEADER: "1"})
+        try:
+            with urllib.request.urlopen(req, timeout=self._timeout) as resp:
+                return "ok" if 200 <= resp.status < 300 else f"error: HTTP {resp.status}"
+        except urllib.error.HTTPError as err:
+            return f"error: HTTP {err.code}"
+        except (urllib.error.URLError, OSError) as err:
+            return f"error: {getattr(err, 'reason', err)}"
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

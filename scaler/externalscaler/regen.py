@@ -1,0 +1,76 @@
+"""Regenerate the committed gRPC stubs from proto/externalscaler.proto.
+
+    python -m scaler.externalscaler.regen            # rewrite the stubs in this package
+    python -m scaler.externalscaler.regen --check    # exit 1 if the committed stubs are stale
+
+Why a script rather than a bare protoc line: grpcio-tools writes `import externalscaler_pb2` (a
+top-level import), which breaks once the stubs live in a package; this rewrites it to a relative
+import, the same way every time, so regeneration is byte-reproducible and testable.
+Needs grpcio-tools==1.85.1 (other versions stamp a different version into the files).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+PROTO_DIR = PACKAGE_DIR.parents[1] / "proto"
+PROTO_NAME = "externalscaler.proto"
+GENERATED = ("externalscaler_pb2.py", "externalscaler_pb2.pyi", "externalscaler_pb2_grpc.py")
+_TOP_LEVEL_IMPORT = "import externalscaler_pb2 as externalscaler__pb2"
+_PACKAGE_IMPORT = "from . import externalscaler_pb2 as externalscaler__pb2"
+
+
+def generate(out_dir: Path, proto_dir: Path = PROTO_DIR) -> dict[str, bytes]:
+    """Run protoc (from grpcio-tools) into `out_dir`; return {file name: bytes} after the import fix."""
+    from grpc_tools import protoc  # dev-only dependency: imported here, not at module import
+
+    args = [
+        "grpc_tools.protoc",
+        f"-I{proto_dir}",
+        f"--python_out={out_dir}",
+        f"--pyi_out={out_dir}",
+        f"--grpc_python_out={out_dir}",
+        str(proto_dir / PROTO_NAME),
+    ]
+    rc = protoc.main(args)
+    if rc != 0:
+        raise RuntimeError(f"protoc failed with exit code {rc} for {proto_dir / PROTO_NAME}")
+    files: dict[str, bytes] = {}
+    for name in GENERATED:
+        data = (out_dir / name).read_bytes()
+        if name.endswith("_grpc.py"):
+            data = data.replace(_TOP_LEVEL_IMPORT.encode(), _PACKAGE_IMPORT.encode())
+        files[name] = data
+    return files
+
+
+def stale_files(package_dir: Path = PACKAGE_DIR) -> list[str]:
+    """Names of the committed stubs that differ from a fresh regeneration (empty when up to date)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        fresh = generate(Path(tmp))
+    return [name for name, data in fresh.items() if not (package_dir / name).is_file()
+            or (package_dir / name).read_bytes() != data]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="only report stale stubs; exit 1 if any")
+    args = parser.parse_args(argv)
+    if args.check:
+        stale = stale_files()
+        for name in stale:
+            print(f"stale: {PACKAGE_DIR / name}", file=sys.stderr)
+        return 1 if stale else 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, data in generate(Path(tmp)).items():
+            (PACKAGE_DIR / name).write_bytes(data)
+            print(f"wrote {PACKAGE_DIR / name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
