@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 
 
 @dataclass(frozen=True)
@@ -59,3 +60,55 @@ class Decision:
     reason: str
     active: bool = True
     details: Mapping[str, float] = field(default_factory=dict)
+    would_be: Decision | None = None  # advisory / held decisions: what would have been returned
+
+
+class Reason(str, Enum):
+    """Why a Decision has its replica count: a closed set (the `reason` label on the scaler's /metrics).
+
+    When several steps touch one decision, the last step that changed the count names it; the
+    details carry every step's numbers.
+    """
+
+    STEADY = "steady"  # the windows ask for what is there
+    SCALE_UP = "scale_up"
+    SCALE_DOWN = "scale_down"
+    PANIC = "panic"  # Knative panic mode: the panic window drives, no scale-down
+    RATE_LIMITED_UP = "rate_limited_up"  # maxScaleUpRate cut the increase
+    RATE_LIMITED_DOWN = "rate_limited_down"  # maxScaleDownRate cut the decrease
+    PENDING_GUARD = "pending_guard"  # replicas still starting count as supply: no further scale-up
+    STALE_HOLD = "stale_hold"  # stale data: a scale-down was refused
+    NO_DATA = "no_data"  # nothing usable (the servicer answers UNAVAILABLE)
+    IDLE_ZERO = "idle_zero"  # scaleToZero: idle past idleTimeout, inactive
+    ACTIVATION = "activation"  # demand (or an activation event) while at zero: wake to at least one
+    ADVISORY_HOLD = "advisory_hold"  # advisory mode: decided, recorded, current count held
+    MIN_CLAMP = "min_clamp"  # raised to minReplicas
+    MAX_CLAMP = "max_clamp"  # cut to maxReplicas
+
+
+class NoData(Exception):
+    """No usable data for a decision: a named result meaning "hold", never a zero.
+
+    The servicer answers UNAVAILABLE, so the HPA keeps its count and KEDA applies its fallback, if any.
+    """
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+@dataclass(frozen=True)
+class PolicyState:
+    """Everything a policy remembers between two decisions for one ScaledObject: an immutable value.
+
+    decide() takes one and returns the next; the servicer and the simulator keep it, nothing else does.
+    """
+
+    initialized: bool = False
+    panic_since: float | None = None  # Knative `panicTime`: last tick over the panic threshold
+    max_panic_pods: int = 0  # Knative `maxPanicPods`: the count panic mode never goes below
+    active: bool = True  # the last IsActive answer
+    last_demand_at: float | None = None  # last time any demand was seen (idle timer)
+    last_activation_at: float | None = None  # last external activation (POST /v1/activate, a peer's)
+    pending_since: float | None = None  # when replicas started to be pending (pending-guard bound)
+    last_replicas: int | None = None  # the last decided count (what was handed to KEDA)
