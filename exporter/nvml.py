@@ -1,0 +1,351 @@
+"""NVML collector: each GPU and MIG slice on this node as `GpuMetrics`, in base units.
+
+A thin adapter over nvidia-ml-py's `pynvml` (injectable, so tests and the demo pass
+`exporter.fake_nvml.FakeNvml`). What it guarantees, because a node exporter must never die with
+its GPUs:
+
+- No driver or no GPU: `nvmlInit` failing is logged once and `collect()` returns `[]`; init is
+  retried every `retry_init_s` (the driver may load after the exporter starts).
+- A field NVML answers NotSupported (also InvalidArgument, NoPermission) for is skipped for that
+  device and never asked again: MIG slices, consumer cards and old GPUs lack several.
+- A GPU that errors in any other way (GpuIsLost, Unknown, ResetRequired, ...) is reported with
+  `up=False` and no values, the other GPUs still are, and devices are re-enumerated next cycle.
+- Units are converted here, once: mW -> W, mJ -> J, MHz -> Hz, percent -> ratio.
+
+`collect()` runs every few seconds: devices, handles and MIG layout are enumerated once and then
+every `rediscover_s`, so a cycle is one NVML call per supported field per device.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from exporter.model import GpuMetrics
+
+log = logging.getLogger(__name__)
+
+# Values from nvml.h (stable ABI); read as numbers so any pynvml-compatible module works.
+NVML_TEMPERATURE_GPU = 0
+NVML_CLOCK_SM = 1
+NVML_DEVICE_MIG_ENABLE = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_NO_DATA = 21
+NVML_ERROR_NOT_READY = 27
+
+#: Clock event ("throttle") reasons that mean the clocks are held down by a limit, from nvml.h
+#: (`nvmlClocksEventReason*` / `nvmlClocksThrottleReason*`, same bits): SW power cap 0x4,
+#: HW slowdown 0x8, SW thermal 0x20, HW thermal 0x40, HW power brake 0x80, board limit 0x200,
+#: reliability 0x400. Not counted: GPU idle 0x1 (no work, not a limit), applications clocks
+#: setting 0x2 and display clock setting 0x100 (configuration, not a limit), sync boost 0x10 (held
+#: to match a sync-boost group by the administrator's choice).
+THROTTLE_REASONS_HELD_DOWN = 0x4 | 0x8 | 0x20 | 0x40 | 0x80 | 0x200 | 0x400
+
+#: NotSupported-like codes: the field is absent on this device for good.
+_ABSENT = frozenset({NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NO_PERMISSION})
+#: Transient codes: skip the field this cycle only.
+_TRANSIENT = frozenset({NVML_ERROR_NO_DATA, NVML_ERROR_NOT_READY})
+
+_MIG_NAME = re.compile(r"\sMIG\s+(\S+)\s*$")  # NVML names a MIG device "<GPU name> MIG 1g.10gb"
+
+
+def _set_memory(m: GpuMetrics, mem: Any) -> None:
+    m.memory_used_bytes = float(mem.used)
+    m.memory_total_bytes = float(mem.total)
+
+
+def _set_utilization(m: GpuMetrics, util: Any) -> None:
+    m.utilization_ratio = util.gpu / 100.0
+
+
+def _set_power(m: GpuMetrics, milliwatts: int) -> None:
+    m.power_watts = milliwatts / 1000.0
+
+
+def _set_power_limit(m: GpuMetrics, milliwatts: int) -> None:
+    m.power_limit_watts = milliwatts / 1000.0
+
+
+def _set_energy(m: GpuMetrics, millijoules: int) -> None:
+    m.energy_joules_total = millijoules / 1000.0
+
+
+def _set_temperature(m: GpuMetrics, celsius: int) -> None:
+    m.temperature_celsius = float(celsius)
+
+
+def _set_sm_clock(m: GpuMetrics, mhz: int) -> None:
+    m.sm_clock_hertz = mhz * 1e6
+
+
+def _set_throttled(m: GpuMetrics, reasons: int) -> None:
+    m.throttled = 1.0 if reasons & THROTTLE_REASONS_HELD_DOWN else 0.0
+
+
+@dataclass(frozen=True)
+class _Reader:
+    """One NVML query: the functions that answer it, newest first (older drivers lack the newer)."""
+
+    name: str
+    calls: tuple[tuple[str, tuple[int, ...]], ...]  # (pynvml function, arguments after the handle)
+    apply: Callable[[GpuMetrics, Any], None]
+
+
+READERS: tuple[_Reader, ...] = (
+    _Reader("memory", (("nvmlDeviceGetMemoryInfo", ()),), _set_memory),
+    _Reader("utilization", (("nvmlDeviceGetUtilizationRates", ()),), _set_utilization),
+    _Reader("power", (("nvmlDeviceGetPowerUsage", ()),), _set_power),
+    _Reader("power_limit", (("nvmlDeviceGetEnforcedPowerLimit", ()),), _set_power_limit),
+    _Reader("energy", (("nvmlDeviceGetTotalEnergyConsumption", ()),), _set_energy),
+    _Reader("temperature", (("nvmlDeviceGetTemperatureV", (NVML_TEMPERATURE_GPU,)),
+                            ("nvmlDeviceGetTemperature", (NVML_TEMPERATURE_GPU,))), _set_temperature),
+    _Reader("sm_clock", (("nvmlDeviceGetClockInfo", (NVML_CLOCK_SM,)),), _set_sm_clock),
+    _Reader("throttled", (("nvmlDeviceGetCurrentClocksEventReasons", ()),
+                          ("nvmlDeviceGetCurrentClocksThrottleReasons", ())), _set_throttled),
+)
+
+
+@dataclass
+class _Device:
+    """A GPU or MIG slice found at discovery; `handle` None = unreachable then."""
+
+    index: str
+    uuid: str
+    gpu_model: str
+    mig_profile: str = ""
+    handle: Any = None
+    children: list[_Device] = field(default_factory=list)
+
+
+class _DeviceDown(Exception):
+    """An NVML error that means this device cannot be read now."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _code(error: Exception) -> int:
+    value = getattr(error, "value", None)
+    return value if isinstance(value, int) else -1
+
+
+def mig_profile_from_name(name: str) -> str:
+    """`"NVIDIA A100-SXM4-40GB MIG 1g.5gb"` -> `"1g.5gb"`; `""` if the name carries no profile."""
+    match = _MIG_NAME.search(name)
+    return match.group(1) if match else ""
+
+
+class NvmlCollector:
+    """Reads every GPU and MIG slice through NVML; see the module docstring for the failure rules."""
+
+    def __init__(
+        self,
+        nvml: ModuleType | Any | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        retry_init_s: float = 300.0,
+        rediscover_s: float = 60.0,
+    ) -> None:
+        """`nvml`: the pynvml module or a stand-in (None: import pynvml on first use);
+        `clock`: monotonic seconds, for the init retry and re-discovery schedules."""
+        self._nvml: Any = nvml  # the pynvml module or a stand-in; None until imported
+        self._clock = clock
+        self._retry_init_s = retry_init_s
+        self._rediscover_s = rediscover_s
+        self._lock = threading.Lock()
+        self._initialized = False
+        self._init_failures = 0
+        self._next_init_at = float("-inf")
+        self._devices: list[_Device] = []
+        self._next_discovery_at = float("-inf")
+        self._absent: set[tuple[str, str]] = set()  # (device uuid, reader name): never ask again
+        self._variant: dict[str, int] = {}  # reader name -> index of the first call this driver has
+        self._down_logged: set[str] = set()
+
+    # --- public ---
+
+    def collect(self) -> list[GpuMetrics]:
+        """One sample of every GPU and MIG slice; `[]` while NVML is unavailable. Never raises NVML errors."""
+        with self._lock:
+            now = self._clock()
+            if not self._initialized and not self._init(now):
+                return []
+            if now >= self._next_discovery_at:
+                self._discover(now)
+            out: list[GpuMetrics] = []
+            for device in self._devices:
+                parent = self._read(device, now)
+                out.append(parent)
+                for child in device.children:
+                    out.append(self._read(child, now) if parent.up else self._down(child))
+            return out
+
+    def close(self) -> None:
+        """Shut NVML down (its init is ref-counted); a later `collect()` initializes again."""
+        with self._lock:
+            if self._initialized and self._nvml is not None:
+                try:
+                    self._nvml.nvmlShutdown()
+                except Exception as error:  # shutting down: nothing to recover
+                    log.debug("nvmlShutdown failed: %s", error)
+            self._initialized = False
+            self._devices = []
+            self._next_init_at = float("-inf")
+            self._next_discovery_at = float("-inf")
+
+    # --- init and discovery ---
+
+    def _init(self, now: float) -> bool:
+        if now < self._next_init_at:
+            return False
+        try:
+            if self._nvml is None:
+                import pynvml
+
+                self._nvml = pynvml
+            self._nvml.nvmlInit()
+        except Exception as error:  # no library, no driver, no GPU: export no GPU series
+            self._init_failures += 1
+            self._next_init_at = now + self._retry_init_s
+            if self._init_failures == 1:
+                log.warning("NVML unavailable (%s): no GPU metrics; retrying every %.0f s",
+                            error, self._retry_init_s)
+            else:
+                log.debug("NVML still unavailable: %s", error)
+            return False
+        if self._init_failures:
+            log.info("NVML initialized after %d failed attempts", self._init_failures)
+        self._initialized = True
+        self._init_failures = 0
+        self._next_discovery_at = float("-inf")
+        return True
+
+    def _discover(self, now: float) -> None:
+        nvml = self._nvml
+        self._next_discovery_at = now + self._rediscover_s
+        known = {d.index: d for d in self._devices}
+        try:
+            count = int(nvml.nvmlDeviceGetCount())
+        except nvml.NVMLError as error:
+            log.warning("nvmlDeviceGetCount failed (%s): reporting the known GPUs as down", error)
+            for device in self._devices:
+                device.handle = None
+            return
+        devices = []
+        for i in range(count):
+            index = str(i)
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(i)
+                uuid = str(nvml.nvmlDeviceGetUUID(handle))
+                name = str(nvml.nvmlDeviceGetName(handle))
+            except nvml.NVMLError as error:
+                before = known.get(index)
+                self._log_down(before.uuid if before else index, error)
+                devices.append(_Device(index, before.uuid, before.gpu_model, children=[
+                    _Device(c.index, c.uuid, c.gpu_model, c.mig_profile) for c in before.children])
+                    if before else _Device(index, "", ""))
+                continue
+            try:
+                children = self._discover_migs(handle, index, uuid, name)
+            except nvml.NVMLError as error:  # the parent's own read says whether it is lost
+                log.warning("GPU %s: listing MIG devices failed: %s", uuid, error)
+                children = []
+            devices.append(_Device(index, uuid, name, handle=handle, children=children))
+        self._devices = devices
+
+    def _discover_migs(self, handle: Any, index: str, uuid: str, name: str) -> list[_Device]:
+        nvml = self._nvml
+        if (uuid, "mig") in self._absent:
+            return []
+        try:
+            current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+        except nvml.NVMLError as error:
+            if _code(error) in _ABSENT or _code(error) == NVML_ERROR_FUNCTION_NOT_FOUND:
+                self._absent.add((uuid, "mig"))
+                return []
+            raise
+        if current != NVML_DEVICE_MIG_ENABLE:
+            return []
+        children = []
+        for slot in range(int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))):
+            try:
+                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            except nvml.NVMLError as error:
+                if _code(error) == NVML_ERROR_NOT_FOUND:  # an empty slot
+                    continue
+                raise
+            gi = int(nvml.nvmlDeviceGetGpuInstanceId(mig))
+            mig_uuid = str(nvml.nvmlDeviceGetUUID(mig))
+            profile = mig_profile_from_name(str(nvml.nvmlDeviceGetName(mig))) or "unknown"
+            children.append(_Device(f"{index}/{gi}", mig_uuid, name, mig_profile=profile, handle=mig))
+        return children
+
+    # --- reading ---
+
+    def _read(self, device: _Device, now: float) -> GpuMetrics:
+        if device.handle is None:
+            return self._down(device)
+        metrics = GpuMetrics(index=device.index, uuid=device.uuid, gpu_model=device.gpu_model,
+                             mig_profile=device.mig_profile)
+        try:
+            for reader in READERS:
+                if (device.uuid, reader.name) not in self._absent:
+                    self._read_field(device, reader, metrics)
+        except _DeviceDown as down:
+            self._log_down(device.uuid or device.index, down.error)
+            self._next_discovery_at = now  # it may come back with a new handle, or MIG was reconfigured
+            return self._down(device)
+        self._down_logged.discard(device.uuid or device.index)
+        return metrics
+
+    def _read_field(self, device: _Device, reader: _Reader, metrics: GpuMetrics) -> None:
+        nvml = self._nvml
+        variant = self._variant.get(reader.name, 0)
+        while variant < len(reader.calls):
+            function_name, args = reader.calls[variant]
+            function = getattr(nvml, function_name, None)
+            if function is None:  # an older nvidia-ml-py without this binding
+                variant = self._next_variant(reader, variant)
+                continue
+            try:
+                value = function(device.handle, *args)
+            except nvml.NVMLError as error:
+                code = _code(error)
+                if code == NVML_ERROR_FUNCTION_NOT_FOUND:  # the driver lacks this entry point
+                    variant = self._next_variant(reader, variant)
+                    continue
+                if code in _ABSENT:
+                    self._absent.add((device.uuid, reader.name))
+                    log.debug("GPU %s: %s not supported (%s); not asking again", device.uuid, reader.name, error)
+                    return
+                if code in _TRANSIENT:
+                    return
+                raise _DeviceDown(error) from error
+            reader.apply(metrics, value)
+            return
+        self._absent.add((device.uuid, reader.name))  # no call this driver offers answers it
+
+    def _next_variant(self, reader: _Reader, variant: int) -> int:
+        self._variant[reader.name] = variant + 1
+        return variant + 1
+
+    @staticmethod
+    def _down(device: _Device) -> GpuMetrics:
+        return GpuMetrics(index=device.index, uuid=device.uuid, gpu_model=device.gpu_model, up=False,
+                          mig_profile=device.mig_profile)
+
+    def _log_down(self, key: str, error: Exception) -> None:
+        if key not in self._down_logged:
+            self._down_logged.add(key)
+            log.warning("GPU %s is down: %s (%s)", key, error, type(error).__name__)
