@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import logging
 import socket
 import threading
@@ -58,10 +59,8 @@ class Subscription:
 
     def notify(self) -> None:
         """Thread-safe: wake the waiter from any thread (a no-op once its loop has closed)."""
-        try:
+        with contextlib.suppress(RuntimeError):  # loop closed: the stream is gone
             self._loop.call_soon_threadsafe(self._wake)
-        except RuntimeError:  # loop closed: the stream is gone
-            pass
 
     def evict(self) -> None:
         """Thread-safe: end this subscription (a newer stream for the same ScaledObject replaced it)."""

@@ -1,0 +1,275 @@
+"""The scaler's two listeners: gRPC for KEDA (:9090) and HTTP for people and gateways (:9091).
+
+gRPC: the ExternalScaler service, grpc.health.v1 health checking and server reflection, on grpc.aio;
+plain, TLS, or mutual TLS. KEDA's `enableTLS: "true"` verifies our certificate against the CA in its
+TriggerAuthentication (`caCert`); with `--tls-client-ca` we also require KEDA's client certificate
+(`tlsClientCert`/`tlsClientKey` there). Certificate files are re-read when they change on disk (checked
+at each new TLS handshake), so cert-manager rotations need no restart; connections already open keep
+the certificate they were made with.
+
+HTTP: GET /metrics (the scaler's own Prometheus metrics), GET /healthz, and
+POST /v1/activate/<namespace>/<scaledobject> (see scaler/activation.py).
+
+Shutdown (SIGTERM): health goes NOT_SERVING first, then `stop(grace)` lets unary calls finish and
+cancels the streams; KEDA reconnects them to the peer pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from scaler.activation import ACTIVATE_PATH, FORWARDED_HEADER, PeerForwarder, ScaledObjectKey
+from scaler.service import ScalerService
+from scaler.servicer import SERVICE_NAME, ExternalScalerServicer, add_to_server
+
+log = logging.getLogger(__name__)
+
+#: Server-side keepalive: finds KEDA connections that died without a FIN (node loss), so their streams
+#: are released. KEDA's client sets no keepalive of its own.
+GRPC_OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.max_concurrent_streams", 100_000),
+)
+# RFC 1123 names as Kubernetes allows for namespaces (label) and ScaledObjects (subdomain).
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class TLSFiles:
+    """PEM files for the gRPC port. `client_ca` set = mutual TLS (client certificates required)."""
+
+    cert: str
+    key: str
+    client_ca: str | None = None
+
+
+class _ReloadingCredentials:
+    """Serves the newest certificate files: checked at each new handshake, re-read when a file changed."""
+
+    def __init__(self, files: TLSFiles) -> None:
+        self.files = files
+        self._stamp = self._mtimes()
+        self.reloads = 0
+
+    def _mtimes(self) -> tuple[float, ...]:
+        paths = [self.files.cert, self.files.key] + ([self.files.client_ca] if self.files.client_ca else [])
+        return tuple(os.stat(p).st_mtime_ns for p in paths)
+
+    def config(self) -> Any:
+        f = self.files
+        with open(f.key, "rb") as k, open(f.cert, "rb") as c:
+            pair = [(k.read(), c.read())]
+        ca = None
+        if f.client_ca:
+            with open(f.client_ca, "rb") as fh:
+                ca = fh.read()
+        return grpc.ssl_server_certificate_configuration(pair, root_certificates=ca)
+
+    def fetch(self) -> Any:
+        """grpc's fetcher callback: a new configuration when files changed, else None (keep current)."""
+        try:
+            stamp = self._mtimes()
+            if stamp == self._stamp:
+                return None
+            cfg = self.config()
+        except Exception as err:  # half-written files during a rotation: keep serving the old pair
+            log.warning("TLS reload failed, keeping the current certificate: %s", err)
+            return None
+        self._stamp = stamp
+        self.reloads += 1
+        log.info("TLS certificate files changed: reloaded")
+        return cfg
+
+    def credentials(self) -> Any:
+        return grpc.dynamic_ssl_server_credentials(self.config(), self.fetch,
+                                                   require_client_authentication=self.files.client_ca is not None)
+
+
+def create_server(
+    servicer: ExternalScalerServicer,
+    address: str = "[::]:9090",
+    *,
+    tls: TLSFiles | None = None,
+    extra_handlers: Sequence[Any] = (),
+) -> tuple[Any, int, Any]:
+    """Build (not start) the gRPC server: ExternalScaler + health + reflection on `address`.
+
+    Returns (server, bound port, health servicer). Port 0 binds a free port (tests). `extra_handlers`
+    are generic handlers added to the same server (the benchmark's no-op baseline).
+    """
+    server = grpc.aio.server(options=list(GRPC_OPTIONS))
+    add_to_server(servicer, server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    if extra_handlers:
+        server.add_generic_rpc_handlers(tuple(extra_handlers))
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+        server,
+    )
+    if tls is None:
+        port = server.add_insecure_port(address)
+    else:
+        port = server.add_secure_port(address, _ReloadingCredentials(tls).credentials())
+    if port == 0:
+        raise OSError(f"could not bind gRPC address {address}")
+    return server, port, health_servicer
+
+
+class _HTTPHandler(BaseHTTPRequestHandler):
+    """GET /metrics, GET /healthz, POST /v1/activate/<namespace>/<scaledobject>."""
+
+    server: _ScalerHTTPServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("http %s " + format, self.client_address[0], *args)
+
+    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _json(self, status: int, obj: Any) -> None:
+        self._send(status, (json.dumps(obj, sort_keys=True) + "\n").encode())
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            self._send(200, generate_latest(self.server.owner.service.metrics.registry), CONTENT_TYPE_LATEST)
+        elif path == "/healthz":
+            ok = self.server.owner.serving
+            self._json(200 if ok else 503, {"status": "ok" if ok else "stopping"})
+        elif path.startswith(ACTIVATE_PATH + "/"):
+            self._json(405, {"error": f"use POST {ACTIVATE_PATH}/<namespace>/<scaledobject>"})
+        else:
+            self._json(404, {"error": f"no such path {path!r}"})
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(min(length, 65536))
+        path = self.path.split("?", 1)[0]
+        parts = path[len(ACTIVATE_PATH) + 1:].split("/") if path.startswith(ACTIVATE_PATH + "/") else []
+        if len(parts) != 2:
+            self._json(404, {"error": f"expected POST {ACTIVATE_PATH}/<namespace>/<scaledobject>, got {path!r}"})
+            return
+        namespace, name = parts
+        if not _NAMESPACE.match(namespace):
+            self._json(400, {"error": f"bad namespace {namespace!r}: not a Kubernetes namespace name"})
+            return
+        if not _OBJECT_NAME.match(name):
+            self._json(400, {"error": f"bad ScaledObject name {name!r}: not a Kubernetes object name"})
+            return
+        owner = self.server.owner
+        token = owner.activation_token
+        if token and self.headers.get("Authorization") != f"Bearer {token}":
+            self._json(401, {"error": "missing or wrong bearer token for activation"})
+            return
+        key = ScaledObjectKey(namespace, name)
+        forwarded = self.headers.get(FORWARDED_HEADER) is not None
+        woken = owner.service.activate(key, source="peer" if forwarded else "http")
+        peers: dict[str, str] = {}
+        if not forwarded and owner.forwarder is not None:
+            peers = owner.forwarder.forward(key)
+        self._json(200, {"scaledObject": str(key), "streams": woken, "forwarded": forwarded, "peers": peers})
+
+
+class _ScalerHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    owner: ScalerServer
+
+
+class ScalerServer:
+    """Both listeners and their lifecycle. `await start()`, then `await stop(grace)` (or `serve()`)."""
+
+    def __init__(
+        self,
+        service: ScalerService,
+        *,
+        grpc_address: str = "[::]:9090",
+        http_address: tuple[str, int] | None = ("0.0.0.0", 9091),
+        tls: TLSFiles | None = None,
+        forwarder: PeerForwarder | None = None,
+        activation_token: str | None = None,
+        config_error: type[Exception] = ValueError,
+        extra_handlers: Sequence[Any] = (),
+        demand_watch_s: float | None = 1.0,
+    ) -> None:
+        self.service = service
+        self.servicer = ExternalScalerServicer(service, config_error=config_error)
+        self.grpc_server, self.grpc_port, self.health = create_server(
+            self.servicer, grpc_address, tls=tls, extra_handlers=extra_handlers)
+        self.forwarder = forwarder
+        self.activation_token = activation_token
+        self.serving = False
+        self._demand_watch_s = demand_watch_s
+        self._tasks: list[asyncio.Task[None]] = []
+        self.http: _ScalerHTTPServer | None = None
+        self.http_port = 0
+        if http_address is not None:
+            self.http = _ScalerHTTPServer(http_address, _HTTPHandler)
+            self.http.owner = self
+            self.http_port = int(self.http.server_address[1])
+        self._http_thread: threading.Thread | None = None
+
+    async def start(self) -> None:
+        await self.grpc_server.start()
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self.serving = True
+        if self._demand_watch_s:
+            self._tasks.append(asyncio.create_task(self.service.watch_demand(self._demand_watch_s)))
+        if self.http is not None:
+            self._http_thread = threading.Thread(target=self.http.serve_forever, name="scaler-http", daemon=True)
+            self._http_thread.start()
+        log.info("scaler serving gRPC on :%d, HTTP on :%d", self.grpc_port, self.http_port)
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """NOT_SERVING first (so health checks and load balancers move away), then drain and close."""
+        self.serving = False
+        await self.health.enter_graceful_shutdown()
+        for task in self._tasks:
+            task.cancel()
+        await self.grpc_server.stop(grace)
+        if self.http is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.http.shutdown)
+            self.http.server_close()
+        if self.forwarder is not None:
+            self.forwarder.close()
+
+    async def serve(self, grace: float = 5.0, stop_event: asyncio.Event | None = None,
+                    install_signals: bool = True) -> None:
+        """Start, run until SIGTERM/SIGINT (or `stop_event`), then stop gracefully."""
+        import signal
+
+        stop = stop_event or asyncio.Event()
+        loop = asyncio.get_running_loop()
+        if install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stop.set)
+        await self.start()
+        await stop.wait()
+        log.info("stopping: health NOT_SERVING, draining for up to %.1f s", grace)
+        await self.stop(grace)
+

@@ -1,0 +1,309 @@
+"""The glue between KEDA's questions and the pure core: ScaledObject -> config -> history -> decide -> Decision.
+
+Every gRPC handler asks this service and nothing else. It answers from memory: the history is filled
+by background collection (scaler/sources), the workload state by a background Kubernetes reader
+(scaler/kube.py); `decide` (scaler/decide.py) is pure and runs here on the caller's thread.
+
+Why decisions are evaluated on a clock grid: KEDA asks GetMetrics then IsActive for one poll, and the
+HPA path asks the same again; all of them must see one decision, and two scaler pods asked at the same
+moment with the same inputs must give the same answer. So `now` is floored to `tick_s`, the policy runs
+at most once per ScaledObject per tick, and every question within a tick reads that one result.
+
+Rules this module owns (DESIGN.md "Decision semantics"):
+- No usable data -> `NoUsableData` (the servicer answers UNAVAILABLE: KEDA and the HPA hold).
+- A ScaledObject whose model has no replica in sight (never seen, or the scale target is at 0) with
+  `scaleToZero` on is idle, not broken: desired 0, inactive. Raising UNAVAILABLE there would be wrong:
+  KEDA calls GetMetrics before IsActive, and a GetMetrics error makes the poll an error, which blocks the
+  poll path from ever activating the model (kedacore/keda pkg/scalers/external_scaler.go
+  GetMetricsAndActivity). Without `scaleToZero` and with no replica ever seen -> UNAVAILABLE.
+- An activation (POST /v1/activate, or demand seen by the watcher) holds IsActive true for
+  `activation_hold_s` and lifts a desired 0 to 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from scaler.activation import ActivationBus, ScaledObjectKey
+from scaler.config import ConfigCache, ScalerConfig
+from scaler.model import Decision, NoData, Reason, WorkloadState
+from scaler.names import metric_name
+
+log = logging.getLogger(__name__)
+
+MetadataKey = tuple[tuple[str, str], ...]
+
+
+#: decide(history, config, state, workload, now) -> (Decision, new state); NoData returned or raised
+DecideFn = Callable[[Any, Any, Any, WorkloadState | None, float], Any]
+#: (namespace, model) -> the model's history, or None when collection has never seen the model.
+HistoryLookup = Callable[[str, str], Any]
+#: ScaledObject -> what Kubernetes says of it and its scale target, or None when not (yet) known.
+WorkloadLookup = Callable[[ScaledObjectKey], WorkloadState | None]
+
+
+class NoUsableData(Exception):
+    """Nothing to decide on: KEDA must hold (gRPC UNAVAILABLE)."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One ScaledObject's answer for one tick: the decision and whether IsActive is true."""
+
+    metric_name: str
+    decision: Decision
+    active: bool
+    activated: bool = False  # an activation overlaid the policy's decision
+
+
+@dataclass
+class _Entry:
+    """Per (ScaledObject, metadata): the policy state carried between ticks and the tick's answer."""
+
+    key: ScaledObjectKey
+    config: ScalerConfig
+    metric_name: str
+    state: Any = None
+    tick: float = -math.inf
+    result: Answer | NoUsableData | None = None
+    last_used: float = 0.0
+    last_decision: Decision | None = None
+
+
+@dataclass
+class ServiceMetrics:
+    """The scaler's own Prometheus metrics, per ScaledObject (namespace, scaledobject, model)."""
+
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        labels = ["namespace", "scaledobject", "model"]
+        r = self.registry
+        self.desired = Gauge("keda_llm_scaler_desired_replicas", "Replica count the scaler answers KEDA with",
+                             labels, registry=r)
+        self.active = Gauge("keda_llm_scaler_active", "1 if IsActive answers true", labels, registry=r)
+        self.demand = Gauge("keda_llm_scaler_demand", "Demand the policy saw (policy units: tokens, requests)",
+                            labels, registry=r)
+        self.capacity = Gauge("keda_llm_scaler_capacity", "Capacity per replica the policy saw (policy units)",
+                              labels, registry=r)
+        self.panic = Gauge("keda_llm_scaler_panic", "1 while the panic window rules", labels, registry=r)
+        self.data_age = Gauge("keda_llm_scaler_data_age_seconds", "Age of the newest usable sample",
+                              labels, registry=r)
+        self.reason = Gauge("keda_llm_scaler_decision_reason", "1 for the reason of the current decision",
+                            [*labels, "reason"], registry=r)
+        self.unavailable = Counter("keda_llm_scaler_unavailable_total",
+                                   "Evaluations that had no usable data (answered UNAVAILABLE)", labels, registry=r)
+        self.activations = Counter("keda_llm_scaler_activations_total", "Activations received",
+                                   ["namespace", "scaledobject", "source"], registry=r)
+        self.rpcs = Counter("keda_llm_scaler_rpcs_total", "gRPC calls answered", ["method", "code"], registry=r)
+        self.streams = Gauge("keda_llm_scaler_streams_open", "StreamIsActive streams held", registry=r)
+        self._reasons: dict[tuple[str, str, str], str] = {}
+
+    def record(self, key: ScaledObjectKey, model: str, answer: Answer) -> None:
+        lv = (key.namespace, key.name, model)
+        d = answer.decision
+        self.desired.labels(*lv).set(d.replicas)
+        self.active.labels(*lv).set(1 if answer.active else 0)
+        details = d.details
+        for gauge, name in ((self.demand, "demand"), (self.capacity, "capacity"), (self.panic, "panic"),
+                            (self.data_age, "data_age_s")):
+            value = details.get(name)
+            if value is not None and math.isfinite(value):
+                gauge.labels(*lv).set(value)
+        old = self._reasons.get(lv)
+        if old != d.reason:
+            if old is not None:
+                self.reason.labels(*lv, old).set(0)
+            self.reason.labels(*lv, d.reason).set(1)
+            self._reasons[lv] = d.reason
+
+
+def metadata_key(metadata: Mapping[str, str]) -> MetadataKey:
+    return tuple(sorted(metadata.items()))
+
+
+class ScalerService:
+    """Answers KEDA's questions for any number of ScaledObjects; see the module docstring for the rules.
+
+    Not thread-safe by design: the gRPC side calls it from one asyncio loop. The activation bus it
+    reads is thread-safe (the HTTP side writes to it from threads).
+    """
+
+    def __init__(
+        self,
+        *,
+        decide: DecideFn,
+        histories: HistoryLookup,
+        configs: ConfigCache | None = None,
+        workloads: WorkloadLookup | None = None,
+        bus: ActivationBus | None = None,
+        clock: Callable[[], float] = time.time,
+        tick_s: float = 1.0,
+        activation_hold_s: float = 300.0,
+        forget_after_s: float = 3600.0,
+        metrics: ServiceMetrics | None = None,
+    ) -> None:
+        if tick_s <= 0:
+            raise ValueError(f"tick_s must be > 0, got {tick_s}")
+        self.configs = configs or ConfigCache()
+        self._decide = decide
+        self._histories = histories
+        self._workloads = workloads
+        self.bus = bus or ActivationBus(clock=clock)
+        self.clock = clock
+        self.tick_s = tick_s
+        self.activation_hold_s = activation_hold_s
+        self.forget_after_s = forget_after_s
+        self.metrics = metrics or ServiceMetrics()
+        self._entries: dict[tuple[ScaledObjectKey, MetadataKey], _Entry] = {}
+        self._last_sweep = clock()
+
+    # -- config -------------------------------------------------------------------------------------
+
+    def _entry(self, key: ScaledObjectKey, metadata: Mapping[str, str]) -> _Entry:
+        """The cached entry for this ScaledObject and metadata; parses (and caches) the config once."""
+        mkey = metadata_key(metadata)
+        entry = self._entries.get((key, mkey))
+        if entry is None:
+            config = self.configs.get(key.namespace, key.name, metadata)  # ConfigError: bad metadata
+            entry = _Entry(key=key, config=config, metric_name=metric_name(config.model))
+            self._entries[(key, mkey)] = entry
+        entry.last_used = self.clock()
+        return entry
+
+    def config(self, key: ScaledObjectKey, metadata: Mapping[str, str]) -> ScalerConfig:
+        """The parsed config; raises the parser's ConfigError on bad metadata."""
+        return self._entry(key, metadata).config
+
+    def metric_spec(self, key: ScaledObjectKey, metadata: Mapping[str, str]) -> str:
+        """The metric name for GetMetricSpec (target 1): depends only on the metadata, never on live data."""
+        return self._entry(key, metadata).metric_name
+
+    # -- decisions ----------------------------------------------------------------------------------
+
+    def answer(self, key: ScaledObjectKey, metadata: Mapping[str, str]) -> Answer:
+        """The decision for this tick, with activations overlaid. Raises NoUsableData or ConfigError."""
+        entry = self._entry(key, metadata)
+        now = self.clock()
+        tick = math.floor(now / self.tick_s) * self.tick_s
+        if entry.tick != tick or entry.result is None:
+            entry.result = self._evaluate(entry, tick)
+            entry.tick = tick
+            self._maybe_sweep(now)
+        activated = self._activated(key, now)
+        result = entry.result
+        if isinstance(result, NoUsableData):
+            if not activated:
+                raise result
+            return self._overlay(entry, Answer(entry.metric_name, Decision(1, Reason.ACTIVATION.value), True, True))
+        if activated:
+            return self._overlay(entry, result)
+        return result
+
+    def _overlay(self, entry: _Entry, base: Answer) -> Answer:
+        d = base.decision
+        replicas = max(d.replicas, 1)
+        decision = d
+        if replicas != d.replicas or not d.active:
+            decision = Decision(replicas, Reason.ACTIVATION.value, True, d.details)
+        answer = Answer(entry.metric_name, decision, True, True)
+        self.metrics.record(entry.key, entry.config.model, answer)
+        return answer
+
+    def _activated(self, key: ScaledObjectKey, now: float) -> bool:
+        last = self.bus.last_activation(key)
+        return last is not None and now - last < self.activation_hold_s
+
+    def _evaluate(self, entry: _Entry, now: float) -> Answer | NoUsableData:
+        cfg = entry.config
+        key = entry.key
+        workload = self._workloads(key) if self._workloads is not None else None
+        history = self._histories(key.namespace, cfg.model)
+        if history is not None:
+            try:
+                result = self._decide(history, cfg, entry.state, workload, now)
+            except NoData as nd:
+                result = nd
+            if not isinstance(result, NoData):
+                decision, entry.state = result
+                scale_to_zero = bool(cfg.scale_to_zero)
+                # With scaleToZero off, IsActive is always true: KEDA's minReplicaCount defaults to 0.
+                active = decision.active or not scale_to_zero
+                answer = Answer(entry.metric_name, decision, active)
+                entry.last_decision = decision
+                self.metrics.record(key, cfg.model, answer)
+                return answer
+        at_zero = workload is not None and workload.current_replicas == 0
+        if cfg.scale_to_zero and (history is None or at_zero):
+            reason = Reason.IDLE_ZERO.value
+            answer = Answer(entry.metric_name, Decision(0, reason, active=False), False)
+            entry.last_decision = answer.decision
+            self.metrics.record(key, cfg.model, answer)
+            return answer
+        self.metrics.unavailable.labels(key.namespace, key.name, cfg.model).inc()
+        if history is None:
+            return NoUsableData(f"no replica of model {cfg.model!r} in namespace {key.namespace!r} has been "
+                                f"seen yet (collection finds replicas by their `model` label)")
+        return NoUsableData(f"no usable data for model {cfg.model!r} in namespace {key.namespace!r}: "
+                            f"every sample is missing or stale; holding")
+
+    def is_active(self, key: ScaledObjectKey, metadata: Mapping[str, str]) -> bool:
+        """IsActive: always true without scaleToZero; else the decision (raises NoUsableData)."""
+        entry = self._entry(key, metadata)
+        if not entry.config.scale_to_zero:
+            return True
+        return self.answer(key, metadata).active
+
+    def last_decision(self, key: ScaledObjectKey, metadata: Mapping[str, str]) -> Decision | None:
+        entry = self._entries.get((key, metadata_key(metadata)))
+        return entry.last_decision if entry else None
+
+    # -- activations --------------------------------------------------------------------------------
+
+    def activate(self, key: ScaledObjectKey, source: str = "http") -> int:
+        """Record an activation and wake this pod's streams for `key` (thread-safe); returns streams woken."""
+        self.metrics.activations.labels(key.namespace, key.name, source).inc()
+        return self.bus.activate(key)
+
+    def watched_entries(self) -> list[tuple[ScaledObjectKey, MetadataKey]]:
+        watched = set(self.bus.watched())
+        return [k for k in self._entries if k[0] in watched]
+
+    async def watch_demand(self, interval_s: float = 1.0) -> None:
+        """Push `true` when demand wakes a ScaledObject that was inactive (e.g. `activationQuery` > 0).
+
+        Only ScaledObjects with an open stream whose last answer was inactive are re-evaluated, so
+        1,000 busy streams cost nothing here. Runs until cancelled.
+        """
+        while True:
+            await asyncio.sleep(interval_s)
+            for key, mkey in self.watched_entries():
+                entry = self._entries.get((key, mkey))
+                if entry is None or not isinstance(entry.result, Answer) or entry.result.active:
+                    continue
+                try:
+                    if self.answer(key, dict(mkey)).active:
+                        self.activate(key, source="demand")
+                except Exception as err:  # no data / bad config: the stream just waits
+                    log.debug("demand check for %s: %s", key, err)
+
+    def _maybe_sweep(self, now: float) -> None:
+        """Forget ScaledObjects KEDA stopped asking about (deleted, or metadata changed)."""
+        if now - self._last_sweep < min(60.0, self.forget_after_s):
+            return
+        self._last_sweep = now
+        watched = set(self.bus.watched())
+        for k, e in list(self._entries.items()):
+            if now - e.last_used > self.forget_after_s and k[0] not in watched:
+                del self._entries[k]
+
+    def known(self) -> list[Hashable]:
+        return list(self._entries)
