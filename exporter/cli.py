@@ -1,0 +1,182 @@
+"""`keda-llm exporter`: wire config, discovery, collection, rendering and the HTTP server together.
+
+    keda-llm exporter --config exporter.yaml
+    keda-llm exporter --target http://127.0.0.1:8000/metrics --listen :9400
+    keda-llm exporter --target http://127.0.0.1:8000/metrics --once     # print one cycle and exit
+
+Flags override the file. SIGTERM and SIGINT stop gracefully: the HTTP server finishes the requests
+it is answering, the loops stop, NVML is shut down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from exporter.collect import Collector, GpuSource, Normalize
+from exporter.config import (
+    ConfigError,
+    ExporterConfig,
+    load_config,
+    parse_config,
+    parse_duration,
+    parse_listen,
+    parse_target,
+    with_overrides,
+)
+from exporter.discovery import Discovery, DiscoveryError, KubeClient
+from exporter.model import GpuMetrics
+from exporter.render import render
+from exporter.server import create_server
+
+log = logging.getLogger("exporter")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="YAML config file (see docs/exporter-config.md)")
+    parser.add_argument("--target", metavar="URL", action="append", default=[],
+                        help="an engine /metrics URL to scrape, in addition to the file's (repeatable)")
+    parser.add_argument("--listen", metavar="HOST:PORT", help="serve /metrics and /healthz here (default :9400)")
+    parser.add_argument("--interval", metavar="DURATION", help="seconds between cycles, e.g. 5s (default 5s)")
+    parser.add_argument("--timeout", metavar="DURATION", help="per-target scrape timeout, e.g. 2s (default 2s)")
+    parser.add_argument("--node-name", metavar="NAME", help="the node label (default $NODE_NAME)")
+    parser.add_argument("--kubernetes", action="store_true", help="discover annotated pods on this node")
+    parser.add_argument("--no-nvml", action="store_true", help="do not read GPUs through NVML")
+    parser.add_argument("--once", action="store_true",
+                        help="run one collection cycle, print the exposition to stdout and exit "
+                             "(exit status 1 if any target failed)")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+def build_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> ExporterConfig:
+    """The file's config (or the defaults) with the command-line flags applied on top."""
+    cfg = load_config(args.config, env) if args.config else parse_config({}, env)
+    changes: dict[str, Any] = {}
+    if args.node_name:
+        changes["node_name"] = args.node_name
+    node = changes.get("node_name", cfg.node_name)
+    if args.target:
+        known = {t.url for t in cfg.targets}
+        extra = tuple(parse_target(url, "--target", node) for url in args.target if url not in known)
+        changes["targets"] = tuple(t if t.node else replace(t, node=node) for t in cfg.targets) + extra
+    if args.listen:
+        parse_listen(args.listen, "--listen")
+        changes["listen"] = args.listen
+    if args.interval:
+        changes["interval"] = parse_duration(args.interval, "--interval")
+        if not args.timeout and cfg.timeout > changes["interval"]:
+            changes["timeout"] = changes["interval"]  # a short --interval alone should just work
+    if args.timeout:
+        changes["timeout"] = parse_duration(args.timeout, "--timeout")
+    if args.kubernetes:
+        changes["kubernetes"] = replace(cfg.kubernetes, enabled=True)
+        if not node:
+            raise ConfigError("--node-name", "", "--kubernetes needs this node's name (or NODE_NAME)")
+    if args.no_nvml:
+        changes["gpu"] = replace(cfg.gpu, nvml=False)
+    return with_overrides(cfg, **changes) if changes else cfg
+
+
+def load_normalize() -> Normalize:
+    """The engine adapters' entry point (imported late: it is the heavy part)."""
+    from exporter.engines import normalize
+
+    return normalize
+
+
+class _AttributedGpus:
+    """NVML readings with the kubelet's GPU-to-pod assignment filled in, when that is available."""
+
+    def __init__(self, nvml: GpuSource, attribute: Any | None) -> None:
+        self._nvml = nvml
+        self._attribute = attribute
+
+    def collect(self) -> list[GpuMetrics]:
+        gpus = self._nvml.collect()
+        if gpus and self._attribute is not None:
+            try:
+                self._attribute(gpus)
+            except Exception as e:  # attribution is a bonus: GPU series without pod labels beat none
+                log.warning("GPU to pod attribution failed: %s", e)
+        return gpus
+
+    def close(self) -> None:
+        close = getattr(self._nvml, "close", None)
+        if close is not None:
+            close()
+
+
+def build_gpu_source(cfg: ExporterConfig) -> GpuSource | None:
+    if not cfg.gpu.nvml:
+        return None
+    from exporter.nvml import NvmlCollector
+
+    attribute = None
+    if cfg.gpu.pod_resources_socket:
+        try:
+            from exporter import podresources
+
+            attribute = podresources.attributor(cfg.gpu.pod_resources_socket)  # type: ignore[attr-defined]
+        except (ImportError, AttributeError) as e:
+            log.info("GPU to pod attribution unavailable: %s", e)
+    return _AttributedGpus(NvmlCollector(), attribute)
+
+
+def build_collector(cfg: ExporterConfig, normalize: Normalize | None = None,
+                    gpu_source: GpuSource | None = None, env: Mapping[str, str] | None = None) -> Collector:
+    list_pods = None
+    if cfg.kubernetes.enabled:
+        list_pods = KubeClient.from_config(cfg.kubernetes, env, timeout=max(cfg.timeout, 5.0)).list_pods
+    return Collector(cfg, Discovery(cfg, list_pods), normalize or load_normalize(), render, gpu_source)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = build_config(args)
+        collector = build_collector(cfg, gpu_source=build_gpu_source(cfg))
+    except (ConfigError, DiscoveryError) as e:
+        print(f"keda-llm exporter: {e}", file=sys.stderr)
+        return 2
+    if not cfg.targets and not cfg.kubernetes.enabled:
+        log.warning("no targets: give --target URL, targets: in --config, or enable kubernetes discovery")
+    if args.once:
+        return _run_once(collector)
+    return _serve(cfg, collector)
+
+
+def _run_once(collector: Collector) -> int:
+    collector.refresh_discovery()
+    snapshot = collector.run_cycle()
+    sys.stdout.write(collector.exposition().decode())
+    sys.stdout.flush()
+    collector.stop()
+    return 0 if all(st.up for st in snapshot.targets) else 1
+
+
+def _serve(cfg: ExporterConfig, collector: Collector) -> int:
+    try:
+        server, port = create_server(cfg.listen_address, collector)
+    except OSError as e:
+        print(f"keda-llm exporter: cannot listen on {cfg.listen}: {e.strerror}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    collector.start()
+    server.start()
+    host = cfg.listen_address[0] or "0.0.0.0"
+    log.info("serving http://%s:%d/metrics (%d static targets, kubernetes discovery %s, every %gs)",
+             host, port, len(cfg.targets), "on" if cfg.kubernetes.enabled else "off", cfg.interval)
+    stop.wait()
+    log.info("stopping")
+    server.stop()
+    collector.stop()
+    return 0

@@ -1,0 +1,370 @@
+"""Background collection: scrape every target concurrently on an interval, keep the last results.
+
+The layers, from the edge inwards:
+- `fetch`: one HTTP GET with a whole-answer deadline and a byte cap (a trickling engine is cut off
+  at the deadline, a huge body at the cap, without reading the rest).
+- `scrape`: fetch + decode + `exporter.engines.normalize`, every failure turned into a ScrapeError
+  with a reason.
+- `record`: pure; folds one scrape outcome into a target's state (up, last success, errors by
+  reason, the cold-start measurement).
+- `Collector`: runs cycles on a thread pool, renders the exposition once per cycle, and hands the
+  last one to the HTTP server. A target that is still stuck from an earlier cycle is not started
+  again, and the cycle never waits past its own interval, so one bad engine delays nobody.
+"""
+
+from __future__ import annotations
+
+import gzip
+import http.client
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from exporter.config import ExporterConfig
+from exporter.discovery import Discovery
+from exporter.errors import REASONS, Reason, ScrapeError
+from exporter.model import EngineMetrics, GpuMetrics, Target
+
+log = logging.getLogger(__name__)
+
+Normalize = Callable[[str, Target], list[EngineMetrics]]
+
+#: Ask for the classic text format: engines built on prometheus_client add `_created` series and
+#: exemplars to OpenMetrics answers, which cost parse time and tell us nothing.
+ACCEPT = "text/plain;version=0.0.4;q=1.0,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
+_CHUNK = 256 * 1024
+
+
+class GpuSource(Protocol):
+    """What the collector needs from the NVML collector (exporter.nvml)."""
+
+    def collect(self) -> list[GpuMetrics]: ...
+
+
+def fetch(url: str, timeout: float, max_bytes: int, clock: Callable[[], float] = time.monotonic) -> bytes:
+    """GET `url`, all of it within `timeout` seconds (connect + headers + body) and at most `max_bytes`."""
+    deadline = clock() + timeout
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    conn: http.client.HTTPConnection
+    if parts.scheme == "https":
+        conn = http.client.HTTPSConnection(host, parts.port or 443, timeout=timeout)
+    else:
+        conn = http.client.HTTPConnection(host, parts.port or 80, timeout=timeout)
+    try:
+        conn.request("GET", path, headers={"Accept": ACCEPT, "User-Agent": "keda-llm-exporter"})
+        sock = conn.sock  # kept: the connection forgets it when the answer says "Connection: close"
+        assert sock is not None
+        sock.settimeout(_remaining(deadline, clock))
+        resp = conn.getresponse()
+        if not 200 <= resp.status < 300:
+            raise ScrapeError("http_status", f"HTTP {resp.status} {resp.reason}")
+        length = resp.getheader("Content-Length")
+        if length is not None and length.isdigit() and int(length) > max_bytes:
+            raise ScrapeError("too_large", f"Content-Length {length} > max_body_bytes {max_bytes}")
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            sock.settimeout(_remaining(deadline, clock))
+            chunk = resp.read1(_CHUNK)
+            if not chunk:
+                return b"".join(chunks)
+            total += len(chunk)
+            if total > max_bytes:
+                raise ScrapeError("too_large", f"body passed max_body_bytes {max_bytes}")
+            chunks.append(chunk)
+    except TimeoutError as e:
+        raise ScrapeError("timeout", f"no complete answer within {timeout:g}s") from e
+    except (OSError, http.client.HTTPException) as e:
+        raise ScrapeError("connection", f"{type(e).__name__}: {e}") from e
+    finally:
+        conn.close()
+
+
+def _remaining(deadline: float, clock: Callable[[], float]) -> float:
+    left = deadline - clock()
+    if left <= 0:
+        raise TimeoutError
+    return left
+
+
+def _apply_target(metrics: list[EngineMetrics], target: Target) -> list[EngineMetrics]:
+    """Fill what config/annotations know and the body did not say (never overrides the body)."""
+    for m in metrics:
+        if not m.model and target.model:
+            m.model = target.model
+        if m.requests_max_running is None and target.max_running is not None:
+            m.requests_max_running = target.max_running
+    return metrics
+
+
+def scrape(target: Target, cfg: ExporterConfig, normalize: Normalize) -> list[EngineMetrics]:
+    """One target's normalized metrics, or a ScrapeError saying why not."""
+    body = fetch(target.url, cfg.timeout, cfg.max_body_bytes)
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ScrapeError("parse", f"body is not UTF-8 at byte {e.start}") from e
+    try:
+        metrics = normalize(text, target)
+    except ScrapeError:
+        raise
+    except Exception as e:  # an adapter bug must cost one target, not the exporter
+        log.exception("normalizing %s failed", target.url)
+        raise ScrapeError("parse", f"{type(e).__name__}: {e}") from e
+    if not metrics:
+        raise ScrapeError("unknown_engine", "no engine series found in the body")
+    return _apply_target(metrics, target)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The result of one scrape: metrics on success, else the reason; finished at wall time `at`."""
+
+    at: float
+    duration: float
+    metrics: tuple[EngineMetrics, ...] = ()
+    error: ScrapeError | None = None
+
+
+@dataclass(frozen=True)
+class TargetState:
+    """What the exporter knows about one target across cycles."""
+
+    target: Target
+    up: bool = False
+    metrics: tuple[EngineMetrics, ...] = ()  # the current series; empty while down
+    #: (model, engine, role) of each series at the last success: llm_engine_up and the last-success
+    #: timestamp keep these labels while the target is down, so alerts see one continuous series.
+    identities: tuple[tuple[str, str, str], ...] = ()
+    last_success: float | None = None
+    last_duration: float | None = None
+    errors: dict[Reason, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
+    last_error: str = ""
+    startup_seconds: float | None = None
+    startup_done: bool = False  # measured (or found unmeasurable) for this container instance
+    saw_not_ready: bool = False  # a failed scrape of this instance came before its first success
+
+    def fallback_identity(self) -> tuple[str, str, str]:
+        t = self.target
+        return (t.model or "", t.engine or "", t.role or "unified")
+
+
+def record(state: TargetState, target: Target, outcome: Outcome, exporter_start: float) -> TargetState:
+    """Fold one outcome into a target's state. Pure.
+
+    Cold start = first successful scrape - container start, measured once per container instance
+    (a new `container_start` is a new instance). It is measured only when the exporter saw the
+    engine come up: either a scrape of this instance failed first, or the container started after
+    the exporter did. An exporter restarted next to an engine running for a day must not report a
+    one-day cold start.
+    """
+    if target.container_start != state.target.container_start:
+        state = replace(state, startup_seconds=None, startup_done=False, saw_not_ready=False)
+    state = replace(state, target=target, last_duration=outcome.duration)
+    if outcome.error is not None:
+        errors = dict(state.errors)
+        errors[outcome.error.reason] = errors.get(outcome.error.reason, 0) + 1
+        return replace(state, up=False, metrics=(), errors=errors, last_error=str(outcome.error),
+                       saw_not_ready=True)
+    startup, done = state.startup_seconds, state.startup_done
+    if not done:
+        start = target.container_start
+        if start is not None and (state.saw_not_ready or start >= exporter_start) and outcome.at >= start:
+            startup = outcome.at - start
+        done = True
+    identities = tuple((m.model, m.engine, m.role) for m in outcome.metrics)
+    return replace(state, up=True, metrics=outcome.metrics, identities=identities, last_success=outcome.at,
+                   last_error="", startup_seconds=startup, startup_done=done)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything one rendering needs: the state after a cycle."""
+
+    node: str
+    targets: tuple[TargetState, ...]
+    gpus: tuple[GpuMetrics, ...]
+    cycle_seconds: float | None
+    discovery_errors: int
+    at: float
+
+
+class Collector:
+    """Runs collection cycles and keeps the last rendered exposition.
+
+    `render` turns a Snapshot into text; it is a parameter so the benchmark can compare renderers.
+    """
+
+    def __init__(
+        self,
+        cfg: ExporterConfig,
+        discovery: Discovery,
+        normalize: Normalize,
+        render: Callable[[Snapshot], str],
+        gpu_source: GpuSource | None = None,
+        clock: Callable[[], float] = time.time,
+        max_workers: int = 32,
+    ) -> None:
+        self.cfg = cfg
+        self._discovery = discovery
+        self._normalize = normalize
+        self._render = render
+        self._gpu_source = gpu_source
+        self._clock = clock
+        self._started_at = clock()
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="scrape")
+        self._states: dict[str, TargetState] = {}
+        self._in_flight: dict[str, Future[Outcome]] = {}
+        self._gpu_future: Future[list[GpuMetrics]] | None = None
+        self._gpus: tuple[GpuMetrics, ...] = ()
+        self._lock = threading.Lock()
+        self._body = b""
+        self._gzipped: bytes | None = None
+        self._last_cycle_at: float | None = None
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # -- one cycle -------------------------------------------------------------------------------
+
+    def _scrape_one(self, target: Target) -> Outcome:
+        t0 = time.perf_counter()
+        try:
+            metrics = scrape(target, self.cfg, self._normalize)
+        except ScrapeError as e:
+            return Outcome(at=self._clock(), duration=time.perf_counter() - t0, error=e)
+        return Outcome(at=self._clock(), duration=time.perf_counter() - t0, metrics=tuple(metrics))
+
+    def _forget(self, key: str) -> Callable[[Future[Outcome]], None]:
+        def forget(_: Future[Outcome]) -> None:
+            self._in_flight.pop(key, None)
+
+        return forget
+
+    def run_cycle(self) -> Snapshot:
+        """Scrape every current target and the GPUs, update state, render; returns the snapshot."""
+        t0 = time.perf_counter()
+        cycle_deadline = t0 + max(self.cfg.interval, self.cfg.timeout + 0.5)
+        targets = {t.key: t for t in self._discovery.targets()}
+        started: dict[str, Future[Outcome]] = {}
+        for key, target in targets.items():
+            if key in self._in_flight:  # still stuck from an earlier cycle: do not pile up threads
+                continue
+            fut = self._pool.submit(self._scrape_one, target)
+            started[key] = self._in_flight[key] = fut
+            fut.add_done_callback(self._forget(key))
+        if self._gpu_source is not None and self._gpu_future is None:
+            self._gpu_future = self._pool.submit(self._gpu_source.collect)
+        waiting: list[Future[Any]] = list(started.values())
+        if self._gpu_future is not None:
+            waiting.append(self._gpu_future)
+        wait(waiting, timeout=max(0.0, cycle_deadline - time.perf_counter()))
+
+        now = self._clock()
+        states: dict[str, TargetState] = {}
+        for key, target in targets.items():
+            prev = self._states.get(key) or TargetState(target=target)
+            done = started.get(key)
+            if done is not None and done.done():
+                outcome = done.result()
+            else:
+                outcome = Outcome(at=now, duration=time.perf_counter() - t0,
+                                  error=ScrapeError("timeout", "still running at the end of the cycle"))
+            if outcome.error is not None and (prev.up or prev.last_error != str(outcome.error)):
+                log.warning("scrape %s failed: %s", target.url, outcome.error)
+            states[key] = record(prev, target, outcome, self._started_at)
+        self._states = states  # targets no longer discovered are forgotten, with all their series
+        self._collect_gpus()
+        snapshot = Snapshot(
+            node=self.cfg.node_name,
+            targets=tuple(states[k] for k in sorted(states)),
+            gpus=self._gpus,
+            cycle_seconds=time.perf_counter() - t0,
+            discovery_errors=self._discovery.errors,
+            at=now,
+        )
+        body = self._render(snapshot).encode()
+        with self._lock:
+            self._body, self._gzipped, self._last_cycle_at = body, None, now
+        return snapshot
+
+    def _collect_gpus(self) -> None:
+        fut = self._gpu_future
+        if fut is None or not fut.done():
+            return  # NVML stuck: keep the last GPU values rather than stall the engines' cycle
+        self._gpu_future = None
+        try:
+            self._gpus = tuple(fut.result())
+        except Exception:
+            log.exception("GPU collection failed; no GPU series this cycle")
+            self._gpus = ()
+
+    # -- what the server reads ---------------------------------------------------------------------
+
+    def exposition(self, gzipped: bool = False) -> bytes:
+        """The last rendered cycle (gzip compressed once per cycle, on first demand)."""
+        with self._lock:
+            if not gzipped:
+                return self._body
+            if self._gzipped is None:
+                self._gzipped = gzip.compress(self._body, compresslevel=5)
+            return self._gzipped
+
+    def healthy(self) -> bool:
+        """A cycle completed within the last three intervals."""
+        with self._lock:
+            last = self._last_cycle_at
+        return last is not None and self._clock() - last <= 3 * self.cfg.interval + self.cfg.timeout
+
+    def states(self) -> Sequence[TargetState]:
+        return tuple(self._states.values())
+
+    # -- the background loops ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Run discovery and collection in daemon threads until `stop()`."""
+        loops = [("collect", self._collect_loop)]
+        if self._discovery.kubernetes:
+            loops.insert(0, ("discover", self._discover_loop))
+            self._discovery.refresh()  # the first cycle should already see the pods
+        for name, fn in loops:
+            thread = threading.Thread(target=fn, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _collect_loop(self) -> None:
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                self.run_cycle()
+            except Exception:  # keep serving the last values; the next cycle may do better
+                log.exception("collection cycle failed")
+            next_at += self.cfg.interval
+            now = time.monotonic()
+            if next_at < now:  # overran: skip the missed ticks instead of running them back to back
+                next_at = now + self.cfg.interval
+            self._stop.wait(next_at - now)
+
+    def _discover_loop(self) -> None:
+        while not self._stop.wait(self.cfg.kubernetes.refresh_interval):
+            self._discovery.refresh()
+
+    def refresh_discovery(self) -> None:
+        """Re-read the Kubernetes pod list now (the loop does this every refresh_interval)."""
+        self._discovery.refresh()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the loops; scrapes still in flight end at their own deadline, in daemon threads."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        close = getattr(self._gpu_source, "close", None)
+        if close is not None:
+            close()

@@ -1,0 +1,268 @@
+"""The exporter's configuration: one frozen, typed tree with every default in one place.
+
+`load_config(path)` reads YAML; `parse_config(data)` validates a plain mapping. Every error names
+the key (as a dotted path) and the bad value, so a typo in a DaemonSet ConfigMap is found from the
+pod's log line alone. Unknown keys are refused: a misspelled key silently falling back to a default
+is the worse failure.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from exporter.model import Target
+from exporter.vocabulary import ENGINES, ROLES
+
+#: Where Kubernetes mounts a pod's service-account credentials.
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+#: The kubelet's pod-resources socket (DCGM exporter reads the same one).
+POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+
+
+class ConfigError(ValueError):
+    """A config value was refused; the message names the key and the value."""
+
+    def __init__(self, key: str, value: object, why: str) -> None:
+        super().__init__(f"exporter config: {key}: {value!r}: {why}")
+        self.key = key
+        self.value = value
+
+
+@dataclass(frozen=True)
+class KubernetesConfig:
+    """Discovery of annotated pods on this node through the Kubernetes API."""
+
+    enabled: bool = False
+    #: How often the pod list is re-read; new pods wait at most this long to be scraped.
+    refresh_interval: float = 15.0
+    #: API server URL; empty = https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT (in-cluster).
+    api_server: str = ""
+    token_file: str = f"{SERVICE_ACCOUNT_DIR}/token"
+    ca_file: str = f"{SERVICE_ACCOUNT_DIR}/ca.crt"
+
+
+@dataclass(frozen=True)
+class GpuConfig:
+    """NVML collection and GPU-to-pod attribution."""
+
+    nvml: bool = True
+    #: kubelet pod-resources socket; empty turns attribution off.
+    pod_resources_socket: str = POD_RESOURCES_SOCKET
+
+
+@dataclass(frozen=True)
+class ExporterConfig:
+    """Everything the exporter runtime needs; build it with `parse_config` / `load_config`."""
+
+    #: host:port to serve /metrics and /healthz on; ":9400" = all interfaces.
+    listen: str = ":9400"
+    #: Seconds between collection cycles.
+    interval: float = 5.0
+    #: Per-target limit in seconds for connect + the whole answer (a trickling engine times out too).
+    timeout: float = 2.0
+    #: A body past this many bytes is dropped (reason too_large) without reading the rest.
+    max_body_bytes: int = 8 * 1024 * 1024
+    #: This node's name, the `node` label; empty = $NODE_NAME (downward API).
+    node_name: str = ""
+    targets: tuple[Target, ...] = ()
+    kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
+    gpu: GpuConfig = field(default_factory=GpuConfig)
+
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        return parse_listen(self.listen, "listen")
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_SIZE = re.compile(r"^\s*(\d+)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$")
+_SIZE_UNIT = {None: 1, "B": 1, "KB": 1000, "KiB": 1024, "MB": 1000**2, "MiB": 1024**2, "GB": 1000**3, "GiB": 1024**3}
+
+
+def parse_duration(value: object, key: str) -> float:
+    """Seconds from a number or a Go-style string ("500ms", "5s", "2m"): the form Kubernetes users write."""
+    if isinstance(value, bool):
+        raise ConfigError(key, value, "expected a duration such as 5s or 500ms")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and (m := _DURATION.match(value)):
+        seconds = float(m.group(1)) * _UNIT[m.group(2)]
+    else:
+        raise ConfigError(key, value, "expected a duration such as 5s or 500ms")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigError(key, value, "must be a positive duration")
+    return seconds
+
+
+def parse_size(value: object, key: str) -> int:
+    """Bytes from an integer or a string such as "8MiB"."""
+    if isinstance(value, bool):
+        raise ConfigError(key, value, "expected a size in bytes such as 8388608 or 8MiB")
+    if isinstance(value, int):
+        size = value
+    elif isinstance(value, str) and (m := _SIZE.match(value)):
+        size = int(m.group(1)) * _SIZE_UNIT[m.group(2)]
+    else:
+        raise ConfigError(key, value, "expected a size in bytes such as 8388608 or 8MiB")
+    if size < 1024:
+        raise ConfigError(key, value, "must be at least 1024 bytes")
+    return size
+
+
+def parse_listen(value: object, key: str) -> tuple[str, int]:
+    """(host, port) from "host:port", ":port" or "[v6]:port"; host "" means all interfaces."""
+    if not isinstance(value, str) or ":" not in value:
+        raise ConfigError(key, value, "expected host:port, e.g. :9400 or 127.0.0.1:9400")
+    host, _, port_text = value.rpartition(":")
+    host = host.strip("[]")
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ConfigError(key, value, "the port must be a number from 0 to 65535")
+    return host, int(port_text)
+
+
+def _bool(value: object, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(key, value, "expected true or false")
+    return value
+
+
+def _str(value: object, key: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(key, value, "expected a string")
+    return value
+
+
+def _mapping(value: object, key: str, allowed: set[str]) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(key, value, "expected a mapping")
+    for k in value:
+        if k not in allowed:
+            where = f"{key}.{k}" if key else str(k)
+            raise ConfigError(where, value[k], f"unknown key (known: {', '.join(sorted(allowed))})")
+    return value
+
+
+def parse_target(value: object, key: str, node: str) -> Target:
+    """One static target. The `pod` label defaults to the URL's host:port so that two static targets
+    serving the same model still give distinct series."""
+    allowed = {"url", "model", "namespace", "pod", "engine", "role", "max_running"}
+    if isinstance(value, str):
+        value = {"url": value}
+    m = _mapping(value, key, allowed)
+    if "url" not in m:
+        raise ConfigError(f"{key}.url", None, "required")
+    url = _str(m["url"], f"{key}.url")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{key}.url", url, "expected an http:// or https:// URL with a host")
+    engine = m.get("engine")
+    if engine is not None and engine not in ENGINES:
+        raise ConfigError(f"{key}.engine", engine, f"expected one of {', '.join(ENGINES)}")
+    role = m.get("role")
+    if role is not None and role not in ROLES:
+        raise ConfigError(f"{key}.role", role, f"expected one of {', '.join(ROLES)}")
+    max_running = m.get("max_running")
+    if max_running is not None and (
+        isinstance(max_running, bool) or not isinstance(max_running, int | float) or max_running <= 0
+    ):
+        raise ConfigError(f"{key}.max_running", max_running, "expected a positive number")
+    model = m.get("model")
+    return Target(
+        url=url,
+        namespace=_str(m.get("namespace", ""), f"{key}.namespace"),
+        pod=_str(m.get("pod", parts.netloc), f"{key}.pod"),
+        node=node,
+        model=None if model is None else _str(model, f"{key}.model"),
+        engine=engine,
+        role=role,
+        max_running=None if max_running is None else float(max_running),
+    )
+
+
+def parse_config(data: object, env: Mapping[str, str] | None = None) -> ExporterConfig:
+    """Validate a mapping (parsed YAML) into an ExporterConfig; `env` supplies NODE_NAME."""
+    env = os.environ if env is None else env
+    d = ExporterConfig()
+    top = _mapping(data, "", {"listen", "interval", "timeout", "max_body_bytes", "node_name", "targets",
+                              "kubernetes", "gpu"})
+    listen = _str(top.get("listen", d.listen), "listen")
+    parse_listen(listen, "listen")
+    interval = parse_duration(top.get("interval", d.interval), "interval")
+    timeout = parse_duration(top.get("timeout", d.timeout), "timeout")
+    if timeout > interval:
+        raise ConfigError("timeout", top.get("timeout", d.timeout),
+                          f"must not exceed interval ({interval:g}s): a cycle would overrun the next")
+    node = _str(top.get("node_name", "") or env.get("NODE_NAME", ""), "node_name")
+    raw_targets = top.get("targets") or []
+    if not isinstance(raw_targets, list):
+        raise ConfigError("targets", raw_targets, "expected a list")
+    targets = tuple(parse_target(t, f"targets[{i}]", node) for i, t in enumerate(raw_targets))
+    seen: set[str] = set()
+    for i, t in enumerate(targets):
+        if t.url in seen:
+            raise ConfigError(f"targets[{i}].url", t.url, "listed twice")
+        seen.add(t.url)
+
+    kd = KubernetesConfig()
+    k = _mapping(top.get("kubernetes"), "kubernetes", {"enabled", "refresh_interval", "api_server", "token_file",
+                                                       "ca_file"})
+    kube = KubernetesConfig(
+        enabled=_bool(k.get("enabled", kd.enabled), "kubernetes.enabled"),
+        refresh_interval=parse_duration(k.get("refresh_interval", kd.refresh_interval), "kubernetes.refresh_interval"),
+        api_server=_str(k.get("api_server", kd.api_server), "kubernetes.api_server"),
+        token_file=_str(k.get("token_file", kd.token_file), "kubernetes.token_file"),
+        ca_file=_str(k.get("ca_file", kd.ca_file), "kubernetes.ca_file"),
+    )
+    if kube.enabled and not node:
+        raise ConfigError("node_name", "", "kubernetes discovery needs this node's name (set NODE_NAME from "
+                          "spec.nodeName through the downward API, or node_name)")
+
+    gd = GpuConfig()
+    g = _mapping(top.get("gpu"), "gpu", {"nvml", "pod_resources_socket"})
+    gpu = GpuConfig(
+        nvml=_bool(g.get("nvml", gd.nvml), "gpu.nvml"),
+        pod_resources_socket=_str(g.get("pod_resources_socket", gd.pod_resources_socket), "gpu.pod_resources_socket"),
+    )
+    return ExporterConfig(
+        listen=listen,
+        interval=interval,
+        timeout=timeout,
+        max_body_bytes=parse_size(top.get("max_body_bytes", d.max_body_bytes), "max_body_bytes"),
+        node_name=node,
+        targets=targets,
+        kubernetes=kube,
+        gpu=gpu,
+    )
+
+
+def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> ExporterConfig:
+    """Read and validate a YAML config file; errors name the file too."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ConfigError("--config", str(path), f"cannot read: {e.strerror}") from e
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError("--config", str(path), f"not valid YAML: {e}") from e
+    return parse_config(data, env)
+
+
+def with_overrides(cfg: ExporterConfig, **changes: Any) -> ExporterConfig:
+    """A copy with command-line overrides applied, re-checking the rules that tie values together."""
+    out = replace(cfg, **changes)
+    parse_listen(out.listen, "listen")
+    if out.timeout > out.interval:
+        raise ConfigError("timeout", out.timeout, f"must not exceed interval ({out.interval:g}s)")
+    return out

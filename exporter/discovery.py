@@ -1,0 +1,241 @@
+"""Which engines to scrape: the static list from config, plus annotated pods on this node.
+
+Kubernetes discovery lists the pods bound to this node (`fieldSelector=spec.nodeName=<node>`) with
+the service-account token, and keeps the ones that opt in with annotations:
+
+    keda-llm.io/scrape: "true"        required, opt-in
+    keda-llm.io/port: "8000"          default: the serving container's first containerPort
+    keda-llm.io/path: "/metrics"      default /metrics
+    keda-llm.io/scheme: "http"        http or https
+    keda-llm.io/container: "vllm"     the serving container (its start time measures the cold start);
+                                      default: the container that declares the port, else the first
+    keda-llm.io/model, keda-llm.io/engine, keda-llm.io/role, keda-llm.io/max-running
+                                      as the static target keys
+
+`pods_to_targets` is pure (PodList JSON in, Targets out); `KubeClient` is the thin HTTP edge.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import ssl
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from exporter.config import ExporterConfig, KubernetesConfig
+from exporter.model import Target
+from exporter.vocabulary import ENGINES, ROLES
+
+log = logging.getLogger(__name__)
+
+ANNOTATION_PREFIX = "keda-llm.io/"
+SCRAPE = ANNOTATION_PREFIX + "scrape"
+PORT = ANNOTATION_PREFIX + "port"
+PATH = ANNOTATION_PREFIX + "path"
+SCHEME = ANNOTATION_PREFIX + "scheme"
+CONTAINER = ANNOTATION_PREFIX + "container"
+MODEL = ANNOTATION_PREFIX + "model"
+ENGINE = ANNOTATION_PREFIX + "engine"
+ROLE = ANNOTATION_PREFIX + "role"
+MAX_RUNNING = ANNOTATION_PREFIX + "max-running"
+
+
+class DiscoveryError(Exception):
+    """The pod list could not be read; the previous list stays in use."""
+
+
+def parse_time(text: str) -> float:
+    """Unix seconds from a Kubernetes RFC 3339 timestamp ("2025-01-02T03:04:05Z")."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _serving_container(pod: Mapping[str, Any], ann: Mapping[str, str]) -> Mapping[str, Any] | None:
+    containers: list[Mapping[str, Any]] = pod.get("spec", {}).get("containers") or []
+    if not containers:
+        return None
+    if CONTAINER in ann:
+        return next((c for c in containers if c.get("name") == ann[CONTAINER]), None)
+    if PORT in ann:
+        for c in containers:
+            for p in c.get("ports") or []:
+                if str(p.get("containerPort")) == ann[PORT] or p.get("name") == ann[PORT]:
+                    return c
+    return containers[0]
+
+
+def _container_start(pod: Mapping[str, Any], name: str) -> float | None:
+    for status in pod.get("status", {}).get("containerStatuses") or []:
+        if status.get("name") == name:
+            started = (status.get("state") or {}).get("running", {}).get("startedAt")
+            return parse_time(started) if started else None
+    return None
+
+
+def pod_to_target(pod: Mapping[str, Any], node: str) -> Target | None:
+    """The target for one opted-in, running pod; None (with a debug log) when it cannot be scraped yet."""
+    meta = pod.get("metadata") or {}
+    ann: Mapping[str, str] = meta.get("annotations") or {}
+    if ann.get(SCRAPE, "").lower() != "true":
+        return None
+    name = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    status = pod.get("status") or {}
+    ip = status.get("podIP")
+    if status.get("phase") != "Running" or not ip:
+        log.debug("pod %s: not running or no IP yet", name)
+        return None
+    container = _serving_container(pod, ann)
+    if container is None:
+        log.warning("pod %s: %s names no container of this pod", name, CONTAINER)
+        return None
+    port = ann.get(PORT)
+    ports = container.get("ports") or []
+    if port is not None and not port.isdigit():
+        port = next((str(p["containerPort"]) for p in ports if p.get("name") == port), None)
+    elif port is None and ports:
+        port = str(ports[0].get("containerPort"))
+    if not port or not port.isdigit():
+        log.warning("pod %s: no port (set %s or declare a containerPort)", name, PORT)
+        return None
+    scheme = ann.get(SCHEME, "http")
+    path = ann.get(PATH, "/metrics")
+    if not path.startswith("/"):
+        path = "/" + path
+    host = f"[{ip}]" if ":" in ip else ip
+    engine = ann.get(ENGINE)
+    role = ann.get(ROLE)
+    max_running: float | None = None
+    if MAX_RUNNING in ann:
+        try:
+            max_running = float(ann[MAX_RUNNING])
+        except ValueError:
+            log.warning("pod %s: %s=%r is not a number; ignored", name, MAX_RUNNING, ann[MAX_RUNNING])
+    if engine is not None and engine not in ENGINES:
+        log.warning("pod %s: %s=%r is not one of %s; detecting from the body", name, ENGINE, engine, ENGINES)
+        engine = None
+    if role is not None and role not in ROLES:
+        log.warning("pod %s: %s=%r is not one of %s; ignored", name, ROLE, role, ROLES)
+        role = None
+    return Target(
+        url=f"{scheme}://{host}:{port}{path}",
+        namespace=str(meta.get("namespace", "")),
+        pod=str(meta.get("name", "")),
+        node=node,
+        model=ann.get(MODEL),
+        engine=engine,
+        role=role,
+        max_running=max_running,
+        container_start=_container_start(pod, str(container.get("name", ""))),
+    )
+
+
+def pods_to_targets(pod_list: Mapping[str, Any], node: str) -> list[Target]:
+    """Targets from a v1 PodList, in a stable order."""
+    if pod_list.get("kind") != "PodList":
+        raise DiscoveryError(f"expected kind PodList, got {pod_list.get('kind')!r}")
+    targets = [t for pod in pod_list.get("items") or [] if (t := pod_to_target(pod, node)) is not None]
+    return sorted(targets, key=lambda t: t.key)
+
+
+@dataclass(frozen=True)
+class KubeClient:
+    """Reads pods from the API server with the pod's service-account token.
+
+    The token file is re-read on every call: projected tokens rotate (about hourly) and a cached one
+    would start failing with 401.
+    """
+
+    api_server: str
+    token_file: str
+    ca_file: str
+    timeout: float = 5.0
+
+    @classmethod
+    def from_config(cls, cfg: KubernetesConfig, env: Mapping[str, str] | None = None,
+                    timeout: float = 5.0) -> KubeClient:
+        env = os.environ if env is None else env
+        server = cfg.api_server
+        if not server:
+            host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT", "443")
+            if not host:
+                raise DiscoveryError("kubernetes.api_server is empty and KUBERNETES_SERVICE_HOST is not set "
+                                     "(not running in a pod?)")
+            server = f"https://{f'[{host}]' if ':' in host else host}:{port}"
+        return cls(server.rstrip("/"), cfg.token_file, cfg.ca_file, timeout)
+
+    def _context(self) -> ssl.SSLContext | None:
+        if not self.api_server.startswith("https://"):
+            return None
+        return ssl.create_default_context(cafile=self.ca_file if os.path.exists(self.ca_file) else None)
+
+    def list_pods(self, node: str) -> dict[str, Any]:
+        """GET /api/v1/pods for this node. `resourceVersion=0` lets the API server answer from its
+        watch cache instead of etcd: one DaemonSet pod per node polls this, so it must stay cheap."""
+        query = urllib.parse.urlencode({"fieldSelector": f"spec.nodeName={node}", "resourceVersion": "0"})
+        request = urllib.request.Request(f"{self.api_server}/api/v1/pods?{query}",
+                                         headers={"Accept": "application/json"})
+        try:
+            with open(self.token_file) as f:
+                request.add_header("Authorization", f"Bearer {f.read().strip()}")
+        except OSError as e:
+            raise DiscoveryError(f"cannot read the service-account token {self.token_file}: {e.strerror}") from e
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout, context=self._context()) as resp:
+                data = json.loads(resp.read())
+        except urllib.error.HTTPError as e:
+            raise DiscoveryError(f"listing pods on {node}: HTTP {e.code} {e.reason}") from e
+        except (OSError, ValueError) as e:
+            raise DiscoveryError(f"listing pods on {node}: {e}") from e
+        if not isinstance(data, dict):
+            raise DiscoveryError("listing pods: the answer is not a JSON object")
+        return data
+
+
+class Discovery:
+    """The current target list: static targets plus the last good Kubernetes listing.
+
+    `refresh()` does the I/O and may fail; `targets()` only reads, so the collection loop never waits
+    on the API server.
+    """
+
+    def __init__(self, cfg: ExporterConfig, list_pods: Callable[[str], Mapping[str, Any]] | None = None) -> None:
+        self._static = list(cfg.targets)
+        self._node = cfg.node_name
+        self._list_pods = list_pods
+        self._kube: list[Target] = []
+        self._lock = threading.Lock()
+        self.errors = 0
+        self.last_error = ""
+
+    @property
+    def kubernetes(self) -> bool:
+        return self._list_pods is not None
+
+    def refresh(self) -> None:
+        """Re-read the pod list; on failure keep the previous one and count the error."""
+        if self._list_pods is None:
+            return
+        try:
+            found = pods_to_targets(self._list_pods(self._node), self._node)
+        except (DiscoveryError, KeyError, TypeError, AttributeError, ValueError) as e:
+            with self._lock:
+                self.errors += 1
+                self.last_error = str(e)
+            log.warning("kubernetes discovery failed (keeping %d known pods): %s", len(self._kube), e)
+            return
+        with self._lock:
+            self._kube = found
+            self.last_error = ""
+
+    def targets(self) -> list[Target]:
+        with self._lock:
+            kube = self._kube
+        static_urls = {t.url for t in self._static}
+        return self._static + [t for t in kube if t.url not in static_urls]

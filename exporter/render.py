@@ -1,0 +1,174 @@
+"""Rendering: a collection Snapshot -> the Prometheus text exposition format (version 0.0.4).
+
+Written as text directly rather than through prometheus_client collectors: it runs once per cycle
+over data that is already normalized, and skipping the client's per-sample objects is several times
+cheaper (bench/bench_cycle.py measures both). Metric names, types and help come from
+exporter.vocabulary; nothing here invents a name except the exporter's own health metrics below.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+
+from exporter.collect import Snapshot, TargetState
+from exporter.errors import REASONS
+from exporter.model import EngineMetrics, GpuMetrics, Histogram
+from exporter.vocabulary import (
+    ENGINE_INFO,
+    ENGINE_LAST_SUCCESS,
+    ENGINE_METRICS,
+    ENGINE_STARTUP,
+    ENGINE_UP,
+    EXPORTER_SCRAPE_DURATION,
+    EXPORTER_SCRAPE_ERRORS,
+    GPU_LABELS,
+    GPU_METRICS,
+    GPU_UP,
+)
+
+# Health metrics of the exporter itself beyond the two per-target ones in the vocabulary.
+# (Kept here until exporter/vocabulary.py carries them.)
+EXPORTER_TARGETS = "llm_exporter_targets"
+EXPORTER_CYCLE_DURATION = "llm_exporter_cycle_duration_seconds"
+EXPORTER_DISCOVERY_ERRORS = "llm_exporter_discovery_errors_total"
+
+#: Labels of the per-target health series: the target is known before its body says its model.
+TARGET_LABELS = ("target", "namespace", "pod", "node")
+
+
+def escape(value: str) -> str:
+    """Escape a label value: backslash, double quote and line feed, as the text format requires."""
+    if "\\" in value or '"' in value or "\n" in value:
+        return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return value
+
+
+def fmt(value: float) -> str:
+    """A sample value as Go's ParseFloat and prometheus_client both read it."""
+    if value != value:
+        return "NaN"
+    if value in (math.inf, -math.inf):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value))
+
+
+def labelset(names: Iterable[str], values: Iterable[str]) -> str:
+    return ",".join(f'{n}="{escape(v)}"' for n, v in zip(names, values, strict=True))
+
+
+def _family(out: list[str], name: str, mtype: str, help_text: str, lines: Iterable[str]) -> None:
+    """HELP and TYPE, then the samples; a family with no samples is left out whole."""
+    body = list(lines)
+    if body:
+        help_text = help_text.replace("\\", "\\\\").replace("\n", "\\n")
+        out.append(f"# HELP {name} {help_text}\n# TYPE {name} {mtype}\n")
+        out.extend(body)
+
+
+def _engine_labels(model: str, engine: str, role: str, st: TargetState, node: str) -> str:
+    t = st.target
+    return (f'model="{escape(model)}",engine="{escape(engine)}",role="{escape(role)}",'
+            f'namespace="{escape(t.namespace)}",pod="{escape(t.pod)}",node="{escape(t.node or node)}"')
+
+
+def _histogram(name: str, labels: str, h: Histogram) -> Iterator[str]:
+    for bound, count in h.buckets:
+        yield f'{name}_bucket{{{labels},le="{fmt(bound)}"}} {fmt(count)}\n'
+    yield f"{name}_sum{{{labels}}} {fmt(h.sum)}\n{name}_count{{{labels}}} {fmt(h.count)}\n"
+
+
+def _engine_series(snapshot: Snapshot) -> tuple[list[tuple[str, EngineMetrics, TargetState]],
+                                                 list[tuple[str, TargetState]]]:
+    """(labels, metrics, state) for each live series, and (labels, state) for each up/last-success
+    series. A label set already claimed by an earlier target (two targets saying the same model and
+    pod) is dropped with its series, so the exposition never carries a duplicate."""
+    live: list[tuple[str, EngineMetrics, TargetState]] = []
+    status: list[tuple[str, TargetState]] = []
+    seen: set[str] = set()
+    for st in snapshot.targets:
+        mine: set[str] = set()
+        for model, engine, role in st.identities or (st.fallback_identity(),):
+            labels = _engine_labels(model, engine, role, st, snapshot.node)
+            if labels not in seen:
+                seen.add(labels)
+                mine.add(labels)
+                status.append((labels, st))
+        if st.up:
+            for m in st.metrics:
+                labels = _engine_labels(m.model, m.engine, m.role, st, snapshot.node)
+                if labels in mine:
+                    mine.discard(labels)  # one series per label set, even if an adapter repeats one
+                    live.append((labels, m, st))
+    return live, status
+
+
+def _render_engines(out: list[str], snapshot: Snapshot) -> None:
+    live, status = _engine_series(snapshot)
+    _family(out, ENGINE_UP, "gauge", "1 if the last scrape of this engine succeeded and parsed.",
+            (f"{ENGINE_UP}{{{labels}}} {'1' if st.up else '0'}\n" for labels, st in status))
+    _family(out, ENGINE_LAST_SUCCESS, "gauge", "Unix time of the last successful scrape of this engine.",
+            (f"{ENGINE_LAST_SUCCESS}{{{labels}}} {fmt(st.last_success)}\n"
+             for labels, st in status if st.last_success is not None))
+    _family(out, ENGINE_INFO, "gauge", "Engine type and version (value 1).",
+            (f'{ENGINE_INFO}{{{labels},version="{escape(m.version or "")}"}} 1\n' for labels, m, _ in live))
+    _family(out, ENGINE_STARTUP, "gauge", "Measured cold start: container start to the first successful scrape.",
+            (f"{ENGINE_STARTUP}{{{labels}}} {fmt(st.startup_seconds)}\n"
+             for labels, _, st in live if st.startup_seconds is not None))
+    for metric in ENGINE_METRICS:
+        lines: list[str] = []
+        for labels, m, _ in live:
+            value = getattr(m, metric.field)
+            if value is None:
+                continue
+            if metric.type == "histogram":
+                lines.extend(_histogram(metric.name, labels, value))
+            else:
+                lines.append(f"{metric.name}{{{labels}}} {fmt(value)}\n")
+        _family(out, metric.name, metric.type, metric.help, lines)
+
+
+def _gpu_labels(g: GpuMetrics, node: str) -> str:
+    a = g.attribution
+    return labelset(GPU_LABELS, (g.index, g.uuid, g.gpu_model, g.mig_profile, node, a.get("namespace", ""),
+                                 a.get("pod", ""), a.get("container", "")))
+
+
+def _render_gpus(out: list[str], snapshot: Snapshot) -> None:
+    labels = [(_gpu_labels(g, snapshot.node), g) for g in snapshot.gpus]
+    _family(out, GPU_UP, "gauge", "1 if NVML answered for this GPU in the last cycle.",
+            (f"{GPU_UP}{{{lab}}} {'1' if g.up else '0'}\n" for lab, g in labels))
+    for metric in GPU_METRICS:
+        _family(out, metric.name, metric.type, metric.help,
+                (f"{metric.name}{{{lab}}} {fmt(v)}\n" for lab, g in labels
+                 if (v := getattr(g, metric.field)) is not None))
+
+
+def _render_health(out: list[str], snapshot: Snapshot) -> None:
+    target_labels = [(labelset(TARGET_LABELS, (st.target.url, st.target.namespace, st.target.pod,
+                                               st.target.node or snapshot.node)), st) for st in snapshot.targets]
+    _family(out, EXPORTER_SCRAPE_DURATION, "gauge", "How long the last scrape of this target took (fetch + parse).",
+            (f"{EXPORTER_SCRAPE_DURATION}{{{lab}}} {fmt(st.last_duration)}\n"
+             for lab, st in target_labels if st.last_duration is not None))
+    _family(out, EXPORTER_SCRAPE_ERRORS, "counter", "Failed scrapes of this target, by reason.",
+            (f'{EXPORTER_SCRAPE_ERRORS}{{{lab},reason="{r}"}} {st.errors.get(r, 0)}\n'
+             for lab, st in target_labels for r in REASONS))
+    node = escape(snapshot.node)
+    up = sum(1 for st in snapshot.targets if st.up)
+    _family(out, EXPORTER_TARGETS, "gauge", "Targets in the last cycle (state=all), and how many were up (state=up).",
+            [f'{EXPORTER_TARGETS}{{node="{node}",state="all"}} {len(snapshot.targets)}\n',
+             f'{EXPORTER_TARGETS}{{node="{node}",state="up"}} {up}\n'])
+    _family(out, EXPORTER_CYCLE_DURATION, "gauge", "Wall time of the last collection cycle.",
+            [f'{EXPORTER_CYCLE_DURATION}{{node="{node}"}} {fmt(snapshot.cycle_seconds)}\n']
+            if snapshot.cycle_seconds is not None else [])
+    _family(out, EXPORTER_DISCOVERY_ERRORS, "counter", "Failed Kubernetes pod listings.",
+            [f'{EXPORTER_DISCOVERY_ERRORS}{{node="{node}"}} {snapshot.discovery_errors}\n'])
+
+
+def render(snapshot: Snapshot) -> str:
+    """The whole exposition for one cycle."""
+    out: list[str] = []
+    _render_engines(out, snapshot)
+    _render_gpus(out, snapshot)
+    _render_health(out, snapshot)
+    return "".join(out)

@@ -1,0 +1,102 @@
+"""HTTP edge: `/metrics` (the last rendered cycle) and `/healthz`, on a threaded server.
+
+Handlers only read what the collector already rendered, so a scrape costs a memory copy no matter
+how many engines are slow. `create_server` binds (port 0 in tests) apart from serving, and
+`MetricsServer.stop` shuts down gracefully: in-flight requests finish, then the socket closes.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Protocol
+
+log = logging.getLogger(__name__)
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class Source(Protocol):
+    """What the server reads: satisfied by exporter.collect.Collector."""
+
+    def exposition(self, gzipped: bool = False) -> bytes: ...
+
+    def healthy(self) -> bool: ...
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"  # keep-alive: Prometheus and the scaler reuse connections
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        source = self.server.source
+        if path == "/metrics":
+            gzipped = "gzip" in self.headers.get("Accept-Encoding", "")
+            self._send(200, source.exposition(gzipped), CONTENT_TYPE, gzipped)
+        elif path in ("/healthz", "/readyz", "/livez"):
+            ok = source.healthy()
+            self._send(200 if ok else 503, b"ok\n" if ok else b"no collection cycle completed recently\n")
+        elif path == "/":
+            self._send(200, b'<html><body><a href="/metrics">/metrics</a> <a href="/healthz">/healthz</a>'
+                       b"</body></html>\n", "text/html; charset=utf-8")
+        else:
+            self._send(404, b"not found\n")
+
+    def do_HEAD(self) -> None:
+        self.do_GET()
+
+    def _send(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8", gzipped: bool = False) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        if gzipped:
+            self.send_header("Content-Encoding", "gzip")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        log.debug("%s " + format, self.address_string(), *args)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], source: Source) -> None:
+        self.source = source
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, _Handler)
+
+
+class MetricsServer:
+    """A bound server; `start()` serves in a thread, `stop()` shuts it down."""
+
+    def __init__(self, address: tuple[str, int], source: Source) -> None:
+        self._httpd = _Server(address, source)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="http", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(5.0)
+
+
+def create_server(address: tuple[str, int], source: Source) -> tuple[MetricsServer, int]:
+    """Bind `address` (port 0 picks a free one); returns the server and its port."""
+    server = MetricsServer(address, source)
+    return server, server.port
+
