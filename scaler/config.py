@@ -1,0 +1,378 @@
+"""ScaledObject trigger metadata -> a typed, frozen ScalerConfig.
+
+Every key is declared once, as a field of ScalerConfig carrying its metadata key, parser, default,
+meaning and example; the parser, the validation messages and the README reference
+(`render_reference()`) all read that one declaration. Errors name the key and the value, because
+KEDA shows the message to whoever wrote the ScaledObject.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# Keys KEDA itself puts into the metadata map (keda-contract.md 2.1): never ours to refuse.
+KEDA_KEYS = frozenset({"scalerAddress", "enableTLS", "unsafeSsl"})
+KEDA_KEY_SUFFIX = "FromEnv"
+
+POLICIES = ("tokens", "concurrency", "kvCache", "queue")
+METRICS_SOURCES = ("exporters", "prometheus")
+AGGREGATIONS = ("weighted", "mean", "max")
+MODES = ("reactive",)  # `proactive` and `hybrid` arrive with forecasting (DESIGN.md)
+
+
+class ConfigError(ValueError):
+    """Malformed trigger metadata. The servicer maps it to INVALID_ARGUMENT."""
+
+    def __init__(self, key: str, value: str | None, problem: str) -> None:
+        shown = "(missing)" if value is None else repr(value)
+        super().__init__(f"metadata key {key!r} = {shown}: {problem}")
+        self.key = key
+        self.value = value
+        self.problem = problem
+
+
+# ---- value parsers: each turns the string into a typed value or raises ValueError(why) ----
+
+Parser = Callable[[str], Any]
+
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+
+
+def parse_duration(text: str) -> float:
+    """Go `time.ParseDuration` syntax (`90s`, `1h30m`, `500ms`), or a bare number of seconds. Seconds."""
+    s = text.strip()
+    if not s:
+        raise ValueError("empty duration")
+    if re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)", s):
+        return float(s)
+    if s.startswith("-"):
+        raise ValueError("a duration cannot be negative")
+    pos, total = 0, 0.0
+    while pos < len(s):
+        m = _DURATION_PART.match(s, pos)
+        if m is None:
+            raise ValueError("not a duration: use Go syntax such as 90s, 10m, 1h30m, 500ms, or a number of seconds")
+        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+        pos = m.end()
+    return total
+
+
+def format_duration(seconds: float) -> str:
+    """Seconds -> the shortest Go-style spelling (`60s`, `10m`, `1h30m`): for the rendered reference."""
+    if seconds < 1 and seconds > 0:
+        return f"{seconds * 1000:g}ms"
+    whole = int(seconds)
+    if whole != seconds or whole < 120:
+        return f"{seconds:g}s"
+    h, rest = divmod(whole, 3600)
+    m, s = divmod(rest, 60)
+    out = (f"{h}h" if h else "") + (f"{m}m" if m else "") + (f"{s}s" if s else "")
+    return out or "0s"
+
+
+def parse_float(text: str) -> float:
+    try:
+        v = float(text.strip())
+    except ValueError:
+        raise ValueError("not a number") from None
+    if not math.isfinite(v):
+        raise ValueError("must be a finite number")
+    return v
+
+
+def parse_int(text: str) -> int:
+    s = text.strip()
+    if not re.fullmatch(r"[+-]?\d+", s):
+        raise ValueError("not a whole number")
+    return int(s)
+
+
+_TRUE = {"1", "t", "T", "TRUE", "true", "True"}  # Go strconv.ParseBool, as KEDA's own scalers parse
+_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
+
+
+def parse_bool(text: str) -> bool:
+    s = text.strip()
+    if s in _TRUE:
+        return True
+    if s in _FALSE:
+        return False
+    raise ValueError("not a boolean: use true or false")
+
+
+def parse_text(text: str) -> str:
+    s = text.strip()
+    if not s:
+        raise ValueError("must not be empty")
+    return s
+
+
+def parse_list(text: str) -> tuple[str, ...]:
+    items = tuple(part.strip() for part in text.split(","))
+    if not items or any(not item or any(c.isspace() for c in item) for item in items):
+        raise ValueError("a comma-separated list of host:port or URLs, with no empty items")
+    return items
+
+
+def parse_url(text: str) -> str:
+    s = text.strip()
+    if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", s):
+        raise ValueError("not an http:// or https:// URL")
+    return s.rstrip("/")
+
+
+def one_of(*choices: str) -> Parser:
+    def parse(text: str) -> str:
+        s = text.strip()
+        if s not in choices:
+            raise ValueError("must be one of " + ", ".join(choices))
+        return s
+
+    return parse
+
+
+# ---- range checks, applied after parsing ----
+
+Check = Callable[[Any], str | None]  # None = fine, else the problem
+
+
+def positive(v: Any) -> str | None:
+    return None if v > 0 else "must be greater than 0"
+
+
+def non_negative(v: Any) -> str | None:
+    return None if v >= 0 else "must not be negative"
+
+
+def in_range(lo: float, hi: float, lo_open: bool = False) -> Check:
+    def check(v: Any) -> str | None:
+        ok = (v > lo if lo_open else v >= lo) and v <= hi
+        return None if ok else f"must be in {'(' if lo_open else '['}{lo:g}, {hi:g}]"
+
+    return check
+
+
+def greater_than(lo: float) -> Check:
+    def check(v: Any) -> str | None:
+        return None if v > lo else f"must be greater than {lo:g}"
+
+    return check
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    """One metadata key: how to parse it, what it means, an example value."""
+
+    key: str
+    parse: Parser
+    doc: str
+    example: str
+    check: Check | None = None
+    required: bool = False
+    shown_default: str | None = None  # how the default reads in the reference, where not the plain value
+
+
+def _key(default: Any, key: str, parse: Parser, doc: str, example: str, check: Check | None = None,
+         required: bool = False, shown_default: str | None = None) -> Any:
+    """A ScalerConfig field with its metadata key: the one place a key, its default and its meaning live."""
+    spec = KeySpec(key, parse, doc, example, check, required, shown_default)
+    return dataclasses.field(default=default, metadata={"spec": spec})
+
+
+@dataclass(frozen=True)
+class ScalerConfig:
+    """One trigger's parsed metadata. Durations are seconds; None = not set (the scaler measures or derives it)."""
+
+    model: str = _key("", "model", parse_text, "Served model name, matched to the `model` label of the replicas' "
+                      "metrics within the ScaledObject's namespace.", "meta-llama/Llama-3.1-8B-Instruct",
+                      required=True)
+    metrics_source: str = _key("exporters", "metricsSource", one_of(*METRICS_SOURCES),
+                               "`exporters`: the scaler scrapes the exporters itself (lowest lag); `prometheus`: "
+                               "PromQL over HTTP at `prometheusAddress`.", "prometheus")
+    exporters_service: str = _key("", "exportersService", parse_text,
+                                  "Headless Service whose DNS names the exporters (`host[:port]`, port 9400 when "
+                                  "omitted); empty: the scaler's own default (command line).",
+                                  "keda-llm-exporter.keda-llm.svc:9400", shown_default="(scaler default)")
+    exporters: tuple[str, ...] = _key((), "exporters", parse_list,
+                                      "Static comma-separated list of exporters (`host:port` or URLs), instead of "
+                                      "`exportersService`.", "10.0.0.5:9400,10.0.0.6:9400", shown_default="(none)")
+    prometheus_address: str = _key("", "prometheusAddress", parse_url,
+                                   "Prometheus base URL for `metricsSource: prometheus` and `activationQuery`; "
+                                   "empty: the scaler's own default.", "http://prometheus.monitoring:9090",
+                                   shown_default="(scaler default)")
+    policy: str = _key("tokens", "policy", one_of(*POLICIES),
+                       "`tokens`: KV-token demand against KV-token capacity (and batch slots where known); "
+                       "`concurrency`: running+waiting against `targetConcurrency`; `kvCache`: mean KV usage "
+                       "against `targetKVUtilization`; `queue`: waiting against `targetQueueDepth`.", "concurrency")
+    target_kv_utilization: float = _key(0.8, "targetKVUtilization", parse_float,
+                                        "Fraction of each replica's KV cache (and of its batch slots) to fill at "
+                                        "the desired count.", "0.7", check=in_range(0.0, 1.0, lo_open=True))
+    target_concurrency: float | None = _key(None, "targetConcurrency", parse_float,
+                                            "Running+waiting requests per replica (`concurrency` policy); unset: "
+                                            "`targetKVUtilization` x the batch limit the engine reports.", "24",
+                                            check=positive, shown_default="(batch limit x targetKVUtilization)")
+    target_queue_depth: float = _key(5.0, "targetQueueDepth", parse_float,
+                                     "Waiting requests per replica (`queue` policy, the usual "
+                                     "`num_requests_waiting` rule).", "10", check=positive)
+    aggregation: str = _key("weighted", "aggregation", one_of(*AGGREGATIONS),
+                            "How the `kvCache` policy combines replicas' KV usage: `weighted` (by KV capacity), "
+                            "`mean` (each replica alike) or `max` (the fullest replica).", "max")
+    stable_window: float = _key(60.0, "stableWindow", parse_duration,
+                                "Knative stable window: the averaging window of the normal mode (Knative range "
+                                "6s-1h).", "2m", check=in_range(6.0, 3600.0))
+    panic_window: float = _key(6.0, "panicWindow", parse_duration,
+                               "Knative panic window: the short window that detects bursts (at most "
+                               "`stableWindow`).", "10s", check=positive)
+    panic_threshold: float = _key(2.0, "panicThreshold", parse_float,
+                                  "Panic when the panic window asks for this many times the ready replicas "
+                                  "(Knative 200%, range 1.1-10).", "3", check=in_range(1.1, 10.0))
+    max_scale_up_rate: float = _key(1000.0, "maxScaleUpRate", parse_float,
+                                    "At most ceil(ready x rate) replicas per decision (Knative default).", "10",
+                                    check=greater_than(1.0))
+    max_scale_down_rate: float = _key(2.0, "maxScaleDownRate", parse_float,
+                                      "At least floor(ready / rate) replicas per decision (Knative default).", "4",
+                                      check=greater_than(1.0))
+    scale_to_zero: bool = _key(False, "scaleToZero", parse_bool,
+                               "Allow zero: `IsActive` turns false after `idleTimeout` without demand. When false "
+                               "`IsActive` is always true (KEDA's `minReplicaCount` defaults to 0).", "true")
+    idle_timeout: float = _key(600.0, "idleTimeout", parse_duration,
+                               "Time without demand (nothing running, waiting or upstream) before `IsActive` turns "
+                               "false; KEDA adds its `cooldownPeriod`.", "30m", check=non_negative)
+    activation_query: str = _key("", "activationQuery", parse_text,
+                                 "PromQL for demand that exists while no replica does (e.g. a gateway's pending "
+                                 "requests); counted as waiting requests.",
+                                 'sum(gateway_pending_requests{model="llama-8b"})', shown_default="(none)")
+    cold_start: float | None = _key(None, "coldStart", parse_duration,
+                                    "Replica start-up time (bounds the pending-replica guard); unset: the largest "
+                                    "`llm_engine_startup_seconds` seen, else 10m.", "3m", check=positive,
+                                    shown_default="(measured)")
+    mode: str = _key("reactive", "mode", one_of(*MODES),
+                     "Decision mode. Only `reactive` exists yet (`proactive`, `hybrid` come with forecasting).",
+                     "reactive")
+    advisory: bool = _key(False, "advisory", parse_bool,
+                          "Decide and record, but hand KEDA the current replica count.", "true")
+    stale_after: float = _key(30.0, "staleAfter", parse_duration,
+                              "A replica whose last successful scrape is older is excluded, and the data counts as "
+                              "stale (no scale-down). Raise it for slow Prometheus scrapes.", "1m", check=positive)
+    min_replicas: int | None = _key(None, "minReplicas", parse_int,
+                                    "Lower bound on the decided count; unset: the ScaledObject's `minReplicaCount`.",
+                                    "1", check=non_negative, shown_default="(ScaledObject's)")
+    max_replicas: int | None = _key(None, "maxReplicas", parse_int,
+                                    "Upper bound on the decided count; unset: the ScaledObject's `maxReplicaCount`.",
+                                    "8", check=positive, shown_default="(ScaledObject's)")
+    max_running: float | None = _key(None, "maxRunning", parse_float,
+                                     "Batch limit per replica (max_num_seqs, slots) where the engine does not "
+                                     "report `llm_requests_max_running`, or to override it.", "256", check=positive,
+                                     shown_default="(reported)")
+
+    def __post_init__(self) -> None:
+        """Rules between keys: the messages name both keys and both values."""
+        if self.panic_window > self.stable_window:
+            raise ConfigError("panicWindow", format_duration(self.panic_window),
+                              f"must not exceed stableWindow ({format_duration(self.stable_window)})")
+        if self.min_replicas is not None and self.max_replicas is not None and self.min_replicas > self.max_replicas:
+            raise ConfigError("minReplicas", str(self.min_replicas),
+                              f"must not exceed maxReplicas ({self.max_replicas})")
+
+
+def key_specs() -> list[tuple[str, KeySpec, Any]]:
+    """(attribute, spec, default) for every key, in declaration order."""
+    return [(f.name, f.metadata["spec"], f.default) for f in dataclasses.fields(ScalerConfig)]
+
+
+def _is_keda_key(key: str) -> bool:
+    return key in KEDA_KEYS or key.endswith(KEDA_KEY_SUFFIX)
+
+
+def parse_metadata(metadata: Mapping[str, str]) -> ScalerConfig:
+    """Parse and validate a trigger's metadata; ConfigError names the first bad key and its value."""
+    specs = {spec.key: (attr, spec) for attr, spec, _ in key_specs()}
+    for key in sorted(metadata):
+        if key not in specs and not _is_keda_key(key):
+            raise ConfigError(key, metadata[key], "unknown key (known: " + ", ".join(specs) + ")")
+    values: dict[str, Any] = {}
+    for key, (attr, spec) in specs.items():
+        if key not in metadata:
+            if spec.required:
+                raise ConfigError(key, None, "required")
+            continue
+        raw = metadata[key]
+        try:
+            value = spec.parse(raw)
+        except ValueError as e:
+            raise ConfigError(key, raw, str(e)) from None
+        problem = spec.check(value) if spec.check else None
+        if problem:
+            raise ConfigError(key, raw, problem)
+        values[attr] = value
+    try:
+        return ScalerConfig(**values)
+    except ConfigError as e:  # a rule between keys: show the value as written
+        raise ConfigError(e.key, metadata.get(e.key, e.value), e.problem) from None
+
+
+def _shown_default(spec: KeySpec, default: Any) -> str:
+    if spec.required:
+        return "(required)"
+    if spec.shown_default is not None:
+        return spec.shown_default
+    if spec.parse is parse_duration:
+        return f"`{format_duration(default)}`"
+    if isinstance(default, bool):
+        return f"`{str(default).lower()}`"
+    if isinstance(default, float):
+        return f"`{default:g}`"
+    return f"`{default}`"
+
+
+def render_reference() -> str:
+    """The ScaledObject metadata reference as a Markdown table, generated from ScalerConfig's fields."""
+    rows = ["| key | default | example | meaning |", "|---|---|---|---|"]
+    for _, spec, default in key_specs():
+        rows.append(f"| `{spec.key}` | {_shown_default(spec, default)} | `{spec.example}` | {spec.doc} |")
+    return "\n".join(rows) + "\n"
+
+
+class ConfigCache:
+    """Parsed configs by ScaledObject identity and metadata: KEDA sends the metadata on every RPC.
+
+    Bounded (least recently used goes first) and thread-safe. A ConfigError is cached too, so a bad
+    ScaledObject costs one parse, not one per poll.
+    """
+
+    def __init__(self, max_entries: int = 4096) -> None:
+        self._max = max_entries
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple[str, str, frozenset[tuple[str, str]]], ScalerConfig | ConfigError] = (
+            OrderedDict()
+        )
+
+    def get(self, namespace: str, name: str, metadata: Mapping[str, str]) -> ScalerConfig:
+        key = (namespace, name, frozenset(metadata.items()))
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is not None:
+                self._entries.move_to_end(key)
+        if hit is None:
+            try:
+                hit = parse_metadata(metadata)
+            except ConfigError as e:
+                hit = e
+            with self._lock:
+                self._entries[key] = hit
+                while len(self._entries) > self._max:
+                    self._entries.popitem(last=False)
+        if isinstance(hit, ConfigError):
+            raise hit
+        return hit
+
+    def __len__(self) -> int:
+        return len(self._entries)
