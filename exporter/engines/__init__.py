@@ -1,0 +1,71 @@
+"""Engine adapters: recognize an engine's /metrics body and turn it into the engine-neutral signals.
+
+`normalize(body, target)` parses only the families the adapters read (a `wanted` filter on the sample
+name, see exporter.parse), detects the engine from the names present unless the target forces one, and
+hands the samples to that engine's adapter. Each adapter module names the metrics it reads as data
+(`WANTED`), so the filter, the detection and the docs come from one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from exporter.engines import llamacpp, sglang, tgi, trtllm, vllm
+from exporter.engines.ranks import check_unique
+from exporter.errors import ScrapeError
+from exporter.model import EngineMetrics, Sample, Target
+from exporter.parse import parse
+
+
+@dataclass(frozen=True)
+class Adapter:
+    name: str
+    prefix: str  # a sample name starting with this identifies the engine
+    wanted: frozenset[str]  # the sample names the adapter reads
+    normalize: Callable[[list[Sample], Target], list[EngineMetrics]]
+
+
+ADAPTERS: dict[str, Adapter] = {
+    m.NAME: Adapter(m.NAME, m.PREFIX, m.WANTED, m.normalize) for m in (vllm, sglang, tgi, trtllm, llamacpp)
+}
+#: The engine types, as the `engine` label and the `engine:` config key spell them.
+ENGINE_NAMES: tuple[str, ...] = tuple(ADAPTERS)
+
+_ALL_WANTED = frozenset().union(*(a.wanted for a in ADAPTERS.values()))
+_PREFIXES = tuple((a.prefix, a.name) for a in ADAPTERS.values())
+
+
+def detect(samples: Iterable[Sample]) -> str | None:
+    """The engine whose metric prefix the first recognizable sample carries; None if no sample has one."""
+    for s in samples:
+        for prefix, name in _PREFIXES:
+            if s.name.startswith(prefix):
+                return name
+    return None
+
+
+def normalize(body: str, target: Target) -> list[EngineMetrics]:
+    """The normalized signals of one engine body: one EngineMetrics per model and role.
+
+    Raises ScrapeError: "parse" (malformed text), "unknown_engine" (no adapter recognizes the body, or
+    the forced engine's metrics are absent), "duplicate" (a series we read appears twice),
+    "invalid_value" (NaN or +-Inf in a value we use).
+    """
+    if target.engine is not None:
+        adapter = ADAPTERS.get(target.engine)
+        if adapter is None:
+            raise ScrapeError("unknown_engine", f"engine {target.engine!r} is not one of {', '.join(ENGINE_NAMES)}")
+        samples = parse(body, adapter.wanted.__contains__)
+        if not any(s.name.startswith(adapter.prefix) for s in samples):
+            raise ScrapeError("unknown_engine", f"no {adapter.name} metrics ({adapter.prefix}*) in the body")
+    else:
+        samples = parse(body, _ALL_WANTED.__contains__)
+        name = detect(samples)
+        if name is None:
+            raise ScrapeError("unknown_engine", "no metric of a known engine (" + ", ".join(
+                p + "*" for p, _ in _PREFIXES) + ") in the body")
+        adapter = ADAPTERS[name]
+        samples = [s for s in samples if s.name in adapter.wanted]
+    check_unique(samples)
+    return adapter.normalize(samples, target)

@@ -1,0 +1,83 @@
+"""SGLang (current names and the ~v0.3 ones; engine-metrics.md section 2).
+
+Scheduler series carry `model_name`, `engine_type` (unified|prefill|decode -> our `role`), `tp_rank`,
+`pp_rank`, `moe_ep_rank` and, with DP attention, `dp_rank`: tensor/pipeline/expert ranks are copies of one
+scheduler's state (largest taken), `dp_rank`s are disjoint (summed). Tokenizer series (token counters,
+TTFT, ITL) carry `model_name` only; they belong to the body's one `engine_type` (SGLang runs one
+disaggregation mode per server), or to the target's role where none is seen.
+
+Counters are incremented per finished request in `observe_one_finished_request`
+(sgl-project/sglang python/sglang/srt/metrics/collector.py): `prompt_tokens_total` includes cached
+tokens, so it is the number of prompt tokens looked up in the radix cache, and `cached_tokens_total`
+(split by disjoint `cache_source`) the hits. Retractions are SGLang's preemptions for lack of KV space.
+"""
+
+from __future__ import annotations
+
+from exporter.engines.ranks import GroupKey, first_histogram, group, per_part, pick, total, weighted_ratio
+from exporter.model import EngineMetrics, Sample, Target
+
+NAME = "sglang"
+PREFIX = "sglang:"
+
+RUNNING = ("sglang:num_running_reqs", "sglang:num_requests_running")
+WAITING = ("sglang:num_queue_reqs", "sglang:num_requests_waiting")
+GRAMMAR_WAITING = ("sglang:num_grammar_queue_reqs",)  # waiting for grammar compilation, not in the queue
+MAX_RUNNING = ("sglang:max_running_requests",)  # old builds only
+KV_USAGE = ("sglang:token_usage",)
+KV_CAPACITY = ("sglang:max_total_num_tokens",)
+PROMPT = ("sglang:prompt_tokens_total",)
+GENERATION = ("sglang:generation_tokens_total",)
+FINISHED = ("sglang:num_requests_total",)
+CACHED = ("sglang:cached_tokens_total",)
+PREEMPTIONS = ("sglang:num_retracted_requests_total",)
+TTFT = ("sglang:time_to_first_token_seconds",)
+ITL = ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds")
+
+_HISTOGRAMS = TTFT + ITL
+WANTED = frozenset(
+    RUNNING + WAITING + GRAMMAR_WAITING + MAX_RUNNING + KV_USAGE + KV_CAPACITY + PROMPT + GENERATION
+    + FINISHED + CACHED + PREEMPTIONS + tuple(h + s for h in _HISTOGRAMS for s in ("_bucket", "_sum", "_count"))
+)
+
+
+
+
+def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
+    """One EngineMetrics per (`model_name`, `engine_type`)."""
+    roles = {s.labels["engine_type"] for s in samples if "engine_type" in s.labels}
+    default_role = roles.pop() if len(roles) == 1 else (target.role or "unified")
+
+    def key(s: Sample) -> GroupKey:
+        return s.labels.get("model_name") or target.model or "unknown", s.labels.get("engine_type") or default_role
+
+    out = []
+    for (model, role), series in group(samples, key).items():
+        ratio, capacity = weighted_ratio(per_part(pick(series, *KV_USAGE), "dp_rank"),
+                                         per_part(pick(series, *KV_CAPACITY), "dp_rank"))
+        waiting = total(pick(series, *WAITING))
+        grammar = total(pick(series, *GRAMMAR_WAITING))
+        if waiting is not None and grammar is not None:
+            waiting += grammar
+        prompt = total(pick(series, *PROMPT))
+        cached = total(pick(series, *CACHED))
+        max_running = total(pick(series, *MAX_RUNNING))
+        out.append(EngineMetrics(
+            engine=NAME,
+            model=model,
+            role=role,
+            requests_running=total(pick(series, *RUNNING)),
+            requests_waiting=waiting,
+            requests_max_running=max_running if max_running is not None else target.max_running,
+            kv_cache_usage_ratio=ratio,
+            kv_cache_capacity_tokens=capacity,
+            prompt_tokens_total=prompt,
+            generation_tokens_total=total(pick(series, *GENERATION)),
+            requests_finished_total=total(pick(series, *FINISHED)),
+            prefix_cache_queried_tokens_total=prompt if cached is not None else None,
+            prefix_cache_hit_tokens_total=cached,
+            preemptions_total=total(pick(series, *PREEMPTIONS)),
+            time_to_first_token_seconds=first_histogram(series, TTFT),
+            inter_token_latency_seconds=first_histogram(series, ITL),
+        ))
+    return out

@@ -1,0 +1,57 @@
+"""Hugging Face TGI (`tgi_*`, text-generation-inference router; engine-metrics.md section 3).
+
+No model label (one model per server): the model comes from the target, else "unknown". Counters are
+exposed without `_total` (Rust `metrics-exporter-prometheus`); both spellings are read. TGI exports no
+TTFT, no token counters and no KV usage; what it has:
+- KV: `tgi_batch_current_max_tokens` (tokens reserved by the running batch) over
+  `tgi_batch_max_total_tokens` (the token budget, set after warmup) -- a reservation-based upper bound.
+- tokens: the sums of the `tgi_request_input_length` / `tgi_request_generated_tokens` histograms.
+- ITL: `tgi_request_mean_time_per_token_duration`, one observation per request (its mean), not per token.
+The batch limit (`max_concurrent_requests`) is only in `GET /info`, so it comes from the target.
+"""
+
+from __future__ import annotations
+
+from exporter.engines.ranks import first_histogram, pick, total
+from exporter.model import EngineMetrics, Sample, Target
+
+NAME = "tgi"
+PREFIX = "tgi_"
+
+RUNNING = ("tgi_batch_current_size",)
+WAITING = ("tgi_queue_size",)
+KV_RESERVED = ("tgi_batch_current_max_tokens",)
+KV_CAPACITY = ("tgi_batch_max_total_tokens",)
+PROMPT = ("tgi_request_input_length_sum",)
+GENERATION = ("tgi_request_generated_tokens_sum",)
+FINISHED = ("tgi_request_success", "tgi_request_success_total")
+ITL = ("tgi_request_mean_time_per_token_duration",)
+
+WANTED = frozenset(
+    RUNNING + WAITING + KV_RESERVED + KV_CAPACITY + PROMPT + GENERATION + FINISHED
+    + tuple(h + s for h in ITL for s in ("_bucket", "_sum", "_count"))
+)
+
+
+def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
+    series: dict[str, list[Sample]] = {}
+    for s in samples:
+        series.setdefault(s.name, []).append(s)
+    reserved = total(pick(series, *KV_RESERVED))
+    capacity = total(pick(series, *KV_CAPACITY))
+    if capacity is not None and capacity <= 0:
+        capacity = None  # 0 until warmup has sized the batch
+    return [EngineMetrics(
+        engine=NAME,
+        model=target.model or "unknown",
+        role=target.role or "unified",
+        requests_running=total(pick(series, *RUNNING)),
+        requests_waiting=total(pick(series, *WAITING)),
+        requests_max_running=target.max_running,
+        kv_cache_usage_ratio=reserved / capacity if reserved is not None and capacity else None,
+        kv_cache_capacity_tokens=capacity,
+        prompt_tokens_total=total(pick(series, *PROMPT)),
+        generation_tokens_total=total(pick(series, *GENERATION)),
+        requests_finished_total=total(pick(series, *FINISHED)),
+        inter_token_latency_seconds=first_histogram(series, ITL),
+    )]

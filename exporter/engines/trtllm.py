@@ -1,0 +1,63 @@
+"""Triton Inference Server with the TensorRT-LLM backend (`nv_trt_llm_*`; engine-metrics.md section 4.1).
+
+Each family is a gauge with a category label (custom_metrics_reporter.cc in NVIDIA/TensorRT-LLM
+triton_backend): `nv_trt_llm_request_metrics{request_type=active|max|waiting|...}` and
+`nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=max|used|free|tokens_per|fraction|...}`.
+Capacity = `max` blocks x `tokens_per`. Token counts are the sums of the `nv_llm_input_token_len` /
+`nv_llm_output_token_len` histograms (one observation per finished request), whose count is the
+finished requests. No TTFT, ITL, prefix-cache or preemption series.
+
+The model label is Triton's model name (usually `tensorrt_llm`, the repository entry, not the LLM): the
+target's model replaces it when exactly one Triton model reports TRT-LLM metrics. Model `version`s are
+disjoint parts (summed; the KV ratio weighted by each version's capacity).
+"""
+
+from __future__ import annotations
+
+from exporter.engines.ranks import GroupKey, group, per_part, total, weighted_ratio, where
+from exporter.model import EngineMetrics, Sample, Target
+
+NAME = "trtllm"
+PREFIX = "nv_trt_llm_"
+
+REQUESTS = "nv_trt_llm_request_metrics"
+KV_BLOCKS = "nv_trt_llm_kv_cache_block_metrics"
+INPUT_TOKENS = "nv_llm_input_token_len"
+OUTPUT_TOKENS = "nv_llm_output_token_len"
+
+WANTED = frozenset({REQUESTS, KV_BLOCKS, INPUT_TOKENS + "_sum", OUTPUT_TOKENS + "_sum", OUTPUT_TOKENS + "_count"})
+
+
+def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
+    role = target.role or "unified"
+
+    def key(s: Sample) -> GroupKey:
+        return s.labels.get("model", ""), role
+
+    # Triton models with only the token histograms (a BLS or ensemble wrapper) are not engines.
+    groups = {k: v for k, v in group(samples, key).items() if REQUESTS in v or KV_BLOCKS in v}
+    rename = target.model if target.model and len(groups) == 1 else None
+    out = []
+    for (model, role_), series in groups.items():
+        requests = series.get(REQUESTS, [])
+        blocks = series.get(KV_BLOCKS, [])
+        max_blocks = per_part(where(blocks, "kv_cache_block_type", "max"), "version")
+        tokens_per = per_part(where(blocks, "kv_cache_block_type", "tokens_per"), "version")
+        capacities = {v: n * tokens_per[v] for v, n in max_blocks.items() if v in tokens_per}
+        ratio, capacity = weighted_ratio(per_part(where(blocks, "kv_cache_block_type", "fraction"), "version"),
+                                         capacities)
+        max_running = total(where(requests, "request_type", "max"))
+        out.append(EngineMetrics(
+            engine=NAME,
+            model=rename or model or target.model or "unknown",
+            role=role_,
+            requests_running=total(where(requests, "request_type", "active")),
+            requests_waiting=total(where(requests, "request_type", "waiting")),
+            requests_max_running=max_running if max_running is not None else target.max_running,
+            kv_cache_usage_ratio=ratio,
+            kv_cache_capacity_tokens=capacity,
+            prompt_tokens_total=total(series.get(INPUT_TOKENS + "_sum", [])),
+            generation_tokens_total=total(series.get(OUTPUT_TOKENS + "_sum", [])),
+            requests_finished_total=total(series.get(OUTPUT_TOKENS + "_count", [])),
+        ))
+    return out

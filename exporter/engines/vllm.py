@@ -1,0 +1,100 @@
+"""vLLM (V1 engine; also the names older builds still running in clusters expose).
+
+Facts (engine-metrics.md section 1, vLLM `vllm/v1/metrics/loggers.py`): every family carries
+`model_name` and the data-parallel rank `engine`; ranks are summed. `max_num_seqs` is not exported, so
+the batch limit comes from the target's config. The KV capacity of a rank is read from the labels of
+`vllm:cache_config_info{engine=...}` by name: `kv_cache_size_tokens` where the build has it (right for
+hybrid models), else `num_gpu_blocks` x `block_size`. The body carries no vLLM version.
+"""
+
+from __future__ import annotations
+
+from exporter.engines.ranks import (
+    GroupKey,
+    first_histogram,
+    group,
+    per_part,
+    pick,
+    total,
+    weighted_ratio,
+)
+from exporter.model import EngineMetrics, Sample, Target
+
+NAME = "vllm"
+PREFIX = "vllm:"
+
+RUNNING = ("vllm:num_requests_running",)
+WAITING = ("vllm:num_requests_waiting",)
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # renamed in 0.9, old gone in 0.12
+CACHE_CONFIG = "vllm:cache_config_info"
+PROMPT = ("vllm:prompt_tokens_total",)
+GENERATION = ("vllm:generation_tokens_total",)
+FINISHED = ("vllm:request_success_total",)  # summed over finished_reason
+PREFIX_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
+PREFIX_HITS = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
+PREEMPTIONS = ("vllm:num_preemptions_total",)
+TTFT = ("vllm:time_to_first_token_seconds",)
+ITL = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")  # renamed in 0.11
+
+_HISTOGRAMS = TTFT + ITL
+WANTED = frozenset(
+    RUNNING + WAITING + KV_USAGE + (CACHE_CONFIG,) + PROMPT + GENERATION + FINISHED + PREFIX_QUERIES
+    + PREFIX_HITS + PREEMPTIONS + tuple(h + s for h in _HISTOGRAMS for s in ("_bucket", "_sum", "_count"))
+)
+
+
+def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
+    """One EngineMetrics per `model_name`, summed over the data-parallel `engine` ranks."""
+    capacities = _capacities([s for s in samples if s.name == CACHE_CONFIG])
+    role = target.role or "unified"
+
+    def key(s: Sample) -> GroupKey:
+        return s.labels.get("model_name") or target.model or "unknown", role
+
+    out = []
+    for (model, role_), series in group((s for s in samples if s.name != CACHE_CONFIG), key).items():
+        ratio, capacity = weighted_ratio(per_part(pick(series, *KV_USAGE), "engine"), capacities)
+        out.append(EngineMetrics(
+            engine=NAME,
+            model=model,
+            role=role_,
+            requests_running=total(pick(series, *RUNNING)),
+            requests_waiting=total(pick(series, *WAITING)),
+            requests_max_running=target.max_running,
+            kv_cache_usage_ratio=ratio,
+            kv_cache_capacity_tokens=capacity,
+            prompt_tokens_total=total(pick(series, *PROMPT)),
+            generation_tokens_total=total(pick(series, *GENERATION)),
+            requests_finished_total=total(pick(series, *FINISHED)),
+            prefix_cache_queried_tokens_total=total(pick(series, *PREFIX_QUERIES)),
+            prefix_cache_hit_tokens_total=total(pick(series, *PREFIX_HITS)),
+            preemptions_total=total(pick(series, *PREEMPTIONS)),
+            time_to_first_token_seconds=first_histogram(series, TTFT),
+            inter_token_latency_seconds=first_histogram(series, ITL),
+        ))
+    return out
+
+
+def _capacities(infos: list[Sample]) -> dict[str, float]:
+    """KV capacity in tokens per `engine` rank, from the cache config labels; ranks lacking it are left out."""
+    out: dict[str, float] = {}
+    for s in infos:
+        tokens = _number(s.labels.get("kv_cache_size_tokens"))
+        if tokens is None:
+            blocks = _number(s.labels.get("num_gpu_blocks"))
+            size = _number(s.labels.get("block_size"))
+            tokens = blocks * size if blocks is not None and size is not None else None
+        if tokens is not None and tokens > 0:
+            out[s.labels.get("engine", "")] = tokens
+    return out
+
+
+def _number(text: str | None) -> float | None:
+    """A config label as a number; None for absent, "None" (not yet profiled) or garbage."""
+    if not text:
+        return None
+    try:
+        v = float(text)
+    except ValueError:
+        return None
+    return v if v - v == 0.0 else None
