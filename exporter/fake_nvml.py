@@ -59,6 +59,7 @@ class FakeMig:
     memory_used: int = 0  # bytes
     slice_count: int = 1  # gpuInstanceSliceCount in nvmlDeviceGetAttributes
     unsupported: set[str] = field(default_factory=lambda: set(MIG_UNSUPPORTED))
+    errors: dict[str, int] = field(default_factory=dict)  # function name -> NVML_ERROR_* it raises
 
 
 @dataclass
@@ -77,6 +78,7 @@ class FakeGpu:
     sm_clock_mhz: int = 1980  # MHz
     clocks_event_reasons: int = 0  # nvmlClocksEventReason* bit mask
     unsupported: set[str] = field(default_factory=set)  # function names answering NotSupported
+    errors: dict[str, int] = field(default_factory=dict)  # function name -> NVML_ERROR_* it raises
     lost: bool = False  # every call touching this GPU (or its MIG devices) raises GpuIsLost
     mig_capable: bool = False  # False: nvmlDeviceGetMigMode raises NotSupported
     mig_enabled: bool = False
@@ -168,9 +170,11 @@ class FakeNvml:
         gpu = self.gpus[handle.gpu]
         if gpu.lost:
             raise NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
-        unsupported = handle.mig.unsupported if handle.mig is not None else gpu.unsupported
-        if name in unsupported:
+        device: FakeGpu | FakeMig = handle.mig if handle.mig is not None else gpu
+        if name in device.unsupported:
             raise NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if name in device.errors:
+            raise NVMLError(device.errors[name])
         return gpu
 
     # --- library ---
