@@ -1,0 +1,365 @@
+"""Read-only Kubernetes view of a ScaledObject and its scale target -> scaler.model.WorkloadState.
+
+KEDA does not pass the ScaledObject's settings or the target's replica counts to an external
+scaler, yet the pending-replica guard, advisory mode and the forecast horizon need them. Per
+tracked ScaledObject this reads, with the pod's service-account token:
+
+- the ScaledObject (keda.sh/v1alpha1): scaleTargetRef, pollingInterval, cooldownPeriod,
+  min/maxReplicaCount, advanced.horizontalPodAutoscalerConfig.behavior, fallback;
+- the target's `/scale` subresource (autoscaling/v1 Scale): spec.replicas, status.replicas;
+- the target object itself for status.readyReplicas (a Scale carries no readiness).
+
+Reads run in the background; an API error keeps the last known value, with its age and the error
+(never an exception into an RPC handler).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+
+from scaler.model import WorkloadState
+from scaler.sources.common import Loop
+
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+SA_TOKEN = f"{SA_DIR}/token"
+SA_CA = f"{SA_DIR}/ca.crt"
+
+KEDA_GROUP_VERSION = "keda.sh/v1alpha1"
+#: Resource (plural) of a scale target's kind, where the ScaledObject's status.scaleTargetGVKR does not say.
+RESOURCE_OF_KIND: Mapping[str, str] = {
+    "Deployment": "deployments",
+    "StatefulSet": "statefulsets",
+    "ReplicaSet": "replicasets",
+    "Rollout": "rollouts",  # argoproj.io/v1alpha1
+    "LeaderWorkerSet": "leaderworkersets",  # leaderworkerset.x-k8s.io/v1
+}
+# KEDA's defaults for a ScaledObject that leaves a field out (keda-contract.md §2.12, KEDA source).
+DEFAULT_POLLING_INTERVAL_S = 30
+DEFAULT_COOLDOWN_PERIOD_S = 300
+DEFAULT_MIN_REPLICAS = 0
+DEFAULT_MAX_REPLICAS = 100
+
+JSON = dict[str, Any]
+
+
+class KubeError(Exception):
+    """An API read failed or answered something unusable; `status` is the HTTP status, if any."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class KubeConfig:
+    """Where the API server is and how to prove who we are. Paths are injectable for tests."""
+
+    base_url: str
+    token_path: str = SA_TOKEN
+    ca_path: str | None = SA_CA  # None: the system trust store (or plain http in tests)
+    timeout_s: float = 5.0
+
+    @classmethod
+    def in_cluster(
+        cls, env: Mapping[str, str] = os.environ, token_path: str = SA_TOKEN, ca_path: str = SA_CA
+    ) -> KubeConfig:
+        host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT")
+        if not host or not port:
+            raise KubeError("not in a cluster: KUBERNETES_SERVICE_HOST / KUBERNETES_SERVICE_PORT are not set")
+        host = f"[{host}]" if ":" in host else host
+        return cls(base_url=f"https://{host}:{port}", token_path=token_path, ca_path=ca_path)
+
+
+class KubeClient:
+    """GET JSON from the API server with a Bearer token (re-read from its file: bound tokens rotate)."""
+
+    TOKEN_TTL_S = 60.0
+
+    def __init__(self, config: KubeConfig, session: requests.Session | None = None) -> None:
+        self.config = config
+        self._session = session or requests.Session()
+        self._session.verify = config.ca_path if config.ca_path else True
+        self._token: tuple[float, str] | None = None
+
+    def close(self) -> None:
+        self._session.close()
+
+    def _bearer(self) -> str:
+        now = time.monotonic()
+        if self._token is None or now - self._token[0] > self.TOKEN_TTL_S:
+            try:
+                with open(self.config.token_path) as f:
+                    self._token = (now, f.read().strip())
+            except OSError as exc:
+                raise KubeError(f"service-account token {self.config.token_path}: {exc}") from exc
+        return self._token[1]
+
+    def get(self, path: str) -> JSON:
+        url = self.config.base_url.rstrip("/") + path
+        try:
+            resp = self._session.get(
+                url, headers={"Authorization": f"Bearer {self._bearer()}", "Accept": "application/json"},
+                timeout=self.config.timeout_s,
+            )
+        except requests.RequestException as exc:
+            raise KubeError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
+        if resp.status_code != 200:
+            message = resp.text[:200]
+            with contextlib.suppress(ValueError, AttributeError):
+                message = str(resp.json().get("message", message))
+            raise KubeError(f"GET {path}: HTTP {resp.status_code}: {message}", resp.status_code)
+        try:
+            doc = resp.json()
+        except ValueError:
+            raise KubeError(f"GET {path}: answer is not JSON: {resp.text[:80]!r}") from None
+        if not isinstance(doc, dict):
+            raise KubeError(f"GET {path}: answer is not a JSON object")
+        return doc
+
+
+# -- the objects, as plain data -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScaleTarget:
+    """Where a ScaledObject points: API group/version, kind, plural resource, name."""
+
+    api_version: str
+    kind: str
+    resource: str
+    name: str
+
+    def path(self, namespace: str) -> str:
+        prefix = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+        return f"{prefix}/namespaces/{namespace}/{self.resource}/{self.name}"
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """KEDA's `spec.fallback`: after `failure_threshold` failed reads, KEDA sets `replicas` itself."""
+
+    failure_threshold: int
+    replicas: int
+    behavior: str = "static"
+
+
+@dataclass(frozen=True)
+class ScaledObjectSpec:
+    """The settings of one ScaledObject the scaler needs (KEDA's defaults filled in)."""
+
+    namespace: str
+    name: str
+    target: ScaleTarget
+    polling_interval_s: int = DEFAULT_POLLING_INTERVAL_S
+    cooldown_period_s: int = DEFAULT_COOLDOWN_PERIOD_S
+    min_replicas: int = DEFAULT_MIN_REPLICAS
+    max_replicas: int = DEFAULT_MAX_REPLICAS
+    idle_replicas: int | None = None
+    behavior: Mapping[str, Any] | None = None  # advanced.horizontalPodAutoscalerConfig.behavior, verbatim
+    fallback: Fallback | None = None
+
+
+@dataclass(frozen=True)
+class Scale:
+    """An autoscaling/v1 Scale: replicas asked for, replicas that exist, the pods' selector."""
+
+    spec_replicas: int
+    status_replicas: int
+    selector: str = ""
+
+
+def _int(obj: Mapping[str, Any], key: str, where: str, default: int | None = None) -> int:
+    value = obj.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise KubeError(f"{where}.{key} is {value!r}, expected an integer")
+    return value
+
+
+def _obj(obj: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    value = obj.get(key) or {}
+    if not isinstance(value, dict):
+        raise KubeError(f"{where}.{key} is {value!r}, expected an object")
+    return value
+
+
+def scaled_object_from_json(doc: Mapping[str, Any]) -> ScaledObjectSpec:
+    """A ScaledObject as the API serves it -> ScaledObjectSpec. Raises KubeError naming a bad field."""
+    meta = _obj(doc, "metadata", "ScaledObject")
+    where = f"ScaledObject {meta.get('namespace', '?')}/{meta.get('name', '?')}"
+    spec = _obj(doc, "spec", where)
+    ref = _obj(spec, "scaleTargetRef", f"{where} spec")
+    name = ref.get("name")
+    if not isinstance(name, str) or not name:
+        raise KubeError(f"{where} spec.scaleTargetRef.name is {name!r}, expected a name")
+    api_version = str(ref.get("apiVersion") or "apps/v1")
+    kind = str(ref.get("kind") or "Deployment")
+    gvkr = _obj(_obj(doc, "status", where), "scaleTargetGVKR", f"{where} status")
+    resource = str(gvkr.get("resource") or RESOURCE_OF_KIND.get(kind) or "")
+    if not resource:
+        raise KubeError(f"{where}: no resource known for scaleTargetRef.kind {kind!r} (add it to RESOURCE_OF_KIND)")
+    fb = spec.get("fallback")
+    fallback = None
+    if fb is not None:
+        if not isinstance(fb, dict):
+            raise KubeError(f"{where} spec.fallback is {fb!r}, expected an object")
+        fallback = Fallback(
+            failure_threshold=_int(fb, "failureThreshold", f"{where} spec.fallback"),
+            replicas=_int(fb, "replicas", f"{where} spec.fallback"),
+            behavior=str(fb.get("behavior") or "static"),
+        )
+    hpa = _obj(_obj(spec, "advanced", f"{where} spec"), "horizontalPodAutoscalerConfig", f"{where} spec.advanced")
+    behavior = hpa.get("behavior")
+    idle = spec.get("idleReplicaCount")
+    return ScaledObjectSpec(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        target=ScaleTarget(api_version=api_version, kind=kind, resource=resource, name=name),
+        polling_interval_s=_int(spec, "pollingInterval", f"{where} spec", DEFAULT_POLLING_INTERVAL_S),
+        cooldown_period_s=_int(spec, "cooldownPeriod", f"{where} spec", DEFAULT_COOLDOWN_PERIOD_S),
+        min_replicas=_int(spec, "minReplicaCount", f"{where} spec", DEFAULT_MIN_REPLICAS),
+        max_replicas=_int(spec, "maxReplicaCount", f"{where} spec", DEFAULT_MAX_REPLICAS),
+        idle_replicas=None if idle is None else _int(spec, "idleReplicaCount", f"{where} spec"),
+        behavior=behavior if isinstance(behavior, dict) else None,
+        fallback=fallback,
+    )
+
+
+def scale_from_json(doc: Mapping[str, Any], where: str = "Scale") -> Scale:
+    """An autoscaling/v1 Scale -> Scale. A Scale with no status yet (a new object) reads 0 replicas."""
+    if doc.get("kind") not in (None, "Scale"):
+        raise KubeError(f"{where}: kind is {doc.get('kind')!r}, expected Scale")
+    spec = _obj(doc, "spec", where)
+    status = _obj(doc, "status", where)
+    return Scale(
+        spec_replicas=_int(spec, "replicas", f"{where} spec", 0),
+        status_replicas=_int(status, "replicas", f"{where} status", 0),
+        selector=str(status.get("selector", "")),
+    )
+
+
+def ready_from_json(doc: Mapping[str, Any], where: str = "target") -> int:
+    """status.readyReplicas of a Deployment/StatefulSet (the API leaves it out when 0)."""
+    return _int(_obj(doc, "status", where), "readyReplicas", f"{where} status", 0)
+
+
+def workload_state(so: ScaledObjectSpec, scale: Scale, ready: int) -> WorkloadState:
+    """The policy's view. current = spec.replicas: what is asked for, started or not, so pods still
+    loading count as supply that is coming (the pending-replica guard)."""
+    return WorkloadState(
+        current_replicas=scale.spec_replicas,
+        ready_replicas=ready,
+        min_replicas=so.min_replicas,
+        max_replicas=so.max_replicas,
+        polling_interval_s=float(so.polling_interval_s),
+        cooldown_period_s=float(so.cooldown_period_s),
+    )
+
+
+def scaled_object_path(namespace: str, name: str) -> str:
+    return f"/apis/{KEDA_GROUP_VERSION}/namespaces/{namespace}/scaledobjects/{name}"
+
+
+# -- the cache ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkloadReading:
+    """The last good read of one ScaledObject and its target, and the error since, if any."""
+
+    state: WorkloadState | None = None  # None until a first full read succeeds
+    scaled_object: ScaledObjectSpec | None = None
+    scale: Scale | None = None
+    read_at: float | None = None  # when `state` was read
+    error: str | None = None  # the last read's error; None when it succeeded
+    errors: int = 0  # failed reads since tracking began
+
+    def age(self, now: float) -> float | None:
+        return None if self.read_at is None else now - self.read_at
+
+
+@dataclass
+class _Entry:
+    reading: WorkloadReading = field(default_factory=WorkloadReading)
+
+
+class WorkloadReader:
+    """Tracked ScaledObjects, re-read every `refresh_s` in the background; `get` answers from memory."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        refresh_s: float = 15.0,
+        max_workers: int = 4,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._client = client
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[str, str], _Entry] = {}
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="kube-read")
+        self._loop = Loop("kube-reader", refresh_s, self.refresh_once)
+
+    def start(self) -> None:
+        self._loop.start()
+
+    def stop(self) -> None:
+        self._loop.stop()
+        self._pool.shutdown(wait=True)
+        self._client.close()
+
+    def track(self, namespace: str, name: str) -> None:
+        """Read this ScaledObject from now on (the first read comes with the next refresh)."""
+        with self._lock:
+            self._entries.setdefault((namespace, name), _Entry())
+
+    def untrack(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._entries.pop((namespace, name), None)
+
+    def get(self, namespace: str, name: str) -> WorkloadReading | None:
+        entry = self._entries.get((namespace, name))
+        return None if entry is None else entry.reading
+
+    def state(self, namespace: str, name: str) -> WorkloadState | None:
+        """The last known WorkloadState (possibly old: see `get(...).age(now)`), None before a first read."""
+        reading = self.get(namespace, name)
+        return None if reading is None else reading.state
+
+    def refresh_once(self) -> None:
+        """Re-read every tracked ScaledObject (concurrently); errors land in each reading."""
+        with self._lock:
+            keys = sorted(self._entries)
+        list(self._pool.map(lambda k: self.read(*k), keys))
+
+    def read(self, namespace: str, name: str) -> WorkloadReading:
+        """Read one ScaledObject and its target now; keep the last good values on error."""
+        now = self._clock()
+        with self._lock:
+            entry = self._entries.setdefault((namespace, name), _Entry())
+        old = entry.reading
+        try:
+            so = scaled_object_from_json(self._client.get(scaled_object_path(namespace, name)))
+            target_path = so.target.path(namespace)
+            scale = scale_from_json(self._client.get(target_path + "/scale"), f"{target_path}/scale")
+            ready = ready_from_json(self._client.get(target_path), target_path)
+        except KubeError as exc:
+            new = WorkloadReading(
+                state=old.state, scaled_object=old.scaled_object, scale=old.scale, read_at=old.read_at,
+                error=str(exc), errors=old.errors + 1,
+            )
+        else:
+            new = WorkloadReading(
+                state=workload_state(so, scale, ready), scaled_object=so, scale=scale, read_at=now, errors=old.errors
+            )
+        entry.reading = new
+        return new

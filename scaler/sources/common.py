@@ -1,0 +1,137 @@
+"""What both metric sources share: the interface the service uses, health, and the loop.
+
+A source collects in the background and hands each Observation to its subscribers (the
+service's history); RPC handlers only ever call `latest()`, which reads memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from scaler.model import Observation
+from scaler.sources.errors import SourceReason
+
+log = logging.getLogger(__name__)
+
+Subscriber = Callable[[Observation], None]
+ModelKey = tuple[str, str]  # (namespace, model)
+
+
+@dataclass(frozen=True)
+class SourceStatus:
+    """A source's health: is its last cycle good, since when does it have data, what failed."""
+
+    kind: str  # "exporters" | "prometheus"
+    ok: bool  # the last cycle collected replica data (for exporters: at least one answered)
+    last_success_at: float | None  # when replica data was last collected; None = never
+    last_error: str | None = None  # the most recent error message, None once a cycle is clean
+    errors: Mapping[SourceReason, int] = field(default_factory=dict)  # since start, by reason
+    targets: Mapping[str, str | None] = field(default_factory=dict)  # endpoint -> its last error (None = ok)
+
+
+class MetricSource(Protocol):
+    """What scaler/service.py calls; ExportersSource and PrometheusSource implement it."""
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def watch(self, namespace: str, model: str, activation_query: str | None = None) -> None: ...
+    def unwatch(self, namespace: str, model: str) -> None: ...
+    def subscribe(self, callback: Subscriber) -> None: ...
+    def latest(self, namespace: str, model: str) -> Observation | None: ...
+    def collect_once(self) -> list[Observation]: ...
+    def status(self) -> SourceStatus: ...
+
+
+class ErrorCounts:
+    """Thread-safe count of errors by reason."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[SourceReason] = Counter()
+
+    def add(self, reason: SourceReason, n: int = 1) -> None:
+        if n:
+            with self._lock:
+                self._counts[reason] += n
+
+    def snapshot(self) -> dict[SourceReason, int]:
+        with self._lock:
+            return dict(self._counts)
+
+
+class Subscribers:
+    """Fan-out of new Observations; a failing subscriber is logged, never stops collection."""
+
+    def __init__(self) -> None:
+        self._callbacks: list[Subscriber] = []
+
+    def add(self, callback: Subscriber) -> None:
+        self._callbacks = [*self._callbacks, callback]
+
+    def publish(self, observations: list[Observation]) -> None:
+        for callback in self._callbacks:
+            for obs in observations:
+                try:
+                    callback(obs)
+                except Exception:
+                    log.exception("metric source subscriber %r failed on %s/%s", callback, obs.namespace, obs.model)
+
+
+class Watches:
+    """Models the service asked for: they get an Observation every cycle, even with no replica."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queries: dict[ModelKey, str | None] = {}
+
+    def add(self, namespace: str, model: str, activation_query: str | None) -> None:
+        with self._lock:
+            self._queries = {**self._queries, (namespace, model): activation_query}
+
+    def remove(self, namespace: str, model: str) -> None:
+        with self._lock:
+            self._queries = {k: q for k, q in self._queries.items() if k != (namespace, model)}
+
+    def snapshot(self) -> dict[ModelKey, str | None]:
+        return self._queries  # replaced, never mutated: safe to read without the lock
+
+
+class Loop:
+    """Runs `cycle` every `interval_s` on a daemon thread until stopped."""
+
+    def __init__(self, name: str, interval_s: float, cycle: Callable[[], object]) -> None:
+        self._name = name
+        self._interval_s = interval_s
+        self._cycle = cycle
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+
+    def _run(self) -> None:
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                self._cycle()
+            except Exception:
+                log.exception("%s: collection cycle failed", self._name)
+            # fixed rate: a slow cycle shortens the pause rather than stretching the period
+            next_at = max(next_at + self._interval_s, time.monotonic())
+            self._stop.wait(next_at - time.monotonic())

@@ -1,0 +1,247 @@
+"""The `exporters` metric source: scrape every node exporter directly, no Prometheus in the path.
+
+Exporters are found through a headless Service's DNS (one A record per exporter pod) or a static
+list. Each cycle scrapes all of them concurrently, each with a deadline and a body-size cap, and
+merges what they report into one Observation per (namespace, model). An exporter that fails keeps
+its last good answer until `forget_after_s`: its replicas then carry their old timestamps, so the
+policy sees them as stale (hold) instead of gone (which would read as lost capacity).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import requests
+
+from scaler.model import Observation
+from scaler.sources.common import ErrorCounts, Loop, ModelKey, SourceStatus, Subscriber, Subscribers, Watches
+from scaler.sources.errors import SourceError
+from scaler.sources.exposition import ParsedExposition, ReplicaKey, observations_from_replicas, parse_exposition
+from scaler.sources.http import fetch
+from scaler.sources.promql import PrometheusClient
+
+#: Returns the exporters' /metrics URLs; raises SourceError("dns") when it cannot tell.
+Resolver = Callable[[], Sequence[str]]
+GetAddrInfo = Callable[..., Sequence[tuple[object, object, object, object, tuple[object, ...]]]]
+
+DEFAULT_PORT = 9400
+DEFAULT_MAX_BYTES = 32 * 1024 * 1024
+
+
+def static_targets(urls: Iterable[str]) -> Resolver:
+    """A fixed list of exporter URLs (`host:port` gets `http://` and `/metrics` added)."""
+    fixed = sorted({u if "://" in u else f"http://{u}/metrics" for u in urls})
+    return lambda: fixed
+
+
+def dns_targets(
+    name: str, port: int = DEFAULT_PORT, *, path: str = "/metrics", getaddrinfo: GetAddrInfo = socket.getaddrinfo
+) -> Resolver:
+    """Every address of a headless Service (e.g. `keda-llm-exporter.keda-llm.svc`), sorted, as URLs."""
+
+    def resolve() -> Sequence[str]:
+        try:
+            infos = getaddrinfo(name, port, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            raise SourceError("dns", f"{name}: {exc}") from exc
+        hosts = sorted({str(info[4][0]) for info in infos})
+        return [f"http://[{h}]:{port}{path}" if ":" in h else f"http://{h}:{port}{path}" for h in hosts]
+
+    return resolve
+
+
+@dataclasses.dataclass(frozen=True)
+class _Answer:
+    at: float
+    parsed: ParsedExposition
+
+
+def merge_replicas(answers: Iterable[ParsedExposition]) -> dict[ReplicaKey, Mapping[str, float]]:
+    """One entry per (namespace, model, pod): where two exporters report a pod, the fresher wins.
+
+    Ties go to the first answer (callers pass answers in URL order), so the result is deterministic.
+    """
+    merged: dict[ReplicaKey, Mapping[str, float]] = {}
+    for parsed in answers:
+        for key, fields in parsed.replicas.items():
+            held = merged.get(key)
+            if held is None or fields.get("timestamp", 0.0) > held.get("timestamp", 0.0):
+                merged[key] = fields
+    return merged
+
+
+class ExportersSource:
+    """Background scraper of the exporters; see the module docstring. Implements MetricSource."""
+
+    kind = "exporters"
+
+    def __init__(
+        self,
+        resolver: Resolver,
+        *,
+        interval_s: float = 2.0,
+        timeout_s: float = 2.0,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        forget_after_s: float = 300.0,
+        max_workers: int = 8,
+        activation: PrometheusClient | None = None,
+        clock: Callable[[], float] = time.time,
+        session: requests.Session | None = None,
+    ) -> None:
+        self._resolver = resolver
+        self._timeout_s = timeout_s
+        self._max_bytes = max_bytes
+        self._forget_after_s = forget_after_s
+        self._activation = activation
+        self._clock = clock
+        self._session = session or requests.Session()
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="scrape-exporter")
+        self._loop = Loop("exporters-source", interval_s, self.collect_once)
+        self._cycle_lock = threading.Lock()
+        self._subscribers = Subscribers()
+        self._watches = Watches()
+        self._errors = ErrorCounts()
+        self._targets: Sequence[str] = ()
+        self._answers: dict[str, _Answer] = {}
+        self._target_errors: dict[str, str | None] = {}
+        self._latest: dict[ModelKey, Observation] = {}
+        self._ok = False
+        self._last_success_at: float | None = None
+        self._last_error: str | None = None
+
+    # -- the MetricSource interface ------------------------------------------------------------
+
+    def start(self) -> None:
+        self._loop.start()
+
+    def stop(self) -> None:
+        self._loop.stop()
+        self._pool.shutdown(wait=True)
+        self._session.close()
+
+    def watch(self, namespace: str, model: str, activation_query: str | None = None) -> None:
+        if activation_query and self._activation is None:
+            raise ValueError(f"activationQuery for {namespace}/{model} needs a Prometheus address (prometheusAddress)")
+        self._watches.add(namespace, model, activation_query)
+
+    def unwatch(self, namespace: str, model: str) -> None:
+        self._watches.remove(namespace, model)
+
+    def subscribe(self, callback: Subscriber) -> None:
+        self._subscribers.add(callback)
+
+    def latest(self, namespace: str, model: str) -> Observation | None:
+        return self._latest.get((namespace, model))
+
+    def status(self) -> SourceStatus:
+        return SourceStatus(
+            kind=self.kind, ok=self._ok, last_success_at=self._last_success_at, last_error=self._last_error,
+            errors=self._errors.snapshot(), targets=dict(self._target_errors),
+        )
+
+    def known_models(self) -> list[ModelKey]:
+        """Every (namespace, model) the last cycle saw or was asked to watch."""
+        return sorted(self._latest)
+
+    # -- one cycle -------------------------------------------------------------------------------
+
+    def collect_once(self) -> list[Observation]:
+        """Scrape every exporter once, publish and return the new Observations ([] if none answered)."""
+        with self._cycle_lock:
+            now = self._clock()
+            errors: list[str] = []
+            targets = self._resolve(errors)
+            results = list(self._pool.map(self._scrape, targets))
+            answered = self._record(now, targets, results, errors)
+            self._ok = answered > 0
+            self._last_error = errors[-1] if errors else None
+            if not answered:
+                return []
+            self._last_success_at = now
+            observations = self._observations(now, errors)
+            self._last_error = errors[-1] if errors else None
+            self._latest = {(o.namespace, o.model): o for o in observations}
+        self._subscribers.publish(observations)
+        return observations
+
+    def _resolve(self, errors: list[str]) -> Sequence[str]:
+        try:
+            self._targets = list(self._resolver())
+            if not self._targets:
+                errors.append("no exporters found (the Service has no ready endpoints?)")
+        except SourceError as exc:
+            self._errors.add(exc.reason)
+            errors.append(f"{exc} (using the last {len(self._targets)} known exporters)")
+        return self._targets
+
+    def _scrape(self, url: str) -> ParsedExposition | SourceError:
+        try:
+            _, body = fetch(self._session, url, timeout_s=self._timeout_s, max_bytes=self._max_bytes)
+        except SourceError as exc:
+            return exc
+        try:
+            return parse_exposition(body.decode("utf-8"))
+        except UnicodeDecodeError:
+            return SourceError("parse", f"{url}: body is not UTF-8")
+        except SourceError as exc:
+            return SourceError(exc.reason, f"{url}: {exc.message}")
+
+    def _record(
+        self, now: float, targets: Sequence[str], results: list[ParsedExposition | SourceError], errors: list[str]
+    ) -> int:
+        answered = 0
+        for url, result in zip(targets, results, strict=True):
+            if isinstance(result, SourceError):
+                self._errors.add(result.reason)
+                self._target_errors[url] = str(result)
+                errors.append(str(result))
+                continue
+            answered += 1
+            self._errors.add("invalid_value", result.invalid_values)
+            self._answers[url] = _Answer(now, result)
+            self._target_errors[url] = None
+        for url in [u for u, a in self._answers.items() if now - a.at > self._forget_after_s]:
+            del self._answers[url]
+            self._target_errors.pop(url, None)
+        return answered
+
+    def _observations(self, now: float, errors: list[str]) -> list[Observation]:
+        merged = merge_replicas(self._answers[u].parsed for u in sorted(self._answers))
+        observations = observations_from_replicas(merged.items(), now)
+        watched = self._watches.snapshot()
+        seen = {(o.namespace, o.model) for o in observations}
+        observations += [Observation(namespace=ns, model=m, at=now) for ns, m in sorted(watched) if (ns, m) not in seen]
+        queries = {key: q for key, q in watched.items() if q}
+        if queries and self._activation is not None:
+            demand = evaluate_activation(self._activation, queries, self._pool, self._errors, errors)
+            observations = [
+                dataclasses.replace(o, upstream_demand=demand.get((o.namespace, o.model))) for o in observations
+            ]
+        observations.sort(key=lambda o: (o.namespace, o.model))
+        return observations
+
+
+def evaluate_activation(
+    client: PrometheusClient,
+    queries: Mapping[ModelKey, str],
+    pool: ThreadPoolExecutor,
+    counts: ErrorCounts,
+    messages: list[str],
+) -> dict[ModelKey, float | None]:
+    """Each model's activationQuery -> demand number, or None (unknown: counted, and named in `messages`)."""
+    keys = sorted(queries)
+
+    def one(key: ModelKey) -> float | None:
+        try:
+            return client.demand(queries[key])
+        except SourceError as exc:
+            counts.add(exc.reason)
+            messages.append(f"activationQuery for {key[0]}/{key[1]}: {exc}")
+            return None
+
+    return dict(zip(keys, pool.map(one, keys), strict=True))

@@ -1,0 +1,164 @@
+"""Exporter text -> per-model Observations: the pure core of the `exporters` source.
+
+The scaler reads a handful of exporters holding thousands of series each, every few seconds, so
+this is a purpose-built reader, not a general one: it looks at each line's metric name first and
+only splits labels for the dozen `llm_*` engine series a ReplicaSample needs (histogram buckets and
+GPU series are skipped after a name check). Every line is still checked to be an exposition line,
+so an HTML error page or a truncated body is refused as a whole with the line that was wrong,
+the way Prometheus refuses a scrape.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from exporter import vocabulary as v
+from scaler.model import Observation, ReplicaSample
+from scaler.sources.errors import SourceError
+
+#: metric name -> ReplicaSample field, for the engine series the scaler reads.
+FIELD_OF: Mapping[str, str] = {
+    "llm_requests_running": "running",
+    "llm_requests_waiting": "waiting",
+    "llm_requests_max_running": "max_running",
+    "llm_kv_cache_usage_ratio": "kv_usage_ratio",
+    "llm_kv_cache_capacity_tokens": "kv_capacity_tokens",
+    "llm_prompt_tokens_total": "prompt_tokens_total",
+    "llm_generation_tokens_total": "generation_tokens_total",
+    "llm_requests_finished_total": "requests_finished_total",
+    v.ENGINE_STARTUP: "startup_seconds",
+    v.ENGINE_UP: "up",
+    v.ENGINE_LAST_SUCCESS: "timestamp",
+}
+
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|$)')
+_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+_UNESCAPE_RE = re.compile(r"\\[\\\"n]")
+
+ReplicaKey = tuple[str, str, str]  # (namespace, model, pod)
+
+
+@dataclass
+class ParsedExposition:
+    """What one body held: per-replica fields, and how many values were unusable."""
+
+    replicas: dict[ReplicaKey, dict[str, float]] = field(default_factory=dict)
+    invalid_values: int = 0  # NaN/Inf/negative samples, dropped (the field reads as "not reported")
+
+
+def _unescape(value: str) -> str:
+    return _UNESCAPE_RE.sub(lambda m: _UNESCAPE[m.group(0)], value)
+
+
+def _labels(text: str, lineno: int) -> dict[str, str]:
+    """`k="v",k2="v2"` -> dict. Fast path when no value holds an escape (the usual case)."""
+    if "\\" not in text:
+        parts = text.split('"')
+        if len(parts) % 2 == 1 and all(p.strip(" ,").endswith("=") for p in parts[0:-1:2]):
+            if parts[-1].strip(" ,"):
+                raise SourceError("parse", f"line {lineno}: bad label set {{{text[:80]}}}")
+            return {parts[i].strip(" ,")[:-1].strip(): parts[i + 1] for i in range(0, len(parts) - 1, 2)}
+    out: dict[str, str] = {}
+    pos = 0
+    while pos < len(text) and text[pos:].strip():
+        m = _LABEL.match(text, pos)
+        if m is None:
+            raise SourceError("parse", f"line {lineno}: bad label set {{{text[:80]}}}")
+        out[m.group(1)] = _unescape(m.group(2))
+        pos = m.end()
+    return out
+
+
+def _value(text: str, lineno: int) -> float:
+    """The sample value (an optional trailing timestamp is ignored)."""
+    token = text.split(None, 1)[0] if text else ""
+    try:
+        return float(token)
+    except ValueError:
+        raise SourceError("parse", f"line {lineno}: value {token!r} is not a number") from None
+
+
+def _check_other(line: str, lineno: int) -> None:
+    """A line we do not read must still look like `name[{...}] value`."""
+    m = _NAME.match(line)
+    rest = line[m.end():] if m else ""
+    if m is None or not rest or rest[0] not in " {\t":
+        raise SourceError("parse", f"line {lineno}: not an exposition line: {line[:80]!r}")
+
+
+def parse_exposition(text: str) -> ParsedExposition:
+    """Read the llm_* engine series of one exporter body, keyed by (namespace, model, pod).
+
+    A series without a `pod` label (a static target) is keyed by `node/engine/role` instead, so
+    two static engines on one node stay two replicas. Raises SourceError("parse") for a body
+    that is not the text format, naming the first bad line.
+    """
+    out = ParsedExposition()
+    replicas = out.replicas
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line[0] == "#":
+            continue
+        brace = line.find("{")
+        space = line.find(" ")
+        has_labels = brace != -1 and (space == -1 or brace < space)
+        name = line[: brace if has_labels else (space if space != -1 else len(line))]
+        fname = FIELD_OF.get(name)
+        if fname is None:
+            _check_other(line, lineno)
+            continue
+        if not has_labels:
+            labels: dict[str, str] = {}
+            rest = line[len(name):]
+        else:
+            close = line.rfind("}")
+            if close < brace:
+                raise SourceError("parse", f"line {lineno}: unclosed label set: {line[:80]!r}")
+            labels = _labels(line[brace + 1:close], lineno)
+            rest = line[close + 1:]
+        value = _value(rest.strip(), lineno)
+        model = labels.get("model", "")
+        if not model:
+            continue  # an engine series without a model cannot belong to any ScaledObject
+        pod = labels.get("pod") or f"{labels.get('node', '')}/{labels.get('engine', '')}/{labels.get('role', '')}"
+        fields = replicas.setdefault((labels.get("namespace", ""), model, pod), {})
+        if not math.isfinite(value) or value < 0:
+            out.invalid_values += 1
+            continue
+        fields[fname] = value
+    return out
+
+
+def replica_sample(pod: str, fields: Mapping[str, float]) -> ReplicaSample:
+    """Fields read for one pod -> ReplicaSample.
+
+    `up` is llm_engine_up == 1; without that series a replica is up if it reports any signal.
+    Without llm_engine_last_success_timestamp_seconds the timestamp is 0: a replica whose
+    freshness cannot be told is never fresh (the policy then holds rather than scales down).
+    """
+    up_value = fields.get("up")
+    signals = {k: val for k, val in fields.items() if k not in ("up", "timestamp")}
+    up = up_value == 1.0 if up_value is not None else bool(signals)
+    return ReplicaSample(pod=pod, timestamp=fields.get("timestamp", 0.0), up=up, **signals)
+
+
+def observations_from_replicas(
+    replicas: Iterable[tuple[ReplicaKey, Mapping[str, float]]], now: float
+) -> list[Observation]:
+    """Group per-replica fields by (namespace, model); pods sorted by name, models by key."""
+    by_model: dict[tuple[str, str], list[ReplicaSample]] = {}
+    for (namespace, model, pod), fields in replicas:
+        by_model.setdefault((namespace, model), []).append(replica_sample(pod, fields))
+    return [
+        Observation(namespace=ns, model=model, at=now, replicas=tuple(sorted(samples, key=lambda s: s.pod)))
+        for (ns, model), samples in sorted(by_model.items())
+    ]
+
+
+def observations_from_exposition(text: str, now: float) -> list[Observation]:
+    """One exporter body -> one Observation per (namespace, model) it reports, at time `now`."""
+    return observations_from_replicas(parse_exposition(text).replicas.items(), now)

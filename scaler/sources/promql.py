@@ -1,0 +1,116 @@
+"""A small Prometheus HTTP API client: instant queries, strictly checked answers.
+
+Anything but a well-formed `success` envelope of the expected type is a SourceError naming what
+was wrong (down, slow, not JSON, status error, wrong resultType, NaN): the scaler must never take a
+broken answer for "zero demand". API reference: https://prometheus.io/docs/prometheus/latest/querying/api/
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import requests
+
+from scaler.sources.errors import SourceError
+from scaler.sources.http import fetch
+
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class VectorSample:
+    """One element of an instant vector. `value` may be NaN/Inf: callers decide what that means."""
+
+    labels: Mapping[str, str]
+    value: float
+
+
+def _number(raw: object, where: str) -> float:
+    """A `[timestamp, "value"]` pair's value; Prometheus encodes values as strings ("NaN", "+Inf")."""
+    if not (isinstance(raw, list) and len(raw) == 2 and isinstance(raw[1], str)):
+        raise SourceError("not_json", f"{where}: value is not a [timestamp, \"number\"] pair: {str(raw)[:80]}")
+    try:
+        return float(raw[1])
+    except ValueError:
+        raise SourceError("not_json", f"{where}: value {raw[1][:40]!r} is not a number") from None
+
+
+def parse_query_response(body: bytes, query: str) -> tuple[str, list[VectorSample] | float]:
+    """An /api/v1/query answer -> ("vector", samples) or ("scalar", value). Raises SourceError."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise SourceError("not_json", f"query {query!r}: answer is not JSON: {body[:80]!r}") from None
+    if not isinstance(doc, dict) or "status" not in doc:
+        raise SourceError("not_json", f"query {query!r}: answer is not a Prometheus API envelope: {body[:80]!r}")
+    if doc["status"] != "success":
+        raise SourceError(
+            "api_error", f"query {query!r}: Prometheus said {doc.get('errorType', '?')}: {doc.get('error', '?')}"
+        )
+    data = doc.get("data")
+    if not isinstance(data, dict):
+        raise SourceError("not_json", f"query {query!r}: no data object in the answer")
+    rtype = data.get("resultType")
+    result = data.get("result")
+    if rtype == "scalar":
+        return "scalar", _number(result, f"query {query!r}")
+    if rtype != "vector":
+        raise SourceError("result_type", f"query {query!r}: resultType {rtype!r}, expected vector or scalar")
+    if not isinstance(result, list):
+        raise SourceError("not_json", f"query {query!r}: vector result is not a list")
+    samples = []
+    for item in result:
+        metric = item.get("metric") if isinstance(item, dict) else None
+        if not isinstance(metric, dict):
+            raise SourceError("not_json", f"query {query!r}: vector element without a metric object")
+        samples.append(VectorSample(labels=metric, value=_number(item.get("value"), f"query {query!r}")))
+    return "vector", samples
+
+
+class PrometheusClient:
+    """Instant queries against one Prometheus (or a compatible API: Thanos, Mimir, VictoriaMetrics)."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        timeout_s: float = 5.0,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        headers: Mapping[str, str] | None = None,
+        session: requests.Session | None = None,
+    ) -> None:
+        base = address if "://" in address else f"http://{address}"
+        self.url = base.rstrip("/") + "/api/v1/query"
+        self._timeout_s = timeout_s
+        self._max_bytes = max_bytes
+        self._headers = dict(headers or {})
+        self._session = session or requests.Session()
+
+    def query(self, promql: str) -> tuple[str, list[VectorSample] | float]:
+        """Evaluate `promql` now. Prometheus' own 4xx/5xx JSON errors surface as api_error."""
+        _, body = fetch(
+            self._session, self.url, timeout_s=self._timeout_s, max_bytes=self._max_bytes,
+            params={"query": promql}, headers=self._headers, ok_statuses=(200, 400, 422, 503),
+        )
+        return parse_query_response(body, promql)
+
+    def vector(self, promql: str) -> list[VectorSample]:
+        rtype, result = self.query(promql)
+        if not isinstance(result, list):
+            raise SourceError("result_type", f"query {promql!r}: resultType {rtype!r}, expected vector")
+        return result
+
+    def demand(self, promql: str) -> float:
+        """A demand number: a scalar, or a vector's sum (an empty vector is a real 0: no series, no demand).
+
+        NaN, Inf or a negative value is an error, never a number the scaler acts on.
+        """
+        rtype, result = self.query(promql)
+        values = [result] if isinstance(result, float) else [s.value for s in result]
+        bad = [x for x in values if not math.isfinite(x) or x < 0]
+        if bad:
+            raise SourceError("invalid_value", f"query {promql!r}: {rtype} holds {bad[0]!r}, not a demand number")
+        return float(sum(values))
