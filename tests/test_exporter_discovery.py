@@ -38,7 +38,8 @@ def test_opted_in_pod_becomes_a_target_with_its_start_time() -> None:
     ({}, None, "http://10.0.0.1:8000/metrics"),
     ({"keda-llm.io/port": "9000", "keda-llm.io/path": "stats/prom"}, None, "http://10.0.0.1:9000/stats/prom"),
     ({"keda-llm.io/port": "metrics"},
-     [{"name": "engine", "ports": [{"name": "http", "containerPort": 8000}, {"name": "metrics", "containerPort": 8002}]}],
+     [{"name": "engine",
+       "ports": [{"name": "http", "containerPort": 8000}, {"name": "metrics", "containerPort": 8002}]}],
      "http://10.0.0.1:8002/metrics"),
     ({"keda-llm.io/scheme": "https"}, None, "https://10.0.0.1:8000/metrics"),
 ])
