@@ -241,7 +241,8 @@ class ScalerServer:
         if self._demand_watch_s:
             self._tasks.append(asyncio.create_task(self.service.watch_demand(self._demand_watch_s)))
         if self.http is not None:
-            self._http_thread = threading.Thread(target=self.http.serve_forever, name="scaler-http", daemon=True)
+            self._http_thread = threading.Thread(target=self.http.serve_forever, args=(0.1,), name="scaler-http",
+                                                 daemon=True)
             self._http_thread.start()
         log.info("scaler serving gRPC on :%d, HTTP on :%d", self.grpc_port, self.http_port)
 

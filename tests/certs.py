@@ -1,0 +1,53 @@
+"""Test certificates made at test time with the `openssl` command (nothing private is committed).
+
+`cryptography` is not a dependency of the project, and the openssl CLI is on every CI image we use;
+tests that need certificates skip when neither is available.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+OPENSSL = shutil.which("openssl")
+
+
+@dataclass(frozen=True)
+class Pair:
+    cert: Path
+    key: Path
+
+    def read(self) -> tuple[bytes, bytes]:
+        return self.cert.read_bytes(), self.key.read_bytes()
+
+
+def _run(*args: str) -> None:
+    assert OPENSSL is not None
+    subprocess.run([OPENSSL, *args], check=True, capture_output=True)
+
+
+def make_ca(folder: Path, name: str) -> Pair:
+    pair = Pair(folder / f"{name}.crt", folder / f"{name}.key")
+    _run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+         "-keyout", str(pair.key), "-out", str(pair.cert), "-days", "2", "-subj", f"/CN={name}",
+         "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    return pair
+
+
+def make_leaf(folder: Path, name: str, ca: Pair, *, server: bool) -> Pair:
+    """A certificate signed by `ca`: for a server (SAN localhost, 127.0.0.1) or a client."""
+    pair = Pair(folder / f"{name}.crt", folder / f"{name}.key")
+    csr = folder / f"{name}.csr"
+    ext = folder / f"{name}.ext"
+    usage = "serverAuth" if server else "clientAuth"
+    lines = ["basicConstraints=CA:FALSE", "keyUsage=critical,digitalSignature", f"extendedKeyUsage={usage}"]
+    if server:
+        lines.append("subjectAltName=DNS:localhost,IP:127.0.0.1")
+    ext.write_text("\n".join(lines) + "\n")
+    _run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", str(pair.key),
+         "-out", str(csr), "-subj", f"/CN={name}")
+    _run("x509", "-req", "-in", str(csr), "-CA", str(ca.cert), "-CAkey", str(ca.key), "-CAcreateserial",
+         "-out", str(pair.cert), "-days", "2", "-extfile", str(ext))
+    return pair
