@@ -142,10 +142,11 @@ def _parse_tolerant(raw: str, lineno: int) -> Sample | None:
     if m is None:
         raise _error(lineno, "missing or invalid metric name", raw)
     name = m.group()
-    pos = _skip_blanks(line, m.end())
+    pos = m.end()
     labels: dict[str, str] = {}
-    if pos < len(line) and line[pos] == "{":
-        pos = _read_label_set(line, pos + 1, labels, raw, lineno)
+    brace = _skip_blanks(line, pos)
+    if brace < len(line) and line[brace] == "{":
+        pos = _read_label_set(line, brace + 1, labels, raw, lineno)
     if pos < len(line) and line[pos] not in " \t":
         raise _error(lineno, f"unexpected {line[pos]!r} after the metric name", raw)
     rest = line[pos:]
