@@ -163,7 +163,7 @@ class PodResourcesClient:
 
     def _lister(self) -> api_pb2_grpc.PodResourcesListerStub:
         if self._stub is None:
-            self._channel = grpc.insecure_channel(f"unix://{self.socket_path}")
+            self._channel = grpc.insecure_channel(f"unix:{self.socket_path}")  # unix:path, relative or absolute
             self._stub = api_pb2_grpc.PodResourcesListerStub(self._channel)  # type: ignore[no-untyped-call]
         return self._stub
 
