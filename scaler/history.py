@@ -1,0 +1,380 @@
+"""Per-model history: what the replicas of one model reported, kept compactly for an hour and more.
+
+Two stores, both fixed-size numpy ring buffers (no per-sample Python objects, so 1,000 models fit
+in a few tens of MB):
+
+- the model's aggregate series (demand and capacity summed over its fresh replicas), in three
+  tiers that downsample as data ages: 1 s buckets for 5 min, 10 s for 15 min, 60 s for 75 min;
+- per replica, its last 64 samples (gauges and counter-derived token rates) for the stable window.
+
+Sum vs mean across replicas is decided here, once (see `aggregate`): counts, tokens and rates are
+summed; the KV usage ratio is a capacity-weighted mean (with the plain mean and the max kept for
+the `aggregation` key); per-replica capacity and batch limit are means over the replicas that
+report them. Nothing here reads a clock: freshness is judged against the `now` a caller passes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+import numpy as np
+import numpy.typing as npt
+
+from scaler.model import Observation, ReplicaSample
+
+# The aggregate series, one column each. NaN in a row = no fresh replica reported that signal.
+FIELDS = (
+    "replicas",  # fresh, up replicas (reporting supply)
+    "running",  # Σ requests running
+    "waiting",  # Σ requests waiting in the engines
+    "kv_used",  # Σ kv_usage_ratio x kv_capacity_tokens (tokens held), replicas reporting both
+    "kv_capacity",  # Σ kv_capacity_tokens over those same replicas
+    "kv_replicas",  # how many replicas reported both
+    "kv_ratio_mean",  # unweighted mean of the replicas' usage ratios
+    "kv_ratio_max",  # the fullest replica's usage ratio
+    "max_running",  # Σ batch limits, replicas reporting one
+    "max_running_replicas",  # how many reported one
+    "prompt_rate",  # Σ prompt tokens/s (from counters)
+    "generation_rate",  # Σ generated tokens/s
+    "finished_rate",  # Σ requests finished/s
+    "upstream",  # demand seen upstream (activationQuery), requests
+)
+F = {name: i for i, name in enumerate(FIELDS)}
+NF = len(FIELDS)
+
+# (bucket seconds, buckets, dtype): 5 min at 1 s, 15 min at 10 s, 75 min at 60 s. The 1 s tier,
+# which the decision windows read, keeps float64; the older tiers, for trends, float32.
+TIERS: tuple[tuple[float, int, npt.DTypeLike], ...] = (
+    (1.0, 300, np.float64),
+    (10.0, 90, np.float32),
+    (60.0, 75, np.float32),
+)
+REPLICA_RING = 64
+# Per-replica ring columns.
+RFIELDS = ("timestamp", "running", "waiting", "kv_usage_ratio", "kv_capacity_tokens", "prompt_rate",
+           "generation_rate", "finished_rate")
+RF = {name: i for i, name in enumerate(RFIELDS)}
+
+
+@dataclass(frozen=True)
+class Load:
+    """Window means of the aggregate series (see FIELDS); None = not reported in the window."""
+
+    replicas: float | None = None
+    running: float | None = None
+    waiting: float | None = None
+    kv_used: float | None = None
+    kv_capacity: float | None = None
+    kv_replicas: float | None = None
+    kv_ratio_mean: float | None = None
+    kv_ratio_max: float | None = None
+    max_running: float | None = None
+    max_running_replicas: float | None = None
+    prompt_rate: float | None = None
+    generation_rate: float | None = None
+    finished_rate: float | None = None
+    upstream: float | None = None
+
+    @staticmethod
+    def from_row(row: npt.NDArray[np.float64]) -> Load:
+        return Load(*(None if math.isnan(v) else float(v) for v in row.tolist()))
+
+    def row(self) -> npt.NDArray[np.float64]:
+        return np.array([math.nan if v is None else v for v in (getattr(self, f.name) for f in fields(self))])
+
+
+assert tuple(f.name for f in fields(Load)) == FIELDS  # one order for rows and Load
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Counter-derived rates of one replica (per second), from its last two distinct scrapes."""
+
+    prompt: float | None = None
+    generation: float | None = None
+    finished: float | None = None
+
+
+def counter_rate(prev: float | None, cur: float | None, dt: float) -> float | None:
+    """Per-second increase; a decrease is a restart, counted from zero (Prometheus `rate` does the same)."""
+    if prev is None or cur is None or dt <= 0:
+        return None
+    return (cur - prev if cur >= prev else cur) / dt
+
+
+def is_fresh(sample: ReplicaSample, now: float, stale_after: float) -> bool:
+    """Up, and scraped successfully within `stale_after` of `now`."""
+    return sample.up and sample.timestamp > 0 and now - sample.timestamp <= stale_after
+
+
+def _num(v: float | None) -> float | None:
+    return None if v is None or not math.isfinite(v) else v
+
+
+def aggregate(samples: tuple[ReplicaSample, ...], rates: dict[str, Rates], upstream: float | None, now: float,
+              stale_after: float) -> npt.NDArray[np.float64]:
+    """One row of FIELDS over the fresh replicas: the single place sum-vs-mean is decided.
+
+    NaN and infinite values are treated as not reported (a bad gauge never becomes a number).
+    """
+    row = np.full(NF, math.nan)
+    fresh = [s for s in samples if is_fresh(s, now, stale_after)]
+    row[F["replicas"]] = len(fresh)
+    up = _num(upstream)
+    if up is not None:
+        row[F["upstream"]] = max(0.0, up)
+
+    def put_sum(name: str, values: list[float | None]) -> None:
+        got = [v for v in values if v is not None]
+        if got:
+            row[F[name]] = math.fsum(got)
+
+    put_sum("running", [_num(s.running) for s in fresh])
+    put_sum("waiting", [_num(s.waiting) for s in fresh])
+    kv = [(u, c) for u, c in ((_num(s.kv_usage_ratio), _num(s.kv_capacity_tokens)) for s in fresh)
+          if u is not None and c is not None and c > 0]
+    if kv:
+        row[F["kv_used"]] = math.fsum(u * c for u, c in kv)  # summed: tokens held
+        row[F["kv_capacity"]] = math.fsum(c for _, c in kv)  # summed: tokens of room
+        row[F["kv_replicas"]] = len(kv)
+        row[F["kv_ratio_mean"]] = math.fsum(u for u, _ in kv) / len(kv)  # mean: each replica alike
+        row[F["kv_ratio_max"]] = max(u for u, _ in kv)
+    limits = [m for m in (_num(s.max_running) for s in fresh) if m is not None and m > 0]
+    if limits:
+        row[F["max_running"]] = math.fsum(limits)
+        row[F["max_running_replicas"]] = len(limits)
+    put_sum("prompt_rate", [rates[s.pod].prompt if s.pod in rates else None for s in fresh])
+    put_sum("generation_rate", [rates[s.pod].generation if s.pod in rates else None for s in fresh])
+    put_sum("finished_rate", [rates[s.pod].finished if s.pod in rates else None for s in fresh])
+    return row
+
+
+class _Tier:
+    """A ring of time buckets; each bucket holds per-field sums and counts of the rows that fell in it."""
+
+    def __init__(self, seconds: float, n: int, dtype: npt.DTypeLike) -> None:
+        self.seconds = seconds
+        self.n = n
+        self.ids = np.full(n, -1, dtype=np.int64)  # absolute bucket number held in each slot
+        self.sums = np.zeros((n, NF), dtype=dtype)
+        self.counts = np.zeros((n, NF), dtype=np.uint16)
+
+    def add(self, at: float, row: npt.NDArray[np.float64]) -> None:
+        b = math.floor(at / self.seconds)
+        slot = b % self.n
+        if self.ids[slot] > b:  # older than what the ring already holds there: gone
+            return
+        if self.ids[slot] != b:
+            self.ids[slot] = b
+            self.sums[slot] = 0
+            self.counts[slot] = 0
+        present = ~np.isnan(row)
+        self.sums[slot, present] += row[present].astype(self.sums.dtype)
+        self.counts[slot, present] = np.minimum(self.counts[slot, present].astype(np.int64) + 1, 65535)
+
+    def span(self) -> float:
+        return self.seconds * self.n
+
+    def bucket_means(self, now: float, window: float) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+        """Buckets in (now - window, now], oldest first: (bucket numbers, per-field means, NaN = none)."""
+        hi = math.floor(now / self.seconds)
+        lo = hi - max(1, math.ceil(window / self.seconds - 1e-9)) + 1
+        sel = np.nonzero((self.ids >= lo) & (self.ids <= hi))[0]
+        order = sel[np.argsort(self.ids[sel], kind="stable")]
+        counts = self.counts[order].astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            means = np.where(counts > 0, self.sums[order].astype(np.float64) / counts, math.nan)
+        return self.ids[order], means
+
+    def latest(self, now: float) -> npt.NDArray[np.float64] | None:
+        """The mean row of the newest bucket at or before `now`."""
+        hi = math.floor(now / self.seconds)
+        sel = np.nonzero((self.ids >= 0) & (self.ids <= hi))[0]
+        if sel.size == 0:
+            return None
+        slot = sel[np.argmax(self.ids[sel])]
+        counts = self.counts[slot].astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(counts > 0, self.sums[slot].astype(np.float64) / counts, math.nan)
+
+    def nbytes(self) -> int:
+        return int(self.ids.nbytes + self.sums.nbytes + self.counts.nbytes)
+
+
+def window_mean(bucket_means: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Mean over the buckets that hold data, per field (each bucket weighs the same: a time average).
+
+    Knative's buckets count missing seconds as 0, because its pods push a value every second;
+    ours are gauge snapshots at the collection cadence (1-5 s), so an empty bucket means "not
+    sampled" and is skipped instead.
+    """
+    if bucket_means.size == 0:
+        return np.full(NF, math.nan)
+    present = ~np.isnan(bucket_means)
+    n = present.sum(axis=0)
+    total = np.where(present, bucket_means, 0.0).sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, total / np.maximum(n, 1), math.nan)
+
+
+class _ReplicaTrack:
+    """One replica's recent samples and what is needed for its counter rates."""
+
+    __slots__ = ("ever_up", "last", "last_listed", "pos", "rates", "ring", "size")
+
+    def __init__(self) -> None:
+        self.ring = np.full((REPLICA_RING, len(RFIELDS)), math.nan)
+        self.pos = 0
+        self.size = 0
+        self.last: ReplicaSample | None = None
+        self.rates = Rates()
+        self.ever_up = False
+        self.last_listed = 0.0
+
+    def add(self, s: ReplicaSample) -> None:
+        prev = self.last
+        if prev is not None and s.timestamp <= prev.timestamp:
+            return  # the same scrape seen again (or an older one): nothing new
+        if prev is not None and prev.up and s.up:
+            dt = s.timestamp - prev.timestamp
+            self.rates = Rates(
+                counter_rate(_num(prev.prompt_tokens_total), _num(s.prompt_tokens_total), dt),
+                counter_rate(_num(prev.generation_tokens_total), _num(s.generation_tokens_total), dt),
+                counter_rate(_num(prev.requests_finished_total), _num(s.requests_finished_total), dt),
+            )
+        elif not s.up:
+            self.rates = Rates()
+        self.last = s
+        if s.up and s.timestamp > 0:
+            self.ever_up = True
+        r = self.rates
+        self.ring[self.pos] = [s.timestamp, *(math.nan if v is None else v for v in (
+            _num(s.running), _num(s.waiting), _num(s.kv_usage_ratio), _num(s.kv_capacity_tokens),
+            r.prompt, r.generation, r.finished))]
+        self.pos = (self.pos + 1) % REPLICA_RING
+        self.size = min(self.size + 1, REPLICA_RING)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The model as of `now`, from the latest observation: who is fresh, loading or stale, and the latest sums."""
+
+    at: float  # when the latest observation was collected
+    fresh: int  # up, and scraped within staleAfter of now
+    loading: int  # listed but never seen up: a replica still starting (supply that is coming)
+    stale: int  # listed, seen up before, no fresh scrape now: excluded, and the data is stale
+    data_age: float  # now - the newest fresh scrape (inf when none)
+    latest: Load  # the aggregate over the fresh replicas, judged at now
+    max_startup_seconds: float | None  # the largest llm_engine_startup_seconds reported
+    lifetime_prompt_per_request: float | None  # Σ prompt tokens / Σ finished requests since the engines started
+
+
+class ModelHistory:
+    """The history of one model in one namespace. ingest() observations, query windows with a `now`."""
+
+    def __init__(self, namespace: str, model: str, stale_after: float = 30.0) -> None:
+        self.namespace = namespace
+        self.model = model
+        self.stale_after = stale_after
+        self._tiers = [_Tier(s, n, dt) for s, n, dt in TIERS]
+        self._replicas: dict[str, _ReplicaTrack] = {}
+        self._latest: Observation | None = None
+        self._max_startup: float | None = None
+
+    @property
+    def last_at(self) -> float | None:
+        return None if self._latest is None else self._latest.at
+
+    def ingest(self, obs: Observation) -> None:
+        """Add one collection cycle. Observations must come in time order; an older one only fills gaps."""
+        if self._latest is not None and obs.at < self._latest.at:
+            self._add_row(obs)  # late: into the buckets it belongs to, the latest snapshot stays
+            return
+        for s in obs.replicas:
+            track = self._replicas.get(s.pod)
+            if track is None:
+                track = self._replicas[s.pod] = _ReplicaTrack()
+            track.add(s)
+            track.last_listed = obs.at
+            st = _num(s.startup_seconds)
+            if st is not None and st > 0:
+                self._max_startup = st if self._max_startup is None else max(self._max_startup, st)
+        # Replicas the collection no longer lists are gone (pod deleted): forget them after a while.
+        horizon = obs.at - max(self.stale_after, 60.0) * 2
+        for pod in [p for p, t in self._replicas.items() if t.last_listed < horizon]:
+            del self._replicas[pod]
+        self._latest = obs
+        self._add_row(obs)
+
+    def _rates(self) -> dict[str, Rates]:
+        return {pod: t.rates for pod, t in self._replicas.items()}
+
+    def _add_row(self, obs: Observation) -> None:
+        row = aggregate(obs.replicas, self._rates(), obs.upstream_demand, obs.at, self.stale_after)
+        for tier in self._tiers:
+            tier.add(obs.at, row)
+
+    def snapshot(self, now: float) -> Snapshot | None:
+        """The latest observation judged at `now`; None when nothing was ever ingested."""
+        obs = self._latest
+        if obs is None:
+            return None
+        fresh = loading = stale = 0
+        newest = -math.inf
+        for s in obs.replicas:
+            if is_fresh(s, now, self.stale_after):
+                fresh += 1
+                newest = max(newest, s.timestamp)
+            elif self._replicas.get(s.pod) is not None and self._replicas[s.pod].ever_up:
+                stale += 1
+            else:
+                loading += 1
+        latest = Load.from_row(aggregate(obs.replicas, self._rates(), obs.upstream_demand, now, self.stale_after))
+        prompts = [_num(s.prompt_tokens_total) for s in obs.replicas if is_fresh(s, now, self.stale_after)]
+        finished = [_num(s.requests_finished_total) for s in obs.replicas if is_fresh(s, now, self.stale_after)]
+        lifetime = None
+        if prompts and all(p is not None for p in prompts) and all(f is not None for f in finished):
+            total_f = math.fsum(f for f in finished if f is not None)
+            if total_f > 0:
+                lifetime = math.fsum(p for p in prompts if p is not None) / total_f
+        return Snapshot(obs.at, fresh, loading, stale, now - newest if fresh else math.inf, latest,
+                        self._max_startup, lifetime)
+
+    def window(self, now: float, seconds: float) -> Load:
+        """Means over (now - seconds, now], read from the finest tier that spans the window.
+
+        A window with no bucket (collection slower than the window) holds the newest bucket before it.
+        """
+        tier = next((t for t in self._tiers if t.span() >= seconds), self._tiers[-1])
+        _, means = tier.bucket_means(now, seconds)
+        out = window_mean(means)
+        if np.isnan(out[F["replicas"]]):
+            latest = tier.latest(now)
+            if latest is not None:
+                out = latest
+        return Load.from_row(out)
+
+    def series(self, name: str, now: float, seconds: float) -> tuple[npt.NDArray[np.float64],
+                                                                     npt.NDArray[np.float64]]:
+        """(bucket start times, bucket means) of one field over the last `seconds`, from the finest tier
+        that spans them: for forecasting and dashboards."""
+        tier = next((t for t in self._tiers if t.span() >= seconds), self._tiers[-1])
+        ids, means = tier.bucket_means(now, seconds)
+        return ids.astype(np.float64) * tier.seconds, means[:, F[name]]
+
+    def replica_samples(self, pod: str) -> npt.NDArray[np.float64]:
+        """The replica's retained samples, oldest first, columns RFIELDS (empty when unknown)."""
+        t = self._replicas.get(pod)
+        if t is None:
+            return np.empty((0, len(RFIELDS)))
+        idx = [(t.pos - t.size + i) % REPLICA_RING for i in range(t.size)]
+        return t.ring[idx].copy()
+
+    def replica_rates(self, pod: str) -> Rates | None:
+        t = self._replicas.get(pod)
+        return None if t is None else t.rates
+
+    def nbytes(self) -> int:
+        """Bytes held in arrays (tiers and replica rings): the part that grows with models and replicas."""
+        return sum(t.nbytes() for t in self._tiers) + sum(t.ring.nbytes for t in self._replicas.values())
