@@ -25,7 +25,7 @@ import logging
 import os
 import re
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any, NamedTuple
 
@@ -180,3 +180,23 @@ class PodResourcesClient:
             self._failing = True
         else:
             log.debug("kubelet pod-resources at %s still unavailable: %s", self.socket_path, why)
+
+
+def attributor(
+    socket_path: str = DEFAULT_SOCKET,
+    timeout: float = 2.0,
+    extra_resource_names: Iterable[str] = (),
+) -> Callable[[list[GpuMetrics]], list[GpuMetrics]]:
+    """For the collection loop: a callable that asks the kubelet once per call and sets each GPU's
+    `attribution` in place (returning the same list). The timeout is short because it runs inside a
+    collection cycle; a failure leaves every GPU unattributed for that cycle."""
+    client = PodResourcesClient(socket_path, timeout, extra_resource_names)
+
+    def apply(gpus: list[GpuMetrics]) -> list[GpuMetrics]:
+        if not gpus:
+            return gpus
+        for gpu, attributed in zip(gpus, attribute(gpus, client.list_gpu_owners()), strict=True):
+            gpu.attribution = attributed.attribution
+        return gpus
+
+    return apply

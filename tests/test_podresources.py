@@ -20,7 +20,7 @@ import pytest
 from exporter.fake_nvml import FakeGpu, FakeMig, FakeNvml
 from exporter.model import GpuMetrics
 from exporter.nvml import NvmlCollector
-from exporter.podresources import Owner, PodResourcesClient, attribute, gpu_owners
+from exporter.podresources import Owner, PodResourcesClient, attribute, attributor, gpu_owners
 from exporter.podresources_v1 import api_pb2, api_pb2_grpc
 from exporter.podresources_v1.generate import GENERATED, PACKAGE_DIR, generate
 
@@ -275,3 +275,14 @@ def test_regenerating_the_stubs_changes_nothing(tmp_path: Path) -> None:
     for path in regenerated:
         committed = PACKAGE_DIR / path.name
         assert path.read_bytes() == committed.read_bytes(), f"{path.name} differs: run the generator"
+
+
+def test_the_attributor_for_the_collection_loop_sets_owners_in_place(kubelet: tuple[Path, Lister]) -> None:
+    path, lister = kubelet
+    apply = attributor(str(path))
+    assert apply([]) == [] and lister.calls == 0  # no GPU: the kubelet is not asked
+    gpus = node_gpus()
+    assert apply(gpus) is gpus
+    assert {g.uuid: g.attribution.get("pod", "") for g in gpus} == {
+        GPU0: "vllm-llama-0", GPU1: "", MIG_A: "qwen-small-7f9c", MIG_B: "embedder-0", GPU2: "", GPU3: ""}
+    assert lister.calls == 1
