@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import queue
 import threading
 import urllib.error
 import urllib.request
@@ -157,3 +158,30 @@ def metric_value(text: str, name: str, **labels: str) -> float | None:
     return None
 
 
+class StreamReader:
+    """Reads a server stream on a thread, so a test can wait for messages with a deadline."""
+
+    def __init__(self, call: Any) -> None:
+        self.call = call
+        self.messages: queue.Queue[Any] = queue.Queue()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        try:
+            for msg in self.call:
+                self.messages.put(msg.result)
+            self.messages.put("ended")
+        except grpc.RpcError as err:
+            self.messages.put(err.code())
+
+    def next(self, timeout: float = 10.0) -> Any:
+        return self.messages.get(timeout=timeout)
+
+
+def wait_for_streams(server: ServerThread, n: int) -> None:
+    async def until() -> None:
+        while server.service.bus.streams() < n:
+            await asyncio.sleep(0.01)
+
+    server.call(until(), timeout=30)

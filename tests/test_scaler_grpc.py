@@ -13,8 +13,6 @@ from typing import Any
 
 import grpc
 import pytest
-
-from scaler.externalscaler import externalscaler_pb2 as pb
 from scaler_harness import (
     FakeClock,
     FakeHistory,
@@ -28,6 +26,8 @@ from scaler_harness import (
     ref,
     stub,
 )
+
+from scaler.externalscaler import externalscaler_pb2 as pb
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 NAME = "llm-meta-llama-llama-3-1-8b-instruct-" + hashlib.sha256(MODEL.encode()).hexdigest()[:6]

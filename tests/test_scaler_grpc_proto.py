@@ -18,7 +18,8 @@ def test_regeneration_gives_byte_identical_stubs() -> None:
         fresh = regen.generate(Path(tmp))
     assert sorted(fresh) == sorted(regen.GENERATED)
     for name, data in fresh.items():
-        assert (regen.PACKAGE_DIR / name).read_bytes() == data, f"{name} is stale: python -m scaler.externalscaler.regen"
+        stale = f"{name} is stale: run python -m scaler.externalscaler.regen"
+        assert (regen.PACKAGE_DIR / name).read_bytes() == data, stale
 
 
 def test_stubs_import_as_a_package() -> None:

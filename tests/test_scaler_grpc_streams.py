@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import queue
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,7 +10,17 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from scaler_harness import FakeClock, FakeHistory, ServerThread, make_service, post, ref, stub
+from scaler_harness import (
+    FakeClock,
+    FakeHistory,
+    ServerThread,
+    StreamReader,
+    make_service,
+    post,
+    ref,
+    stub,
+    wait_for_streams,
+)
 
 from scaler.externalscaler import externalscaler_pb2 as pb
 from scaler.externalscaler import externalscaler_pb2_grpc as pb_grpc
@@ -30,35 +38,6 @@ def server(histories: dict[tuple[str, str], Any]) -> Iterator[ServerThread]:
     st = ServerThread(make_service(histories, FakeClock()))
     yield st
     st.stop()
-
-
-class StreamReader:
-    """Reads a server stream on a thread, so a test can wait for messages with a deadline."""
-
-    def __init__(self, call: Any) -> None:
-        self.call = call
-        self.messages: queue.Queue[Any] = queue.Queue()
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self) -> None:
-        try:
-            for msg in self.call:
-                self.messages.put(msg.result)
-            self.messages.put("ended")
-        except grpc.RpcError as err:
-            self.messages.put(err.code())
-
-    def next(self, timeout: float = 10.0) -> Any:
-        return self.messages.get(timeout=timeout)
-
-
-def wait_for_streams(server: ServerThread, n: int) -> None:
-    async def until() -> None:
-        while server.service.bus.streams() < n:
-            await asyncio.sleep(0.01)
-
-    server.call(until(), timeout=30)
 
 
 def test_idle_stream_sends_nothing_then_true_on_activation_and_stays_open(server: ServerThread) -> None:
