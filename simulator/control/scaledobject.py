@@ -1,0 +1,426 @@
+"""Read a real ScaledObject manifest into typed KEDA settings, after validating it as Kubernetes would.
+
+Users backtest the ScaledObject they deploy, so the loader takes the same YAML (several documents in
+one file are fine; the ScaledObject is picked by kind and, if needed, name) and checks it against
+KEDA's own CRD schema (vendored next to this module, see KEDA-CRD.md), the CRD's CEL rule, KEDA's
+admission-webhook checks and the HPA API's checks on `behavior`. Every problem is reported with
+its path (`spec.triggers[0].metadata.model`) and all problems are reported at once.
+
+Defaults are KEDA's (project KEDA reference, section 2.12): pollingInterval 30 s, cooldownPeriod
+300 s, initialCooldownPeriod 0, minReplicaCount 0, maxReplicaCount 100, metricType AverageValue,
+fallback.behavior static.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal, cast
+
+import yaml
+
+from simulator.control.hpa import (
+    Behavior,
+    HPAConfig,
+    MetricType,
+    PolicyType,
+    ScalingPolicy,
+    ScalingRules,
+    SelectPolicy,
+)
+
+CRD_PATH = Path(__file__).with_name("keda.sh_scaledobjects.yaml")
+API_VERSION = "keda.sh/v1alpha1"
+#: trigger types the emulator drives (KEDA's external scaler contract)
+EMULATED_TRIGGER_TYPES = ("external", "external-push")
+
+FallbackBehavior = Literal["static", "currentReplicas", "currentReplicasIfHigher", "currentReplicasIfLower"]
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """One `spec.triggers[]` entry. `metadata` is exactly what KEDA sends the scaler as scalerMetadata."""
+
+    type: str
+    metadata: Mapping[str, str]
+    name: str | None = None
+    metric_type: MetricType = "AverageValue"
+    use_cached_metrics: bool = False
+
+    @property
+    def is_push(self) -> bool:
+        """`external-push`: polled like `external`, plus a StreamIsActive stream."""
+        return self.type == "external-push"
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """`spec.fallback`: replicas to fall back to after more than `failure_threshold` failures in a row."""
+
+    failure_threshold: int
+    replicas: int
+    behavior: FallbackBehavior = "static"
+
+
+@dataclass(frozen=True)
+class KedaSettings:
+    """What KEDA and its HPA take from a ScaledObject (defaults are KEDA's)."""
+
+    name: str = "model"
+    namespace: str = "default"
+    target_name: str = "model"
+    target_kind: str = "Deployment"
+    triggers: tuple[Trigger, ...] = ()
+    polling_interval_s: int = 30
+    cooldown_period_s: int = 300
+    initial_cooldown_period_s: int = 0
+    min_replicas: int = 0
+    max_replicas: int = 100
+    idle_replicas: int | None = None
+    fallback: Fallback | None = None
+    behavior: Behavior | None = None
+
+    def __post_init__(self) -> None:
+        problems = list(_settings_problems(self))
+        if problems:
+            raise ScaledObjectError(problems, source=f"ScaledObject {self.namespace}/{self.name}")
+
+    @property
+    def hpa_min_replicas(self) -> int:
+        """KEDA's `GetHPAMinReplicas`: minReplicaCount if > 0, else 1. The HPA never goes below 1."""
+        return self.min_replicas if self.min_replicas > 0 else 1
+
+    def hpa_config(self, **controller_flags: Any) -> HPAConfig:
+        """The HPA KEDA creates for this ScaledObject; `controller_flags` are HPAConfig's cluster-wide
+        fields (tolerance, downscale_stabilization_s, sync_period_s, configurable_tolerance)."""
+        return HPAConfig(min_replicas=self.hpa_min_replicas, max_replicas=self.max_replicas,
+                         behavior=self.behavior, **controller_flags)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a manifest: where (a dotted path) and what."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+
+class ScaledObjectError(ValueError):
+    """The manifest is not a ScaledObject KEDA would accept (or the emulator could run); lists every problem."""
+
+    def __init__(self, problems: Sequence[Problem], source: str = "<input>") -> None:
+        self.problems = tuple(problems)
+        self.source = source
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{source}: invalid ScaledObject ({len(self.problems)} problem(s)):\n{lines}")
+
+
+# ---------------------------------------------------------------------------------------------- schema
+
+
+@lru_cache(maxsize=1)
+def crd_schema() -> Mapping[str, Any]:
+    """The `openAPIV3Schema` of the vendored CRD's served version."""
+    crd = yaml.safe_load(CRD_PATH.read_text())
+    for version in crd["spec"]["versions"]:
+        if version["name"] == "v1alpha1":
+            return cast(Mapping[str, Any], version["schema"]["openAPIV3Schema"])
+    raise RuntimeError(f"{CRD_PATH.name} has no v1alpha1 schema")
+
+
+def _path(parts: Sequence[str | int]) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def _schema_problems(doc: Mapping[str, Any]) -> list[Problem]:
+    import jsonschema  # imported here: only manifests need it (a runtime dependency of `keda-llm simulate`)
+
+    checker = jsonschema.FormatChecker()
+
+    def _int32(value: object) -> bool:
+        return not isinstance(value, int) or -(2**31) <= value < 2**31
+
+    checker.checks("int32")(_int32)
+
+    validator = jsonschema.Draft7Validator(crd_schema(), format_checker=checker)
+    problems = [Problem(_path(list(e.absolute_path)), e.message)
+                for e in sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))]
+    problems.extend(_unknown_fields(doc, crd_schema(), []))
+    return problems
+
+
+def _unknown_fields(value: Any, schema: Mapping[str, Any], at: list[str | int]) -> Iterator[Problem]:
+    """Fields the structural schema does not know: the API server drops them, `kubectl apply` (strict
+    field validation) refuses them; usually a typo such as `pollingIntervall`."""
+    if isinstance(value, Mapping) and "properties" in schema and "additionalProperties" not in schema:
+        props = schema["properties"]
+        for key, sub in value.items():
+            if key not in props:
+                yield Problem(_path([*at, key]), "unknown field (not in the ScaledObject CRD schema)")
+            else:
+                yield from _unknown_fields(sub, props[key], [*at, key])
+    elif isinstance(value, list) and "items" in schema:
+        for i, item in enumerate(value):
+            yield from _unknown_fields(item, schema["items"], [*at, i])
+
+
+# ------------------------------------------------------------------------------------------ semantics
+
+_QUANTITY = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))(?:([KMGTPE]i)|([numkMGTPE])|[eE]([+-]?\d+))?$")
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_BINARY = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+
+
+def parse_quantity(value: int | float | str) -> float:
+    """A Kubernetes resource.Quantity (`0.05`, `50m`, `1`) as a float; raises ValueError if malformed."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    m = _QUANTITY.match(str(value).strip())
+    if not m:
+        raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. 0.05 or 50m)")
+    number, binary, decimal, exponent = m.groups()
+    if binary:
+        return float(number) * 2.0 ** _BINARY[binary]
+    if exponent:
+        return float(number) * 10.0 ** int(exponent)
+    return float(number) * 10.0 ** _DECIMAL[decimal or ""]
+
+
+def _rules_problems(rules: Mapping[str, Any], at: str) -> Iterator[Problem]:
+    """The HPA API's validation of HPAScalingRules (k8s pkg/apis/autoscaling/validation): KEDA copies the
+    behavior verbatim, so a bad one makes the HPA create/update fail."""
+    window = rules.get("stabilizationWindowSeconds")
+    if isinstance(window, int) and not 0 <= window <= 3600:
+        yield Problem(f"{at}.stabilizationWindowSeconds", f"must be within [0, 3600], got {window}")
+    select = rules.get("selectPolicy")
+    if select is not None and select not in ("Max", "Min", "Disabled"):
+        yield Problem(f"{at}.selectPolicy", f"must be Max, Min or Disabled, got {select!r}")
+    policies = rules.get("policies")
+    if isinstance(policies, list):
+        if not policies and select != "Disabled":
+            yield Problem(f"{at}.policies", "must have at least one policy unless selectPolicy is Disabled")
+        for i, policy in enumerate(policies):
+            if not isinstance(policy, Mapping):
+                continue
+            if policy.get("type") not in ("Pods", "Percent"):
+                yield Problem(f"{at}.policies[{i}].type", f"must be Pods or Percent, got {policy.get('type')!r}")
+            value, period = policy.get("value"), policy.get("periodSeconds")
+            if isinstance(value, int) and value <= 0:
+                yield Problem(f"{at}.policies[{i}].value", f"must be greater than zero, got {value}")
+            if isinstance(period, int) and not 0 < period <= 1800:
+                yield Problem(f"{at}.policies[{i}].periodSeconds", f"must be within (0, 1800], got {period}")
+    if "tolerance" in rules:
+        try:
+            tol = parse_quantity(rules["tolerance"])
+        except ValueError as exc:
+            yield Problem(f"{at}.tolerance", str(exc))
+        else:
+            if tol < 0:
+                yield Problem(f"{at}.tolerance", f"must be greater than or equal to zero, got {rules['tolerance']!r}")
+
+
+def _semantic_problems(doc: Mapping[str, Any]) -> Iterator[Problem]:
+    """Checks outside the schema: the CRD's CEL rule, KEDA's webhook, the HPA API, and what the emulator runs."""
+    if doc.get("apiVersion") != API_VERSION:
+        yield Problem("apiVersion", f"must be {API_VERSION}, got {doc.get('apiVersion')!r}")
+    meta = doc.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    if not isinstance(name, str) or not name:
+        yield Problem("metadata.name", "is required")
+    elif len(name) > 63:
+        yield Problem("metadata.name", f"must be at most 63 characters (KEDA >= 2.20), got {len(name)}")
+    spec = doc.get("spec")
+    if not isinstance(spec, Mapping):
+        return
+    min_r, max_r, idle = spec.get("minReplicaCount"), spec.get("maxReplicaCount"), spec.get("idleReplicaCount")
+    if isinstance(min_r, int) and min_r > (max_r if isinstance(max_r, int) else 100):
+        yield Problem("spec.minReplicaCount",
+                      f"minReplicaCount ({min_r}) must be less than or equal to maxReplicaCount "
+                      f"({max_r if isinstance(max_r, int) else '100, the default'})")
+    if isinstance(idle, int) and idle >= (min_r if isinstance(min_r, int) else 0):
+        yield Problem("spec.idleReplicaCount",
+                      f"idleReplicaCount ({idle}) must be less than minReplicaCount ({min_r if min_r else 0})")
+    triggers = spec.get("triggers")
+    if isinstance(triggers, list):
+        names: dict[str, int] = {}
+        for i, trig in enumerate(triggers):
+            if not isinstance(trig, Mapping):
+                continue
+            at = f"spec.triggers[{i}]"
+            ttype = trig.get("type")
+            if ttype not in EMULATED_TRIGGER_TYPES:
+                yield Problem(f"{at}.type", f"the emulator runs only {' and '.join(EMULATED_TRIGGER_TYPES)} "
+                                            f"triggers (KEDA's external scaler contract), got {ttype!r}")
+            mtype = trig.get("metricType")
+            if mtype is not None and mtype not in ("AverageValue", "Value"):
+                yield Problem(f"{at}.metricType", f"external metrics support AverageValue or Value, got {mtype!r}")
+            metadata = trig.get("metadata")
+            if isinstance(metadata, Mapping) and ttype in EMULATED_TRIGGER_TYPES and not metadata.get("scalerAddress"):
+                yield Problem(f"{at}.metadata.scalerAddress", "is required for external triggers (host:port)")
+            tname = trig.get("name")
+            if isinstance(tname, str) and tname:
+                if tname in names:
+                    yield Problem(f"{at}.name", f"trigger name {tname!r} is also used by spec.triggers[{names[tname]}]")
+                names.setdefault(tname, i)
+    advanced = spec.get("advanced")
+    if isinstance(advanced, Mapping):
+        if advanced.get("scalingModifiers"):
+            yield Problem("spec.advanced.scalingModifiers",
+                          "scalingModifiers (formula) is not modelled by the emulator")
+        hpa = advanced.get("horizontalPodAutoscalerConfig")
+        behavior = hpa.get("behavior") if isinstance(hpa, Mapping) else None
+        if isinstance(behavior, Mapping):
+            for direction in ("scaleUp", "scaleDown"):
+                rules = behavior.get(direction)
+                if isinstance(rules, Mapping):
+                    at = f"spec.advanced.horizontalPodAutoscalerConfig.behavior.{direction}"
+                    yield from _rules_problems(rules, at)
+    fallback = spec.get("fallback")
+    if isinstance(fallback, Mapping) and fallback.get("behavior") == "scalingModifiers":
+        yield Problem("spec.fallback.behavior", "scalingModifiers fallback is not modelled by the emulator")
+
+
+def _settings_problems(s: KedaSettings) -> Iterator[Problem]:
+    """Invariants of KedaSettings built in code (the same rules, named by their YAML keys)."""
+    if s.polling_interval_s < 1:
+        yield Problem("spec.pollingInterval", f"must be >= 1, got {s.polling_interval_s}")
+    for key, value in (("cooldownPeriod", s.cooldown_period_s), ("initialCooldownPeriod", s.initial_cooldown_period_s),
+                       ("minReplicaCount", s.min_replicas)):
+        if value < 0:
+            yield Problem(f"spec.{key}", f"must be >= 0, got {value}")
+    if s.max_replicas < 1:
+        yield Problem("spec.maxReplicaCount", f"must be >= 1, got {s.max_replicas}")
+    if s.min_replicas > s.max_replicas:
+        yield Problem("spec.minReplicaCount",
+                      f"minReplicaCount ({s.min_replicas}) must be <= maxReplicaCount ({s.max_replicas})")
+    if s.idle_replicas is not None and not 0 <= s.idle_replicas < s.min_replicas:
+        yield Problem("spec.idleReplicaCount",
+                      f"idleReplicaCount ({s.idle_replicas}) must be >= 0 and < minReplicaCount ({s.min_replicas})")
+    if s.fallback is not None and (s.fallback.failure_threshold < 0 or s.fallback.replicas < 0):
+        yield Problem("spec.fallback", f"failureThreshold and replicas must be >= 0, got {s.fallback}")
+    for i, t in enumerate(s.triggers):
+        if t.metric_type not in ("AverageValue", "Value"):
+            yield Problem(f"spec.triggers[{i}].metricType", f"must be AverageValue or Value, got {t.metric_type!r}")
+
+
+def validate_scaledobject(doc: Mapping[str, Any]) -> list[Problem]:
+    """Every problem with one ScaledObject document (empty list = valid)."""
+    if not isinstance(doc, Mapping):
+        return [Problem("", f"a ScaledObject must be a mapping, got {type(doc).__name__}")]
+    problems = _schema_problems(doc)
+    problems.extend(_semantic_problems(doc))
+    return problems
+
+
+# -------------------------------------------------------------------------------------------- parsing
+
+
+def _rules(raw: Mapping[str, Any] | None) -> ScalingRules | None:
+    if raw is None:
+        return None
+    policies = raw.get("policies")
+    return ScalingRules(
+        stabilization_window_seconds=raw.get("stabilizationWindowSeconds"),
+        select_policy=cast(SelectPolicy | None, raw.get("selectPolicy")),
+        policies=None if policies is None else tuple(
+            ScalingPolicy(cast(PolicyType, p["type"]), int(p["value"]), int(p["periodSeconds"])) for p in policies),
+        tolerance=None if raw.get("tolerance") is None else parse_quantity(raw["tolerance"]),
+    )
+
+
+def settings_from_manifest(doc: Mapping[str, Any], source: str = "<input>") -> KedaSettings:
+    """Validate one ScaledObject document and convert it; raises ScaledObjectError listing every problem."""
+    problems = validate_scaledobject(doc)
+    if problems:
+        raise ScaledObjectError(problems, source)
+    meta, spec = doc["metadata"], doc["spec"]
+    target = spec["scaleTargetRef"]
+    hpa_cfg = (spec.get("advanced") or {}).get("horizontalPodAutoscalerConfig") or {}
+    raw_behavior = hpa_cfg.get("behavior")
+    behavior = None if raw_behavior is None else Behavior(
+        scale_up=_rules(raw_behavior.get("scaleUp")), scale_down=_rules(raw_behavior.get("scaleDown")))
+    raw_fallback = spec.get("fallback")
+    fallback = None if raw_fallback is None else Fallback(
+        int(raw_fallback["failureThreshold"]), int(raw_fallback["replicas"]),
+        cast(FallbackBehavior, raw_fallback.get("behavior", "static")))
+    triggers = tuple(
+        Trigger(type=t["type"], metadata=dict(t["metadata"]), name=t.get("name") or None,
+                metric_type=cast(MetricType, t.get("metricType") or "AverageValue"),
+                use_cached_metrics=bool(t.get("useCachedMetrics", False)))
+        for t in spec["triggers"])
+    return KedaSettings(
+        name=meta["name"], namespace=meta.get("namespace") or "default",
+        target_name=target["name"], target_kind=target.get("kind") or "Deployment", triggers=triggers,
+        polling_interval_s=spec.get("pollingInterval", 30), cooldown_period_s=spec.get("cooldownPeriod", 300),
+        initial_cooldown_period_s=spec.get("initialCooldownPeriod", 0),
+        min_replicas=spec.get("minReplicaCount", 0), max_replicas=spec.get("maxReplicaCount", 100),
+        idle_replicas=spec.get("idleReplicaCount"), fallback=fallback, behavior=behavior,
+    )
+
+
+def parse_scaledobjects(text: str, source: str = "<input>") -> list[KedaSettings]:
+    """Every ScaledObject in a (multi-document) YAML text, validated; other kinds are skipped."""
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        raise ScaledObjectError([Problem("", f"not valid YAML: {exc}")], source) from exc
+    out: list[KedaSettings] = []
+    problems: list[Problem] = []
+    for i, doc in enumerate(docs):
+        if not isinstance(doc, Mapping):
+            problems.append(Problem(f"document {i}", f"expected a mapping, got {type(doc).__name__}"))
+        elif doc.get("kind") == "ScaledObject":
+            try:
+                out.append(settings_from_manifest(doc, source))
+            except ScaledObjectError as exc:
+                name = (doc.get("metadata") or {}).get("name", "?") if isinstance(doc.get("metadata"), Mapping) else "?"
+                problems.extend(Problem(f"document {i} ({name}): {p.path}" if p.path else f"document {i} ({name})",
+                                        p.message) for p in exc.problems)
+    if problems:
+        raise ScaledObjectError(problems, source)
+    return out
+
+
+def load_scaledobject(path: str | Path, name: str | None = None) -> KedaSettings:
+    """The ScaledObject in a YAML file (pick one by `name` when the file holds several)."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ScaledObjectError([Problem("", f"cannot read {p}: {exc.strerror or exc}")], str(p)) from exc
+    found = parse_scaledobjects(text, str(p))
+    if name is not None:
+        found = [s for s in found if s.name == name]
+        if not found:
+            raise ScaledObjectError([Problem("", f"no ScaledObject named {name!r}")], str(p))
+    if not found:
+        raise ScaledObjectError([Problem("", "no document of kind ScaledObject")], str(p))
+    if len(found) > 1:
+        names = ", ".join(s.name for s in found)
+        raise ScaledObjectError([Problem("", f"{len(found)} ScaledObjects ({names}); pass name= to pick one")], str(p))
+    return found[0]
+
+
+__all__ = [
+    "CRD_PATH",
+    "Fallback",
+    "KedaSettings",
+    "Problem",
+    "ScaledObjectError",
+    "Trigger",
+    "crd_schema",
+    "load_scaledobject",
+    "parse_quantity",
+    "parse_scaledobjects",
+    "settings_from_manifest",
+    "validate_scaledobject",
+]
