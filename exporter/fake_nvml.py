@@ -220,11 +220,15 @@ class FakeNvml:
 
     def nvmlDeviceGetMemoryInfo(self, handle: _Handle, version: int | None = None) -> Any:
         gpu = self._gpu("nvmlDeviceGetMemoryInfo", handle)
-        if version:  # pynvml calls nvmlDeviceGetMemoryInfo_v2 and returns c_nvmlMemory_v2_t
-            raise NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
         total, used = (handle.mig.memory_total, handle.mig.memory_used) if handle.mig else (
             gpu.memory_total, gpu.memory_used)
-        mem = pynvml.c_nvmlMemory_t()
+        if not version:
+            mem = pynvml.c_nvmlMemory_t()
+        elif version == pynvml.nvmlMemory_v2:  # pynvml calls nvmlDeviceGetMemoryInfo_v2
+            mem = pynvml.c_nvmlMemory_v2_t()
+            mem.version, mem.reserved = version, 0  # the fake reserves nothing: used + free = total
+        else:
+            raise NVMLError(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
         mem.total, mem.used, mem.free = total, used, total - used
         return mem
 

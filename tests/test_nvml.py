@@ -5,6 +5,7 @@ Expected values are converted by hand from the raw NVML units set on the fake GP
 
 from __future__ import annotations
 
+import inspect
 import logging
 
 import pynvml
@@ -310,3 +311,33 @@ def test_close_shuts_nvml_down_and_a_later_collect_starts_again() -> None:
         nvml.nvmlDeviceGetCount()
     assert len(collector.collect()) == 1
     assert nvml.calls["nvmlInitWithFlags"] == 2
+
+
+def test_the_fake_has_the_real_modules_names_signatures_and_constants() -> None:
+    """Every nvml* function of the fake exists in nvidia-ml-py with the same parameters and defaults."""
+    fake = FakeNvml()
+    functions = [n for n in dir(FakeNvml) if n.startswith("nvml") and callable(getattr(FakeNvml, n))]
+    assert len(functions) >= 25
+    for name in functions:
+        real = inspect.signature(getattr(pynvml, name)).parameters.values()
+        mine = inspect.signature(getattr(fake, name)).parameters.values()
+        assert [(p.name, p.default) for p in mine] == [(p.name, p.default) for p in real], name
+    for name in dir(FakeNvml):
+        if name.startswith(("NVML_", "nvmlTemperature_")):
+            assert getattr(FakeNvml, name) == getattr(pynvml, name), name
+    assert FakeNvml.NVMLError is pynvml.NVMLError
+
+
+def test_the_fake_returns_the_real_structs_and_errors() -> None:
+    nvml = FakeNvml([busy_gpu(unsupported={"nvmlDeviceGetPowerUsage"})])
+    nvml.nvmlInit()
+    handle = nvml.nvmlDeviceGetHandleByIndex(0)
+    assert isinstance(nvml.nvmlDeviceGetMemoryInfo(handle), pynvml.c_nvmlMemory_t)
+    v2 = nvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+    assert isinstance(v2, pynvml.c_nvmlMemory_v2_t) and v2.version == pynvml.nvmlMemory_v2
+    assert isinstance(nvml.nvmlDeviceGetUtilizationRates(handle), pynvml.c_nvmlUtilization_t)
+    with pytest.raises(pynvml.NVMLError_NotSupported) as raised:
+        nvml.nvmlDeviceGetPowerUsage(handle)
+    assert raised.value.value == pynvml.NVML_ERROR_NOT_SUPPORTED and str(raised.value) == "Not Supported"
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        nvml.nvmlDeviceGetMigMode(handle)  # a GPU without MIG
