@@ -66,7 +66,7 @@ def test_vllm_idle() -> None:
           kv_cache_capacity_tokens=VLLM_CAPACITY,
           prompt_tokens_total=0,  # vllm:prompt_tokens_total{...} 0.0
           generation_tokens_total=0,  # vllm:generation_tokens_total{...} 0.0
-          requests_finished_total=0,  # vllm:request_success_total{finished_reason=stop|length|abort|error|repetition} all 0.0
+          requests_finished_total=0,  # vllm:request_success_total{finished_reason=stop|length|abort|...} all 0.0
           prefix_cache_queried_tokens_total=0,  # vllm:prefix_cache_queries_total{...} 0.0
           prefix_cache_hit_tokens_total=0,  # vllm:prefix_cache_hits_total{...} 0.0
           preemptions_total=0,  # vllm:num_preemptions_total{...} 0.0
@@ -161,7 +161,8 @@ def test_sglang() -> None:
           preemptions_total=14,  # sglang:num_retracted_requests_total{...} 14.0
           # sglang:time_to_first_token_seconds_count 1800.0, _sum 424.89389783249095; le="0.1" 195.0, le="0.2" 843.0
           time_to_first_token_seconds=hist(1800, 424.89389783249095, {0.1: 195, 0.2: 843, 2.0: 1800}),
-          # sglang:inter_token_latency_seconds_count 36000.0, _sum 899.0837052176743; le="0.02" 5169.0, le="0.025" 18105.0
+          # sglang:inter_token_latency_seconds_count 36000.0, _sum 899.0837052176743;
+          # le="0.02" 5169.0, le="0.025" 18105.0
           inter_token_latency_seconds=hist(36000, 899.0837052176743, {0.015: 0, 0.02: 5169, 0.025: 18105}),
           # requests_max_running: no sglang:max_running_requests in current builds, none configured
           )

@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable, Iterable
 
 import pytest
+from conftest import ENGINE_FIXTURES
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families as text_families
 
@@ -14,7 +15,6 @@ from exporter.engines import ADAPTERS
 from exporter.errors import ScrapeError
 from exporter.model import Sample
 from exporter.parse import parse
-from conftest import ENGINE_FIXTURES
 
 ENGINE_BODIES = sorted(p.name for p in ENGINE_FIXTURES.glob("*.prom"))
 EDGE = ENGINE_FIXTURES / "edge"
@@ -37,7 +37,7 @@ def reference(body: str, wanted: Callable[[str], bool] | None = None, openmetric
     Its text parser appends `_total` to the samples of a counter whose TYPE name lacks it (TGI's
     `tgi_request_success`); that rename is undone here so both sides name samples as exposed.
     """
-    families = openmetrics_families(body) if openmetrics else text_families(body)
+    families = openmetrics_families(body) if openmetrics else text_families(body)  # type: ignore[no-untyped-call]
     bare_counters = {m for m in re.findall(r"^# TYPE (\S+) counter$", body, re.M) if not m.endswith("_total")}
     out = []
     for family in families:
