@@ -155,6 +155,8 @@ def decide(history: ModelHistory, config: ScalerConfig, state: PolicyState, work
     latest = snap.latest
     demand_now = any((v or 0.0) > 0 for v in (latest.running, latest.waiting, latest.upstream))
     last_demand = now if demand_now else state.last_demand_at
+    if history.last_demand_at is not None and history.last_demand_at <= now:
+        last_demand = max(last_demand if last_demand is not None else -math.inf, history.last_demand_at)
     if state.last_activation_at is not None and state.last_activation_at <= now:
         last_demand = max(last_demand if last_demand is not None else -math.inf, state.last_activation_at)
     if not config.scale_to_zero:

@@ -281,10 +281,17 @@ class ModelHistory:
         self._replicas: dict[str, _ReplicaTrack] = {}
         self._latest: Observation | None = None
         self._max_startup: float | None = None
+        self._last_demand_at: float | None = None
 
     @property
     def last_at(self) -> float | None:
         return None if self._latest is None else self._latest.at
+
+    @property
+    def last_demand_at(self) -> float | None:
+        """The last collection that saw demand: a fresh replica running or queueing, or upstream demand.
+        The idle timer of scale to zero counts from here, between polls too."""
+        return self._last_demand_at
 
     def ingest(self, obs: Observation) -> None:
         """Add one collection cycle. Observations must come in time order; an older one only fills gaps."""
@@ -305,15 +312,18 @@ class ModelHistory:
         for pod in [p for p, t in self._replicas.items() if t.last_listed < horizon]:
             del self._replicas[pod]
         self._latest = obs
-        self._add_row(obs)
+        row = self._add_row(obs)
+        if any(row[F[name]] > 0 for name in ("running", "waiting", "upstream")):  # NaN > 0 is False
+            self._last_demand_at = obs.at
 
     def _rates(self) -> dict[str, Rates]:
         return {pod: t.rates for pod, t in self._replicas.items()}
 
-    def _add_row(self, obs: Observation) -> None:
+    def _add_row(self, obs: Observation) -> npt.NDArray[np.float64]:
         row = aggregate(obs.replicas, self._rates(), obs.upstream_demand, obs.at, self.stale_after)
         for tier in self._tiers:
             tier.add(obs.at, row)
+        return row
 
     def snapshot(self, now: float) -> Snapshot | None:
         """The latest observation judged at `now`; None when nothing was ever ingested."""
