@@ -58,10 +58,20 @@ def _labels(text: str, lineno: int) -> dict[str, str]:
     """`k="v",k2="v2"` -> dict. Fast path when no value holds an escape (the usual case)."""
     if "\\" not in text:
         parts = text.split('"')
-        if len(parts) % 2 == 1 and all(p.strip(" ,").endswith("=") for p in parts[0:-1:2]):
-            if parts[-1].strip(" ,"):
+        if len(parts) % 2 == 1:
+            fast: dict[str, str] = {}
+            for i in range(0, len(parts) - 1, 2):
+                key = parts[i].strip()
+                if i:
+                    if key[:1] != ",":
+                        raise SourceError("parse", f"line {lineno}: bad label set {{{text[:80]}}}")
+                    key = key[1:].lstrip()
+                if key[-1:] != "=":
+                    raise SourceError("parse", f"line {lineno}: bad label set {{{text[:80]}}}")
+                fast[key[:-1].rstrip()] = parts[i + 1]
+            if parts[-1].strip() not in ("", ",") or (len(parts) == 1 and parts[0].strip()):
                 raise SourceError("parse", f"line {lineno}: bad label set {{{text[:80]}}}")
-            return {parts[i].strip(" ,")[:-1].strip(): parts[i + 1] for i in range(0, len(parts) - 1, 2)}
+            return fast
     out: dict[str, str] = {}
     pos = 0
     while pos < len(text) and text[pos:].strip():

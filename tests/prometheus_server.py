@@ -1,0 +1,200 @@
+"""Test fixtures: loopback HTTP servers that serve exporter-format bodies, and a REAL Prometheus server.
+
+`prometheus_factory` starts the `prometheus` binary (Debian/Ubuntu package `prometheus`; .ci/run
+installs it) on 127.0.0.1 with its TSDB in a temp dir and a config that scrapes the bodies we serve.
+Without the binary the test fails under CI=true (a skipped real-Prometheus test would hide a broken
+source) and is skipped elsewhere.
+
+Use from a test module (pytest puts tests/ on sys.path):
+    from prometheus_server import BodyServer, PrometheusServer, running_prometheus
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+START_TIMEOUT_S = 60.0
+
+
+class BodyServer:
+    """An HTTP server on 127.0.0.1:<free port> answering every GET with the current (status, body).
+
+    `set(...)` changes the answer between requests; `requests` counts GETs served.
+    """
+
+    def __init__(self, body: str | bytes = "", status: int = 200, content_type: str = "text/plain; version=0.0.4"):
+        self._answer = (status, body.encode() if isinstance(body, str) else body, content_type)
+        self.requests = 0
+        self.paths: list[str] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                status, payload, ctype = outer._answer
+                outer.requests += 1
+                outer.paths.append(self.path)
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.port = int(self._server.server_address[1])
+        self.address = f"127.0.0.1:{self.port}"
+        self.url = f"http://{self.address}/metrics"
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
+        self._thread.start()
+
+    def set(self, body: str | bytes, status: int = 200, content_type: str = "text/plain; version=0.0.4") -> None:
+        self._answer = (status, body.encode() if isinstance(body, str) else body, content_type)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def json_body(doc: Any) -> bytes:
+    return json.dumps(doc).encode()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def refused_address() -> str:
+    """host:port where nothing listens (bound then closed: connecting is refused)."""
+    return f"127.0.0.1:{free_port()}"
+
+
+def prometheus_binary() -> str:
+    path = shutil.which("prometheus")
+    if path is None:
+        message = (
+            "the `prometheus` server binary is not on PATH: install it (Debian/Ubuntu: apt-get install prometheus; "
+            "or a release from https://prometheus.io/download/) to run the real-Prometheus source tests"
+        )
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+@dataclass
+class Job:
+    """One scrape job: targets (host:port), whether exporter labels win, extra target labels."""
+
+    name: str
+    targets: Sequence[str]
+    honor_labels: bool = True
+    labels: Mapping[str, str] | None = None
+
+
+@dataclass
+class PrometheusServer:
+    url: str
+
+    def query(self, promql: str) -> dict[str, Any]:
+        with urllib.request.urlopen(f"{self.url}/api/v1/query?{urllib.parse.urlencode({'query': promql})}") as r:
+            doc: dict[str, Any] = json.load(r)
+            return doc
+
+    def wait_for(self, promql: str, accept: Callable[[list[Any]], bool], timeout_s: float = 30.0) -> list[Any]:
+        """Poll `promql` until `accept(result)`; fail naming the last result. Waits on a condition, not a time."""
+        deadline = time.monotonic() + timeout_s
+        result: list[Any] = []
+        while time.monotonic() < deadline:
+            result = self.query(promql)["data"]["result"]
+            if accept(result):
+                return result
+            time.sleep(0.2)
+        pytest.fail(f"Prometheus never answered {promql!r} acceptably within {timeout_s}s; last: {result}")
+
+
+def _config(jobs: Sequence[Job], scrape_interval: str) -> str:
+    lines = ["global:", f"  scrape_interval: {scrape_interval}", f"  scrape_timeout: {scrape_interval}",
+             "scrape_configs:"]
+    for job in jobs:
+        lines += [f"  - job_name: {job.name}", f"    honor_labels: {str(job.honor_labels).lower()}",
+                  "    static_configs:", f"      - targets: {json.dumps(list(job.targets))}"]
+        if job.labels:
+            lines.append(f"        labels: {json.dumps(dict(job.labels))}")
+    return "\n".join(lines) + "\n"
+
+
+@contextmanager
+def running_prometheus(workdir: Path, jobs: Sequence[Job], scrape_interval: str = "1s") -> Iterator[PrometheusServer]:
+    """A real Prometheus on 127.0.0.1 scraping `jobs`; stopped (and its TSDB removed with workdir) on exit."""
+    binary = prometheus_binary()
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = workdir / "prometheus.yml"
+    config.write_text(_config(jobs, scrape_interval))
+    port = free_port()
+    log = (workdir / "prometheus.log").open("w")
+    proc = subprocess.Popen(
+        [binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    server = PrometheusServer(url=f"http://127.0.0.1:{port}")
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"prometheus exited with {proc.returncode}: {(workdir / 'prometheus.log').read_text()}")
+            try:
+                with urllib.request.urlopen(f"{server.url}/-/ready", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"prometheus not ready in {START_TIMEOUT_S}s")
+            time.sleep(0.1)
+        yield server
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+@pytest.fixture
+def prometheus_factory(tmp_path: Path) -> Iterator[Callable[[Sequence[Job]], PrometheusServer]]:
+    """`start(jobs) -> PrometheusServer`; every server started is stopped at teardown."""
+    with_stack: list[Any] = []
+
+    def start(jobs: Sequence[Job]) -> PrometheusServer:
+        cm = running_prometheus(tmp_path / f"prometheus-{len(with_stack)}", jobs)
+        server = cm.__enter__()
+        with_stack.append(cm)
+        return server
+
+    yield start
+    for cm in reversed(with_stack):
+        cm.__exit__(None, None, None)

@@ -1,0 +1,95 @@
+"""The pure reader: exporter text -> Observations (scaler/sources/exposition.py)."""
+
+from __future__ import annotations
+
+import pytest
+from sources_bodies import MODEL, NOW, engine_block, pod_a, two_pod_body
+
+from scaler.model import Observation, ReplicaSample
+from scaler.sources.errors import SourceError
+from scaler.sources.exposition import observations_from_exposition, parse_exposition
+
+# Expected by hand from sources_bodies: pod a = running 7, waiting 2, kv 0.5; pod b = 3, 0, 0.25.
+COMMON = dict(max_running=None, kv_capacity_tokens=262144.0, prompt_tokens_total=120000.0,
+              generation_tokens_total=45000.0, requests_finished_total=300.0, startup_seconds=95.5)
+A = ReplicaSample(pod="vllm-a", timestamp=NOW - 1, up=True, running=7.0, waiting=2.0, kv_usage_ratio=0.5, **COMMON)
+B = ReplicaSample(pod="vllm-b", timestamp=NOW - 2, up=True, running=3.0, waiting=0.0, kv_usage_ratio=0.25, **COMMON)
+
+
+def test_two_pods_and_another_model_become_two_observations() -> None:
+    got = observations_from_exposition(two_pod_body(), now=NOW)
+    qwen = ReplicaSample(pod="qwen-0", timestamp=NOW - 3, up=True, running=1.0, waiting=0.0, kv_usage_ratio=0.1,
+                         **{**COMMON, "kv_capacity_tokens": 65536.0})
+    assert got == [
+        Observation(namespace="llm", model=MODEL, at=NOW, replicas=(A, B)),
+        Observation(namespace="team-b", model="Qwen/Qwen3-8B", at=NOW, replicas=(qwen,)),
+    ]
+
+
+def test_pods_are_sorted_whatever_the_body_order() -> None:
+    body_ba = engine_block("vllm-b", "n2", running="3", waiting="0", kv="0.25", ts=NOW - 2) + pod_a()
+    assert observations_from_exposition(body_ba, now=NOW)[0].replicas == (A, B)
+
+
+@pytest.mark.parametrize("bad", ["NaN", "+Inf", "-Inf", "-1"])
+def test_unusable_value_reads_as_missing_and_is_counted(bad: str) -> None:
+    parsed = parse_exposition(pod_a(running=bad, kv=bad))
+    assert parsed.invalid_values == 2
+    fields = parsed.replicas[("llm", MODEL, "vllm-a")]
+    assert "running" not in fields and "kv_usage_ratio" not in fields
+    assert fields["waiting"] == 2.0
+    (obs,) = observations_from_exposition(pod_a(running=bad), now=NOW)
+    assert obs.replicas[0].running is None and obs.replicas[0].waiting == 2.0
+
+
+def test_engine_down_is_a_replica_that_is_not_up() -> None:
+    lab = f'model="{MODEL}",engine="vllm",role="unified",namespace="llm",pod="vllm-c",node="n3"'
+    body = f"llm_engine_up{{{lab}}} 0\nllm_engine_last_success_timestamp_seconds{{{lab}}} {NOW - 60}\n"
+    (obs,) = observations_from_exposition(body, now=NOW)
+    assert obs.replicas == (ReplicaSample(pod="vllm-c", timestamp=NOW - 60, up=False),)
+
+
+def test_without_a_staleness_clock_a_replica_is_never_fresh() -> None:
+    body = f'llm_requests_running{{model="{MODEL}",namespace="llm",pod="p"}} 4\n'
+    (obs,) = observations_from_exposition(body, now=NOW)
+    assert obs.replicas == (ReplicaSample(pod="p", timestamp=0.0, up=True, running=4.0),)
+
+
+def test_escaped_label_values_and_static_targets_without_pod() -> None:
+    body = (
+        'llm_requests_running{model="we\\"ird\\\\name",engine="tgi",role="unified",namespace="llm",pod="",node="n1"}'
+        " 5 1800000000000\n"
+        'llm_requests_running{model="m",engine="llamacpp",role="decode",namespace="",node="n9"} 2\n'
+    )
+    got = {(o.namespace, o.model): o.replicas for o in observations_from_exposition(body, now=NOW)}
+    assert got == {
+        ("llm", 'we"ird\\name'): (ReplicaSample(pod="n1/tgi/unified", timestamp=0.0, running=5.0),),
+        ("", "m"): (ReplicaSample(pod="n9/llamacpp/decode", timestamp=0.0, running=2.0),),
+    }
+
+
+def test_series_without_model_belong_to_nobody() -> None:
+    assert observations_from_exposition('llm_requests_running{pod="p"} 3\nllm_requests_waiting 1\n', now=NOW) == []
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "what"),
+    [
+        ("<html><body>502 Bad Gateway</body></html>\n", 1, "not an exposition line"),
+        (pod_a() + 'llm_requests_running{model="x",pod="p"\n', 16, "unclosed label set"),
+        (pod_a() + 'llm_requests_waiting{model="x"} many\n', 16, "value 'many' is not a number"),
+        ('llm_requests_running{model="x" pod="p"} 1\n', 1, "bad label set"),
+        ("# HELP ok\nup 1\nllm_requests_running\n", 3, "value '' is not a number"),
+        ("up 1\n{} 2\n", 2, "not an exposition line"),
+    ],
+)
+def test_garbage_is_refused_naming_the_line(body: str, line: int, what: str) -> None:
+    with pytest.raises(SourceError) as info:
+        parse_exposition(body)
+    assert info.value.reason == "parse"
+    assert f"line {line}:" in str(info.value) and what in str(info.value)
+
+
+def test_empty_body_is_valid_and_empty() -> None:
+    assert observations_from_exposition("", now=NOW) == []
+    assert observations_from_exposition("# EOF\n", now=NOW) == []
