@@ -15,7 +15,7 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -93,7 +93,7 @@ def load_normalize() -> Normalize:
 class _AttributedGpus:
     """NVML readings with the kubelet's GPU-to-pod assignment filled in, when that is available."""
 
-    def __init__(self, nvml: GpuSource, attribute: Any | None) -> None:
+    def __init__(self, nvml: GpuSource, attribute: Callable[[list[GpuMetrics]], list[GpuMetrics]] | None) -> None:
         self._nvml = nvml
         self._attribute = attribute
 
@@ -101,7 +101,7 @@ class _AttributedGpus:
         gpus = self._nvml.collect()
         if gpus and self._attribute is not None:
             try:
-                self._attribute(gpus)
+                return self._attribute(gpus)
             except Exception as e:  # attribution is a bonus: GPU series without pod labels beat none
                 log.warning("GPU to pod attribution failed: %s", e)
         return gpus
@@ -119,12 +119,9 @@ def build_gpu_source(cfg: ExporterConfig) -> GpuSource | None:
 
     attribute = None
     if cfg.gpu.pod_resources_socket:
-        try:
-            from exporter import podresources
+        from exporter.podresources import attributor
 
-            attribute = podresources.attributor(cfg.gpu.pod_resources_socket)  # type: ignore[attr-defined]
-        except (ImportError, AttributeError) as e:
-            log.info("GPU to pod attribution unavailable: %s", e)
+        attribute = attributor(cfg.gpu.pod_resources_socket)
     return _AttributedGpus(NvmlCollector(), attribute)
 
 

@@ -67,7 +67,8 @@ class ExporterConfig:
     listen: str = ":9400"
     #: Seconds between collection cycles.
     interval: float = 5.0
-    #: Per-target limit in seconds for connect + the whole answer (a trickling engine times out too).
+    #: Per-target limit in seconds for connect + the whole answer (a trickling engine times out too);
+    #: at most `interval`, and the default shrinks to a shorter interval.
     timeout: float = 2.0
     #: A body past this many bytes is dropped (reason too_large) without reading the rest.
     max_body_bytes: int = 8 * 1024 * 1024
@@ -199,7 +200,8 @@ def parse_config(data: object, env: Mapping[str, str] | None = None) -> Exporter
     listen = _str(top.get("listen", d.listen), "listen")
     parse_listen(listen, "listen")
     interval = parse_duration(top.get("interval", d.interval), "interval")
-    timeout = parse_duration(top.get("timeout", d.timeout), "timeout")
+    # the default timeout shrinks to a shorter interval; an explicit one must fit in it
+    timeout = parse_duration(top.get("timeout", min(d.timeout, interval)), "timeout")
     if timeout > interval:
         raise ConfigError("timeout", top.get("timeout", d.timeout),
                           f"must not exceed interval ({interval:g}s): a cycle would overrun the next")

@@ -63,7 +63,7 @@ def rig() -> Iterator[Rig]:
     ]}, env={})
     clock = Clock()
     collector = Collector(cfg, Discovery(cfg), normalize, render, clock=clock)
-    yield Rig(*engines, collector, clock)  # type: ignore[call-arg]
+    yield Rig(engines[0], engines[1], engines[2], collector, clock)
     collector.stop()
     for e in engines:
         e.stop()
@@ -145,7 +145,8 @@ def test_a_bad_engine_costs_only_itself(rig: Rig, label: str, make_bad: object, 
     assert errors(s, "good-vllm") == errors(s, "good-llama") == dict.fromkeys(REASONS, 0)
 
     # the error is counted under its reason, once
-    assert errors(s, "bad") == {**dict.fromkeys(REASONS, 0), reason: 1}, label
+    expected: dict[str, float] = {**dict.fromkeys(REASONS, 0), reason: 1}
+    assert errors(s, "bad") == expected, label
     # down under the same labels, last success kept, every other series gone
     assert s[("llm_engine_up", BAD)] == 0
     assert s[("llm_engine_last_success_timestamp_seconds", BAD)] == GOOD_CYCLE
@@ -172,7 +173,7 @@ def test_the_bad_target_comes_back(rig: Rig) -> None:
 def test_a_target_that_never_answered_is_down_under_its_configured_labels(rig: Rig) -> None:
     rig.bad.mode = "status"
     s = rig.cycle()
-    never = frozenset({"model": "", "engine": "", "role": "unified", "namespace": "llm", "pod": "bad",
-                       "node": "node-a"}.items())
+    never_labels = {"model": "", "engine": "", "role": "unified", "namespace": "llm", "pod": "bad", "node": "node-a"}
+    never = frozenset(never_labels.items())
     assert s[("llm_engine_up", never)] == 0
     assert ("llm_engine_last_success_timestamp_seconds", never) not in s  # no success to report yet

@@ -75,6 +75,11 @@ def test_full_file(tmp_path: Path) -> None:
     assert cfg.gpu == GpuConfig(nvml=False, pod_resources_socket="")
 
 
+def test_default_timeout_fits_a_short_interval() -> None:
+    assert parse_config({"interval": "1s"}, env={}).timeout == 1.0
+    assert parse_config({"interval": "1s", "timeout": "300ms"}, env={}).timeout == 0.3
+
+
 def test_node_name_comes_from_the_downward_api_env() -> None:
     cfg = parse_config({"targets": ["http://a:1/metrics"]}, env={"NODE_NAME": "node-from-env"})
     assert cfg.node_name == "node-from-env"
