@@ -23,8 +23,10 @@ Rules this module owns (DESIGN.md "Decision semantics"):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
@@ -34,7 +36,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from scaler.activation import ActivationBus, ScaledObjectKey
 from scaler.config import ConfigCache, ScalerConfig
-from scaler.model import Decision, NoData, Reason, WorkloadState
+from scaler.decide import activate as record_activation
+from scaler.history import ModelHistory
+from scaler.model import Decision, NoData, Observation, PolicyState, Reason, WorkloadState
 from scaler.names import metric_name
 
 log = logging.getLogger(__name__)
@@ -48,6 +52,60 @@ DecideFn = Callable[[Any, Any, Any, WorkloadState | None, float], Any]
 HistoryLookup = Callable[[str, str], Any]
 #: ScaledObject -> what Kubernetes says of it and its scale target, or None when not (yet) known.
 WorkloadLookup = Callable[[ScaledObjectKey], WorkloadState | None]
+
+
+class HistoryStore:
+    """(namespace, model) -> ModelHistory, fed by a metric source's subscriber callback.
+
+    Collection threads ingest while the gRPC loop decides, so both go through one lock, taken per
+    observation (a collection cycle of 1,000 models never holds it for long). Models no source has
+    reported for `forget_after_s` are dropped on the next ingest sweep.
+    """
+
+    def __init__(self, stale_after: float = 30.0, forget_after_s: float = 3 * 3600.0) -> None:
+        self.stale_after = stale_after
+        self.forget_after_s = forget_after_s
+        self.lock = threading.Lock()
+        self._models: dict[tuple[str, str], ModelHistory] = {}
+        self._last_sweep = -math.inf
+
+    def ingest(self, obs: Observation) -> None:
+        """A source Subscriber: add one observation to its model's history (any thread)."""
+        with self.lock:
+            history = self._models.get((obs.namespace, obs.model))
+            if history is None:
+                history = self._models[(obs.namespace, obs.model)] = ModelHistory(
+                    obs.namespace, obs.model, stale_after=self.stale_after)
+            history.ingest(obs)
+            if obs.at - self._last_sweep > 60.0:
+                self._last_sweep = obs.at
+                for k, h in list(self._models.items()):
+                    if h.last_at is not None and obs.at - h.last_at > self.forget_after_s:
+                        del self._models[k]
+
+    def get(self, namespace: str, model: str) -> ModelHistory | None:
+        return self._models.get((namespace, model))
+
+    def __len__(self) -> int:
+        return len(self._models)
+
+    def nbytes(self) -> int:
+        with self.lock:
+            return sum(h.nbytes() for h in self._models.values())
+
+
+def assumed_workload(history: Any, now: float) -> WorkloadState:
+    """Without the Kubernetes API: the replicas collection lists stand in for the target's /scale.
+
+    Ready = replicas that reported up at some point (fresh or gone stale); current adds those still
+    loading. KEDA's own settings then take their defaults (min 0, max 100).
+    """
+    snapshot = getattr(history, "snapshot", None)
+    snap = snapshot(now) if snapshot is not None else None
+    if snap is None:
+        return WorkloadState(current_replicas=0, ready_replicas=0)
+    ready = snap.fresh + snap.stale
+    return WorkloadState(current_replicas=ready + snap.loading, ready_replicas=ready)
 
 
 class NoUsableData(Exception):
@@ -71,7 +129,7 @@ class _Entry:
     key: ScaledObjectKey
     config: ScalerConfig
     metric_name: str
-    state: Any = None
+    state: PolicyState = field(default_factory=PolicyState)
     tick: float = -math.inf
     result: Answer | NoUsableData | None = None
     last_used: float = 0.0
@@ -142,6 +200,7 @@ class ScalerService:
         *,
         decide: DecideFn,
         histories: HistoryLookup,
+        history_lock: contextlib.AbstractContextManager[Any] | None = None,
         configs: ConfigCache | None = None,
         workloads: WorkloadLookup | None = None,
         bus: ActivationBus | None = None,
@@ -150,12 +209,17 @@ class ScalerService:
         activation_hold_s: float = 300.0,
         forget_after_s: float = 3600.0,
         metrics: ServiceMetrics | None = None,
+        on_new: Callable[[ScaledObjectKey, ScalerConfig], None] | None = None,
+        on_forget: Callable[[ScaledObjectKey, ScalerConfig], None] | None = None,
     ) -> None:
         if tick_s <= 0:
             raise ValueError(f"tick_s must be > 0, got {tick_s}")
         self.configs = configs or ConfigCache()
         self._decide = decide
         self._histories = histories
+        self._history_lock = history_lock or contextlib.nullcontext()
+        self._on_new = on_new
+        self._on_forget = on_forget
         self._workloads = workloads
         self.bus = bus or ActivationBus(clock=clock)
         self.clock = clock
@@ -176,6 +240,8 @@ class ScalerService:
             config = self.configs.get(key.namespace, key.name, metadata)  # ConfigError: bad metadata
             entry = _Entry(key=key, config=config, metric_name=metric_name(config.model))
             self._entries[(key, mkey)] = entry
+            if self._on_new is not None:
+                self._on_new(key, config)  # start collecting for the model, reading the ScaledObject
         entry.last_used = self.clock()
         return entry
 
@@ -225,23 +291,28 @@ class ScalerService:
     def _evaluate(self, entry: _Entry, now: float) -> Answer | NoUsableData:
         cfg = entry.config
         key = entry.key
-        workload = self._workloads(key) if self._workloads is not None else None
-        history = self._histories(key.namespace, cfg.model)
-        if history is not None:
-            try:
-                result = self._decide(history, cfg, entry.state, workload, now)
-            except NoData as nd:
-                result = nd
-            if not isinstance(result, NoData):
-                decision, entry.state = result
-                scale_to_zero = bool(cfg.scale_to_zero)
-                # With scaleToZero off, IsActive is always true: KEDA's minReplicaCount defaults to 0.
-                active = decision.active or not scale_to_zero
-                answer = Answer(entry.metric_name, decision, active)
-                entry.last_decision = decision
-                self.metrics.record(key, cfg.model, answer)
-                return answer
-        at_zero = workload is not None and workload.current_replicas == 0
+        known = self._workloads(key) if self._workloads is not None else None
+        with self._history_lock:
+            history = self._histories(key.namespace, cfg.model)
+            workload = known or assumed_workload(history, now)
+            if history is not None:
+                state = entry.state
+                last = self.bus.last_activation(key)
+                if last is not None and last <= now and (state.last_activation_at is None
+                                                         or last > state.last_activation_at):
+                    state = record_activation(state, last)
+                try:
+                    result = self._decide(history, cfg, state, workload, now)
+                except NoData as nd:
+                    result = nd
+                if not isinstance(result, NoData):
+                    decision, entry.state = result
+                    # With scaleToZero off, IsActive is always true: KEDA's minReplicaCount defaults to 0.
+                    answer = Answer(entry.metric_name, decision, decision.active or not cfg.scale_to_zero)
+                    entry.last_decision = decision
+                    self.metrics.record(key, cfg.model, answer)
+                    return answer
+        at_zero = known is not None and known.current_replicas == 0
         if cfg.scale_to_zero and (history is None or at_zero):
             reason = Reason.IDLE_ZERO.value
             answer = Answer(entry.metric_name, Decision(0, reason, active=False), False)
@@ -304,6 +375,8 @@ class ScalerService:
         for k, e in list(self._entries.items()):
             if now - e.last_used > self.forget_after_s and k[0] not in watched:
                 del self._entries[k]
+                if self._on_forget is not None:
+                    self._on_forget(e.key, e.config)
 
     def known(self) -> list[Hashable]:
         return list(self._entries)

@@ -14,7 +14,7 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import grpc
@@ -23,7 +23,7 @@ from scaler.activation import ActivationBus
 from scaler.config import ConfigError, ScalerConfig
 from scaler.externalscaler import externalscaler_pb2 as pb
 from scaler.externalscaler import externalscaler_pb2_grpc as pb_grpc
-from scaler.model import Decision, NoData, WorkloadState
+from scaler.model import Decision, NoData, PolicyState, WorkloadState
 from scaler.server import ScalerServer
 from scaler.service import ScalerService
 
@@ -47,13 +47,14 @@ class FakeHistory:
     details: dict[str, float] = field(default_factory=dict)
 
 
-def fake_decide(history: FakeHistory, config: ScalerConfig, state: Any, workload: WorkloadState | None,
-                now: float) -> tuple[Decision, Any] | NoData:
-    """Counts its calls in the state, so tests can see the policy runs once per tick."""
+def fake_decide(history: FakeHistory, config: ScalerConfig, state: PolicyState, workload: WorkloadState,
+                now: float) -> tuple[Decision, PolicyState]:
+    """Counts its calls in the state (last_replicas), so tests can see the policy runs once per tick."""
     if history.desired is None:
-        return NoData("fake: no samples")
-    calls = (state or 0) + 1
-    return Decision(history.desired, "steady", history.active, dict(history.details)), calls
+        raise NoData("fake: no samples")
+    calls = (state.last_replicas or 0) + 1
+    return Decision(history.desired, "steady", history.active, dict(history.details)), replace(
+        state, last_replicas=calls)
 
 
 class ServerThread:

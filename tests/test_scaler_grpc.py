@@ -180,10 +180,10 @@ def test_policy_runs_once_per_tick_and_every_question_in_a_tick_sees_it(server: 
         keda_poll(client, so)
     entries = server.service._entries  # the fake decide counts its calls in the policy state
     (entry,) = entries.values()
-    assert entry.state == 1
+    assert entry.state.last_replicas == 1
     clock.now += 1.0
     keda_poll(client, so)
-    assert entry.state == 2
+    assert entry.state.last_replicas == 2
 
 
 def test_scaler_metrics_per_scaled_object(server: ServerThread, client: Any) -> None:
