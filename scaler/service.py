@@ -47,7 +47,7 @@ MetadataKey = tuple[tuple[str, str], ...]
 
 
 #: decide(history, config, state, workload, now) -> (Decision, new state); NoData returned or raised
-DecideFn = Callable[[Any, Any, Any, WorkloadState | None, float], Any]
+DecideFn = Callable[[Any, ScalerConfig, PolicyState, WorkloadState, float], tuple[Decision, PolicyState]]
 #: (namespace, model) -> the model's history, or None when collection has never seen the model.
 HistoryLookup = Callable[[str, str], Any]
 #: ScaledObject -> what Kubernetes says of it and its scale target, or None when not (yet) known.
@@ -239,9 +239,9 @@ class ScalerService:
         if entry is None:
             config = self.configs.get(key.namespace, key.name, metadata)  # ConfigError: bad metadata
             entry = _Entry(key=key, config=config, metric_name=metric_name(config.model))
-            self._entries[(key, mkey)] = entry
             if self._on_new is not None:
                 self._on_new(key, config)  # start collecting for the model, reading the ScaledObject
+            self._entries[(key, mkey)] = entry
         entry.last_used = self.clock()
         return entry
 
@@ -302,11 +302,11 @@ class ScalerService:
                                                          or last > state.last_activation_at):
                     state = record_activation(state, last)
                 try:
-                    result = self._decide(history, cfg, state, workload, now)
-                except NoData as nd:
-                    result = nd
-                if not isinstance(result, NoData):
-                    decision, entry.state = result
+                    decision, new_state = self._decide(history, cfg, state, workload, now)
+                except NoData:
+                    pass  # below: zero, or UNAVAILABLE
+                else:
+                    entry.state = new_state
                     # With scaleToZero off, IsActive is always true: KEDA's minReplicaCount defaults to 0.
                     answer = Answer(entry.metric_name, decision, decision.active or not cfg.scale_to_zero)
                     entry.last_decision = decision
