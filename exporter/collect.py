@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from exporter.config import ExporterConfig
@@ -261,10 +261,9 @@ class Collector:
             fut.add_done_callback(self._forget(key))
         if self._gpu_source is not None and self._gpu_future is None:
             self._gpu_future = self._pool.submit(self._gpu_source.collect)
-        waiting: list[Future[Any]] = list(started.values())
-        if self._gpu_future is not None:
-            waiting.append(self._gpu_future)
-        wait(waiting, timeout=max(0.0, cycle_deadline - time.perf_counter()))
+        wait(list(started.values()), timeout=max(0.0, cycle_deadline - time.perf_counter()))
+        if self._gpu_future is not None:  # NVML gets the per-target timeout too, not the whole interval
+            wait([self._gpu_future], timeout=max(0.0, t0 + self.cfg.timeout - time.perf_counter()))
 
         now = self._clock()
         states: dict[str, TargetState] = {}

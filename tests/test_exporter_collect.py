@@ -15,7 +15,7 @@ from exporter.discovery import Discovery
 from exporter.engines import normalize
 from exporter.errors import REASONS, ScrapeError
 from exporter.fake_nvml import FakeGpu, FakeNvml
-from exporter.model import EngineMetrics, Target
+from exporter.model import EngineMetrics, GpuMetrics, Target
 from exporter.nvml import NvmlCollector
 from exporter.render import render
 
@@ -170,4 +170,33 @@ def test_gpus_come_from_the_nvml_collector() -> None:
               'namespace="",pod="",container=""')
     assert f"llm_gpu_up{{{labels}}} 1\n" in text
     assert f"llm_gpu_power_watts{{{labels}}} 300.5\n" in text
+    collector.stop()
+
+
+def test_a_stuck_gpu_read_keeps_the_last_gpu_values_and_the_engines_fresh(engine: FakeEngine) -> None:
+    release = threading.Event()
+    gpu = GpuMetrics(index="0", uuid="GPU-a", gpu_model="H100", memory_used_bytes=5.0)
+
+    class StuckAfterOne:
+        calls = 0
+
+        def collect(self) -> list[GpuMetrics]:
+            self.calls += 1
+            if self.calls > 1:
+                release.wait(10)
+            return [gpu]
+
+    source = StuckAfterOne()
+    cfg = parse_config({"interval": 0.5, "timeout": 0.1, "targets": [{"url": engine.url, "pod": "e"}]}, env={})
+    clock = Clock(3000.0)
+    collector = Collector(cfg, Discovery(cfg), normalize, render, gpu_source=source, clock=clock)
+    assert collector.run_cycle().gpus == (gpu,)
+    clock.now = 3005.0
+    second = collector.run_cycle()  # NVML hangs in this one
+    clock.now = 3010.0
+    third = collector.run_cycle()  # ...and is not asked again while it hangs
+    release.set()
+    assert second.gpus == third.gpus == (gpu,)
+    assert source.calls == 2
+    assert [(st.up, st.last_success) for st in third.targets] == [(True, 3010.0)]
     collector.stop()
