@@ -173,6 +173,7 @@ def decide(history: ModelHistory, config: ScalerConfig, state: PolicyState, work
             step.override = Reason.ACTIVATION
     else:
         step.set(0, Reason.IDLE_ZERO)
+        step.override = Reason.IDLE_ZERO  # also when already at zero: zero because idle, not "steady"
     details["active"] = float(active)
     details["idle_s"] = math.inf if last_demand is None else now - last_demand
     if step.would_be is not None:
