@@ -43,7 +43,9 @@ class Point:
     run: Callable[[PhysicsPerf], list[Request] | tuple[list[Request], float]]
 
 
-def burst(inputs: tuple[int, ...], outputs: tuple[int, ...], max_num_seqs: int = 256) -> Callable[[PhysicsPerf], list[Request]]:
+def burst(
+    inputs: tuple[int, ...], outputs: tuple[int, ...], max_num_seqs: int = 256
+) -> Callable[[PhysicsPerf], list[Request]]:
     """All requests arrive at t=0 (vLLM benchmark_serving --request-rate inf)."""
 
     def go(perf: PhysicsPerf) -> list[Request]:
@@ -59,7 +61,9 @@ def burst(inputs: tuple[int, ...], outputs: tuple[int, ...], max_num_seqs: int =
     return go
 
 
-def closed_loop(concurrency: int, prompt: int, output: int, n: int) -> Callable[[PhysicsPerf], tuple[list[Request], float]]:
+def closed_loop(
+    concurrency: int, prompt: int, output: int, n: int
+) -> Callable[[PhysicsPerf], tuple[list[Request], float]]:
     """`concurrency` clients, each sending its next request when the last one finishes (--max-concurrency)."""
 
     def go(perf: PhysicsPerf) -> tuple[list[Request], float]:
@@ -214,7 +218,8 @@ def table(eff: Efficiency) -> str:
 def sources() -> str:
     seen: dict[str, str] = {}
     for p in POINTS:
-        seen.setdefault(p.key.rsplit(" ", 2)[0] if p.source.startswith(LAMBDA) else p.key, f"{p.setting} - {p.source}")
+        key = p.setting.split(";")[0] if p.source.startswith(LAMBDA) else p.key
+        seen.setdefault(key, f"{p.setting} - {p.source}")
     return "\n".join(f"- {k}: {v}" for k, v in seen.items())
 
 

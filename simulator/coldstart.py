@@ -35,7 +35,9 @@ class Phase:
         if self.median_s < 0:
             raise ValueError(f"cold start phase {self.name}: median_s must be >= 0, got {self.median_s}")
         if self.p90_s < self.median_s:
-            raise ValueError(f"cold start phase {self.name}: p90_s ({self.p90_s}) must be >= median_s ({self.median_s})")
+            raise ValueError(
+                f"cold start phase {self.name}: p90_s ({self.p90_s}) must be >= median_s ({self.median_s})"
+            )
 
     @property
     def sigma(self) -> float:

@@ -31,7 +31,9 @@ class ModelSpec:
             if getattr(self, key) <= 0:
                 raise ValueError(f"model {self.name}: {key} must be positive, got {getattr(self, key)}")
         if self.n_heads % self.n_kv_heads:
-            raise ValueError(f"model {self.name}: n_heads {self.n_heads} not a multiple of n_kv_heads {self.n_kv_heads}")
+            raise ValueError(
+                f"model {self.name}: n_heads {self.n_heads} not a multiple of n_kv_heads {self.n_kv_heads}"
+            )
 
     @property
     def params_per_layer(self) -> int:

@@ -118,7 +118,8 @@ class ConstantPerf:
     request_latency_s: float = 0.0
 
     def step_times(self, new_tokens: FloatArray, kv_tokens: FloatArray, attn_pairs: FloatArray) -> FloatArray:
-        return np.asarray(self.base_s + self.per_token_s * new_tokens + self.per_kv_token_s * kv_tokens, dtype=np.float64)
+        out = self.base_s + self.per_token_s * new_tokens + self.per_kv_token_s * kv_tokens
+        return np.asarray(out, dtype=np.float64)
 
 
 # Fitted by scripts/validate_perf.py on the fitting set in docs/simulator.md; re-run it to refit.

@@ -1,0 +1,437 @@
+"""Workload traces as compact columns: arrival time (s, from 0), prompt and output tokens, prefix hashes.
+
+Loaders for the shipped public traces and for any CSV/JSONL with a timestamp and token columns.
+Files ending in `.gz` are read transparently. Bad input raises `TraceError` naming the file, the
+line and the column. Arrival processes that the data only implies (per-minute totals, quantised
+timestamps, aggregates) are drawn with a seeded numpy Generator, so a run is reproducible.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+DATA = Path(__file__).parent / "data"
+TimeUnit = Literal["s", "ms", "us", "datetime"]
+_UNIT_SCALE = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+
+
+class TraceError(ValueError):
+    """A trace file that cannot be used; the message names file, line and column."""
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Requests sorted by arrival. `hash_offsets`/`hash_values` hold ragged prefix hashes (CSR), or are None."""
+
+    name: str
+    arrival_s: NDArray[np.float64]
+    prompt_tokens: NDArray[np.int32]
+    output_tokens: NDArray[np.int32]
+    hash_offsets: NDArray[np.int64] | None = None
+    hash_values: NDArray[np.int64] | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.arrival_s)
+        if len(self.prompt_tokens) != n or len(self.output_tokens) != n:
+            raise TraceError(f"trace {self.name}: columns of different lengths")
+        if (self.hash_offsets is None) != (self.hash_values is None):
+            raise TraceError(f"trace {self.name}: hash_offsets and hash_values go together")
+        if self.hash_offsets is not None and len(self.hash_offsets) != n + 1:
+            raise TraceError(f"trace {self.name}: hash_offsets must have one entry per request plus one")
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+    @property
+    def duration_s(self) -> float:
+        return float(self.arrival_s[-1]) if len(self) else 0.0
+
+    def prefix_hashes(self, i: int) -> tuple[int, ...]:
+        if self.hash_offsets is None or self.hash_values is None:
+            return ()
+        return tuple(int(h) for h in self.hash_values[self.hash_offsets[i] : self.hash_offsets[i + 1]])
+
+    def take(self, idx: NDArray[np.int64], name: str | None = None) -> Trace:
+        """The requests at `idx` (in that order)."""
+        offs = vals = None
+        if self.hash_offsets is not None and self.hash_values is not None:
+            lens = np.diff(self.hash_offsets)[idx]
+            offs = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+            starts = self.hash_offsets[idx]
+            pos = np.repeat(starts - offs[:-1], lens) + np.arange(int(offs[-1]))
+            vals = self.hash_values[pos]
+        arr, pr, out = self.arrival_s[idx], self.prompt_tokens[idx], self.output_tokens[idx]
+        return Trace(name or self.name, arr, pr, out, offs, vals)
+
+    def window(self, start_s: float, end_s: float) -> Trace:
+        """Requests arriving in [start_s, end_s), re-based so the window starts at 0."""
+        lo, hi = np.searchsorted(self.arrival_s, [start_s, end_s], side="left")
+        t = self.take(np.arange(lo, hi, dtype=np.int64), f"{self.name}[{start_s:g}s,{end_s:g}s)")
+        return Trace(t.name, t.arrival_s - start_s, t.prompt_tokens, t.output_tokens, t.hash_offsets, t.hash_values)
+
+    def stretch(self, factor: float) -> Trace:
+        """Time x `factor`: 2 makes the trace twice as long at half the rate."""
+        if not factor > 0:
+            raise TraceError(f"trace {self.name}: stretch factor must be > 0, got {factor}")
+        return Trace(f"{self.name}*t{factor:g}", self.arrival_s * factor, self.prompt_tokens, self.output_tokens,
+                     self.hash_offsets, self.hash_values)
+
+    def scale_rate(self, factor: float, seed: int = 0) -> Trace:
+        """Rate x `factor` at the same time shape: thinning below 1, duplication above (seeded).
+
+        Each request is kept floor(factor) times plus once more with probability frac(factor);
+        copies after the first are placed uniformly between its arrival and the next one, so
+        bursts keep their shape instead of stacking on one instant.
+        """
+        if not factor > 0:
+            raise TraceError(f"trace {self.name}: rate factor must be > 0, got {factor}")
+        rng = np.random.default_rng(seed)
+        n = len(self)
+        copies = np.full(n, math.floor(factor), dtype=np.int64)
+        copies += rng.random(n) < (factor - math.floor(factor))
+        idx = np.repeat(np.arange(n, dtype=np.int64), copies)
+        t = self.take(idx, f"{self.name}*r{factor:g}")
+        first = np.ones(len(idx), dtype=bool)
+        first[1:] = idx[1:] != idx[:-1]
+        gap = np.diff(self.arrival_s, append=self.arrival_s[-1] if n else 0.0)[idx]
+        arr = t.arrival_s + np.where(first, 0.0, rng.random(len(idx)) * gap)
+        order = np.argsort(arr, kind="stable")
+        t = t.take(order.astype(np.int64))
+        return Trace(t.name, arr[order], t.prompt_tokens, t.output_tokens, t.hash_offsets, t.hash_values)
+
+    def spread(self, quantum_s: float, seed: int = 0) -> Trace:
+        """Arrivals logged on a `quantum_s` grid, spread uniformly inside their step (seeded) and re-sorted."""
+        if not quantum_s > 0:
+            raise TraceError(f"trace {self.name}: quantum must be > 0, got {quantum_s}")
+        rng = np.random.default_rng(seed)
+        arr = self.arrival_s + rng.random(len(self)) * quantum_s
+        order = np.argsort(arr, kind="stable").astype(np.int64)
+        t = self.take(order)
+        return Trace(t.name, arr[order], t.prompt_tokens, t.output_tokens, t.hash_offsets, t.hash_values)
+
+
+# -- reading ---------------------------------------------------------------------------------------
+
+def _open(path: Path) -> IO[str]:
+    if not path.exists():
+        raise TraceError(f"{path}: no such file")
+    if path.suffix == ".gz":
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
+    return path.open("r", encoding="utf-8", newline="")
+
+
+def _token(path: Path, line: int, col: str, raw: object) -> int:
+    try:
+        if isinstance(raw, bool):
+            raise ValueError
+        v = int(raw) if isinstance(raw, int) else int(str(raw).strip())
+    except (TypeError, ValueError):
+        raise TraceError(f"{path}: line {line}, column {col}: not a whole number of tokens: {raw!r}") from None
+    if v < 0:
+        raise TraceError(f"{path}: line {line}, column {col}: negative token count {v}")
+    return v
+
+
+def _time(path: Path, line: int, col: str, raw: object, unit: TimeUnit) -> float:
+    if unit == "datetime":
+        text = str(raw).strip()
+        head, _, frac = text.partition(".")
+        try:
+            base = datetime.fromisoformat(head).timestamp()
+            return base + (float("0." + frac) if frac else 0.0)
+        except ValueError:
+            raise TraceError(f"{path}: line {line}, column {col}: not a date-time: {raw!r}") from None
+    try:
+        if isinstance(raw, bool):
+            raise ValueError
+        v = float(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise TraceError(f"{path}: line {line}, column {col}: not a number: {raw!r}") from None
+    if not math.isfinite(v):
+        raise TraceError(f"{path}: line {line}, column {col}: not a finite number: {raw!r}")
+    if v < 0:
+        raise TraceError(f"{path}: line {line}, column {col}: negative timestamp {raw!r}")
+    return v * _UNIT_SCALE[unit]
+
+
+def _finish(name: str, path: Path, col: str, lines: list[int], times: list[float], prompts: list[int],
+            outputs: list[int], hashes: list[list[int]] | None, sort: bool) -> Trace:
+    if not times:
+        raise TraceError(f"{path}: no requests")
+    t = np.asarray(times, dtype=np.float64)
+    back = np.flatnonzero(np.diff(t) < 0)
+    order = np.arange(len(t), dtype=np.int64)
+    if len(back):
+        if not sort:
+            i = int(back[0]) + 1
+            raise TraceError(
+                f"{path}: line {lines[i]}, column {col}: timestamps not sorted ({times[i]!r} after {times[i - 1]!r}); "
+                "pass sort=True to sort them"
+            )
+        order = np.argsort(t, kind="stable").astype(np.int64)
+    t = t - t.min()
+    offs = vals = None
+    if hashes is not None:
+        offs = np.concatenate([[0], np.cumsum([len(h) for h in hashes])]).astype(np.int64)
+        vals = np.fromiter((x for h in hashes for x in h), dtype=np.int64, count=int(offs[-1]))
+    tr = Trace(name, t, np.asarray(prompts, dtype=np.int32), np.asarray(outputs, dtype=np.int32), offs, vals)
+    return tr.take(order) if len(back) else tr
+
+
+def load_csv(path: str | Path, time_col: str, prompt_col: str, output_col: str, time_unit: TimeUnit = "s",
+             name: str | None = None, sort: bool = False) -> Trace:
+    """Any CSV with a header: one request per row. Timestamps are re-based to start at 0."""
+    p = Path(path)
+    with _open(p) as fh:
+        rows = (r for r in fh if not r.startswith("#"))
+        reader = csv.reader(rows)
+        header = next(reader, None)
+        if header is None:
+            raise TraceError(f"{p}: empty file")
+        header = [h.strip().lstrip("\ufeff") for h in header]
+        line0 = 1 + _comment_lines(p)
+        cols = []
+        for c in (time_col, prompt_col, output_col):
+            if c not in header:
+                raise TraceError(f"{p}: line {line0}: missing column {c!r} (columns: {', '.join(header)})")
+            cols.append(header.index(c))
+        ti, pi, oi = cols
+        lines: list[int] = []
+        times: list[float] = []
+        prompts: list[int] = []
+        outputs: list[int] = []
+        for k, row in enumerate(reader):
+            line = line0 + 1 + k
+            if not row:
+                continue
+            if len(row) < len(header):
+                raise TraceError(f"{p}: line {line}: {len(row)} fields, header has {len(header)}")
+            lines.append(line)
+            times.append(_time(p, line, time_col, row[ti], time_unit))
+            prompts.append(_token(p, line, prompt_col, row[pi]))
+            outputs.append(_token(p, line, output_col, row[oi]))
+    return _finish(name or p.name, p, time_col, lines, times, prompts, outputs, None, sort)
+
+
+def _comment_lines(p: Path) -> int:
+    n = 0
+    with _open(p) as fh:
+        for line in fh:
+            if not line.startswith("#"):
+                break
+            n += 1
+    return n
+
+
+def load_jsonl(path: str | Path, time_key: str, prompt_key: str, output_key: str, time_unit: TimeUnit = "s",
+               hash_key: str | None = None, name: str | None = None, sort: bool = False) -> Trace:
+    """Any JSON-lines file: one object per line."""
+    p = Path(path)
+    lines: list[int] = []
+    times: list[float] = []
+    prompts: list[int] = []
+    outputs: list[int] = []
+    hashes: list[list[int]] | None = [] if hash_key else None
+    with _open(p) as fh:
+        for line, text in enumerate(fh, start=1):
+            if not text.strip():
+                continue
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise TraceError(f"{p}: line {line}: not JSON: {e.msg}") from None
+            if not isinstance(obj, dict):
+                raise TraceError(f"{p}: line {line}: not a JSON object")
+            for key in (time_key, prompt_key, output_key, *([hash_key] if hash_key else [])):
+                if key not in obj:
+                    raise TraceError(f"{p}: line {line}: missing field {key!r}")
+            lines.append(line)
+            times.append(_time(p, line, time_key, obj[time_key], time_unit))
+            prompts.append(_token(p, line, prompt_key, obj[prompt_key]))
+            outputs.append(_token(p, line, output_key, obj[output_key]))
+            if hashes is not None and hash_key:
+                hs = obj[hash_key]
+                if not isinstance(hs, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in hs):
+                    raise TraceError(f"{p}: line {line}, column {hash_key}: not a list of integers")
+                hashes.append(hs)
+    return _finish(name or p.name, p, time_key, lines, times, prompts, outputs, hashes, sort)
+
+
+# -- the shipped traces ---------------------------------------------------------------------------
+
+def _shipped(rel: str) -> Path:
+    return DATA / rel
+
+
+def load_azure_2023(service: Literal["code", "conv"] = "conv", path: str | Path | None = None) -> Trace:
+    """Azure LLM inference trace 2023 (Splitwise): TIMESTAMP, ContextTokens, GeneratedTokens; about one hour."""
+    if service not in ("code", "conv"):
+        raise TraceError(f"azure 2023: service must be 'code' or 'conv', got {service!r}")
+    p = Path(path) if path else _shipped(f"azure_llm_2023/AzureLLMInferenceTrace_{service}.csv.gz")
+    return load_csv(p, "TIMESTAMP", "ContextTokens", "GeneratedTokens", "datetime", name=f"azure2023-{service}")
+
+
+def load_mooncake(path: str | Path | None = None, spread_s: float | None = 3.0, seed: int = 0) -> Trace:
+    """Mooncake FAST'25 conversation trace: timestamp (ms), input_length, output_length, hash_ids (512-token blocks).
+
+    Its timestamps sit on a ~3 s grid (PROVENANCE.md); by default arrivals are spread uniformly inside
+    each step (seeded). `spread_s=None` keeps the raw grid.
+    """
+    p = Path(path) if path else _shipped("mooncake_fast25/conversation_trace.jsonl.gz")
+    t = load_jsonl(p, "timestamp", "input_length", "output_length", "ms", hash_key="hash_ids", name="mooncake-conv")
+    return t.spread(spread_s, seed) if spread_s else t
+
+
+def _lognormal_tokens(rng: np.random.Generator, means: NDArray[np.float64], sigma: float) -> NDArray[np.int32]:
+    """Positive integer token counts with the given means (per element) and log-space spread `sigma`."""
+    if sigma == 0:
+        return np.maximum(1, np.rint(means)).astype(np.int32)
+    mu = np.log(np.maximum(means, 1.0)) - sigma * sigma / 2
+    return np.maximum(1, np.rint(np.exp(mu + sigma * rng.standard_normal(len(means))))).astype(np.int32)
+
+
+def _arrivals_in_minutes(rng: np.random.Generator, counts: NDArray[np.int64]) -> NDArray[np.float64]:
+    """`counts[m]` arrivals uniform inside minute m (a Poisson process conditioned on the count), sorted."""
+    minute = np.repeat(np.arange(len(counts), dtype=np.float64) * 60.0, counts)
+    arr = minute + rng.random(len(minute)) * 60.0
+    arr.sort()  # uniform offsets never cross minute boundaries, so a global sort keeps minutes in order
+    return arr
+
+
+def load_azure_2024_minutes(service: Literal["code", "conv"] = "code", seed: int = 0, start_minute: int = 0,
+                            minutes: int | None = None, token_sigma: float = 0.8,
+                            path: str | Path | None = None) -> Trace:
+    """Azure LLM trace 2024 from per-minute totals: each minute's request count arrives uniformly inside it.
+
+    Token counts are drawn lognormal (log-space sigma `token_sigma`, 0 = every request at the mean)
+    around the minute's mean (tokens / requests), so per-minute token totals match in expectation.
+    Columns: minute, {service}_requests, {service}_context_tokens, {service}_generated_tokens.
+    """
+    if service not in ("code", "conv"):
+        raise TraceError(f"azure 2024: service must be 'code' or 'conv', got {service!r}")
+    p = Path(path) if path else _shipped("azure_llm_2024_perminute/azure2024-llm-minutes.csv.gz")
+    cols = ["minute", f"{service}_requests", f"{service}_context_tokens", f"{service}_generated_tokens"]
+    with _open(p) as fh:
+        n_comments = 0
+        text: list[str] = []
+        for raw in fh:
+            if raw.startswith("#") and not text:
+                n_comments += 1
+                continue
+            text.append(raw)
+    if not text:
+        raise TraceError(f"{p}: no header")
+    header = [h.strip() for h in text[0].split(",")]
+    missing = [c for c in cols if c not in header]
+    if missing:
+        raise TraceError(f"{p}: line {n_comments + 1}: missing column {missing[0]!r} (columns: {', '.join(header)})")
+    try:
+        table = np.loadtxt(text[1:], delimiter=",", dtype=np.int64, ndmin=2)
+    except ValueError as e:
+        raise TraceError(f"{p}: not all values are whole numbers: {e}") from None
+    if table.shape[1] != len(header):
+        raise TraceError(f"{p}: rows have {table.shape[1]} fields, header has {len(header)}")
+    idx = [header.index(c) for c in cols]
+    mins, req, ctx, gen = (table[:, i] for i in idx)
+    bad = np.flatnonzero((req < 0) | (ctx < 0) | (gen < 0))
+    if len(bad):
+        raise TraceError(f"{p}: line {n_comments + 2 + int(bad[0])}: negative value")
+    if np.any(np.diff(mins) != 1):
+        i = int(np.flatnonzero(np.diff(mins) != 1)[0]) + 1
+        raise TraceError(f"{p}: line {n_comments + 2 + i}, column minute: minutes not consecutive")
+    end = len(mins) if minutes is None else start_minute + minutes
+    if not 0 <= start_minute < end <= len(mins):
+        raise TraceError(f"{p}: minutes [{start_minute}, {end}) outside the file's 0..{len(mins)}")
+    req, ctx, gen = req[start_minute:end], ctx[start_minute:end], gen[start_minute:end]
+    rng = np.random.default_rng(seed)
+    arrival = _arrivals_in_minutes(rng, req)
+    safe = np.maximum(req, 1)
+    prompt = _lognormal_tokens(rng, np.repeat(ctx / safe, req).astype(np.float64), token_sigma)
+    output = _lognormal_tokens(rng, np.repeat(gen / safe, req).astype(np.float64), token_sigma)
+    return Trace(f"azure2024-{service}", arrival, prompt, output)
+
+
+def load_burstgpt(seed: int = 0, output_fraction: float = 0.3, token_sigma: float = 0.8,
+                  path: str | Path | None = None) -> Trace:
+    """A week of arrivals from the BurstGPT aggregates (`week1_min`: token throughput per active minute).
+
+    The json has no per-request rows, so requests are reconstructed: minute m gets a Poisson number
+    of requests with mean tps_m x 60 / (mean tokens per request of its day, from `daily`), uniform
+    inside the minute; minutes missing from `week1_min` had no requests. Each request's total tokens
+    are lognormal around the day's mean, split `output_fraction` output (an assumption: the
+    aggregates do not separate request and response tokens).
+    """
+    if not 0 < output_fraction < 1:
+        raise TraceError(f"burstgpt: output_fraction must be in (0, 1), got {output_fraction}")
+    p = Path(path) if path else _shipped("burstgpt_derived/burstgpt_analysis.json.gz")
+    with _open(p) as fh:
+        try:
+            doc = json.load(fh)
+        except json.JSONDecodeError as e:
+            raise TraceError(f"{p}: line {e.lineno}: not JSON: {e.msg}") from None
+    for key in ("week1_min", "daily"):
+        if key not in doc:
+            raise TraceError(f"{p}: missing key {key!r}")
+    days = {int(d["d"]): float(d["tok"]) / float(d["req"]) for d in doc["daily"] if d.get("req")}
+    rows = doc["week1_min"]
+    minute = np.array([int(r["t"]) for r in rows], dtype=np.int64)
+    tps = np.array([float(r["tps"]) for r in rows], dtype=np.float64)
+    if np.any(tps < 0) or np.any(minute < 0):
+        raise TraceError(f"{p}: week1_min: negative minute or throughput")
+    per_req = np.array([days.get(int(m // 1440), float(np.mean(list(days.values())))) for m in minute])
+    rng = np.random.default_rng(seed)
+    counts = np.zeros(int(minute.max()) + 1, dtype=np.int64)
+    counts[minute] = rng.poisson(tps * 60.0 / per_req)
+    arrival = _arrivals_in_minutes(rng, counts)
+    mean_tokens = np.repeat(_per_minute(per_req, minute, len(counts)), counts)
+    total = _lognormal_tokens(rng, mean_tokens, token_sigma).astype(np.int64)
+    output = np.maximum(1, np.rint(total * output_fraction)).astype(np.int32)
+    prompt = np.maximum(1, total - output).astype(np.int32)
+    return Trace("burstgpt-week1", arrival, prompt, output)
+
+
+def _per_minute(per_req: NDArray[np.float64], minute: NDArray[np.int64], n: int) -> NDArray[np.float64]:
+    """Mean tokens per request for every minute 0..n-1 (0 where the minute had no row)."""
+    out = np.zeros(n, dtype=np.float64)
+    out[minute] = per_req
+    return out
+
+
+SHIPPED = ("azure2023-code", "azure2023-conv", "azure2024-code", "azure2024-conv", "mooncake-conv", "burstgpt-week1")
+
+
+def load_shipped(name: str, seed: int = 0) -> Trace:
+    """A shipped trace by name (see SHIPPED)."""
+    if name == "azure2023-code":
+        return load_azure_2023("code")
+    if name == "azure2023-conv":
+        return load_azure_2023("conv")
+    if name == "azure2024-code":
+        return load_azure_2024_minutes("code", seed=seed)
+    if name == "azure2024-conv":
+        return load_azure_2024_minutes("conv", seed=seed)
+    if name == "mooncake-conv":
+        return load_mooncake(seed=seed)
+    if name == "burstgpt-week1":
+        return load_burstgpt(seed=seed)
+    raise TraceError(f"unknown trace {name!r}; shipped: {', '.join(SHIPPED)}")
+
+
+def iter_requests(trace: Trace) -> Iterator[tuple[int, float, int, int, tuple[int, ...]]]:
+    """(index, arrival, prompt, output, prefix hashes) per request, for building simulator requests."""
+    has = trace.hash_offsets is not None
+    for i in range(len(trace)):
+        yield (i, float(trace.arrival_s[i]), int(trace.prompt_tokens[i]), int(trace.output_tokens[i]),
+               trace.prefix_hashes(i) if has else ())
