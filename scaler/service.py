@@ -292,6 +292,7 @@ class ScalerService:
         cfg = entry.config
         key = entry.key
         known = self._workloads(key) if self._workloads is not None else None
+        why = "every sample is missing or stale"
         with self._history_lock:
             history = self._histories(key.namespace, cfg.model)
             workload = known or assumed_workload(history, now)
@@ -303,8 +304,8 @@ class ScalerService:
                     state = record_activation(state, last)
                 try:
                     decision, new_state = self._decide(history, cfg, state, workload, now)
-                except NoData:
-                    pass  # below: zero, or UNAVAILABLE
+                except NoData as nd:
+                    why = nd.why  # below: zero, or UNAVAILABLE with this reason
                 else:
                     entry.state = new_state
                     # With scaleToZero off, IsActive is always true: KEDA's minReplicaCount defaults to 0.
@@ -323,8 +324,7 @@ class ScalerService:
         if history is None:
             return NoUsableData(f"no replica of model {cfg.model!r} in namespace {key.namespace!r} has been "
                                 f"seen yet (collection finds replicas by their `model` label)")
-        return NoUsableData(f"no usable data for model {cfg.model!r} in namespace {key.namespace!r}: "
-                            f"every sample is missing or stale; holding")
+        return NoUsableData(f"no usable data for model {cfg.model!r} in namespace {key.namespace!r}, holding: {why}")
 
     def is_active(self, key: ScaledObjectKey, metadata: Mapping[str, str]) -> bool:
         """IsActive: always true without scaleToZero; else the decision (raises NoUsableData)."""
