@@ -6,7 +6,11 @@ Without the binary the test fails under CI=true (a skipped real-Prometheus test 
 source) and is skipped elsewhere.
 
 Use from a test module (pytest puts tests/ on sys.path):
-    from prometheus_server import BodyServer, PrometheusServer, running_prometheus
+    from prometheus_server import BodyServer, Job, prometheus_servers
+    @pytest.fixture
+    def prometheus_factory(tmp_path):
+        with prometheus_servers(tmp_path) as start:
+            yield start
 """
 
 from __future__ import annotations
@@ -184,17 +188,26 @@ def running_prometheus(workdir: Path, jobs: Sequence[Job], scrape_interval: str 
         log.close()
 
 
-@pytest.fixture
-def prometheus_factory(tmp_path: Path) -> Iterator[Callable[[Sequence[Job]], PrometheusServer]]:
-    """`start(jobs) -> PrometheusServer`; every server started is stopped at teardown."""
-    with_stack: list[Any] = []
+@contextmanager
+def prometheus_servers(tmp_path: Path) -> Iterator[Callable[[Sequence[Job]], PrometheusServer]]:
+    """`start(jobs) -> PrometheusServer`; every server started is stopped on exit."""
+    started: list[Any] = []
 
     def start(jobs: Sequence[Job]) -> PrometheusServer:
-        cm = running_prometheus(tmp_path / f"prometheus-{len(with_stack)}", jobs)
+        cm = running_prometheus(tmp_path / f"prometheus-{len(started)}", jobs)
         server = cm.__enter__()
-        with_stack.append(cm)
+        started.append(cm)
         return server
 
-    yield start
-    for cm in reversed(with_stack):
-        cm.__exit__(None, None, None)
+    try:
+        yield start
+    finally:
+        for cm in reversed(started):
+            cm.__exit__(None, None, None)
+
+
+@pytest.fixture
+def prometheus_factory(tmp_path: Path) -> Iterator[Callable[[Sequence[Job]], PrometheusServer]]:
+    """The same as a fixture, for a conftest that registers this module as a plugin."""
+    with prometheus_servers(tmp_path) as start:
+        yield start
