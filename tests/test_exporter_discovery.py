@@ -7,11 +7,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import engine_body
+from fakeengine import FakeEngine
 from fakekube import FakeKube, pod
 
+from exporter.collect import Collector
 from exporter.config import KubernetesConfig, parse_config
 from exporter.discovery import Discovery, DiscoveryError, KubeClient, pods_to_targets
+from exporter.engines import normalize
 from exporter.model import Target
+from exporter.render import render
 
 ON = {"keda-llm.io/scrape": "true"}
 T0 = "2025-06-01T10:00:00Z"
@@ -165,3 +170,29 @@ def test_discovery_keeps_the_last_good_list_when_the_api_fails(token_file: Path)
         d.refresh()
         assert [t.url for t in d.targets()] == ["http://127.0.0.1:1/metrics"]
         assert d.errors == 1
+
+
+def test_discovered_pod_is_scraped_and_its_cold_start_measured(token_file: Path) -> None:
+    engine = FakeEngine(engine_body("vllm-0.32.0-cpu-load.prom"))
+    engine.mode = "status"  # still loading the model: 500
+    now = [T0_UNIX + 30.0]
+    try:
+        with FakeKube(token="test-token") as kube:
+            kube.pods = [pod("vllm-abc-1", namespace="llm", node="node-a", ip="127.0.0.1", started_at={"engine": T0},
+                             annotations={**ON, "keda-llm.io/port": str(engine.port)})]
+            cfg = parse_config({"node_name": "node-a", "gpu": {"nvml": False}}, env={})
+            discovery = Discovery(cfg, client(kube, token_file).list_pods)
+            collector = Collector(cfg, discovery, normalize, render, clock=lambda: now[0])
+            discovery.refresh()
+            (first,) = collector.run_cycle().targets
+            engine.mode = "serve"
+            now[0] = T0_UNIX + 95.5
+            (second,) = collector.run_cycle().targets
+            collector.stop()
+    finally:
+        engine.stop()
+    assert (first.target.namespace, first.target.pod, first.up) == ("llm", "vllm-abc-1", False)
+    assert (second.up, second.startup_seconds) == (True, 95.5)  # container start to first success
+    text = collector.exposition().decode()
+    assert ('llm_engine_startup_seconds{model="smollm2",engine="vllm",role="unified",namespace="llm",'
+            'pod="vllm-abc-1",node="node-a"} 95.5\n') in text
