@@ -141,10 +141,12 @@ POINTS: list[Point] = [
                    "results/prompt_10/1xH100-80GB-SXM/Meta-Llama-3.1-8B-FP8_tp1_len2048.json",
                    1.0679, 62.48, 5.198, "Llama-3.1-8B FP8, 1xH100"),
     Point("Llama-3.1-8B bf16, 1xA100-40GB, C=1", "validate", A100_SXM_40GB, LLAMA_3_1_8B, 1, "output_tok_s", 75.0,
-          "vLLM 0.23, random 1024 in / 128 out (ignore_eos), max concurrency 1, 20 prompts; 'about 75 tokens/sec'",
+          "vLLM 0.23, random 1024 in / 128 out (ignore_eos), max concurrency 1, 20 prompts; "
+          "'about 75 tokens/sec'",
           MUSGRAVE, closed_loop(1, 1024, 128, 20)),
     Point("Llama-3.1-8B bf16, 1xA100-40GB, C=8", "validate", A100_SXM_40GB, LLAMA_3_1_8B, 1, "output_tok_s", 6.6 * 75.0,
-          "same sweep, max concurrency 8, 160 prompts; 'a 6.6x gain' over C=1", MUSGRAVE, closed_loop(8, 1024, 128, 160)),
+          "same sweep, max concurrency 8, 160 prompts; 'a 6.6x gain' over C=1", MUSGRAVE,
+          closed_loop(8, 1024, 128, 160)),
 ]
 
 
