@@ -25,7 +25,7 @@ def test_single_request_timeline() -> None:
     r = Request(0, 0.0, prompt_tokens=10, output_tokens=3)
     assert rep.add(r, 0.0)
     first = rep.step(0.0)  # prefill of 10 tokens emits token 1 at 0.01
-    assert (first.duration, first.iterations) == (pytest.approx(0.01), 1)
+    assert first.duration == pytest.approx(0.01) and first.iterations == 1
     rest = rep.step(0.01)  # tokens 2 and 3: one call, two identical decode iterations
     assert rest.iterations == 2 and rest.finished == [r]
     assert r.ttft_s == pytest.approx(0.01)
@@ -132,7 +132,7 @@ def test_request_larger_than_kv_is_rejected() -> None:
 )
 def test_impossible_replica_configs(kwargs: dict[str, int], fragment: str) -> None:
     with pytest.raises(ValueError, match=fragment):
-        ReplicaConfig(**kwargs)
+        ReplicaConfig(kwargs["max_num_seqs"], kwargs["max_num_batched_tokens"], kwargs["kv_blocks"])
 
 
 def test_physics_decode_step_in_the_replica() -> None:
