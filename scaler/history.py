@@ -150,13 +150,16 @@ def aggregate(samples: tuple[ReplicaSample, ...], rates: dict[str, Rates], upstr
     return row
 
 
+_EMPTY = np.iinfo(np.int64).min  # a slot that never held a bucket (matches no window)
+
+
 class _Tier:
     """A ring of time buckets; each bucket holds per-field sums and counts of the rows that fell in it."""
 
     def __init__(self, seconds: float, n: int, dtype: npt.DTypeLike) -> None:
         self.seconds = seconds
         self.n = n
-        self.ids = np.full(n, -1, dtype=np.int64)  # absolute bucket number held in each slot
+        self.ids = np.full(n, _EMPTY, dtype=np.int64)  # absolute bucket number held in each slot
         self.sums = np.zeros((n, NF), dtype=dtype)
         self.counts = np.zeros((n, NF), dtype=np.uint16)
 
@@ -190,7 +193,7 @@ class _Tier:
     def latest(self, now: float) -> npt.NDArray[np.float64] | None:
         """The mean row of the newest bucket at or before `now`."""
         hi = math.floor(now / self.seconds)
-        sel = np.nonzero((self.ids >= 0) & (self.ids <= hi))[0]
+        sel = np.nonzero((self.ids > _EMPTY) & (self.ids <= hi))[0]
         if sel.size == 0:
             return None
         slot = sel[np.argmax(self.ids[sel])]
