@@ -24,7 +24,7 @@ Wanted = Callable[[str], bool]
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _LABEL_NAME = r"[a-zA-Z_][a-zA-Z0-9_]*"
-_LABEL = _LABEL_NAME + r'="(?:[^"\\]|\\[\\"n])*"'
+_LABEL = _LABEL_NAME + r'="[^"\\]*(?:\\[\\"n][^"\\]*)*"'
 # name{l="v",...} value [timestamp] [# exemplar]: the canonical spelling, no blanks inside the braces.
 _LINE = re.compile(
     rf"({_NAME})"
@@ -33,7 +33,7 @@ _LINE = re.compile(
     r"(?: ([^ \t#][^ \t]*))?"
     r"(?: # .*)?"
 )
-_PAIR = re.compile(rf'({_LABEL_NAME})="((?:[^"\\]|\\.)*)"')
+_PAIR = re.compile(rf'({_LABEL_NAME})="([^"\\]*(?:\\.[^"\\]*)*)"')
 _NAME_END = re.compile(r"[{ \t]")
 _VALID_NAME = re.compile(_NAME)
 _VALID_LABEL_NAME = re.compile(_LABEL_NAME)
@@ -65,9 +65,14 @@ def parse(body: str, wanted: Wanted | None = None) -> list[Sample]:
                 eof_at = lineno
             continue
         if wanted is not None:
-            name = name_of(line, 1)[0]
+            # the name ends at the first blank or '{' (cheap finds; a tab is rare and takes the regex)
+            space = line.find(" ")
+            brace = line.find("{", 0, space) if space > 0 else line.find("{")
+            name = line[:brace] if brace >= 0 else line[:space] if space >= 0 else line
             keep = decided.get(name)
             if keep is None:
+                if "\t" in name:
+                    name = name_of(line, 1)[0]
                 keep = decided[name] = wanted(name)
             if not keep:
                 continue

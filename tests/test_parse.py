@@ -174,3 +174,7 @@ def _names(samples: Iterable[Sample]) -> list[str]:
 
 def test_samples_come_in_body_order() -> None:
     assert _names(parse("z 1\na 2\nm 3\n")) == ["z", "a", "m"]
+
+
+def test_tab_after_a_wanted_name_is_still_wanted() -> None:
+    assert parse("good\t1\nother\t2\n", {"good"}.__contains__) == [Sample("good", {}, 1.0)]

@@ -62,6 +62,8 @@ def where(samples: Sequence[Sample], label: str, value: str) -> list[Sample]:
 
 
 def _part(labels: Mapping[str, str], ignore: frozenset[str]) -> frozenset[tuple[str, str]]:
+    if REPLICA_LABELS.isdisjoint(labels) and ignore.isdisjoint(labels):
+        return frozenset(labels.items())  # the common case, all in C
     return frozenset((k, v) for k, v in labels.items() if k not in ignore and k not in REPLICA_LABELS)
 
 
@@ -127,22 +129,22 @@ def histogram(series: Series, base: str, ignore: frozenset[str] = frozenset()) -
     if not buckets or not sums:
         return None
     counts = series.get(base + "_count", [])
-    skip = ignore | {"le"}
     # part -> replica label set -> [bounds->count, sum, count]
     parts: dict[frozenset[tuple[str, str]], dict[frozenset[tuple[str, str]], _Hist]] = {}
     for s in buckets:
-        le = s.labels.get("le")
+        labels = dict(s.labels)
+        le = labels.pop("le", None)
         try:
             bound = float(le) if le is not None else math.nan
         except ValueError:
             bound = math.nan
         if bound != bound:
             raise ScrapeError("invalid_value", f"{_show(s)} has no numeric 'le' label")
-        _slot(parts, s.labels, skip).buckets[bound] = finite(s)
+        _slot(parts, labels, ignore).buckets[bound] = finite(s)
     for s in sums:
-        _slot(parts, s.labels, skip).sum = finite(s)
+        _slot(parts, s.labels, ignore).sum = finite(s)
     for s in counts:
-        _slot(parts, s.labels, skip).count = finite(s)
+        _slot(parts, s.labels, ignore).count = finite(s)
     chosen: list[_Hist] = []
     for replicas in parts.values():
         best = max(replicas.values(), key=_Hist.total)
@@ -167,6 +169,9 @@ def first_histogram(series: Series, names: Sequence[str]) -> Histogram | None:
     return None
 
 
+_NO_REPLICA: frozenset[tuple[str, str]] = frozenset()
+
+
 class _Hist:
     __slots__ = ("buckets", "count", "sum")
 
@@ -182,9 +187,10 @@ class _Hist:
 
 
 def _slot(parts: dict[frozenset[tuple[str, str]], dict[frozenset[tuple[str, str]], _Hist]],
-          labels: Mapping[str, str], skip: frozenset[str]) -> _Hist:
-    replicas = parts.setdefault(_part(labels, skip), {})
-    key = frozenset((k, v) for k, v in labels.items() if k in REPLICA_LABELS)
+          labels: Mapping[str, str], ignore: frozenset[str]) -> _Hist:
+    replicas = parts.setdefault(_part(labels, ignore), {})
+    key = _NO_REPLICA if REPLICA_LABELS.isdisjoint(labels) else frozenset(
+        (k, v) for k, v in labels.items() if k in REPLICA_LABELS)
     found = replicas.get(key)
     if found is None:
         found = replicas[key] = _Hist()
