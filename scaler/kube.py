@@ -87,7 +87,8 @@ class KubeClient:
     def __init__(self, config: KubeConfig, session: requests.Session | None = None) -> None:
         self.config = config
         self._session = session or requests.Session()
-        self._session.verify = config.ca_path if config.ca_path else True
+        # per request, not on the session: requests lets REQUESTS_CA_BUNDLE override a session's verify
+        self._verify: str | bool = config.ca_path if config.ca_path else True
         self._token: tuple[float, str] | None = None
 
     def close(self) -> None:
@@ -108,7 +109,7 @@ class KubeClient:
         try:
             resp = self._session.get(
                 url, headers={"Authorization": f"Bearer {self._bearer()}", "Accept": "application/json"},
-                timeout=self.config.timeout_s,
+                timeout=self.config.timeout_s, verify=self._verify,
             )
         except requests.RequestException as exc:
             raise KubeError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
