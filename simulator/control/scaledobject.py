@@ -152,10 +152,16 @@ def _schema_problems(doc: Mapping[str, Any]) -> list[Problem]:
     checker.checks("int32")(_int32)
 
     validator = jsonschema.Draft7Validator(crd_schema(), format_checker=checker)
-    problems = [Problem(_path(list(e.absolute_path)), e.message)
+    problems = [Problem(_path(list(e.absolute_path)), _hint(list(e.absolute_path), e.message))
                 for e in sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))]
     problems.extend(_unknown_fields(doc, crd_schema(), []))
     return problems
+
+
+def _hint(at: list[str | int], message: str) -> str:
+    if len(at) == 5 and at[1] == "triggers" and at[3] == "metadata" and "is not of type 'string'" in message:
+        return f"{message} (trigger metadata values are strings: quote it)"
+    return message
 
 
 def _unknown_fields(value: Any, schema: Mapping[str, Any], at: list[str | int]) -> Iterator[Problem]:
@@ -257,7 +263,7 @@ def _semantic_problems(doc: Mapping[str, Any]) -> Iterator[Problem]:
                 continue
             at = f"spec.triggers[{i}]"
             ttype = trig.get("type")
-            if ttype not in EMULATED_TRIGGER_TYPES:
+            if isinstance(ttype, str) and ttype and ttype not in EMULATED_TRIGGER_TYPES:
                 yield Problem(f"{at}.type", f"the emulator runs only {' and '.join(EMULATED_TRIGGER_TYPES)} "
                                             f"triggers (KEDA's external scaler contract), got {ttype!r}")
             mtype = trig.get("metricType")
