@@ -1,0 +1,345 @@
+"""Scaler benchmark: KEDA's RPCs against the real scaler while it collects, vs a no-op handler, same server.
+
+    python bench/bench_scaler.py [--models 1000] [--seconds 8] [--out bench/results/scaler.md]
+
+Three processes:
+- an exporter farm: `--exporters` HTTP endpoints serving the exporter's real `llm_*` rendering of the
+  vLLM fixture (tests/fixtures/engines/vllm-0.32.0-cpu-load.prom through exporter.engines + render),
+  2-4 replicas per model, fresh timestamps on every scrape;
+- the scaler (this process): ExportersSource scraping the farm every 2 s into the HistoryStore, real
+  `decide`, the real grpc.aio server; history pre-filled with 1 h per model (synthetic observations);
+- the load generator (its own process): holds one StreamIsActive per ScaledObject, then measures
+  GetMetrics latency (real vs a no-op GetMetrics registered on the same server), mixed KEDA RPCs per
+  second (GetMetricSpec + GetMetrics + IsActive per poll) real vs no-op, and activation latency:
+  POST /v1/activate -> the push arriving on its stream.
+Figures go to `--out` as Markdown (ratios against the no-op measured in the same run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import resource
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from scaler.activation import ActivationBus  # noqa: E402
+from scaler.config import ConfigError  # noqa: E402
+from scaler.decide import decide  # noqa: E402
+from scaler.externalscaler import externalscaler_pb2 as pb  # noqa: E402
+from scaler.model import Observation, ReplicaSample  # noqa: E402
+from scaler.server import ScalerServer  # noqa: E402
+from scaler.service import HistoryStore, ScalerService  # noqa: E402
+from scaler.sources.exporters import ExportersSource, static_targets  # noqa: E402
+
+FIXTURE = ROOT / "tests" / "fixtures" / "engines" / "vllm-0.32.0-cpu-load.prom"
+NOOP_METHOD = "/bench.Noop/GetMetrics"
+NS = "bench"
+
+
+def model_name(i: int) -> str:
+    return f"bench-org/model-{i:04d}"
+
+
+def replicas_of(i: int) -> int:
+    return 2 + i % 3  # 2, 3 or 4 replicas per model
+
+
+# ---------------------------------------------------------------------------------- exporter farm
+
+def _farm(n_models: int, n_exporters: int, ports: Any, ready: Any) -> None:
+    """Each exporter renders its share of replicas from the real vLLM body, timestamps fresh per scrape."""
+    from exporter.collect import Snapshot, TargetState
+    from exporter.engines import normalize
+    from exporter.model import Target
+    from exporter.render import render
+
+    body = FIXTURE.read_text()
+    shares: list[list[Target]] = [[] for _ in range(n_exporters)]
+    k = 0
+    for i in range(n_models):
+        for r in range(replicas_of(i)):
+            t = Target(url=f"http://10.0.{k // 250}.{k % 250}:8000/metrics", namespace=NS,
+                       pod=f"m{i:04d}-{r}", node=f"node-{k % n_exporters}", model=model_name(i))
+            shares[k % n_exporters].append(t)
+            k += 1
+    metrics = [[(t, tuple(normalize(body, t))) for t in share] for share in shares]
+
+    def make_handler(idx: int) -> type[BaseHTTPRequestHandler]:
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                now = time.time()
+                states = tuple(TargetState(target=t, up=True, metrics=m, last_success=now)
+                               for t, m in metrics[idx])
+                text = render(Snapshot(node=f"node-{idx}", targets=states, gpus=(), cycle_seconds=0.01,
+                                       discovery_errors=0, at=now)).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(text)))
+                self.end_headers()
+                self.wfile.write(text)
+
+        return H
+
+    servers = []
+    for idx in range(n_exporters):
+        srv = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(idx))
+        servers.append(srv)
+        ports.append(srv.server_address[1])
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+    ready.set()
+    while True:
+        time.sleep(3600)
+
+
+# ------------------------------------------------------------------------------------ load generator
+
+LOADGEN = r'''
+import asyncio, json, sys, time, statistics, urllib.request
+import grpc
+sys.path.insert(0, ROOT)
+from scaler.externalscaler import externalscaler_pb2 as pb
+from scaler.externalscaler import externalscaler_pb2_grpc as pb_grpc
+
+cfg = json.loads(sys.argv[1])
+N, SECONDS, TARGET, HTTP = cfg["models"], cfg["seconds"], cfg["target"], cfg["http"]
+
+def ref(i):
+    return pb.ScaledObjectRef(name=f"so-{i:04d}", namespace="bench", scalerMetadata={
+        "model": f"bench-org/model-{i:04d}", "scaleToZero": "true", "scalerAddress": "bench:9090",
+        "policy": "concurrency", "targetConcurrency": "8"})
+
+def pct(xs, p):
+    xs = sorted(xs); return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+async def main():
+    out = {}
+    async with grpc.aio.insecure_channel(TARGET) as ch:
+        client = pb_grpc.ExternalScalerStub(ch)
+        noop = ch.unary_unary("/bench.Noop/GetMetrics", request_serializer=pb.GetMetricsRequest.SerializeToString,
+                              response_deserializer=pb.GetMetricsResponse.FromString)
+        streams = [client.StreamIsActive(ref(i)) for i in range(N)]
+        got = {}
+        async def reader(i, call):
+            try:
+                async for msg in call:
+                    got.setdefault(i, []).append(time.perf_counter())
+            except (grpc.aio.AioRpcError, asyncio.CancelledError):
+                pass
+        tasks = [asyncio.create_task(reader(i, c)) for i, c in enumerate(streams)]
+        await asyncio.sleep(2.0)
+        names = [(await client.GetMetricSpec(ref(i))).metricSpecs[0].metricName for i in range(N)]
+        reqs = [pb.GetMetricsRequest(scaledObjectRef=ref(i), metricName=names[i]) for i in range(N)]
+        # Latency: one call at a time, alternating real and no-op so both see the same background load.
+        lat = {"real": [], "noop": []}
+        t_end = time.perf_counter() + SECONDS
+        i = 0
+        while time.perf_counter() < t_end:
+            for kind, fn in (("real", client.GetMetrics), ("noop", noop)):
+                t0 = time.perf_counter()
+                try:
+                    await fn(reqs[i % N], timeout=10)
+                except grpc.aio.AioRpcError as err:
+                    lat.setdefault("errors", []).append(f"{err.code()}: {err.details()}")
+                lat[kind].append(time.perf_counter() - t0)
+            i += 1
+        for kind in ("real", "noop"):
+            out[f"getmetrics_{kind}_p50_ms"] = 1000 * statistics.median(lat[kind])
+            out[f"getmetrics_{kind}_p99_ms"] = 1000 * pct(lat[kind], 0.99)
+            out[f"getmetrics_{kind}_n"] = len(lat[kind])
+        out["errors"] = len(lat.get("errors", []))
+        out["first_error"] = (lat.get("errors") or [""])[0]
+        # Throughput: 32 concurrent KEDA-like pollers, each poll = GetMetricSpec + GetMetrics + IsActive.
+        async def poller(kind, k, stop, counter):
+            j = k
+            while time.perf_counter() < stop:
+                r = ref(j % N)
+                if kind == "real":
+                    await client.GetMetricSpec(r, timeout=10)
+                    await client.GetMetrics(reqs[j % N], timeout=10)
+                    await client.IsActive(r, timeout=10)
+                else:
+                    for _ in range(3):
+                        await noop(reqs[j % N], timeout=10)
+                counter[0] += 3
+                j += 32
+        for kind in ("real", "noop"):
+            counter = [0]
+            stop = time.perf_counter() + SECONDS
+            await asyncio.gather(*[poller(kind, k, stop, counter) for k in range(32)], return_exceptions=True)
+            out[f"rps_{kind}"] = counter[0] / SECONDS
+        # Activation latency: POST on the HTTP side -> the push on the held stream.
+        acts = []
+        loop = asyncio.get_running_loop()
+        for k in range(50):
+            i = (k * 37) % N
+            before = len(got.get(i, []))
+            t0 = time.perf_counter()
+            await loop.run_in_executor(None, lambda: urllib.request.urlopen(urllib.request.Request(
+                f"{HTTP}/v1/activate/bench/so-{i:04d}", data=b"", method="POST"), timeout=10).read())
+            while len(got.get(i, [])) <= before:
+                await asyncio.sleep(0.0005)
+            acts.append(got[i][before] - t0)
+        out["activation_p50_ms"] = 1000 * statistics.median(acts)
+        out["activation_p99_ms"] = 1000 * pct(acts, 0.99)
+        out["activation_max_ms"] = 1000 * max(acts)
+        for c in streams:
+            c.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    print(json.dumps(out))
+
+asyncio.run(main())
+'''
+
+
+# ------------------------------------------------------------------------------------------- scaler
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def fill_history(store: HistoryStore, n_models: int, now: float) -> None:
+    """One hour per model: every 10 s for the older 55 min, every 2 s (the collection interval) for 5 min."""
+    times = [now - 3600 + 10 * k for k in range(330)] + [now - 300 + 2 * k for k in range(150)]
+    for i in range(n_models):
+        model = model_name(i)
+        for t in times:
+            reps = tuple(ReplicaSample(f"m{i:04d}-{r}", t, running=3.0 + (t % 7), waiting=float(t % 3),
+                                       max_running=256.0, kv_usage_ratio=0.4, kv_capacity_tokens=120000.0,
+                                       prompt_tokens_total=t * 40.0, generation_tokens_total=t * 90.0,
+                                       requests_finished_total=t * 0.2) for r in range(replicas_of(i)))
+            store.ingest(Observation(NS, model, t, reps))
+
+
+def noop_handler() -> Any:
+    reply = pb.GetMetricsResponse(metricValues=[pb.MetricValue(metricName="noop", metricValue=1,
+                                                               metricValueFloat=1.0)])
+
+    async def get_metrics(request: Any, context: Any) -> Any:
+        return reply
+
+    handler = grpc.unary_unary_rpc_method_handler(get_metrics, request_deserializer=pb.GetMetricsRequest.FromString,
+                                                  response_serializer=pb.GetMetricsResponse.SerializeToString)
+    return grpc.method_handlers_generic_handler("bench.Noop", {"GetMetrics": handler})
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", type=int, default=1000)
+    ap.add_argument("--exporters", type=int, default=10)
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "scaler.md"))
+    args = ap.parse_args()
+
+    manager = mp.Manager()
+    ports, ready = manager.list(), manager.Event()
+    farm = mp.Process(target=_farm, args=(args.models, args.exporters, ports, ready), daemon=True)
+    farm.start()
+    ready.wait(120)
+
+    rss_start = rss_mb()
+    store = HistoryStore()
+    t0 = time.process_time()
+    fill_history(store, args.models, time.time())
+    fill_cpu = time.process_time() - t0
+    rss_history = rss_mb()
+
+    source = ExportersSource(static_targets([f"127.0.0.1:{p}" for p in ports]), interval_s=2.0, timeout_s=5.0)
+    source.subscribe(store.ingest)
+    for i in range(args.models):
+        source.watch(NS, model_name(i))
+    service = ScalerService(decide=decide, histories=store.get, history_lock=store.lock, bus=ActivationBus())
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+
+    async def start() -> ScalerServer:
+        srv = ScalerServer(service, grpc_address="127.0.0.1:0", http_address=("127.0.0.1", 0),
+                           config_error=ConfigError, extra_handlers=[noop_handler()])
+        await srv.start()
+        return srv
+
+    server = asyncio.run_coroutine_threadsafe(start(), loop).result(30)
+    source.collect_once()
+    source.start()
+    cfg = {"models": args.models, "seconds": args.seconds, "target": f"127.0.0.1:{server.grpc_port}",
+           "http": f"http://127.0.0.1:{server.http_port}"}
+    cpu0 = time.process_time()
+    wall0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", LOADGEN.replace("ROOT", repr(str(ROOT)), 1), json.dumps(cfg)],
+                          capture_output=True, text=True, timeout=900)
+    wall = time.perf_counter() - wall0
+    cpu = time.process_time() - cpu0
+    if proc.returncode != 0:
+        print(proc.stderr, file=sys.stderr)
+        return 1
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    rss_end = rss_mb()
+    status = source.status()
+    source.stop()
+    asyncio.run_coroutine_threadsafe(server.stop(0.5), loop).result(30)
+    farm.terminate()
+
+    p99_ratio = r["getmetrics_real_p99_ms"] / r["getmetrics_noop_p99_ms"]
+    rps_ratio = r["rps_real"] / r["rps_noop"]
+    lines = [
+        "# Scaler benchmark",
+        "",
+        f"`python bench/bench_scaler.py --models {args.models} --exporters {args.exporters} --seconds {args.seconds:g}`"
+        f" on {os.cpu_count()} CPU(s), Python {sys.version.split()[0]}, grpcio {grpc.__version__}.",
+        f"{args.models} ScaledObjects / models, 2-4 replicas each ({sum(replicas_of(i) for i in range(args.models))}"
+        f" replicas) behind {args.exporters} exporter endpoints serving the exporter's rendering of the real vLLM"
+        " body, scraped every 2 s during the run; one StreamIsActive per ScaledObject held open by the load"
+        " generator (its own process). The no-op is a GetMetrics handler returning a constant, on the same"
+        " server, measured in the same run. ScaledObjects use `policy: concurrency`, `targetConcurrency: 8`"
+        " (the CPU vLLM body reports no KV capacity or batch limit, so `tokens` answers UNAVAILABLE there).",
+        "",
+        "| measure | scaler | no-op | ratio | goal |",
+        "|---|---|---|---|---|",
+        f"| GetMetrics p50 (ms) | {r['getmetrics_real_p50_ms']:.3f} | {r['getmetrics_noop_p50_ms']:.3f} |"
+        f" {r['getmetrics_real_p50_ms'] / r['getmetrics_noop_p50_ms']:.2f}x | |",
+        f"| GetMetrics p99 (ms) | {r['getmetrics_real_p99_ms']:.3f} | {r['getmetrics_noop_p99_ms']:.3f} |"
+        f" {p99_ratio:.2f}x | <= 1.5x {'(met)' if p99_ratio <= 1.5 else '(NOT met)'} |",
+        f"| mixed KEDA RPCs/s (32 pollers) | {r['rps_real']:.0f} | {r['rps_noop']:.0f} | {rps_ratio:.2f}x |"
+        f" >= 0.7x {'(met)' if rps_ratio >= 0.7 else '(NOT met)'} |",
+        f"| activation POST -> push (ms) p50 / p99 / max | {r['activation_p50_ms']:.2f} / "
+        f"{r['activation_p99_ms']:.2f} / {r['activation_max_ms']:.2f} | | | < 50"
+        f" {'(met)' if r['activation_max_ms'] < 50 else '(NOT met)'} |",
+        f"| RSS with 1 h history for all models (MB) | {rss_history:.0f} (start {rss_start:.0f}, after the run"
+        f" {rss_end:.0f}) | | | < 300 {'(met)' if rss_end < 300 else '(NOT met)'} |",
+        "",
+        f"History arrays: {store.nbytes() / 1e6:.1f} MB for {len(store)} models; filling 1 h took"
+        f" {fill_cpu:.1f} s CPU. Scaler process CPU during the load phases: {cpu:.1f} s over {wall:.1f} s wall"
+        f" (collection + RPCs). Collection status at the end: ok={status.ok}, last error {status.last_error!r}."
+        f" RPC errors seen by the load generator: {r['errors']} {r['first_error']!r}."
+        f" Calls measured: {r['getmetrics_real_n']} per"
+        " kind for latency.",
+        "",
+    ]
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text("\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
