@@ -93,3 +93,33 @@ def test_garbage_is_refused_naming_the_line(body: str, line: int, what: str) -> 
 def test_empty_body_is_valid_and_empty() -> None:
     assert observations_from_exposition("", now=NOW) == []
     assert observations_from_exposition("# EOF\n", now=NOW) == []
+
+
+def test_reads_what_the_exporter_renders() -> None:
+    """Interop with exporter/render.py: one live vLLM pod and one engine that is down."""
+    from exporter.collect import Snapshot, TargetState
+    from exporter.model import EngineMetrics, GpuMetrics, Histogram, Target
+    from exporter.render import render
+
+    live = TargetState(
+        target=Target(url="http://10.1.0.7:8000/metrics", namespace="llm", pod="vllm-a", node="n1"),
+        up=True, last_success=NOW - 1, startup_seconds=95.5,
+        identities=((MODEL, "vllm", "unified"),),
+        metrics=(EngineMetrics(engine="vllm", model=MODEL, requests_running=7.0, requests_waiting=2.0,
+                               kv_cache_usage_ratio=0.5, kv_cache_capacity_tokens=262144.0,
+                               prompt_tokens_total=120000.0,
+                               time_to_first_token_seconds=Histogram(((0.1, 1.0), (float("inf"), 3.0)), 0.9, 3.0)),),
+    )
+    down = TargetState(
+        target=Target(url="http://10.1.0.8:8000/metrics", namespace="llm", pod='odd"pod\\x', node="n1"),
+        up=False, last_success=NOW - 60, identities=((MODEL, "vllm", "unified"),),
+    )
+    gpu = GpuMetrics(index="0", uuid="GPU-1", gpu_model="H100", utilization_ratio=0.9)
+    body = render(Snapshot(node="n1", targets=(live, down), gpus=(gpu,), cycle_seconds=0.01, discovery_errors=0,
+                           at=NOW))
+    (obs,) = observations_from_exposition(body, now=NOW)
+    assert obs.replicas == (
+        ReplicaSample(pod='odd"pod\\x', timestamp=NOW - 60, up=False),
+        ReplicaSample(pod="vllm-a", timestamp=NOW - 1, up=True, running=7.0, waiting=2.0, kv_usage_ratio=0.5,
+                      kv_capacity_tokens=262144.0, prompt_tokens_total=120000.0, startup_seconds=95.5),
+    )
