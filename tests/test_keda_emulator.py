@@ -7,11 +7,19 @@ simulated time, which the loop passes through `begin(path, now)`. Polls run at 0
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import queue
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent import futures
 from dataclasses import dataclass, field
+from typing import Any
 
+import grpc
 import pytest
 
+from scaler.externalscaler import externalscaler_pb2 as pb
+from scaler.externalscaler import externalscaler_pb2_grpc as pb_grpc
+from simulator.control.grpc_scaler import GrpcExternalScaler
 from simulator.control.hpa import Behavior, ScalingRules
 from simulator.control.keda import (
     CallPath,
@@ -264,3 +272,71 @@ def test_time_goes_forward_only() -> None:
         loop.advance_to(5)
     with pytest.raises(ValueError, match="before"):
         loop.push(3.0)
+
+
+# ---------------------------------------------------------------------------------- over real gRPC
+
+
+class _Servicer(pb_grpc.ExternalScalerServicer):  # type: ignore[misc]
+    """A minimal ExternalScaler server built on the generated stubs, answering from plain fields."""
+
+    def __init__(self) -> None:
+        self.value, self.active, self.fail = 0.0, False, False
+        self.pushes: queue.Queue[bool] = queue.Queue()
+        self.stream_open = threading.Event()
+
+    def GetMetricSpec(self, request: Any, context: Any) -> Any:
+        return pb.GetMetricSpecResponse(metricSpecs=[pb.MetricSpec(metricName="llm", targetSize=1,
+                                                                   targetSizeFloat=1.0)])
+
+    def GetMetrics(self, request: Any, context: Any) -> Any:
+        if self.fail:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "no fresh data")
+        return pb.GetMetricsResponse(metricValues=[pb.MetricValue(
+            metricName=request.metricName, metricValue=round(self.value), metricValueFloat=self.value)])
+
+    def IsActive(self, request: Any, context: Any) -> Any:
+        return pb.IsActiveResponse(result=self.active)
+
+    def StreamIsActive(self, request: Any, context: Any) -> Iterator[Any]:
+        self.stream_open.set()
+        while context.is_active():  # ends when the client cancels
+            try:
+                result = self.pushes.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            yield pb.IsActiveResponse(result=result)
+
+
+def test_real_grpc_server_push_from_zero_hpa_follows_errors_hold() -> None:
+    servicer = _Servicer()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    pb_grpc.add_ExternalScalerServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    scaler = GrpcExternalScaler(channel)
+    try:
+        loop = KedaHpaLoop(settings(push=True), scaler, initial_replicas=0)
+        scaler.open_stream(loop.keda.refs[0])
+        assert servicer.stream_open.wait(5.0)
+        loop.advance_to(10)
+        assert loop.spec_replicas == 0
+        assert scaler.calls == [("reconcile", "GetMetricSpec"), ("poll", "GetMetricSpec"), ("poll", "GetMetrics"),
+                                ("poll", "IsActive")]  # the HPA does not query metrics at zero
+        servicer.value, servicer.active = 3.0, True
+        servicer.pushes.put(True)
+        assert scaler.wait_for_push(5.0)
+        loop.advance_to(15)  # the push lands at the loop's time (10); the HPA sync at 15 follows the value
+        assert scale_events(loop) == [(10, "push_activate", 0, 1), (15, "hpa_scale_up", 1, 3)]
+        servicer.fail = True
+        loop.advance_to(45)
+        assert loop.spec_replicas == 3
+        errors = [e for e in loop.events if e.kind == "hpa_metric_error"]
+        assert [e.at for e in errors] == [30, 45]
+        assert "UNAVAILABLE: no fresh data" in next(e.detail for e in loop.events if e.kind == "scaler_error")
+    finally:
+        scaler.close()
+        channel.close()
+        server.stop(None)
+    assert scaler.stream_error == "CANCELLED"
