@@ -195,19 +195,22 @@ class ExportersSource:
         self, now: float, targets: Sequence[str], results: list[ParsedExposition | SourceError], errors: list[str]
     ) -> int:
         answered = 0
+        # replaced whole (status() reads it from other threads); exporters gone from discovery drop out
+        target_errors = {u: e for u, e in self._target_errors.items() if u in targets or u in self._answers}
         for url, result in zip(targets, results, strict=True):
             if isinstance(result, SourceError):
                 self._errors.add(result.reason)
-                self._target_errors[url] = str(result)
+                target_errors[url] = str(result)
                 errors.append(str(result))
                 continue
             answered += 1
             self._errors.add("invalid_value", result.invalid_values)
             self._answers[url] = _Answer(now, result)
-            self._target_errors[url] = None
+            target_errors[url] = None
         for url in [u for u, a in self._answers.items() if now - a.at > self._forget_after_s]:
             del self._answers[url]
-            self._target_errors.pop(url, None)
+            target_errors.pop(url, None)
+        self._target_errors = target_errors
         return answered
 
     def _observations(self, now: float, errors: list[str]) -> list[Observation]:
