@@ -58,7 +58,7 @@ class Target:
     namespace: str = ""
     pod: str = ""
     node: str = ""
-    model: str | None = None  # overrides/supplies the model name (TGI, llama.cpp report none)
+    model: str | None = None  # the model name where the engine reports none (TGI, llama.cpp, one Triton model)
     engine: str | None = None  # force an engine type instead of detecting it from the body
     role: str | None = None
     max_running: float | None = None  # configured batch limit where the engine does not export it

@@ -20,18 +20,15 @@ from exporter.vocabulary import (
     ENGINE_METRICS,
     ENGINE_STARTUP,
     ENGINE_UP,
+    EXPORTER_CYCLE_DURATION,
+    EXPORTER_DISCOVERY_ERRORS,
     EXPORTER_SCRAPE_DURATION,
     EXPORTER_SCRAPE_ERRORS,
+    EXPORTER_TARGETS,
     GPU_LABELS,
     GPU_METRICS,
     GPU_UP,
 )
-
-# Health metrics of the exporter itself beyond the two per-target ones in the vocabulary.
-# (Kept here until exporter/vocabulary.py carries them.)
-EXPORTER_TARGETS = "llm_exporter_targets"
-EXPORTER_CYCLE_DURATION = "llm_exporter_cycle_duration_seconds"
-EXPORTER_DISCOVERY_ERRORS = "llm_exporter_discovery_errors_total"
 
 #: Labels of the per-target health series: the target is known before its body says its model.
 TARGET_LABELS = ("target", "namespace", "pod", "node")

@@ -73,3 +73,6 @@ GPU_UP = "llm_gpu_up"
 
 EXPORTER_SCRAPE_DURATION = "llm_exporter_scrape_duration_seconds"
 EXPORTER_SCRAPE_ERRORS = "llm_exporter_scrape_errors_total"
+EXPORTER_TARGETS = "llm_exporter_targets"
+EXPORTER_CYCLE_DURATION = "llm_exporter_cycle_duration_seconds"
+EXPORTER_DISCOVERY_ERRORS = "llm_exporter_discovery_errors_total"
