@@ -21,6 +21,7 @@ from scaler.externalscaler import externalscaler_pb2 as pb
 from scaler.externalscaler import externalscaler_pb2_grpc as pb_grpc
 from simulator.control.grpc_scaler import GrpcExternalScaler
 from simulator.control.hpa import Behavior, ScalingRules
+from simulator.control.inprocess import CallbackScaler
 from simulator.control.keda import (
     CallPath,
     MetricSpec,
@@ -340,3 +341,12 @@ def test_real_grpc_server_push_from_zero_hpa_follows_errors_hold() -> None:
         channel.close()
         server.stop(None)
     assert scaler.stream_error == "CANCELLED"
+
+
+def test_callback_scaler_answers_the_scaler_contract() -> None:
+    # desired 6 from t=0, no data at t in [100, 140): the HPA goes 1 -> 4 -> 6 and holds through the gap
+    decide = lambda t: None if 100 <= t < 140 else (6, True)  # noqa: E731
+    loop = KedaHpaLoop(settings(), CallbackScaler(decide), initial_replicas=0)
+    loop.advance_to(150)
+    assert scale_events(loop) == [(0, "keda_activate", 0, 1), (0, "hpa_scale_up", 1, 4), (15, "hpa_scale_up", 4, 6)]
+    assert [e.at for e in loop.events if e.kind == "hpa_metric_error"] == [105, 120, 135]

@@ -6,6 +6,7 @@ them on one clock, and `grpc_scaler` drives a real ExternalScaler gRPC server th
 """
 
 from simulator.control.hpa import Behavior, HPAConfig, HPAResult, HPAState, ScalingPolicy, ScalingRules
+from simulator.control.inprocess import CallbackScaler
 from simulator.control.keda import (
     ControlEvent,
     ExternalScaler,
@@ -26,6 +27,7 @@ from simulator.control.scaledobject import (
 
 __all__ = [
     "Behavior",
+    "CallbackScaler",
     "ControlEvent",
     "ExternalScaler",
     "Fallback",
