@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, replace
 
 from scaler.config import ScalerConfig
-from scaler.history import ModelHistory, Snapshot
+from scaler.history import Load, ModelHistory, Snapshot
 from scaler.model import Decision, NoData, PolicyState, Reason, WorkloadState
 from scaler.policy import NoSignal, demand
 from scaler.windows import KpaResult, initial_panic, kpa_step
@@ -52,6 +52,10 @@ class _Step:
 
 def _check_data(snap: Snapshot | None, config: ScalerConfig, workload: WorkloadState, now: float,
                 history: ModelHistory) -> Snapshot:
+    at_zero = workload.current_replicas == 0 and workload.ready_replicas == 0
+    if at_zero and (snap is None or now - snap.at > config.stale_after):
+        # Nothing runs, so nothing reports: that is a fact, not missing data. Only activations wake it.
+        return Snapshot(now, 0, 0, 0, math.inf, Load(), None, None)
     if snap is None:
         raise NoData(f"no observation of model {history.model!r} in {history.namespace!r} yet")
     if now - snap.at > config.stale_after:
@@ -89,7 +93,7 @@ def _base_reason(kpa: KpaResult | None, replicas: int, current: int) -> Reason:
 def decide(history: ModelHistory, config: ScalerConfig, state: PolicyState, workload: WorkloadState,
            now: float) -> tuple[Decision, PolicyState]:
     """Decide the replica count for one ScaledObject at `now`. Raises NoData when nothing is usable."""
-    snap = _check_data(history.snapshot(now), config, workload, now, history)
+    snap = _check_data(history.snapshot(now, config.stale_after), config, workload, now, history)
     state = _initial(state, config, workload, now)
     current, ready = workload.current_replicas, workload.ready_replicas
     missing = max(0, ready - snap.fresh - snap.stale)  # ready in Kubernetes, absent from the data

@@ -328,24 +328,29 @@ class ModelHistory:
             tier.add(obs.at, row)
         return row
 
-    def snapshot(self, now: float) -> Snapshot | None:
-        """The latest observation judged at `now`; None when nothing was ever ingested."""
+    def snapshot(self, now: float, stale_after: float | None = None) -> Snapshot | None:
+        """The latest observation judged at `now`; None when nothing was ever ingested.
+
+        `stale_after` overrides the history's own bound (a ScaledObject's `staleAfter`); the aggregate
+        series were filtered at ingest with the history's bound.
+        """
         obs = self._latest
         if obs is None:
             return None
+        bound = self.stale_after if stale_after is None else stale_after
         fresh = loading = stale = 0
         newest = -math.inf
         for s in obs.replicas:
-            if is_fresh(s, now, self.stale_after):
+            if is_fresh(s, now, bound):
                 fresh += 1
                 newest = max(newest, s.timestamp)
             elif self._replicas.get(s.pod) is not None and self._replicas[s.pod].ever_up:
                 stale += 1
             else:
                 loading += 1
-        latest = Load.from_row(aggregate(obs.replicas, self._rates(), obs.upstream_demand, now, self.stale_after))
-        prompts = [_num(s.prompt_tokens_total) for s in obs.replicas if is_fresh(s, now, self.stale_after)]
-        finished = [_num(s.requests_finished_total) for s in obs.replicas if is_fresh(s, now, self.stale_after)]
+        latest = Load.from_row(aggregate(obs.replicas, self._rates(), obs.upstream_demand, now, bound))
+        prompts = [_num(s.prompt_tokens_total) for s in obs.replicas if is_fresh(s, now, bound)]
+        finished = [_num(s.requests_finished_total) for s in obs.replicas if is_fresh(s, now, bound)]
         lifetime = None
         if prompts and all(p is not None for p in prompts) and all(f is not None for f in finished):
             total_f = math.fsum(f for f in finished if f is not None)

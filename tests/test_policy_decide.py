@@ -239,3 +239,17 @@ def test_two_scalers_agree() -> None:
         first, second = run(case), run(case)
         assert first == second
         assert len({d.replicas for d, _ in first.values()}) > 1  # the timeline did move
+
+
+@pytest.mark.parametrize("metadata,activation,want", [
+    ({"scaleToZero": "true"}, None, {"replicas": 0, "reason": "idle_zero", "active": False}),
+    ({"scaleToZero": "true"}, 95.0, {"replicas": 1, "reason": "activation", "active": True}),
+    ({}, None, {"replicas": 1, "reason": "activation", "active": True}),
+], ids=["scaleToZero: stays at zero", "scaleToZero: an activation wakes it", "no scaleToZero: always active"])
+def test_at_zero_without_any_observation(metadata: dict[str, str], activation: float | None,
+                                         want: dict[str, object]) -> None:
+    """At zero nothing reports: not NoData. The scaler may have just started (no history at all)."""
+    state = PolicyState() if activation is None else activate(PolicyState(), activation)
+    d, new = decide(ModelHistory("ns", "m"), parse_metadata({**BASE, **metadata}), state, WorkloadState(0, 0), 100.0)
+    assert summary(d, set(want)) == want
+    assert new.active is want["active"]
