@@ -376,3 +376,7 @@ class ConfigCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+if __name__ == "__main__":  # python -m scaler.config: print the reference for the README
+    print(render_reference(), end="")

@@ -90,107 +90,151 @@ def _base_reason(kpa: KpaResult | None, replicas: int, current: int) -> Reason:
     return Reason.STEADY
 
 
-def decide(history: ModelHistory, config: ScalerConfig, state: PolicyState, workload: WorkloadState,
-           now: float) -> tuple[Decision, PolicyState]:
-    """Decide the replica count for one ScaledObject at `now`. Raises NoData when nothing is usable."""
-    snap = _check_data(history.snapshot(now, config.stale_after), config, workload, now, history)
-    state = _initial(state, config, workload, now)
-    current, ready = workload.current_replicas, workload.ready_replicas
-    missing = max(0, ready - snap.fresh - snap.stale)  # ready in Kubernetes, absent from the data
-    stale_data = snap.stale > 0 or missing > 0
-    pending = max(0, current - ready, snap.loading)
-    details: dict[str, float] = {
-        "current": current, "ready": ready, "pending": pending, "fresh": snap.fresh, "stale": snap.stale,
-        "loading": snap.loading, "missing": missing, "stale_data": float(stale_data),
-        "data_age_s": snap.data_age, "collection_age_s": now - snap.at,
-    }
+@dataclass(frozen=True)
+class _Inputs:
+    """What every step reads: the data as judged at `now`."""
 
-    # 2. policy + Knative windows
-    kpa: KpaResult | None = None
-    if snap.fresh > 0:
-        try:
-            stable = demand(history.window(now, config.stable_window), config, snap)
-            panic = demand(history.window(now, config.panic_window), config, snap)
-        except NoSignal as e:
-            raise NoData(str(e)) from None
-        kpa = kpa_step(stable.desired, panic.desired, ready, state.panic_since, state.max_panic_pods, now,
-                       stable_window=config.stable_window, panic_threshold=config.panic_threshold,
-                       max_scale_up_rate=config.max_scale_up_rate, max_scale_down_rate=config.max_scale_down_rate)
-        step = _Step(kpa.desired)
-        details.update(stable.parts)
-        details.update({
-            "demand": stable.demand, "demand_panic": panic.demand, "capacity_per_replica": stable.per_replica,
-            "capacity": stable.per_replica * snap.fresh, "desired_stable_raw": stable.desired,
-            "desired_panic_raw": panic.desired, "dspc": kpa.dspc, "dppc": kpa.dppc, "desired_stable": kpa.stable,
-            "desired_panic": kpa.panic, "max_scale_up": kpa.max_scale_up, "max_scale_down": kpa.max_scale_down,
-            "panic": float(kpa.panicking), "kpa_desired": kpa.desired,
-        })
-        state = replace(state, panic_since=kpa.panic_since, max_panic_pods=kpa.max_panic_pods)
-    else:
+    history: ModelHistory
+    config: ScalerConfig
+    workload: WorkloadState
+    snap: Snapshot
+    now: float
+
+    @property
+    def current(self) -> int:
+        return self.workload.current_replicas
+
+    @property
+    def missing(self) -> int:
+        """Ready in Kubernetes, absent from the data."""
+        return max(0, self.workload.ready_replicas - self.snap.fresh - self.snap.stale)
+
+    @property
+    def stale_data(self) -> bool:
+        return self.snap.stale > 0 or self.missing > 0
+
+    @property
+    def pending(self) -> int:
+        """Replicas starting: created but not ready, or listed but never up."""
+        return max(0, self.current - self.workload.ready_replicas, self.snap.loading)
+
+
+def _windows(x: _Inputs, state: PolicyState, details: dict[str, float]) -> tuple[_Step, KpaResult | None,
+                                                                                  PolicyState]:
+    """Step 2: the policy's demand over the stable and panic windows, then Knative's decision."""
+    if x.snap.fresh == 0:
         # Nobody reports and nobody is ready: scaled to zero, or every replica still loading. Hold.
-        step = _Step(current, Reason.PENDING_GUARD if current > 0 else None)
-        details.update({"demand": snap.latest.upstream or 0.0, "panic": float(state.panic_since is not None)})
+        details.update({"demand": x.snap.latest.upstream or 0.0, "panic": float(state.panic_since is not None)})
+        return _Step(x.current, Reason.PENDING_GUARD if x.current > 0 else None), None, state
+    c = x.config
+    try:
+        stable = demand(x.history.window(x.now, c.stable_window), c, x.snap)
+        panic = demand(x.history.window(x.now, c.panic_window), c, x.snap)
+    except NoSignal as e:
+        raise NoData(str(e)) from None
+    kpa = kpa_step(stable.desired, panic.desired, x.workload.ready_replicas, state.panic_since, state.max_panic_pods,
+                   x.now, stable_window=c.stable_window, panic_threshold=c.panic_threshold,
+                   max_scale_up_rate=c.max_scale_up_rate, max_scale_down_rate=c.max_scale_down_rate)
+    details.update(stable.parts)
+    details.update({
+        "demand": stable.demand, "demand_panic": panic.demand, "capacity_per_replica": stable.per_replica,
+        "capacity": stable.per_replica * x.snap.fresh, "desired_stable_raw": stable.desired,
+        "desired_panic_raw": panic.desired, "dspc": kpa.dspc, "dppc": kpa.dppc, "desired_stable": kpa.stable,
+        "desired_panic": kpa.panic, "max_scale_up": kpa.max_scale_up, "max_scale_down": kpa.max_scale_down,
+        "panic": float(kpa.panicking), "kpa_desired": kpa.desired,
+    })
+    return _Step(kpa.desired), kpa, replace(state, panic_since=kpa.panic_since, max_panic_pods=kpa.max_panic_pods)
 
-    # 3. pending-replica guard
-    pending_since = (now if state.pending_since is None else state.pending_since) if pending > 0 else None
-    cold = config.cold_start or snap.max_startup_seconds or DEFAULT_COLD_START
+
+def _pending_guard(x: _Inputs, step: _Step, kpa: KpaResult | None, state: PolicyState,
+                   details: dict[str, float]) -> PolicyState:
+    """Step 3: replicas still starting are supply that is coming. While they load (up to
+    PENDING_GUARD_FACTOR cold starts), no scale-up past the current count: the queue that builds
+    meanwhile is what they will serve, not a reason for more."""
+    pending_since = (x.now if state.pending_since is None else state.pending_since) if x.pending > 0 else None
+    cold = x.config.cold_start or x.snap.max_startup_seconds or DEFAULT_COLD_START
     details["cold_start_s"] = cold
-    guarding = pending_since is not None and now - pending_since < PENDING_GUARD_FACTOR * cold
-    if guarding and step.replicas > current:
-        step.set(current, Reason.PENDING_GUARD)
+    guarding = pending_since is not None and x.now - pending_since < PENDING_GUARD_FACTOR * cold
+    if guarding and step.replicas > x.current:
+        step.set(x.current, Reason.PENDING_GUARD)
         if kpa is not None and kpa.panicking:
             # Panic must not remember a count the guard refused, or it would jump there once they are up.
             state = replace(state, max_panic_pods=min(state.max_panic_pods, step.replicas))
-    state = replace(state, pending_since=pending_since)
+    return replace(state, pending_since=pending_since)
 
-    # 4. stale hold: never scale down on stale data (DESIGN.md "Decision semantics")
-    if stale_data and step.replicas < current:
-        step.set(current, Reason.STALE_HOLD)
 
-    # 5. bounds
-    lo = config.min_replicas if config.min_replicas is not None else workload.min_replicas
-    hi = config.max_replicas if config.max_replicas is not None else workload.max_replicas
+def _stale_hold(x: _Inputs, step: _Step) -> None:
+    """Step 4: never scale down on stale data (DESIGN.md "Decision semantics"); scale-up stays allowed."""
+    if x.stale_data and step.replicas < x.current:
+        step.set(x.current, Reason.STALE_HOLD)
+
+
+def _bounds(x: _Inputs, step: _Step) -> None:
+    """Step 5: the config's minReplicas/maxReplicas, else the ScaledObject's."""
+    c, w = x.config, x.workload
+    lo = c.min_replicas if c.min_replicas is not None else w.min_replicas
+    hi = c.max_replicas if c.max_replicas is not None else w.max_replicas
     if step.replicas > hi:
         step.set(hi, Reason.MAX_CLAMP)
     if step.replicas < lo:
         step.set(lo, Reason.MIN_CLAMP)
 
-    # 6. zero and back
-    latest = snap.latest
+
+def _latest_of(*times: float | None) -> float | None:
+    known = [t for t in times if t is not None]
+    return max(known) if known else None
+
+
+def _zero(x: _Inputs, step: _Step, state: PolicyState, details: dict[str, float]) -> tuple[bool, float | None]:
+    """Step 6: active or not, and the last demand time. Inactive -> 0; active -> at least 1."""
+    latest = x.snap.latest
     demand_now = any((v or 0.0) > 0 for v in (latest.running, latest.waiting, latest.upstream))
-    last_demand = now if demand_now else state.last_demand_at
-    if history.last_demand_at is not None and history.last_demand_at <= now:
-        last_demand = max(last_demand if last_demand is not None else -math.inf, history.last_demand_at)
-    if state.last_activation_at is not None and state.last_activation_at <= now:
-        last_demand = max(last_demand if last_demand is not None else -math.inf, state.last_activation_at)
-    if not config.scale_to_zero:
+    seen = [t for t in (x.history.last_demand_at, state.last_activation_at) if t is not None and t <= x.now]
+    last_demand = _latest_of(x.now if demand_now else None, state.last_demand_at, *seen)
+    if not x.config.scale_to_zero:
         active = True
-    elif stale_data:
+    elif x.stale_data:
         active = state.active or demand_now  # never deactivate on stale data
     else:
-        active = last_demand is not None and now - last_demand < config.idle_timeout
-    if active:
-        if step.replicas < 1:
-            # Active means at least one replica (KEDA wakes a zero target to max(minReplicaCount, 1)).
-            step.replicas, step.override = 1, (Reason.ACTIVATION if current == 0 else step.override)
-        elif current == 0 and step.replicas > 0:
-            step.override = Reason.ACTIVATION
-    else:
+        active = last_demand is not None and x.now - last_demand < x.config.idle_timeout
+    if not active:
         step.set(0, Reason.IDLE_ZERO)
         step.override = Reason.IDLE_ZERO  # also when already at zero: zero because idle, not "steady"
+    elif step.replicas < 1:
+        # Active means at least one replica (KEDA wakes a zero target to max(minReplicaCount, 1)).
+        step.replicas, step.override = 1, (Reason.ACTIVATION if x.current == 0 else step.override)
+    elif x.current == 0:
+        step.override = Reason.ACTIVATION
     details["active"] = float(active)
-    details["idle_s"] = math.inf if last_demand is None else now - last_demand
+    details["idle_s"] = math.inf if last_demand is None else x.now - last_demand
+    return active, last_demand
+
+
+def decide(history: ModelHistory, config: ScalerConfig, state: PolicyState, workload: WorkloadState,
+           now: float) -> tuple[Decision, PolicyState]:
+    """Decide the replica count for one ScaledObject at `now`. Raises NoData when nothing is usable."""
+    x = _Inputs(history, config, workload,
+                _check_data(history.snapshot(now, config.stale_after), config, workload, now, history), now)
+    state = _initial(state, config, workload, now)
+    details: dict[str, float] = {
+        "current": x.current, "ready": workload.ready_replicas, "pending": x.pending, "fresh": x.snap.fresh,
+        "stale": x.snap.stale, "loading": x.snap.loading, "missing": x.missing, "stale_data": float(x.stale_data),
+        "data_age_s": x.snap.data_age, "collection_age_s": now - x.snap.at,
+    }
+    step, kpa, state = _windows(x, state, details)
+    state = _pending_guard(x, step, kpa, state, details)
+    _stale_hold(x, step)
+    _bounds(x, step)
+    active, last_demand = _zero(x, step, state, details)
     if step.would_be is not None:
         details["would_be_replicas"] = step.would_be
-
-    reason = step.override or _base_reason(kpa, step.replicas, current)
+    reason = step.override or _base_reason(kpa, step.replicas, x.current)
     decision = Decision(step.replicas, reason.value, active, details)
     state = replace(state, last_demand_at=last_demand, active=active, last_replicas=step.replicas)
-
-    # 7. advisory: decided and recorded; KEDA gets the current count
     if config.advisory:
-        held_active = current > 0 if config.scale_to_zero else True
-        held = Decision(current, Reason.ADVISORY_HOLD.value, held_active,
+        # Step 7: decided and recorded; KEDA gets the current count.
+        held_active = x.current > 0 if config.scale_to_zero else True
+        held = Decision(x.current, Reason.ADVISORY_HOLD.value, held_active,
                         {**details, "would_be_replicas": step.replicas}, would_be=decision)
-        return held, replace(state, active=held_active, last_replicas=current)
+        return held, replace(state, active=held_active, last_replicas=x.current)
     return decision, state
