@@ -1,0 +1,349 @@
+"""The detailed discrete-event loop: trace arrivals, engine iterations, pod lifecycle, observations, control.
+
+Every event sits on one heap keyed `(time, priority, seq)`; at one instant the priorities order them:
+
+  0 step    an engine iteration (or decode run) ends: its finished requests leave, the next one starts
+  1 phase   a pod is scheduled or becomes ready (a ready pod takes the gateway's queue)
+  2 arrival the next trace request reaches the gateway
+  3 observe collection: the replicas' gauges and counters become an Observation (every interval)
+  4 control the controller's next tick (KEDA poll / HPA sync / StreamIsActive push, or a schedule step)
+
+and `seq` (insertion order) breaks the remaining ties, so a run is a pure function of its inputs and
+seed. The controller (simulator.controllers) decides the replica count; this loop only carries it out.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from scaler.model import Observation, ReplicaSample
+from simulator.cluster import Cluster, Phase, SimReplica
+from simulator.coldstart import ColdStartModel
+from simulator.perf import PerfModel
+from simulator.replica import ReplicaConfig, Request
+from simulator.router import Router, RoutingRule
+from simulator.traces import Trace
+
+STEP, PHASE, ARRIVAL, OBSERVE, CONTROL = 0, 1, 2, 3, 4
+
+
+@dataclass(frozen=True)
+class ObservedState:
+    """One collection cycle as the controllers see it: the scaler's Observation plus what baselines read
+    (GPU utilization per ready pod, as NVML's busy fraction over the interval)."""
+
+    observation: Observation
+    gpu_utilization: tuple[float, ...]
+    gateway_pending: int
+
+
+class Controller(Protocol):
+    """Decides the replica count. The loop calls `start` once, `tick` at `next_time()`, `observe` every
+    collection interval and `gateway_hold` when a request waits because no pod is ready."""
+
+    name: str
+
+    def start(self, sim: Simulation) -> None: ...
+
+    def next_time(self) -> float | None: ...
+
+    def tick(self, sim: Simulation) -> None: ...
+
+    def observe(self, sim: Simulation, state: ObservedState) -> None: ...
+
+    def gateway_hold(self, sim: Simulation) -> None: ...
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Everything about the cluster but the policy. `namespace`/`model` name the observations."""
+
+    replica: ReplicaConfig
+    perf: PerfModel
+    cold_start: ColdStartModel
+    gpus_per_replica: int = 1
+    collection_interval_s: float = 5.0
+    routing: RoutingRule = "least_outstanding"
+    max_wait_s: float = 600.0
+    seed: int = 0
+    namespace: str = "default"
+    model: str = "model"
+    tail_s: float = 3600.0  # after the last arrival, stop at the latest this much later
+
+    def __post_init__(self) -> None:
+        if not self.collection_interval_s > 0:
+            raise ValueError(f"collection_interval_s must be > 0, got {self.collection_interval_s}")
+        if self.gpus_per_replica < 1:
+            raise ValueError(f"gpus_per_replica must be >= 1, got {self.gpus_per_replica}")
+
+
+@dataclass
+class Timeline:
+    """One row per observation: for the plot and the report."""
+
+    t: list[float] = field(default_factory=list)
+    arrivals: list[int] = field(default_factory=list)  # arrivals since the previous row
+    ready: list[int] = field(default_factory=list)
+    starting: list[int] = field(default_factory=list)
+    draining: list[int] = field(default_factory=list)
+    desired: list[int] = field(default_factory=list)
+    gateway: list[int] = field(default_factory=list)
+    running: list[int] = field(default_factory=list)
+    waiting: list[int] = field(default_factory=list)
+
+
+@dataclass
+class SimResult:
+    policy: str
+    trace: str
+    requests: list[Request]
+    dropped_timeout: list[Request]
+    dropped_rejected: list[Request]
+    end_s: float
+    timeline: Timeline
+    gpu_seconds: float
+    cold_starts: int
+    zero_seconds: float
+    scale_events: int
+    events: list[Any] = field(default_factory=list)  # controller events (ControlEvent or tuples)
+    mode: str = "detailed"
+
+
+class Simulation:
+    """One policy on one trace. `run()` returns the SimResult; `progress(done, total)` is told of arrivals."""
+
+    def __init__(self, trace: Trace, config: SimConfig, controller: Controller,
+                 progress: Callable[[int, int], None] | None = None) -> None:
+        self.trace = trace
+        self.config = config
+        self.controller = controller
+        self.rng = np.random.default_rng(config.seed)
+        self.cluster = Cluster(config.replica, config.perf, config.cold_start, self.rng, config.gpus_per_replica)
+        self.router = Router(config.routing, config.max_wait_s)
+        self.now = 0.0
+        self.desired = 0  # what the controller last asked for
+        self.scale_events = 0
+        self.requests: list[Request] = []
+        self.dropped_timeout: list[Request] = []
+        self.dropped_rejected: list[Request] = []
+        self.timeline = Timeline()
+        self._heap: list[tuple[float, int, int, int, Any]] = []
+        self._seq = 0
+        self._next_arrival = 0
+        self._open = 0  # arrived, neither finished nor dropped
+        self._arrivals_since = 0
+        self._progress = progress
+        self._last_obs_t = 0.0
+        self._arr = trace.arrival_s
+        self._prompt = trace.prompt_tokens
+        self._output = trace.output_tokens
+        self._hashes = trace.hash_offsets is not None
+
+    # -- heap -------------------------------------------------------------------------------------
+    def push(self, at: float, kind: int, obj: Any = None) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (at, kind, self._seq, kind, obj))
+
+    def _next_arrival_time(self) -> float:
+        i = self._next_arrival
+        return float(self._arr[i]) if i < len(self._arr) else math.inf
+
+    # -- run --------------------------------------------------------------------------------------
+    def run(self) -> SimResult:
+        n = len(self.trace)
+        last = float(self._arr[-1]) if n else 0.0
+        hard_end = last + self.config.tail_s
+        self.controller.start(self)
+        if n:
+            self.push(float(self._arr[0]), ARRIVAL)
+        self.push(0.0, OBSERVE)
+        t_ctl = self.controller.next_time()
+        if t_ctl is not None:
+            self.push(t_ctl, CONTROL)
+        end = hard_end
+        while self._heap:
+            at, _, _, kind, obj = heapq.heappop(self._heap)
+            if at > hard_end:
+                break
+            self.now = at
+            if kind == STEP:
+                self._on_step(obj)
+            elif kind == PHASE:
+                self._on_phase(obj)
+            elif kind == ARRIVAL:
+                self._on_arrival()
+            elif kind == OBSERVE:
+                self._on_observe()
+            else:
+                self._on_control()
+            if self._next_arrival >= n and self._open == 0:
+                end = self.now
+                break
+        self.now = end
+        for r in list(self.router.queue):
+            self.dropped_timeout.append(r)
+        self.router.queue.clear()
+        self.cluster.close(end)
+        if self._progress is not None:
+            self._progress(n, n)
+        s = self.cluster.stats
+        events = list(getattr(self.controller, "events", []))
+        return SimResult(self.controller.name, self.trace.name, self.requests, self.dropped_timeout,
+                         self.dropped_rejected, end, self.timeline, s.gpu_seconds, s.cold_starts, s.zero_seconds,
+                         self.scale_events, events)
+
+    # -- handlers ---------------------------------------------------------------------------------
+    def _on_arrival(self) -> None:
+        i = self._next_arrival
+        hashes = self.trace.prefix_hashes(i) if self._hashes else ()
+        req = Request(i, float(self._arr[i]), max(1, int(self._prompt[i])), int(self._output[i]), hashes)
+        self.requests.append(req)
+        self._open += 1
+        self._arrivals_since += 1
+        self._next_arrival = i + 1
+        if self._next_arrival < len(self._arr):
+            self.push(float(self._arr[self._next_arrival]), ARRIVAL)
+        if self._progress is not None and i % 4096 == 0:
+            self._progress(i, len(self._arr))
+        self._dispatch(req)
+
+    def _dispatch(self, req: Request) -> None:
+        r = self.router.pick(self.cluster.ready())
+        if r is None:
+            self.router.hold(req)
+            self.controller.gateway_hold(self)
+            return
+        assert isinstance(r, SimReplica)
+        if not self.cluster.route_to(r, req, self.now):
+            self.dropped_rejected.append(req)
+            self._open -= 1
+            return
+        if not r.stepping:
+            self._step(r)
+
+    def _step(self, r: SimReplica) -> None:
+        res = r.engine.step(self.now, self._next_arrival_time())
+        r.stepping = True
+        self.push(self.now + res.duration, STEP, (r, res.finished))
+
+    def _on_step(self, obj: tuple[SimReplica, list[Request]]) -> None:
+        r, finished = obj
+        r.stepping = False
+        r.outstanding -= len(finished)
+        self._open -= len(finished)
+        if r.engine.has_work:
+            self._step(r)
+        elif r.phase is Phase.DRAINING:
+            self.cluster.finish_drain(r, self.now)
+
+    def _on_phase(self, r: SimReplica) -> None:
+        if r.phase is Phase.GONE:
+            return
+        self.cluster.advance_phase(r, self.now)
+        if r.phase is Phase.LOADING:
+            self.push(r.ready_at, PHASE, r)
+        elif r.phase is Phase.READY:
+            keep, late = self.router.release(self.now)
+            self.dropped_timeout.extend(late)
+            self._open -= len(late)
+            for req in keep:
+                self._dispatch(req)
+
+    def _on_observe(self) -> None:
+        late = self.router.expire(self.now)
+        self.dropped_timeout.extend(late)
+        self._open -= len(late)
+        state = self.observe()
+        self.controller.observe(self, state)
+        self._record()
+        self.push(self.now + self.config.collection_interval_s, OBSERVE)
+
+    def _on_control(self) -> None:
+        self.controller.tick(self)
+        t = self.controller.next_time()
+        if t is not None:
+            self.push(max(t, self.now), CONTROL)
+
+    # -- what controllers call ---------------------------------------------------------------------
+    def scale_to(self, target: int) -> None:
+        """Make the Deployment's replica count `target`: create pods, or remove (drain) the ReplicaSet's picks."""
+        if target < 0:
+            raise ValueError(f"scale_to: target must be >= 0, got {target}")
+        if target != self.desired:
+            self.scale_events += 1
+        self.desired = target
+        active = len(self.cluster.active())
+        for _ in range(target - active):
+            self.add_replica()
+        if target < active:
+            for r in self.cluster.pick_for_removal(active - target):
+                self.cluster.remove(r, self.now)
+
+    def add_replica(self, cold_start_s: float | None = None, *, warm: bool = False) -> SimReplica:
+        r = self.cluster.add(self.now, cold_start_s, warm=warm)
+        if r.phase is Phase.PENDING:
+            self.push(r.scheduled_at, PHASE, r)
+        elif r.phase is Phase.LOADING:
+            self.push(r.ready_at, PHASE, r)
+        return r
+
+    def remove_replica(self, r: SimReplica) -> None:
+        self.cluster.remove(r, self.now)
+
+    def observe(self) -> ObservedState:
+        """The replicas' gauges and counters now, as the exporters would report them."""
+        now = self.now
+        dt = now - self._last_obs_t
+        samples: list[ReplicaSample] = []
+        utils: list[float] = []
+        cfg = self.config.replica
+        for r in self.cluster.active():
+            eng = r.engine
+            if r.phase is not Phase.READY:
+                samples.append(ReplicaSample(pod=r.pod, timestamp=0.0, up=False))
+                continue
+            c = eng.counters
+            busy = c.busy_s
+            util = min(1.0, (busy - r.busy_prev) / dt) if dt > 0 else 0.0
+            r.busy_prev = busy
+            utils.append(max(0.0, util))
+            samples.append(ReplicaSample(
+                pod=r.pod, timestamp=now, up=True, running=float(eng.num_running), waiting=float(eng.num_waiting),
+                max_running=float(cfg.max_num_seqs), kv_usage_ratio=eng.kv_usage,
+                kv_capacity_tokens=float(cfg.kv_capacity_tokens), prompt_tokens_total=float(c.prompt_tokens),
+                generation_tokens_total=float(c.generation_tokens), requests_finished_total=float(c.requests_finished),
+                startup_seconds=r.startup_seconds if r.startup_seconds > 0 else None,
+            ))
+        self._last_obs_t = now
+        obs = Observation(self.config.namespace, self.config.model, now, tuple(samples),
+                          upstream_demand=float(self.router.pending))
+        return ObservedState(obs, tuple(utils), self.router.pending)
+
+    def _record(self) -> None:
+        tl = self.timeline
+        ready = starting = draining = running = waiting = 0
+        for r in self.cluster.replicas:
+            if r.phase is Phase.READY:
+                ready += 1
+            elif r.phase is Phase.DRAINING:
+                draining += 1
+            else:
+                starting += 1
+            running += r.engine.num_running
+            waiting += r.engine.num_waiting
+        tl.t.append(self.now)
+        tl.arrivals.append(self._arrivals_since)
+        self._arrivals_since = 0
+        tl.ready.append(ready)
+        tl.starting.append(starting)
+        tl.draining.append(draining)
+        tl.desired.append(self.desired)
+        tl.gateway.append(self.router.pending)
+        tl.running.append(running)
+        tl.waiting.append(waiting)

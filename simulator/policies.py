@@ -1,0 +1,98 @@
+"""Policies by name: ours (the scaler through KEDA+HPA) and the baselines, each as a Controller.
+
+`ours` runs a ScaledObject (the user's, or the default below) with the scaler's own service;
+`ours-zero` is the default with scale to zero. Baselines: `static`, `queue`, `gpu`, `concurrency`,
+and `oracle` (simulator.oracle), each documented where it is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.baselines import concurrency_baseline, gpu_baseline, queue_baseline
+from simulator.control import KedaSettings, Trigger
+from simulator.controllers import KedaController, PodPlan, ScheduleController
+from simulator.engine import Controller, Simulation
+from simulator.inprocess import ServiceScaler, workload_state
+
+POLICIES = ("ours", "ours-zero", "static", "queue", "gpu", "concurrency", "oracle")
+DEFAULT_POLICIES = ("ours", "static", "queue", "gpu", "concurrency", "oracle")
+
+
+def default_scaledobject(model: str, *, scale_to_zero: bool = False, max_replicas: int = 64,
+                         cold_start_s: float | None = None) -> KedaSettings:
+    """keda-llm's recommended ScaledObject (tests/fixtures/scaledobjects/vllm-push-recommended.yaml in spirit):
+    an external-push trigger, tokens policy, polling 10 s, and an HPA behavior that passes the scaler's
+    count through (no tolerance band; scale-down stabilized 30 s, since the scaler smooths)."""
+    from simulator.control.hpa import Behavior, ScalingPolicy, ScalingRules
+
+    meta = {"scalerAddress": "keda-llm-scaler.keda-llm.svc:9090", "model": model, "policy": "tokens",
+            "activationQuery": "sum(gateway_pending_requests)"}
+    if scale_to_zero:
+        meta["scaleToZero"] = "true"
+        meta["idleTimeout"] = "5m"
+    if cold_start_s is not None:
+        meta["coldStart"] = f"{cold_start_s:.0f}s"
+    behavior = Behavior(
+        scale_up=ScalingRules(stabilization_window_seconds=0, select_policy="Max",
+                              policies=(ScalingPolicy("Pods", max_replicas, 15),), tolerance=0.0),
+        scale_down=ScalingRules(stabilization_window_seconds=30, policies=(ScalingPolicy("Percent", 100, 15),),
+                                tolerance=0.0),
+    )
+    return KedaSettings(name="ours-zero" if scale_to_zero else "ours", namespace="default", target_name="model",
+                        triggers=(Trigger("external-push", meta, name="llm"),), polling_interval_s=10,
+                        cooldown_period_s=120, min_replicas=0 if scale_to_zero else 1, max_replicas=max_replicas,
+                        behavior=behavior)
+
+
+@dataclass
+class _SimRef:
+    sim: Simulation | None = None
+
+
+class OursController(KedaController):
+    """KedaController whose scaler is the scaler's own service; it learns the Simulation at start."""
+
+    def __init__(self, name: str, settings: KedaSettings, *, initial_replicas: int = 1,
+                 configurable_tolerance: bool = True) -> None:
+        self._ref = _SimRef()
+        ref = self._ref
+
+        def workload() -> object:
+            assert ref.sim is not None
+            return workload_state(settings, ref.sim)
+
+        scalers = [ServiceScaler(settings, workload, trigger_index=i)  # type: ignore[arg-type]
+                   for i in range(len(settings.triggers))]
+        hpa = settings.hpa_config(configurable_tolerance=configurable_tolerance)
+        super().__init__(name, settings, scalers if len(scalers) > 1 else scalers[0],
+                         initial_replicas=initial_replicas, hpa=hpa)
+
+    def start(self, sim: Simulation) -> None:
+        self._ref.sim = sim
+        super().start(sim)
+
+
+def build_controller(policy: str, *, model: str, max_replicas: int, concurrency_target: float,
+                     static_replicas: int, settings: KedaSettings | None = None,
+                     oracle_plan: list[PodPlan] | None = None, cold_start_s: float | None = None) -> Controller:
+    """The controller for one policy name (see POLICIES)."""
+    if policy in ("ours", "ours-zero"):
+        so = settings if (settings is not None and policy == "ours") else default_scaledobject(
+            model, scale_to_zero=policy == "ours-zero", max_replicas=max_replicas, cold_start_s=cold_start_s)
+        return OursController(policy, so, initial_replicas=max(1, so.min_replicas))
+    if policy == "static":
+        return ScheduleController("static", [PodPlan(0.0, float("inf"), 0.0)] * static_replicas)
+    if policy == "oracle":
+        if oracle_plan is None:
+            raise ValueError("policy oracle needs its plan (simulator.oracle.plan_oracle)")
+        return ScheduleController("oracle", oracle_plan)
+    if policy == "queue":
+        so, scaler = queue_baseline(max_replicas)
+    elif policy == "gpu":
+        so, scaler = gpu_baseline(max_replicas)
+    elif policy == "concurrency":
+        so, scaler = concurrency_baseline(max_replicas, concurrency_target)
+    else:
+        raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
+    return KedaController(policy, so, scaler, initial_replicas=max(1, so.min_replicas))
