@@ -84,9 +84,6 @@ class Load:
         return np.array([math.nan if v is None else v for v in (getattr(self, f.name) for f in fields(self))])
 
 
-assert tuple(f.name for f in fields(Load)) == FIELDS  # one order for rows and Load
-
-
 @dataclass(frozen=True)
 class Rates:
     """Counter-derived rates of one replica (per second), from its last two distinct scrapes."""

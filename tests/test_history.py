@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 
-from scaler.history import REPLICA_RING, Load, ModelHistory, Rates, counter_rate
+from scaler.history import FIELDS, REPLICA_RING, Load, ModelHistory, Rates, counter_rate
 from scaler.model import Observation, ReplicaSample
 
 
@@ -171,3 +172,7 @@ def test_load_row_roundtrip() -> None:
     row = load.row()
     assert np.isnan(row).sum() == len(row) - 3
     assert Load.from_row(row) == load
+
+
+def test_load_fields_are_the_series_columns() -> None:
+    assert tuple(f.name for f in dataclasses.fields(Load)) == FIELDS

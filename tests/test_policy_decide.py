@@ -253,3 +253,20 @@ def test_at_zero_without_any_observation(metadata: dict[str, str], activation: f
     d, new = decide(ModelHistory("ns", "m"), parse_metadata({**BASE, **metadata}), state, WorkloadState(0, 0), 100.0)
     assert summary(d, set(want)) == want
     assert new.active is want["active"]
+
+
+def test_tokens_policy_end_to_end() -> None:
+    """The default policy through decide(): two replicas of 10,000 KV tokens, half full, 16 queued requests of
+    500 prompt tokens (1,000 prompt tokens/s over 2 finished/s): (10,000 + 8,000) / (10,000 x 0.8) = 2.25 -> 3."""
+    config = parse_metadata({"model": "m"})
+    h = ModelHistory("ns", "m")
+    for t in range(1, 61):
+        h.ingest(Observation("ns", "m", float(t), tuple(
+            ReplicaSample(pod, float(t), running=4.0, waiting=8.0, kv_usage_ratio=0.5, kv_capacity_tokens=10_000.0,
+                          prompt_tokens_total=500.0 * t, requests_finished_total=1.0 * t)
+            for pod in ("a", "b"))))
+    d, _ = decide(h, config, PolicyState(initialized=True), WorkloadState(2, 2), 60.0)
+    want = {"replicas": 3, "reason": "scale_up", "details.demand": 18000.0, "details.capacity_per_replica": 8000.0,
+            "details.tokens_held": 10000.0, "details.tokens_queued": 8000.0, "details.mean_prompt_tokens": 500.0,
+            "details.dspc": 3, "details.panic": 0.0}
+    assert summary(d, set(want)) == want
