@@ -13,14 +13,21 @@ from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+#: TTFT histogram bounds, seconds (a subset of vLLM's own buckets).
+TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0)
+
 
 @dataclass
-class _Seq:
+class EngineRequest:
+    """One request inside an engine; `rid` is the caller's id, the times are the caller's clock."""
+
     prompt: int
     output: int
     arrived: float
+    rid: int = 0
     generated: int = 0
     first_token_at: float | None = None
+    finished_at: float | None = None
 
 
 @dataclass
@@ -32,39 +39,46 @@ class DemoEngine:
     num_blocks: int = 512
     block_size: int = 16
     decode_tokens_per_s: float = 40.0  # per sequence
-    prefill_tokens_per_s: float = 4000.0
-    waiting: deque[_Seq] = field(default_factory=deque)
-    running: list[_Seq] = field(default_factory=list)
+    waiting: deque[EngineRequest] = field(default_factory=deque)
+    running: list[EngineRequest] = field(default_factory=list)
     prompt_tokens_total: int = 0
     generation_tokens_total: int = 0
     finished_total: int = 0
     preemptions_total: int = 0
+    ttft_count: int = 0
+    ttft_sum: float = 0.0
+    ttft_buckets: list[int] = field(default_factory=lambda: [0] * len(TTFT_BUCKETS))
     _last: float | None = None
     _credit: float = 0.0
-    ttft: list[float] = field(default_factory=list)
 
     @property
     def capacity_tokens(self) -> int:
         return self.num_blocks * self.block_size
 
-    def _tokens_held(self) -> int:
+    def tokens_held(self) -> int:
         return sum(s.prompt + s.generated for s in self.running)
 
-    def submit(self, prompt: int, output: int, now: float) -> None:
-        self.waiting.append(_Seq(prompt, max(1, output), now))
+    def submit(self, prompt: int, output: int, now: float, rid: int = 0) -> EngineRequest:
+        req = EngineRequest(prompt, max(1, output), now, rid)
+        self.waiting.append(req)
+        return req
 
     def outstanding(self) -> int:
         return len(self.waiting) + len(self.running)
 
-    def tick(self, now: float) -> None:
-        """Advance to `now`: admit from the queue, then decode whole tokens for the elapsed time."""
+    def tick(self, now: float) -> list[EngineRequest]:
+        """Advance to `now`: admit from the queue, then decode whole tokens for the elapsed time.
+
+        Returns the requests that finished in this step. A request is admitted only when its prompt
+        and its whole output fit in the KV budget, so there are no preemptions (vLLM would preempt).
+        """
         if self._last is None:
             self._last = now
         dt = max(0.0, now - self._last)
         self._last = now
         while self.waiting and len(self.running) < self.max_num_seqs:
             nxt = self.waiting[0]
-            if self._tokens_held() + nxt.prompt + nxt.output > self.capacity_tokens:
+            if self.running and self.tokens_held() + nxt.prompt + nxt.output > self.capacity_tokens:
                 break
             self.waiting.popleft()
             self.prompt_tokens_total += nxt.prompt
@@ -75,26 +89,34 @@ class DemoEngine:
         steps = int(self._credit)
         self._credit -= steps
         if not steps:
-            return
-        done: list[_Seq] = []
+            return []
+        done: list[EngineRequest] = []
         for s in self.running:
             n = min(steps, s.output - s.generated)
             if s.first_token_at is None and n > 0:
                 s.first_token_at = now
-                self.ttft.append(now - s.arrived)
+                self._observe_ttft(now - s.arrived)
             s.generated += n
             self.generation_tokens_total += n
             if s.generated >= s.output:
+                s.finished_at = now
                 done.append(s)
-        for s in done:
-            self.running.remove(s)
-            self.finished_total += 1
+        if done:
+            self.running = [s for s in self.running if s.finished_at is None]
+            self.finished_total += len(done)
+        return done
+
+    def _observe_ttft(self, seconds: float) -> None:
+        self.ttft_count += 1
+        self.ttft_sum += seconds
+        for i, le in enumerate(TTFT_BUCKETS):
+            if seconds <= le:
+                self.ttft_buckets[i] += 1
 
     def render(self) -> str:
         """The body vLLM 0.32 serves, reduced to the families a vLLM dashboard reads."""
         lbl = f'engine="0",model_name="{self.model}"'
-        usage = self._tokens_held() / self.capacity_tokens
-        buckets = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0)
+        usage = self.tokens_held() / self.capacity_tokens
         lines = [
             "# HELP vllm:num_requests_running Number of requests in model execution batches.",
             "# TYPE vllm:num_requests_running gauge",
@@ -125,17 +147,20 @@ class DemoEngine:
             "# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.",
             "# TYPE vllm:time_to_first_token_seconds histogram",
         ]
-        for le in buckets:
-            n = sum(1 for t in self.ttft if t <= le)
+        for le, n in zip(TTFT_BUCKETS, self.ttft_buckets, strict=True):
             lines.append(f'vllm:time_to_first_token_seconds_bucket{{{lbl},le="{le}"}} {n}.0')
-        lines.append(f'vllm:time_to_first_token_seconds_bucket{{{lbl},le="+Inf"}} {len(self.ttft)}.0')
-        lines.append(f"vllm:time_to_first_token_seconds_count{{{lbl}}} {len(self.ttft)}.0")
-        lines.append(f"vllm:time_to_first_token_seconds_sum{{{lbl}}} {sum(self.ttft)!r}")
+        lines.append(f'vllm:time_to_first_token_seconds_bucket{{{lbl},le="+Inf"}} {self.ttft_count}.0')
+        lines.append(f"vllm:time_to_first_token_seconds_count{{{lbl}}} {self.ttft_count}.0")
+        lines.append(f"vllm:time_to_first_token_seconds_sum{{{lbl}}} {self.ttft_sum!r}")
         return "\n".join(lines) + "\n"
 
 
 class EngineServer:
-    """Serves one DemoEngine's `/metrics` on loopback; the port is closed until `start()`, as vLLM's is."""
+    """Serves one DemoEngine's `/metrics` on loopback.
+
+    The port is bound at construction (so a pod can announce it) but not listened on until
+    `start()`: until then a connection is refused, as it is while vLLM loads its weights.
+    """
 
     def __init__(self, engine: DemoEngine, lock: threading.Lock, host: str = "127.0.0.1") -> None:
         self.engine = engine
@@ -143,7 +168,7 @@ class EngineServer:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                if self.path != "/metrics":
+                if self.path.split("?", 1)[0] != "/metrics":
                     self.send_error(404)
                     return
                 with lock:
@@ -157,14 +182,22 @@ class EngineServer:
             def log_message(self, format: str, *args: object) -> None:
                 pass
 
-        self._httpd = ThreadingHTTPServer((host, 0), Handler)
+        self._httpd = ThreadingHTTPServer((host, 0), Handler, bind_and_activate=False)
         self._httpd.daemon_threads = True
-        self.url = f"http://{host}:{self._httpd.server_address[1]}/metrics"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="demo-engine", daemon=True)
+        self._httpd.server_bind()  # bound, not listening: connections are refused until start()
+        self.port = int(self._httpd.server_address[1])
+        self.url = f"http://{host}:{self.port}/metrics"
+        self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        """Open the port (the engine finished loading)."""
+        self._httpd.server_activate()
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.2,), name="demo-engine",
+                                        daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
-        self._httpd.shutdown()
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join(5.0)
         self._httpd.server_close()

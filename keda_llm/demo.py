@@ -1,0 +1,1025 @@
+"""`keda-llm demo`: the whole loop, live, in one process on loopback.
+
+What is real and what is simulated:
+- real: the exporter (scraping every replica's /metrics, discovering replicas from a pod list, reading
+  GPUs through NVML calls), the scaler (its exporters source, history, policy, gRPC ExternalScaler
+  server and HTTP side with POST /v1/activate), every HTTP and gRPC hop;
+- simulated: the engines (`demo_engine.DemoEngine`, vLLM-format /metrics, a cold start before the
+  port opens), the GPUs (a fake NVML), the Kubernetes Deployment (pods start, become ready, drain),
+  the request load, a small gateway, and KEDA + the HPA (`simulator.control`, the project's emulator),
+  which calls the scaler over real gRPC with KEDA's call pattern.
+
+Timings are real seconds. The windows, intervals and the HPA sync are shortened so that a
+three-minute run shows scale up, scale down, scale to zero and back; `--duration` compresses or
+stretches the whole script, the timings and the engine speed together.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import math
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+import numpy as np
+
+from keda_llm.demo_engine import DemoEngine, EngineRequest, EngineServer
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+NAMESPACE = "demo"
+NAME = "llama-8b"  # the ScaledObject and its Deployment
+NODE = "demo-node"
+DEFAULT_DURATION = 180.0
+GIB = 1024**3
+
+log = logging.getLogger("keda_llm.demo")
+
+
+# ---------------------------------------------------------------------------------------- scenario
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Load from `start` to `end` seconds, ramping linearly from `rate0` to `rate1` requests/s."""
+
+    name: str
+    start: float
+    end: float
+    rate0: float
+    rate1: float
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Everything the run depends on, in seconds at the default duration; `scaled()` compresses it."""
+
+    duration: float = DEFAULT_DURATION
+    phases: tuple[Phase, ...] = (
+        Phase("idle", 0, 12, 0.3, 0.3),
+        Phase("ramp", 12, 45, 0.3, 5.0),
+        Phase("spike", 45, 60, 12.0, 12.0),
+        Phase("steady", 60, 90, 5.0, 5.0),
+        Phase("quiet", 90, 150, 0.0, 0.0),
+        Phase("burst at zero", 150, 170, 2.0, 2.0),
+        Phase("drain", 170, 180, 0.0, 0.0),
+    )
+    burst_at: float = 150.0  # a burst of `burst_requests` over `burst_s` on top of the phase's rate
+    burst_requests: int = 16
+    burst_s: float = 2.0
+    # engines (per replica)
+    max_num_seqs: int = 16
+    num_blocks: int = 640
+    block_size: int = 16
+    decode_tokens_per_s: float = 40.0
+    prompt_tokens: tuple[int, int] = (200, 800)
+    output_tokens: tuple[int, int] = (60, 200)
+    cold_start: float = 9.0
+    initial_replicas: int = 1
+    # KEDA, HPA, scaler, exporter
+    max_replicas: int = 6
+    polling_interval: int = 2
+    cooldown: int = 10
+    hpa_sync: float = 5.0
+    scale_down_stabilization: int = 15
+    stable_window: float = 20.0
+    panic_window: float = 4.0
+    idle_timeout: float = 20.0
+    target_kv_utilization: float = 0.8
+    activation_hold: float = 30.0
+    exporter_interval: float = 1.0
+    scaler_interval: float = 1.0
+    scaler_tick: float = 1.0
+    gateway_retry: float = 5.0
+    seed: int = 7
+
+    def scaled(self, duration: float) -> Scenario:
+        """The same story in `duration` seconds: times x f, rates and engine speed / f (f = duration / default).
+
+        Floors keep each knob valid: KEDA's intervals are whole seconds, the scaler's history has 1 s
+        buckets (panic window >= 2 s) and Knative's stable window is at least 6 s.
+        """
+        f = duration / self.duration
+        if f == 1.0:
+            return self
+        return replace(
+            self,
+            duration=duration,
+            phases=tuple(Phase(p.name, p.start * f, p.end * f, p.rate0 / f, p.rate1 / f) for p in self.phases),
+            burst_at=self.burst_at * f,
+            burst_requests=max(1, round(self.burst_requests / min(f, 1.0))),
+            burst_s=max(0.5, self.burst_s * f),
+            decode_tokens_per_s=self.decode_tokens_per_s / f,
+            cold_start=max(1.0, self.cold_start * f),
+            polling_interval=max(1, round(self.polling_interval * f)),
+            cooldown=max(1, round(self.cooldown * f)),
+            hpa_sync=max(1.0, self.hpa_sync * f),
+            scale_down_stabilization=max(1, round(self.scale_down_stabilization * f)),
+            stable_window=max(6.0, self.stable_window * f),
+            panic_window=max(2.0, self.panic_window * f),
+            idle_timeout=max(2.0, self.idle_timeout * f),
+            activation_hold=max(5.0, self.activation_hold * f),
+            exporter_interval=max(0.5, self.exporter_interval * f),
+            scaler_interval=max(0.5, self.scaler_interval * f),
+            scaler_tick=max(0.5, self.scaler_tick * f),
+            gateway_retry=max(1.0, self.gateway_retry * f),
+        )
+
+    def phase_at(self, t: float) -> Phase:
+        for p in self.phases:
+            if p.start <= t < p.end:
+                return p
+        return self.phases[-1]
+
+    def rate(self, t: float) -> float:
+        p = self.phase_at(t)
+        if not p.start <= t < p.end:
+            return 0.0
+        return p.rate0 + (p.rate1 - p.rate0) * (t - p.start) / (p.end - p.start)
+
+
+@dataclass(frozen=True)
+class Arrival:
+    at: float
+    prompt: int
+    output: int
+
+
+def arrivals(sc: Scenario) -> list[Arrival]:
+    """The whole request schedule, drawn once from the seed: Poisson per 50 ms slot, plus the burst."""
+    rng = np.random.default_rng(sc.seed)
+    slot = 0.05
+    out: list[Arrival] = []
+
+    def draw(at: float) -> Arrival:
+        return Arrival(at, int(rng.integers(*sc.prompt_tokens)), int(rng.integers(*sc.output_tokens)))
+
+    for i in range(int(sc.duration / slot)):
+        t = i * slot
+        for _ in range(int(rng.poisson(sc.rate(t) * slot))):
+            out.append(draw(t + float(rng.uniform(0, slot))))
+    for i in range(sc.burst_requests):
+        out.append(draw(sc.burst_at + sc.burst_s * i / sc.burst_requests))
+    out.sort(key=lambda a: a.at)
+    return out
+
+
+# -------------------------------------------------------------------------------- the "cluster"
+
+
+@dataclass
+class Pod:
+    """One replica of the Deployment: an engine, its HTTP server, and where it is in its life."""
+
+    name: str
+    gpu: int
+    engine: DemoEngine
+    server: EngineServer
+    created: float  # demo clock
+    created_unix: float
+    ready_at: float | None = None
+    draining: bool = False
+
+    @property
+    def phase(self) -> str:
+        if self.draining:
+            return "draining"
+        return "ready" if self.ready_at is not None else "starting"
+
+
+@dataclass
+class Held:
+    """A request at the gateway: no replica was ready when it arrived."""
+
+    rid: int
+    arrival: Arrival
+
+
+@dataclass
+class Stats:
+    sent: int = 0
+    served: int = 0
+    held: int = 0  # requests that waited at the gateway
+    max_gateway_wait: float = 0.0
+    ttft: list[float] = field(default_factory=list)  # arrival -> first token, seconds
+    zero_seconds: float = 0.0
+    activations: list[tuple[float, int]] = field(default_factory=list)  # (time, HTTP status)
+    pods_started: int = 0
+
+
+Event = Callable[[str], None]
+
+
+class Cluster:
+    """The Deployment, its pods, the router and the gateway, on the demo clock. Guarded by `lock`."""
+
+    def __init__(self, sc: Scenario, event: Event, activate_url: str, gpus: list[Any]) -> None:
+        self.sc = sc
+        self.lock = threading.Lock()
+        self._event = event
+        self._activate_url = activate_url
+        self.gpus = gpus
+        self.pods: list[Pod] = []
+        self.spec_replicas = 0
+        self.gateway: deque[Held] = deque()
+        self._last_activation = -math.inf
+        self._next_pod = 1
+        self._next_rid = 1
+        self._in_flight: dict[int, Arrival] = {}
+        self.stats = Stats()
+        self.recent: deque[float] = deque()  # arrival times, for the load rate
+        self._last_step: float | None = None
+        self.pods_changed = threading.Event()
+
+    # -- what Kubernetes would say ------------------------------------------------------------
+
+    def pod_list(self) -> dict[str, Any]:
+        """A v1 PodList as the exporter's Kubernetes discovery reads it (annotated pods on NODE)."""
+        with self.lock:
+            pods = list(self.pods)
+        items = []
+        for p in pods:
+            started = datetime.fromtimestamp(p.created_unix, UTC).isoformat().replace("+00:00", "Z")
+            items.append({
+                "metadata": {"name": p.name, "namespace": NAMESPACE, "annotations": {
+                    "keda-llm.io/scrape": "true", "keda-llm.io/port": str(p.server.port),
+                    "keda-llm.io/max-running": str(self.sc.max_num_seqs)}},
+                "spec": {"nodeName": NODE, "containers": [{"name": "vllm", "ports": [
+                    {"containerPort": p.server.port}]}]},
+                "status": {"phase": "Running", "podIP": "127.0.0.1", "containerStatuses": [
+                    {"name": "vllm", "ready": p.phase == "ready", "state": {"running": {"startedAt": started}}}]},
+            })
+        return {"kind": "PodList", "apiVersion": "v1", "items": items}
+
+    def status(self) -> tuple[int, int]:
+        """(replicas, ready): the Deployment's status, terminating pods excluded as Kubernetes does."""
+        with self.lock:
+            live = [p for p in self.pods if not p.draining]
+            return len(live), sum(1 for p in live if p.ready_at is not None)
+
+    def counts(self) -> dict[str, int]:
+        with self.lock:
+            out = {"ready": 0, "starting": 0, "draining": 0}
+            for p in self.pods:
+                out[p.phase] += 1
+            out["gateway"] = len(self.gateway)
+            out["spec"] = self.spec_replicas
+            return out
+
+    # -- the Deployment controller --------------------------------------------------------------
+
+    def scale_to(self, replicas: int, now: float) -> None:
+        """Create pods or remove them: starting pods first (as a ReplicaSet does), then the least busy,
+        which drain: no new requests, the ones in flight finish."""
+        with self.lock:
+            self.spec_replicas = replicas
+            live = [p for p in self.pods if not p.draining]
+            changed = False
+            while len(live) < replicas:
+                pod = self._new_pod(now)
+                self.pods.append(pod)
+                live.append(pod)
+                self.stats.pods_started += 1
+                changed = True
+                self._event(f"pod {pod.name} created: loading the model ({self.sc.cold_start:.0f} s cold start)")
+            if len(live) > replicas:
+                victims = sorted(live, key=lambda p: (p.ready_at is not None, p.engine.outstanding()))
+                for p in victims[:len(live) - replicas]:
+                    p.draining = True
+                    changed = True
+                    busy = p.engine.outstanding()
+                    self._event(f"pod {p.name} terminating" + (f": draining {busy} requests" if busy else ""))
+        if changed:
+            self.pods_changed.set()
+
+    def warm_start(self, replicas: int) -> None:
+        """Pods that were running before the demo began: ready now, their start not seen by the exporter."""
+        with self.lock:
+            self.spec_replicas = replicas
+            for _ in range(replicas):
+                pod = self._new_pod(0.0)
+                pod.created_unix -= 3600.0
+                pod.server.start()
+                pod.ready_at = 0.0
+                self.pods.append(pod)
+                self._event(f"pod {pod.name} running (started before the demo)")
+        self.pods_changed.set()
+
+    def _new_pod(self, now: float) -> Pod:
+        used = {p.gpu for p in self.pods}
+        gpu = next(i for i in range(len(self.gpus) + self.sc.max_replicas + 1) if i not in used)
+        name = f"{NAME}-{self._next_pod}"
+        self._next_pod += 1
+        engine = DemoEngine(MODEL, max_num_seqs=self.sc.max_num_seqs, num_blocks=self.sc.num_blocks,
+                            block_size=self.sc.block_size, decode_tokens_per_s=self.sc.decode_tokens_per_s)
+        return Pod(name, gpu, engine, EngineServer(engine, self.lock), now, time.time())
+
+    # -- the router and the gateway -------------------------------------------------------------
+
+    def arrive(self, a: Arrival, now: float) -> None:
+        with self.lock:
+            rid = self._next_rid
+            self._next_rid += 1
+            self.stats.sent += 1
+            self.recent.append(a.at)
+            self._in_flight[rid] = a
+            if not self._route(rid, a, now):
+                self.gateway.append(Held(rid, a))
+                self.stats.held += 1
+                if len(self.gateway) == 1:
+                    self._event("gateway: no replica ready, holding requests")
+                if not self.pods:  # nothing even starting: wake the model (retried while that stays so)
+                    self._maybe_activate(now)
+
+    def _route(self, rid: int, a: Arrival, now: float) -> bool:
+        ready = [p for p in self.pods if p.phase == "ready"]
+        if not ready:
+            return False
+        pod = min(ready, key=lambda p: p.engine.outstanding())
+        pod.engine.submit(a.prompt, a.output, a.at, rid)
+        self.stats.max_gateway_wait = max(self.stats.max_gateway_wait, now - a.at)
+        return True
+
+    def _maybe_activate(self, now: float) -> None:
+        if now - self._last_activation < self.sc.gateway_retry:
+            return
+        self._last_activation = now
+        threading.Thread(target=self._post_activate, args=(now,), name="gateway-activate", daemon=True).start()
+
+    def _post_activate(self, now: float) -> None:
+        req = urllib.request.Request(self._activate_url, data=b"", method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=5) as resp:
+                status = resp.status
+        except urllib.error.HTTPError as e:
+            status = e.code
+        except OSError:
+            status = 0
+        with self.lock:
+            self.stats.activations.append((now, status))
+        self._event(f"gateway: POST /v1/activate/{NAMESPACE}/{NAME} -> {status or 'no answer'}")
+
+    # -- time passes ----------------------------------------------------------------------------
+
+    def step(self, now: float) -> list[Pod]:
+        """Advance everything to `now`; returns pods that finished draining (the caller stops them)."""
+        gone: list[Pod] = []
+        with self.lock:
+            dt = 0.0 if self._last_step is None else now - self._last_step
+            self._last_step = now
+            if not self.pods and self.spec_replicas == 0:
+                self.stats.zero_seconds += dt
+            for p in self.pods:
+                if p.ready_at is None and not p.draining and now - p.created >= self.sc.cold_start:
+                    p.server.start()
+                    p.ready_at = now
+                    self._event(f"pod {p.name} ready after {now - p.created:.1f} s")
+            while self.gateway and self._route(self.gateway[0].rid, self.gateway[0].arrival, now):
+                self.gateway.popleft()
+            if self.gateway and all(p.draining for p in self.pods):
+                self._maybe_activate(now)
+            for p in self.pods:
+                if p.ready_at is not None:
+                    self._finish(p.engine.tick(now))
+            for p in self.pods:
+                if p.draining and p.engine.outstanding() == 0:
+                    gone.append(p)
+            if gone:
+                self.pods = [p for p in self.pods if p not in gone]
+            while self.recent and self.recent[0] < now - 5.0:
+                self.recent.popleft()
+            self._animate_gpus(dt)
+        for p in gone:
+            self._event(f"pod {p.name} stopped")
+        if gone:
+            self.pods_changed.set()
+        return gone
+
+    def _finish(self, done: list[EngineRequest]) -> None:
+        for r in done:
+            if self._in_flight.pop(r.rid, None) is not None:
+                self.stats.served += 1
+                if r.first_token_at is not None:
+                    self.stats.ttft.append(r.first_token_at - r.arrived)
+
+    def _animate_gpus(self, dt: float) -> None:
+        by_gpu = {p.gpu: p for p in self.pods}
+        for i, g in enumerate(self.gpus):
+            p = by_gpu.get(i)
+            if p is None:
+                g.memory_used, g.utilization_gpu, g.power_mw = GIB // 2, 0, 70_000
+            elif p.ready_at is None:  # loading weights
+                g.memory_used, g.utilization_gpu, g.power_mw = 16 * GIB, 5, 120_000
+            else:
+                busy = len(p.engine.running) / p.engine.max_num_seqs
+                g.memory_used = int((17 + 55 * p.engine.tokens_held() / p.engine.capacity_tokens) * GIB)
+                g.utilization_gpu = min(100, round(100 * busy))
+                g.power_mw = int(100_000 + 550_000 * busy)
+            g.energy_mj += int(g.power_mw * dt)
+
+    def in_flight(self) -> int:
+        with self.lock:
+            return len(self._in_flight)
+
+    def pod_of_gpu(self) -> dict[int, str]:
+        with self.lock:
+            return {p.gpu: p.name for p in self.pods}
+
+
+# ---------------------------------------------------------------------------- the real components
+
+
+class _PodGpus:
+    """GPU source for the exporter: the real NVML collector over a fake NVML, with each GPU attributed to
+    the pod that holds it (the kubelet's pod-resources API does this on a real node)."""
+
+    def __init__(self, nvml: Any, cluster: Cluster) -> None:
+        from exporter.nvml import NvmlCollector
+
+        self._collector = NvmlCollector(nvml=nvml)
+        self._cluster = cluster
+
+    def collect(self) -> list[Any]:
+        gpus = self._collector.collect()
+        owners = self._cluster.pod_of_gpu()
+        for i, g in enumerate(gpus):
+            if i in owners:
+                g.attribution = {"namespace": NAMESPACE, "pod": owners[i], "container": "vllm"}
+        return gpus
+
+    def close(self) -> None:
+        self._collector.close()
+
+
+class _Exporter:
+    """The real exporter: Collector + HTTP server, discovering pods from the cluster's pod list."""
+
+    def __init__(self, sc: Scenario, cluster: Cluster) -> None:
+        from exporter.collect import Collector
+        from exporter.config import parse_config
+        from exporter.discovery import Discovery
+        from exporter.engines import normalize
+        from exporter.fake_nvml import FakeNvml
+        from exporter.render import render
+        from exporter.server import create_server
+
+        cfg = parse_config({
+            "listen": "127.0.0.1:0", "interval": sc.exporter_interval, "node_name": NODE,
+            "kubernetes": {"enabled": True, "refresh_interval": 1.0},
+            "gpu": {"nvml": True, "pod_resources_socket": ""},
+        }, env={})
+        self.collector = Collector(cfg, Discovery(cfg, lambda node: cluster.pod_list()), normalize, render,
+                                   _PodGpus(FakeNvml(cluster.gpus), cluster))
+        self.server, port = create_server(cfg.listen_address, self.collector)
+        self.url = f"http://127.0.0.1:{port}/metrics"
+
+    def start(self) -> None:
+        self.collector.start()
+        self.server.start()
+
+    def stop(self) -> None:
+        self.server.stop()
+        self.collector.stop()
+
+
+class _Scaler:
+    """The real scaler: exporters source -> history -> decide, behind the gRPC and HTTP servers."""
+
+    def __init__(self, sc: Scenario, exporter_url: str, workload: Callable[[], Any]) -> None:
+        from scaler.activation import ActivationBus
+        from scaler.config import ConfigError
+        from scaler.decide import decide
+        from scaler.server import ScalerServer
+        from scaler.service import HistoryStore, ScalerService
+        from scaler.sources.exporters import ExportersSource, static_targets
+
+        self.store = HistoryStore()
+        self.source = ExportersSource(static_targets([exporter_url]), interval_s=sc.scaler_interval,
+                                      timeout_s=min(2.0, sc.scaler_interval))
+        self.source.subscribe(self.store.ingest)
+        # In a cluster the scaler reads the ScaledObject and the Deployment's /scale from the API
+        # server (scaler/kube.py); here the simulated Deployment answers the same questions.
+        self.service = ScalerService(
+            decide=decide, histories=self.store.get, history_lock=self.store.lock,
+            workloads=lambda key: workload(), bus=ActivationBus(), tick_s=sc.scaler_tick,
+            activation_hold_s=sc.activation_hold,
+            on_new=lambda key, cfg: self.source.watch(key.namespace, cfg.model))
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="scaler-loop", daemon=True)
+        self._thread.start()
+
+        async def make() -> ScalerServer:
+            server = ScalerServer(self.service, grpc_address="127.0.0.1:0", http_address=("127.0.0.1", 0),
+                                  config_error=ConfigError, demand_watch_s=1.0)
+            await server.start()
+            return server
+
+        self.server = asyncio.run_coroutine_threadsafe(make(), self.loop).result(30)
+        self.grpc_target = f"127.0.0.1:{self.server.grpc_port}"
+        self.http = f"http://127.0.0.1:{self.server.http_port}"
+        self.source.start()
+
+    def has_data(self) -> bool:
+        with self.store.lock:
+            h = self.store.get(NAMESPACE, MODEL)
+        return h is not None and h.last_at is not None
+
+    def stop(self) -> None:
+        try:
+            asyncio.run_coroutine_threadsafe(self.server.stop(0.5), self.loop).result(10)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(5)
+            self.source.stop()
+
+
+SCALEDOBJECT = """\
+apiVersion: keda.sh/v1alpha1
+kind: ScaledObject
+metadata:
+  name: {name}
+  namespace: {namespace}
+spec:
+  scaleTargetRef:
+    name: {name}
+  pollingInterval: {polling}
+  cooldownPeriod: {cooldown}
+  minReplicaCount: 0
+  maxReplicaCount: {max_replicas}
+  advanced:
+    horizontalPodAutoscalerConfig:
+      behavior:
+        scaleUp:
+          stabilizationWindowSeconds: 0
+          tolerance: "0"
+          policies: [{{type: Pods, value: {max_replicas}, periodSeconds: 15}}]
+        scaleDown:
+          stabilizationWindowSeconds: {down_window}
+          tolerance: "0"
+          policies: [{{type: Percent, value: 100, periodSeconds: 15}}]
+  triggers:
+    - type: external-push
+      metadata:
+        scalerAddress: "{scaler}"
+        exporters: "{exporter}"
+        model: {model}
+        policy: tokens
+        targetKVUtilization: "{target}"
+        stableWindow: "{stable}s"
+        panicWindow: "{panic}s"
+        scaleToZero: "true"
+        idleTimeout: "{idle}s"
+"""
+
+
+def scaledobject_yaml(sc: Scenario, scaler: str, exporter: str) -> str:
+    return SCALEDOBJECT.format(name=NAME, namespace=NAMESPACE, polling=sc.polling_interval, cooldown=sc.cooldown,
+                               max_replicas=sc.max_replicas, down_window=sc.scale_down_stabilization,
+                               scaler=scaler, exporter=exporter, model=MODEL, target=sc.target_kv_utilization,
+                               stable=f"{sc.stable_window:g}", panic=f"{sc.panic_window:g}",
+                               idle=f"{sc.idle_timeout:g}")
+
+
+# ---------------------------------------------------------------------------------- observation
+
+
+@dataclass
+class View:
+    """One refresh of the display: read from the real endpoints, plus the cluster's own counts."""
+
+    t: float
+    phase: str
+    load: float
+    running: float | None = None
+    waiting: float | None = None
+    kv: float | None = None
+    engines_up: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    desired: float | None = None
+    active: bool | None = None
+    reason: str = ""
+    panic: bool = False
+
+
+def _families(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return {}
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, []).append((dict(s.labels), float(s.value)))
+    return out
+
+
+def _model_values(fams: dict[str, list[tuple[dict[str, str], float]]], name: str) -> list[float]:
+    return [v for labels, v in fams.get(name, []) if labels.get("model") == MODEL and math.isfinite(v)]
+
+
+def observe(t: float, sc: Scenario, cluster: Cluster, exporter_url: str, scaler_http: str) -> View:
+    with cluster.lock:
+        load = len(cluster.recent) / min(5.0, max(t, 1.0))
+    view = View(t, sc.phase_at(t).name, load, counts=cluster.counts())
+    ex = _families(exporter_url)
+    up = _model_values(ex, "llm_engine_up")
+    view.engines_up = int(sum(up))
+    running, waiting = _model_values(ex, "llm_requests_running"), _model_values(ex, "llm_requests_waiting")
+    kv = _model_values(ex, "llm_kv_cache_usage_ratio")
+    if running:
+        view.running, view.waiting = sum(running), sum(waiting)
+    if kv:
+        view.kv = sum(kv) / len(kv)
+    sf = _families(scaler_http + "/metrics")
+    desired = [v for labels, v in sf.get("keda_llm_scaler_desired_replicas", []) if labels.get("model") == MODEL]
+    active = [v for labels, v in sf.get("keda_llm_scaler_active", []) if labels.get("model") == MODEL]
+    reasons = [labels.get("reason", "") for labels, v in sf.get("keda_llm_scaler_decision_reason", [])
+               if v == 1 and labels.get("model") == MODEL]
+    panic = [v for labels, v in sf.get("keda_llm_scaler_panic", []) if labels.get("model") == MODEL]
+    view.desired = desired[0] if desired else None
+    view.active = bool(active[0]) if active else None
+    view.reason = reasons[0] if reasons else ""
+    view.panic = bool(panic and panic[0])
+    return view
+
+
+def _num(v: float | None, fmt: str = "{:.0f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def plain_line(v: View) -> str:
+    c = v.counts
+    pods = f"pods {c.get('ready', 0)} ready"
+    if c.get("starting"):
+        pods += f", {c['starting']} starting"
+    if c.get("draining"):
+        pods += f", {c['draining']} draining"
+    gw = f" | gateway holds {c['gateway']}" if c.get("gateway") else ""
+    panic = ", panic" if v.panic and v.reason != "panic" else ""
+    scaler = "-" if v.desired is None else f"{v.desired:.0f} ({v.reason}{panic})"
+    active = "" if v.active is None else (" active" if v.active else " INACTIVE")
+    return (f"[{v.t:5.0f}s] {v.phase:<13} load {v.load:5.1f} req/s | running {_num(v.running):>3} "
+            f"waiting {_num(v.waiting):>3} kv {_num(None if v.kv is None else 100 * v.kv):>3}% | "
+            f"{pods} | deployment {c.get('spec', 0)} | scaler wants {scaler}{active}{gw}")
+
+
+# ------------------------------------------------------------------------------------- the run
+
+
+@dataclass
+class Report:
+    """What a run did: the summary printed at the end, and what the tests check."""
+
+    exit_code: int = 0
+    stats: Stats = field(default_factory=Stats)
+    unfinished: int = 0
+    events: list[tuple[float, str]] = field(default_factory=list)
+    control: list[tuple[float, str, int, int]] = field(default_factory=list)  # KEDA/HPA events
+    max_pods: int = 0
+    exporter_running_series: bool = False
+    scaler_errors: int = 0
+    log_errors: list[str] = field(default_factory=list)
+
+
+class _LogCollector(logging.Handler):
+    """Keeps the components' warnings out of the display; errors are shown in the summary."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.errors: list[str] = []
+        self.warnings = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno >= logging.ERROR:
+            self.errors.append(f"{record.name}: {record.getMessage()}")
+        else:
+            self.warnings += 1
+
+
+
+CONTROL_WORDS = {
+    "keda_activate": "KEDA: trigger active, scale from zero",
+    "push_activate": "KEDA: StreamIsActive push, scale from zero at once",
+    "keda_deactivate": "KEDA: inactive past cooldownPeriod, scale to zero",
+    "keda_set_min": "KEDA: raised to minReplicaCount",
+    "hpa_scale_up": "HPA: scale up",
+    "hpa_scale_down": "HPA: scale down",
+    "hpa_created": "KEDA: HPA created for metric",
+    "hpa_not_created": "KEDA: no HPA yet",
+    "hpa_metric_error": "HPA: metric error, holding",
+    "scaler_error": "KEDA: scaler answered an error",
+    "fallback_active": "KEDA: fallback active",
+    "fallback_cleared": "KEDA: fallback cleared",
+    "push_ignored": "KEDA: StreamIsActive false ignored",
+    "push_skipped": "KEDA: push before the HPA exists, skipped",
+}
+
+
+class Demo:
+    """Wires the parts together, runs the script on the wall clock, shows it, and reports."""
+
+    def __init__(self, sc: Scenario, out: TextIO, plain: bool) -> None:
+        self.sc = sc
+        self.out = out
+        self.plain = plain
+        self.report = Report()
+        self._events_lock = threading.Lock()
+        self._pending: list[tuple[float, str]] = []
+        self._stop = threading.Event()
+        self._t0 = time.monotonic()
+        self._threads: list[threading.Thread] = []
+        self._keda_t: float | None = None
+        self._last_desired: float | None = None
+
+    def now(self) -> float:
+        return time.monotonic() - self._t0
+
+    def event(self, msg: str) -> None:
+        item = (self.now(), msg)
+        with self._events_lock:
+            self.report.events.append(item)
+            self._pending.append(item)
+
+    def take_events(self) -> list[tuple[float, str]]:
+        with self._events_lock:
+            out, self._pending = self._pending, []
+        return out
+
+    # -- threads ---------------------------------------------------------------------------------
+
+    def _spawn(self, fn: Callable[[], None], name: str) -> None:
+        t = threading.Thread(target=fn, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _simulate(self, cluster: Cluster, schedule: list[Arrival], exporter: _Exporter) -> None:
+        """The world: arrivals, engines, pods starting and stopping, every 50 ms."""
+        i = 0
+        while not self._stop.wait(0.05):
+            now = self.now()
+            while i < len(schedule) and schedule[i].at <= now:
+                cluster.arrive(schedule[i], now)
+                i += 1
+            for pod in cluster.step(now):
+                threading.Thread(target=pod.server.stop, name="pod-stop", daemon=True).start()
+            if cluster.pods_changed.is_set():  # a pod came or went: the exporter re-lists at once
+                cluster.pods_changed.clear()
+                exporter.collector.refresh_discovery()
+            with cluster.lock:
+                self.report.max_pods = max(self.report.max_pods, len([p for p in cluster.pods if not p.draining]))
+
+    def _control(self, cluster: Cluster, scaler: _Scaler, exporter_url: str) -> None:
+        """KEDA and the HPA (the project's emulator), calling the real scaler over gRPC."""
+        import grpc
+
+        from simulator.control import KedaHpaLoop, WorkloadStatus, parse_scaledobjects
+        from simulator.control.grpc_scaler import GrpcExternalScaler
+
+        while not scaler.has_data() and not self._stop.wait(0.1):
+            pass  # KEDA would poll before this too and get UNAVAILABLE; waiting keeps the log clean
+        if self._stop.is_set():
+            return
+        settings = parse_scaledobjects(scaledobject_yaml(self.sc, scaler.grpc_target, exporter_url.split("/")[2]),
+                                       "demo ScaledObject")[0]
+        with grpc.insecure_channel(scaler.grpc_target) as channel:
+            ext = GrpcExternalScaler(channel)
+            start = self.now()
+            self._keda_t = start
+            loop = KedaHpaLoop(settings, ext, start=start, initial_replicas=self.sc.initial_replicas,
+                               hpa=settings.hpa_config(sync_period_s=self.sc.hpa_sync, configurable_tolerance=True))
+            self._record(loop.advance_to(start, WorkloadStatus(*cluster.status())))  # HPA created, first poll
+            ext.open_stream(loop.keda.refs[0])  # then KEDA's push loop opens the stream
+            try:
+                while not self._stop.wait(0.1):
+                    now = self.now()
+                    replicas, ready = cluster.status()
+                    self._record(loop.advance_to(now, WorkloadStatus(replicas, ready)))
+                    cluster.scale_to(loop.spec_replicas, now)
+            finally:
+                ext.close()
+
+    def _record(self, events: list[Any]) -> None:
+        for e in events:
+            self.report.control.append((e.at, e.kind, e.replicas_before, e.replicas_after))
+            if e.kind == "scaler_error":
+                self.report.scaler_errors += 1
+            words = CONTROL_WORDS.get(e.kind, e.kind)
+            moved = e.replicas_before != e.replicas_after
+            change = f" {e.replicas_before} -> {e.replicas_after}" if moved else ""
+            detail = f" ({e.detail})" if e.kind in ("hpa_created", "scaler_error") and e.detail else ""
+            self.event(f"{words}{change}{detail}")
+
+    # -- the run ---------------------------------------------------------------------------------
+
+    def run(self) -> Report:
+        from exporter.fake_nvml import fake_gpus
+
+        collector = _LogCollector()
+        root = logging.getLogger()
+        saved = (root.handlers[:], root.level)
+        root.handlers, root.level = [collector], logging.WARNING
+        gpus = fake_gpus(self.sc.max_replicas, memory_used=GIB // 2, utilization_gpu=0, power_mw=70_000,
+                         temperature_c=35)
+        cluster = Cluster(self.sc, self.event, "", gpus)
+        exporter = scaler = None
+        interrupted = False
+        try:
+            exporter = _Exporter(self.sc, cluster)
+            scaler = _Scaler(self.sc, exporter.url, lambda: self._workload(cluster))
+            cluster._activate_url = f"{scaler.http}/v1/activate/{NAMESPACE}/{NAME}"
+            self._header(exporter.url, scaler)
+            self._t0 = time.monotonic()
+            cluster.warm_start(self.sc.initial_replicas)
+            exporter.start()
+            self._spawn(lambda: self._simulate(cluster, arrivals(self.sc), exporter), "demo-world")
+            self._spawn(lambda: self._control(cluster, scaler, exporter.url), "demo-keda")
+            try:
+                self._show(cluster, exporter.url, scaler.http)
+            except KeyboardInterrupt:
+                interrupted = True
+        finally:
+            self._stop.set()
+            for t in self._threads:
+                t.join(10)
+            with cluster.lock:
+                pods = list(cluster.pods)
+            for p in pods:
+                p.server.stop()
+            if exporter is not None:
+                exporter.stop()
+            if scaler is not None:
+                scaler.stop()
+            root.handlers, root.level = saved
+        r = self.report
+        r.stats = cluster.stats
+        r.unfinished = cluster.in_flight()
+        r.log_errors = collector.errors
+        self._summary(collector.warnings)
+        lost = r.stats.sent - r.stats.served
+        r.exit_code = 130 if interrupted else (0 if lost == 0 else 1)
+        return r
+
+    def _workload(self, cluster: Cluster) -> Any:
+        from scaler.model import WorkloadState
+
+        _, ready = cluster.status()
+        with cluster.lock:
+            spec = cluster.spec_replicas
+        return WorkloadState(current_replicas=spec, ready_replicas=ready, min_replicas=0,
+                             max_replicas=self.sc.max_replicas, polling_interval_s=float(self.sc.polling_interval),
+                             cooldown_period_s=float(self.sc.cooldown))
+
+    def _show(self, cluster: Cluster, exporter_url: str, scaler_http: str) -> None:
+        """Refresh the view until the script ends and every request has finished (or a grace passes)."""
+        grace = max(15.0, 0.15 * self.sc.duration)
+        live: Any = None
+        if not self.plain:
+            from rich.console import Console
+            from rich.live import Live
+
+            live = Live(console=Console(file=self.out), refresh_per_second=2, transient=False)
+            live.start()
+        period = 1.0 if self.plain else 0.5
+        next_at = 0.0
+        try:
+            while True:
+                t = self.now()
+                if t >= self.sc.duration and (cluster.in_flight() == 0 or t >= self.sc.duration + grace):
+                    break
+                if t >= next_at:
+                    next_at += period
+                    view = observe(t, self.sc, cluster, exporter_url, scaler_http)
+                    if view.running is not None:
+                        self.report.exporter_running_series = True
+                    if view.desired is not None and view.desired != self._last_desired:
+                        self._last_desired = view.desired
+                        self.event(f"scaler: desired {view.desired:.0f} ({view.reason})")
+                    if live is not None:
+                        live.update(self._panel(view))
+                    else:
+                        for at, msg in self.take_events():
+                            print(f"  {at:6.1f}s  {msg}", file=self.out)
+                        print(plain_line(view), file=self.out, flush=True)
+                time.sleep(max(0.0, min(next_at - self.now(), 0.1)))
+        finally:
+            if live is not None:
+                live.stop()
+
+    def _panel(self, v: View) -> Any:
+        from rich.console import Group
+        from rich.panel import Panel
+        from rich.table import Table
+
+        c = v.counts
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style="bold cyan", justify="right")
+        grid.add_column()
+        bar = int(30 * min(1.0, v.t / self.sc.duration))
+        grid.add_row("time", f"{v.t:5.0f} s / {self.sc.duration:.0f} s  [{'#' * bar}{'.' * (30 - bar)}]  "
+                             f"phase: [bold]{v.phase}[/bold]")
+        grid.add_row("load", f"{v.load:.1f} req/s  (sent {self.report.stats.sent})")
+        grid.add_row("engines", f"running {_num(v.running)}  waiting {_num(v.waiting)}  KV cache "
+                                f"{_num(None if v.kv is None else 100 * v.kv)}%  (from the exporter, "
+                                f"{v.engines_up} up)")
+        grid.add_row("pods", f"[green]{c.get('ready', 0)} ready[/green]  [yellow]{c.get('starting', 0)} starting"
+                             f"[/yellow]  [magenta]{c.get('draining', 0)} draining[/magenta]  "
+                             f"(Deployment spec: {c.get('spec', 0)})")
+        scaler = "-" if v.desired is None else f"{v.desired:.0f} replicas, reason [bold]{v.reason}[/bold]"
+        if v.panic:
+            scaler += "  [red]panic[/red]"
+        if v.active is not None:
+            scaler += "  active" if v.active else "  [red]inactive[/red]"
+        grid.add_row("scaler", scaler)
+        gw = c.get("gateway", 0)
+        grid.add_row("gateway", f"[bold yellow]{gw} requests held, waiting for a replica[/bold yellow]" if gw
+                     else "passing requests through")
+        with self._events_lock:
+            recent = self.report.events[-12:]
+        events = "\n".join(f"{at:6.1f}s  {msg}" for at, msg in recent) or "(none yet)"
+        return Group(Panel(grid, title=f"keda-llm demo: {MODEL} in namespace {NAMESPACE}"),
+                     Panel(events, title="events"))
+
+    def _header(self, exporter_url: str, scaler: _Scaler) -> None:
+        sc = self.sc
+        starts = " -> ".join(f"{p.start:.0f}s {p.name}" for p in sc.phases)
+        lines = [
+            f"keda-llm demo: {MODEL} (namespace {NAMESPACE}), {sc.duration:.0f} s of real time, all on loopback.",
+            "  real      the keda-llm exporter and scaler, their HTTP and gRPC endpoints:",
+            f"              exporter  {exporter_url}",
+            f"              scaler    gRPC {scaler.grpc_target} (KEDA ExternalScaler)   {scaler.http}/metrics",
+            f"                        POST {scaler.http}/v1/activate/{NAMESPACE}/{NAME}",
+            f"  simulated vLLM-like engines ({sc.max_num_seqs} sequences, {sc.num_blocks * sc.block_size} KV tokens "
+            f"each, {sc.cold_start:g} s cold start before the port opens), {sc.max_replicas} GPUs behind a fake NVML,",
+            "            the Deployment, the load and a gateway that holds requests while no replica is ready;",
+            "            KEDA + HPA emulated (simulator/control), calling the scaler over real gRPC as KEDA does.",
+            f"  shortened pollingInterval {sc.polling_interval}s, cooldownPeriod {sc.cooldown}s, HPA sync "
+            f"{sc.hpa_sync:g}s (Kubernetes: 15s), stableWindow {sc.stable_window:g}s, panicWindow "
+            f"{sc.panic_window:g}s, idleTimeout {sc.idle_timeout:g}s",
+            f"  script    {starts}",
+            "  try       curl -s " + exporter_url + " | grep llm_requests",
+            "",
+        ]
+        print("\n".join(lines), file=self.out, flush=True)
+
+    def _summary(self, warnings: int) -> None:
+        r, s = self.report, self.report.stats
+        ttft = sorted(s.ttft)
+
+        def pct(q: float) -> str:
+            return f"{ttft[min(len(ttft) - 1, int(q * len(ttft)))]:.1f} s" if ttft else "-"
+
+        kinds = [k for _, k, _, _ in r.control]
+        ok = [st for _, st in s.activations if st == 200]
+        lost = s.sent - s.served
+        lines = [
+            "",
+            f"Summary ({self.now():.0f} s)",
+            f"  requests  sent {s.sent}, served {s.served}, lost {lost}",
+            f"  latency   time to first token p50 {pct(0.5)}, p95 {pct(0.95)}, max {pct(1.0)} "
+            "(from arrival, gateway wait included)",
+            f"  gateway   held {s.held} requests while no replica was ready, longest wait {s.max_gateway_wait:.1f} s; "
+            f"activations POSTed {len(s.activations)} ({len(ok)} answered 200)",
+            f"  replicas  peak {r.max_pods}, pods started {s.pods_started}, time at zero {s.zero_seconds:.0f} s",
+            f"  scaling   KEDA: {kinds.count('keda_activate') + kinds.count('push_activate')} wake(s) from zero "
+            f"({kinds.count('push_activate')} by StreamIsActive push), {kinds.count('keda_deactivate')} scale(s) "
+            f"to zero; HPA: {kinds.count('hpa_scale_up')} up, {kinds.count('hpa_scale_down')} down; "
+            f"scaler errors seen by KEDA: {r.scaler_errors}",
+            f"  logs      {len(r.log_errors)} errors, {warnings} warnings (scrapes of pods still loading are "
+            "expected)" + (f"; first error: {r.log_errors[0]}" if r.log_errors else ""),
+            "  result    " + ("OK: no request lost" if lost == 0 else f"FAILED: {lost} requests not served"),
+        ]
+        print("\n".join(lines), file=self.out, flush=True)
+
+
+# ------------------------------------------------------------------------------------------ CLI
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--duration", type=float, default=DEFAULT_DURATION, metavar="SECONDS",
+                        help=f"length of the script in seconds (default {DEFAULT_DURATION:g}); the timings, the "
+                             "load and the engines' speed are compressed or stretched with it")
+    parser.add_argument("--plain", action="store_true",
+                        help="print one line per second instead of a live view (automatic when not a terminal)")
+    parser.add_argument("--seed", type=int, default=Scenario.seed, help="random seed of the load (default 7)")
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    if not 20.0 <= args.duration <= 3600.0:
+        print(f"keda-llm demo: --duration {args.duration:g}: must be between 20 and 3600 seconds", file=sys.stderr)
+        return 2
+    sc = replace(Scenario(seed=args.seed)).scaled(args.duration)
+    plain = bool(args.plain) or not out.isatty()
+    return Demo(sc, out, plain).run().exit_code
