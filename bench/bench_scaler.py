@@ -48,6 +48,7 @@ from scaler.sources.exporters import ExportersSource, static_targets  # noqa: E4
 FIXTURE = ROOT / "tests" / "fixtures" / "engines" / "vllm-0.32.0-cpu-load.prom"
 NOOP_METHOD = "/bench.Noop/GetMetrics"
 NS = "bench"
+BODY_MODEL = 'model_name="smollm2"'  # how the fixture names its model
 
 
 def model_name(i: int) -> str:
@@ -61,22 +62,33 @@ def replicas_of(i: int) -> int:
 # ---------------------------------------------------------------------------------- exporter farm
 
 def _farm(n_models: int, n_exporters: int, ports: Any, ready: Any) -> None:
-    """Each exporter renders its share of replicas from the real vLLM body, timestamps fresh per scrape."""
-    from exporter.collect import Snapshot, TargetState
+    """Each exporter renders its share of replicas from the real vLLM body, timestamps fresh per scrape.
+
+    vLLM names its model in the body (`model_name`), which the exporter keeps over a configured one, so
+    each model's replicas serve the body with `model_name` rewritten to that model; and each target's
+    state comes from the exporter's own `record` (which also sets the series identities that render
+    keys the engine series by).
+    """
+    from dataclasses import replace
+
+    from exporter.collect import Outcome, Snapshot, TargetState, record
     from exporter.engines import normalize
     from exporter.model import Target
     from exporter.render import render
 
     body = FIXTURE.read_text()
-    shares: list[list[Target]] = [[] for _ in range(n_exporters)]
+    if BODY_MODEL not in body:
+        raise SystemExit(f"{FIXTURE.name} no longer names its model {BODY_MODEL}")
+    shares: list[list[TargetState]] = [[] for _ in range(n_exporters)]
     k = 0
     for i in range(n_models):
+        mine = body.replace(BODY_MODEL, f'model_name="{model_name(i)}"')
         for r in range(replicas_of(i)):
             t = Target(url=f"http://10.0.{k // 250}.{k % 250}:8000/metrics", namespace=NS,
-                       pod=f"m{i:04d}-{r}", node=f"node-{k % n_exporters}", model=model_name(i))
-            shares[k % n_exporters].append(t)
+                       pod=f"m{i:04d}-{r}", node=f"node-{k % n_exporters}")
+            scraped = Outcome(at=time.time(), duration=0.01, metrics=tuple(normalize(mine, t)))
+            shares[k % n_exporters].append(record(TargetState(target=t), t, scraped, exporter_start=0.0))
             k += 1
-    metrics = [[(t, tuple(normalize(body, t))) for t in share] for share in shares]
 
     def make_handler(idx: int) -> type[BaseHTTPRequestHandler]:
         class H(BaseHTTPRequestHandler):
@@ -85,8 +97,7 @@ def _farm(n_models: int, n_exporters: int, ports: Any, ready: Any) -> None:
 
             def do_GET(self) -> None:
                 now = time.time()
-                states = tuple(TargetState(target=t, up=True, metrics=m, last_success=now)
-                               for t, m in metrics[idx])
+                states = tuple(replace(st, last_success=now) for st in shares[idx])
                 text = render(Snapshot(node=f"node-{idx}", targets=states, gpus=(), cycle_seconds=0.01,
                                        discovery_errors=0, at=now)).encode()
                 self.send_response(200)
@@ -122,8 +133,7 @@ N, SECONDS, TARGET, HTTP = cfg["models"], cfg["seconds"], cfg["target"], cfg["ht
 
 def ref(i):
     return pb.ScaledObjectRef(name=f"so-{i:04d}", namespace="bench", scalerMetadata={
-        "model": f"bench-org/model-{i:04d}", "scaleToZero": "true", "scalerAddress": "bench:9090",
-        "policy": "concurrency", "targetConcurrency": "8"})
+        "model": f"bench-org/model-{i:04d}", "scaleToZero": "true", "scalerAddress": "bench:9090"})
 
 def pct(xs, p):
     xs = sorted(xs); return xs[min(len(xs) - 1, int(p * len(xs)))]
@@ -231,6 +241,28 @@ def fill_history(store: HistoryStore, n_models: int, now: float) -> None:
             store.ingest(Observation(NS, model, t, reps))
 
 
+def collected_check(store: HistoryStore, service: ScalerService) -> str:
+    """What the scaler collected and decided for model 0 at the end: proof the answers rest on real data.
+
+    Every replica serves the same body, so tokens held = replicas x 0.0440771349862259 x 46592."""
+    from scaler.activation import ScaledObjectKey
+
+    model = model_name(0)
+    history = store.get(NS, model)
+    snap = history.snapshot(time.time()) if history is not None else None
+    if snap is None or snap.latest.kv_used is None or snap.latest.kv_capacity is None:
+        raise SystemExit(f"no KV data collected for {model}: the farm's rendering is broken")
+    expected = replicas_of(0) * 0.0440771349862259 * 46592
+    if abs(snap.latest.kv_used - expected) > 1e-6 * expected:
+        raise SystemExit(f"{model}: collected {snap.latest.kv_used} tokens held, expected {expected}")
+    meta = {"model": model, "scaleToZero": "true", "scalerAddress": "bench:9090"}
+    d = service.last_decision(ScaledObjectKey(NS, "so-0000"), meta)
+    decided = "no decision" if d is None else (f"last decision {d.replicas} replica(s), reason {d.reason}, "
+                                                f"capacity per replica {d.details.get('capacity_per_replica', 0):g}")
+    return (f"Collected at the end for {model} ({snap.fresh} fresh replicas): {snap.latest.kv_used:.1f} KV tokens"
+            f" held of {snap.latest.kv_capacity:g} (hand-derived {expected:.1f}); {decided}.")
+
+
 def noop_handler() -> Any:
     reply = pb.GetMetricsResponse(metricValues=[pb.MetricValue(metricName="noop", metricValue=1,
                                                                metricValueFloat=1.0)])
@@ -295,6 +327,7 @@ def main() -> int:
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     rss_end = rss_mb()
     status = source.status()
+    check = collected_check(store, service)
     source.stop()
     asyncio.run_coroutine_threadsafe(server.stop(0.5), loop).result(30)
     farm.terminate()
@@ -310,8 +343,8 @@ def main() -> int:
         f" replicas) behind {args.exporters} exporter endpoints serving the exporter's rendering of the real vLLM"
         " body, scraped every 2 s during the run; one StreamIsActive per ScaledObject held open by the load"
         " generator (its own process). The no-op is a GetMetrics handler returning a constant, on the same"
-        " server, measured in the same run. ScaledObjects use `policy: concurrency`, `targetConcurrency: 8`"
-        " (the CPU vLLM body reports no KV capacity or batch limit, so `tokens` answers UNAVAILABLE there).",
+        " server, measured in the same run. ScaledObjects use the default `policy: tokens` (KV tokens held"
+        " against KV capacity x 0.8; the body reports 16 running, KV usage 0.0440771349862259 of 46592 tokens).",
         "",
         "| measure | scaler | no-op | ratio | goal |",
         "|---|---|---|---|---|",
@@ -333,6 +366,8 @@ def main() -> int:
         f" RPC errors seen by the load generator: {r['errors']} {r['first_error']!r}."
         f" Calls measured: {r['getmetrics_real_n']} per"
         " kind for latency.",
+        "",
+        check,
         "",
     ]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
