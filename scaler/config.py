@@ -24,7 +24,7 @@ KEDA_KEY_SUFFIX = "FromEnv"
 POLICIES = ("tokens", "concurrency", "kvCache", "queue")
 METRICS_SOURCES = ("exporters", "prometheus")
 AGGREGATIONS = ("weighted", "mean", "max")
-MODES = ("reactive",)  # `proactive` and `hybrid` arrive with forecasting (DESIGN.md)
+MODES = ("reactive", "proactive", "hybrid")
 
 
 class ConfigError(ValueError):
@@ -255,8 +255,17 @@ class ScalerConfig:
                                     "`llm_engine_startup_seconds` seen, else 10m.", "3m", check=positive,
                                     shown_default="(measured)")
     mode: str = _key("reactive", "mode", one_of(*MODES),
-                     "Decision mode. Only `reactive` exists yet (`proactive`, `hybrid` come with forecasting).",
-                     "reactive")
+                     "`reactive`: the Knative windows over demand seen; `proactive`: demand forecast one "
+                     "`forecastHorizon` ahead; `hybrid`: the larger of the two (the forecast only adds replicas "
+                     "ahead of demand, it never removes one sooner than reactive would).", "hybrid")
+    forecast_horizon: float | None = _key(None, "forecastHorizon", parse_duration,
+                                          "How far ahead `proactive`/`hybrid` forecast; unset: `coldStart` + "
+                                          "KEDA's `pollingInterval` + the HPA's 15s sync.", "5m", check=positive,
+                                          shown_default="(coldStart + poll + 15s)")
+    forecast_max_ratio: float = _key(3.0, "forecastMaxRatio", parse_float,
+                                     "Cap on the forecast: at most this many times the current reactive "
+                                     "desired count (a noisy trend must not run away).", "2",
+                                     check=in_range(1.0, 100.0))
     advisory: bool = _key(False, "advisory", parse_bool,
                           "Decide and record, but hand KEDA the current replica count.", "true")
     stale_after: float = _key(30.0, "staleAfter", parse_duration,

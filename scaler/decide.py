@@ -6,6 +6,7 @@ names the reason:
 
 1. data check      nothing usable -> raise NoData (the servicer answers UNAVAILABLE)
 2. policy + KPA    windowed demand -> Knative stable/panic decision with rate limits (windows.py)
+2b. forecast       mode proactive/hybrid: desired one horizon ahead (forecast.py); hybrid only adds
 3. pending guard   replicas still starting are supply that is coming: no scale-up past them
 4. stale hold      some replica stopped reporting: never scale down on that
 5. min/max clamp   config overrides, else the ScaledObject's bounds
@@ -19,10 +20,11 @@ import math
 from dataclasses import dataclass, replace
 
 from scaler.config import ScalerConfig
+from scaler.forecast import desired_series, forecast, horizon_seconds
 from scaler.history import Load, ModelHistory, Snapshot
 from scaler.model import Decision, NoData, PolicyState, Reason, WorkloadState
 from scaler.policy import NoSignal, demand
-from scaler.windows import KpaResult, initial_panic, kpa_step
+from scaler.windows import KpaResult, ceil_replicas, initial_panic, kpa_step
 
 DEFAULT_COLD_START = 600.0  # pending-guard bound when coldStart is unset and no engine reported its start-up
 PENDING_GUARD_FACTOR = 2.0  # the guard lets go after this many cold starts: pods stuck pending get help
@@ -146,6 +148,35 @@ def _windows(x: _Inputs, state: PolicyState, details: dict[str, float]) -> tuple
     return _Step(kpa.desired), kpa, replace(state, panic_since=kpa.panic_since, max_panic_pods=kpa.max_panic_pods)
 
 
+def _forecast(x: _Inputs, step: _Step, kpa: KpaResult | None, details: dict[str, float]) -> None:
+    """Step 2b: `proactive` sizes for the demand forecast one horizon ahead; `hybrid` takes the larger of
+    that and the windows' count, so the forecast only adds replicas ahead of demand. Both within the
+    KPA rate limits; the pending guard after this step applies to forecast scale-ups too (no cascade
+    while replicas load). No forecast (too little history, no data): the windows' count stands."""
+    c = x.config
+    if c.mode == "reactive" or kpa is None:
+        return
+    cold = c.cold_start or x.snap.max_startup_seconds or DEFAULT_COLD_START
+    horizon = horizon_seconds(cold, x.workload.polling_interval_s, c.forecast_horizon)
+    current = max(details["desired_stable_raw"], details["desired_panic_raw"])
+    times, values = desired_series(x.history, c, x.snap, x.now)
+    fc = forecast(times, values, x.now, horizon, current, hold=c.stable_window, max_ratio=c.forecast_max_ratio)
+    details["forecast_horizon_s"] = horizon
+    details["forecast_available"] = float(fc is not None)
+    if fc is None:
+        return
+    wanted = min(max(ceil_replicas(fc.desired), kpa.max_scale_down), kpa.max_scale_up)
+    details.update({
+        "forecast_desired_raw": fc.desired, "forecast_desired": wanted,
+        "forecast_demand": fc.desired * details["capacity_per_replica"], "forecast_level": fc.level,
+        "forecast_trend_per_s": fc.trend_per_s, "forecast_cap": fc.cap, "forecast_points": fc.points,
+    })
+    if wanted > step.replicas:
+        step.set(wanted, Reason.FORECAST_UP)
+    elif c.mode == "proactive" and wanted < step.replicas:
+        step.set(wanted, Reason.FORECAST_DOWN)
+
+
 def _pending_guard(x: _Inputs, step: _Step, kpa: KpaResult | None, state: PolicyState,
                    details: dict[str, float]) -> PolicyState:
     """Step 3: replicas still starting are supply that is coming. While they load (up to
@@ -222,6 +253,7 @@ def decide(history: ModelHistory, config: ScalerConfig, state: PolicyState, work
         "data_age_s": x.snap.data_age, "collection_age_s": now - x.snap.at,
     }
     step, kpa, state = _windows(x, state, details)
+    _forecast(x, step, kpa, details)
     state = _pending_guard(x, step, kpa, state, details)
     _stale_hold(x, step)
     _bounds(x, step)

@@ -84,6 +84,8 @@ class Reason(str, Enum):
     ADVISORY_HOLD = "advisory_hold"  # advisory mode: decided, recorded, current count held
     MIN_CLAMP = "min_clamp"  # raised to minReplicas
     MAX_CLAMP = "max_clamp"  # cut to maxReplicas
+    FORECAST_UP = "forecast_up"  # proactive/hybrid: the demand forecast one horizon ahead asked for more
+    FORECAST_DOWN = "forecast_down"  # proactive only: the forecast asked for fewer than the windows
 
 
 class NoData(Exception):

@@ -25,8 +25,8 @@ def test_defaults() -> None:
         "prometheus_address": "", "policy": "tokens", "target_kv_utilization": 0.8, "target_concurrency": None,
         "target_queue_depth": 5.0, "aggregation": "weighted", "stable_window": 60.0, "panic_window": 6.0,
         "panic_threshold": 2.0, "max_scale_up_rate": 1000.0, "max_scale_down_rate": 2.0, "scale_to_zero": False,
-        "idle_timeout": 600.0, "activation_query": "", "cold_start": None, "mode": "reactive", "advisory": False,
-        "stale_after": 30.0, "min_replicas": None, "max_replicas": None, "max_running": None,
+        "idle_timeout": 600.0, "activation_query": "", "cold_start": None, "mode": "reactive",
+        "forecast_horizon": None, "forecast_max_ratio": 3.0, "advisory": False, "stale_after": 30.0, "min_replicas": None, "max_replicas": None, "max_running": None,
     }
 
 
@@ -76,7 +76,9 @@ BAD = [
     ("unknown metricsSource", {"metricsSource": "datadog"}, "metricsSource", "'datadog'", "one of exporters"),
     ("unknown policy", {"policy": "gpu"}, "policy", "'gpu'", "one of tokens, concurrency, kvCache, queue"),
     ("unknown aggregation", {"aggregation": "median"}, "aggregation", "'median'", "one of weighted"),
-    ("mode not built yet", {"mode": "hybrid"}, "mode", "'hybrid'", "one of reactive"),
+    ("unknown mode", {"mode": "predictive"}, "mode", "'predictive'", "one of reactive, proactive, hybrid"),
+    ("zero forecast horizon", {"forecastHorizon": "0s"}, "forecastHorizon", "'0s'", "greater than 0"),
+    ("forecast cap under 1", {"forecastMaxRatio": "0.5"}, "forecastMaxRatio", "'0.5'", "[1, 100]"),
     ("not a number", {"targetKVUtilization": "high"}, "targetKVUtilization", "'high'", "not a number"),
     ("NaN", {"targetConcurrency": "NaN"}, "targetConcurrency", "'NaN'", "finite"),
     ("infinite", {"maxScaleUpRate": "inf"}, "maxScaleUpRate", "'inf'", "finite"),

@@ -1,0 +1,158 @@
+"""Demand forecast one cold start ahead: pure functions of a model's history and `now`.
+
+Why: a reactive scaler adds a replica when demand is already there, and the replica serves minutes
+later (an LLM replica's cold start). A forecast of demand at `now + horizon`, with horizon = cold start
++ KEDA poll + HPA sync, asks for the replica in time.
+
+Method (and why):
+
+- The signal is the policy's own desired-replica series (`desired_series`): the configured policy
+  (tokens, concurrency, kvCache, queue) applied to each complete 10 s bucket of the history. It is
+  unit-free, so one forecaster serves every policy, and it is what the reactive path sizes from.
+- Holt's linear trend (double exponential smoothing, `holt`): a level and a per-bucket trend, updated
+  on each bucket. Cheap (one pass over ~60 points), no fitting, and it extrapolates a ramp exactly,
+  which is the case that hurts a reactive scaler most. Gaps (NaN buckets) are skipped and the trend
+  is stepped over them. ARIMA/Prophet (Dynamo Planner's choices) need more data than the ~15 min of
+  10 s buckets the history keeps and cost far more per poll.
+- Hold (`hold`, the stable window): the answer is the largest forecast made over the last stable window
+  (the HPA's scale-down stabilization, applied to the forecast), so bucket-to-bucket noise in the trend
+  does not flap the count; a spike leaves the forecast after the hold plus Holt's geometric decay.
+- Bounds: never below 0, never above `max_ratio` x the current desired (a noisy trend x a 10-minute
+  horizon must not run away), None when fewer than `min_points` buckets hold data.
+- No seasonality: the history keeps 75 min at most, so a daily profile cannot be learnt from it.
+  A seasonal term would need a day-long tier in `scaler.history`; until then a diurnal rise is seen
+  as the trend it is at minute scale.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from scaler.config import ScalerConfig
+from scaler.history import FIELDS, Load, ModelHistory, Snapshot
+from scaler.policy import NoSignal, demand
+
+BUCKET = 10.0  # seconds: the history's 10 s tier
+LOOKBACK = 600.0  # seconds of history the forecaster reads (the 10 s tier holds 900 s)
+MIN_POINTS = 12  # buckets with data (2 minutes) before a forecast is made
+HPA_SYNC = 15.0  # the HPA controller's sync period (kube-controller-manager default)
+ALPHA = 0.3  # level smoothing
+BETA = 0.1  # trend smoothing: at 10 s buckets, ~85% of a new ramp's slope after 150 s
+MAX_RATIO = 3.0  # default cap: forecast <= MAX_RATIO x the current desired
+
+
+@dataclass(frozen=True)
+class HoltPoint:
+    """Holt's state after one bucket: level (replicas) and trend (replicas per bucket)."""
+
+    at: float  # the bucket's start time
+    level: float
+    trend: float
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """Forecast desired replicas (not rounded) at `now + horizon`, and the numbers behind it."""
+
+    desired: float  # bounded: in [0, cap]
+    horizon: float  # seconds ahead of now
+    level: float  # Holt's level at the newest bucket
+    trend_per_s: float  # Holt's trend at the newest bucket, replicas per second
+    raw: float  # the newest bucket's projection, before the hold and the bounds
+    held: float  # the largest projection over the hold window, before the bounds
+    cap: float  # max_ratio x current
+    points: int  # buckets with data that went in
+
+
+def horizon_seconds(cold_start: float, polling_interval: float, override: float | None = None) -> float:
+    """How far ahead to forecast: a replica asked for now serves after KEDA's poll, the HPA's sync and
+    its cold start. `override` (the `forecastHorizon` key) replaces the sum."""
+    if override is not None:
+        return override
+    return cold_start + polling_interval + HPA_SYNC
+
+
+def _ols_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
+    n = len(xs)
+    if n < 2:
+        return 0.0
+    mx, my = math.fsum(xs) / n, math.fsum(ys) / n
+    sxx = math.fsum((x - mx) ** 2 for x in xs)
+    return 0.0 if sxx == 0 else math.fsum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+
+
+def holt(times: npt.ArrayLike, values: npt.ArrayLike, *, alpha: float = ALPHA, beta: float = BETA,
+         bucket: float = BUCKET, init_points: int = 6) -> list[HoltPoint]:
+    """Holt's linear trend over (time, value) buckets, oldest first; NaN/inf values are skipped.
+
+    Starts at the first value with the least-squares slope of the first `init_points` values (so an
+    exact ramp is followed exactly from the start); a gap of g buckets steps the trend g times.
+    """
+    ts = np.asarray(times, dtype=np.float64)
+    vs = np.asarray(values, dtype=np.float64)
+    ok = np.isfinite(vs) & np.isfinite(ts)
+    t_list: list[float] = (ts[ok] / bucket).tolist()
+    v_list: list[float] = vs[ok].tolist()
+    if not v_list:
+        return []
+    k = min(init_points, len(v_list))
+    level, trend = v_list[0], _ols_slope(t_list[:k], v_list[:k])
+    out = [HoltPoint(t_list[0] * bucket, level, trend)]
+    for i in range(1, len(v_list)):
+        gap = t_list[i] - t_list[i - 1]
+        if gap <= 0:
+            continue
+        new_level = alpha * v_list[i] + (1 - alpha) * (level + gap * trend)
+        trend = beta * (new_level - level) / gap + (1 - beta) * trend
+        level = new_level
+        out.append(HoltPoint(t_list[i] * bucket, level, trend))
+    return out
+
+
+def forecast(times: npt.ArrayLike, values: npt.ArrayLike, now: float, horizon: float, current: float | None, *,
+             hold: float = 60.0, max_ratio: float = MAX_RATIO, min_points: int = MIN_POINTS,
+             alpha: float = ALPHA, beta: float = BETA, bucket: float = BUCKET) -> Forecast | None:
+    """Desired replicas at `now + horizon` from complete buckets (start times `times`, means `values`).
+
+    Each bucket's value stands for its middle; the projection from bucket i is level_i + trend_i x the
+    lead of the newest bucket's middle to now + horizon. The answer is the largest projection from the
+    buckets that ended within `hold` seconds of now, bounded to [0, max_ratio x current]. `current`
+    (the reactive desired now) None or not finite: the newest value stands for it. None: fewer than
+    `min_points` buckets with data.
+    """
+    states = holt(times, values, alpha=alpha, beta=beta, bucket=bucket)
+    if len(states) < min_points:
+        return None
+    last = states[-1]
+    lead = (now + horizon - (last.at + bucket / 2)) / bucket  # in buckets
+    projections = [s.level + s.trend * lead for s in states if s.at + bucket > now - hold] or [
+        last.level + last.trend * lead]
+    raw = last.level + last.trend * lead
+    held = max(projections)
+    if current is None or not math.isfinite(current):
+        vs = np.asarray(values, dtype=np.float64)
+        current = float(vs[np.isfinite(vs)][-1])
+    cap = max_ratio * max(0.0, current)
+    return Forecast(min(max(held, 0.0), cap), horizon, last.level, last.trend / bucket, raw, held, cap, len(states))
+
+
+def desired_series(history: ModelHistory, config: ScalerConfig, snap: Snapshot | None, now: float,
+                   lookback: float = LOOKBACK, bucket: float = BUCKET) -> tuple[npt.NDArray[np.float64],
+                                                                                npt.NDArray[np.float64]]:
+    """(bucket start times, the configured policy's desired replicas per bucket) over the complete
+    buckets of the last `lookback` seconds. A bucket the policy cannot size (NoSignal) is NaN."""
+    columns = [history.series(name, now, lookback) for name in FIELDS]
+    times = columns[0][0]
+    complete = times + bucket <= now
+    rows = np.column_stack([c[1] for c in columns])[complete]
+    out = np.full(rows.shape[0], math.nan)
+    for i, row in enumerate(rows):
+        with contextlib.suppress(NoSignal):  # stays NaN: skipped by the forecaster
+            out[i] = demand(Load.from_row(row), config, snap).desired
+    return times[complete], out
