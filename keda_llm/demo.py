@@ -67,7 +67,7 @@ class Scenario:
     phases: tuple[Phase, ...] = (
         Phase("idle", 0, 12, 0.3, 0.3),
         Phase("ramp", 12, 45, 0.3, 5.0),
-        Phase("spike", 45, 60, 12.0, 12.0),
+        Phase("spike", 45, 60, 10.0, 10.0),
         Phase("steady", 60, 90, 5.0, 5.0),
         Phase("quiet", 90, 150, 0.0, 0.0),
         Phase("burst at zero", 150, 170, 2.0, 2.0),
@@ -272,6 +272,8 @@ class Cluster:
             for p in self.pods:
                 out[p.phase] += 1
             out["gateway"] = len(self.gateway)
+            out["sent"] = self.stats.sent
+            out["in_flight"] = len(self._in_flight)
             out["spec"] = self.spec_replicas
             return out
 
@@ -543,6 +545,8 @@ class _Scaler:
 
 
 SCALEDOBJECT = """\
+# The ScaledObject `keda-llm demo` runs. Its windows and intervals are shortened so that a few
+# minutes show scale up, down, to zero and back; in a cluster start from deploy/examples instead.
 apiVersion: keda.sh/v1alpha1
 kind: ScaledObject
 metadata:
@@ -632,7 +636,8 @@ def _model_values(fams: dict[str, list[tuple[dict[str, str], float]]], name: str
 def observe(t: float, sc: Scenario, cluster: Cluster, exporter_url: str, scaler_http: str) -> View:
     with cluster.lock:
         load = len(cluster.recent) / min(5.0, max(t, 1.0))
-    view = View(t, sc.phase_at(t).name, load, counts=cluster.counts())
+    phase = sc.phase_at(t).name if t < sc.duration else "finishing the requests in flight"
+    view = View(t, phase, load, counts=cluster.counts())
     ex = _families(exporter_url)
     up = _model_values(ex, "llm_engine_up")
     view.engines_up = int(sum(up))
@@ -927,9 +932,9 @@ class Demo:
         grid.add_column(style="bold cyan", justify="right")
         grid.add_column()
         bar = int(30 * min(1.0, v.t / self.sc.duration))
-        grid.add_row("time", f"{v.t:5.0f} s / {self.sc.duration:.0f} s  [{'#' * bar}{'.' * (30 - bar)}]  "
+        grid.add_row("time", f"{v.t:5.0f} s of {self.sc.duration:.0f} s  [{'#' * bar}{'.' * (30 - bar)}]  "
                              f"phase: [bold]{v.phase}[/bold]")
-        grid.add_row("load", f"{v.load:.1f} req/s  (sent {self.report.stats.sent})")
+        grid.add_row("load", f"{v.load:.1f} req/s  (sent {c.get('sent', 0)}, in flight {c.get('in_flight', 0)})")
         grid.add_row("engines", f"running {_num(v.running)}  waiting {_num(v.waiting)}  KV cache "
                                 f"{_num(None if v.kv is None else 100 * v.kv)}%  (from the exporter, "
                                 f"{v.engines_up} up)")
@@ -968,7 +973,9 @@ class Demo:
             f"{sc.hpa_sync:g}s (Kubernetes: 15s), stableWindow {sc.stable_window:g}s, panicWindow "
             f"{sc.panic_window:g}s, idleTimeout {sc.idle_timeout:g}s",
             f"  script    {starts}",
-            "  try       curl -s " + exporter_url + " | grep llm_requests",
+            "  stop      Ctrl-C ends early; the summary still prints",
+            "  try       curl -s " + exporter_url + " | grep llm_requests      "
+            "(the ScaledObject: keda-llm demo --print-scaledobject)",
             "",
         ]
         print("\n".join(lines), file=self.out, flush=True)
@@ -1013,6 +1020,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plain", action="store_true",
                         help="print one line per second instead of a live view (automatic when not a terminal)")
     parser.add_argument("--seed", type=int, default=Scenario.seed, help="random seed of the load (default 7)")
+    parser.add_argument("--print-scaledobject", action="store_true",
+                        help="print the ScaledObject the demo runs (for this --duration) and exit")
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -1020,6 +1029,10 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if not 20.0 <= args.duration <= 3600.0:
         print(f"keda-llm demo: --duration {args.duration:g}: must be between 20 and 3600 seconds", file=sys.stderr)
         return 2
-    sc = replace(Scenario(seed=args.seed)).scaled(args.duration)
+    sc = Scenario(seed=args.seed).scaled(args.duration)
+    if args.print_scaledobject:
+        out.write("# The addresses are examples: the demo binds free ports and prints them when it starts.\n")
+        out.write(scaledobject_yaml(sc, "127.0.0.1:9090", "127.0.0.1:9400"))
+        return 0
     plain = bool(args.plain) or not out.isatty()
     return Demo(sc, out, plain).run().exit_code

@@ -69,7 +69,7 @@ def test_scaled_scenario_keeps_the_story_and_the_floors() -> None:
     sc = demo.Scenario().scaled(45.0)  # f = 1/4
     assert [p.name for p in sc.phases] == [p.name for p in demo.Scenario().phases]
     spike = next(p for p in sc.phases if p.name == "spike")
-    assert (spike.start, spike.end, spike.rate0) == (11.25, 15.0, 48.0)  # 45/4, 60/4, 12 x 4
+    assert (spike.start, spike.end, spike.rate0) == (11.25, 15.0, 40.0)  # 45/4, 60/4, 10 x 4
     assert sc.decode_tokens_per_s == 160.0
     assert sc.stable_window == 6.0  # 20/4 = 5 is under Knative's 6 s floor
     assert sc.panic_window == 2.0  # 4/4 = 1 is under the 2 s floor
@@ -131,3 +131,21 @@ def test_compressed_demo_scales_up_down_to_zero_and_back_losing_nothing() -> Non
     assert report.exporter_running_series  # llm_requests_running{model=...} was read from the exporter
     assert "http://127.0.0.1:" in text and "/v1/activate/demo/llama-8b" in text
     assert "result    OK: no request lost" in text
+
+
+def test_printed_scaledobject_is_valid_and_carries_the_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    from simulator.control import parse_scaledobjects
+
+    parser = argparse.ArgumentParser()
+    demo.add_arguments(parser)
+    assert demo.run(parser.parse_args(["--print-scaledobject"])) == 0
+    (so,) = parse_scaledobjects(capsys.readouterr().out)  # validated against KEDA's CRD
+    assert (so.namespace, so.name, so.min_replicas, so.max_replicas) == ("demo", "llama-8b", 0, 6)
+    assert (so.polling_interval_s, so.cooldown_period_s) == (2, 10)
+    (trigger,) = so.triggers
+    assert trigger.is_push
+    assert trigger.metadata["model"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert (trigger.metadata["stableWindow"], trigger.metadata["idleTimeout"]) == ("20s", "20s")
+    from scaler.config import parse_metadata
+
+    assert parse_metadata(trigger.metadata).scale_to_zero is True  # the scaler accepts every key
