@@ -14,6 +14,8 @@ import copy
 import importlib.util
 import json
 import re
+import shutil
+import subprocess
 import threading
 from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -210,6 +212,23 @@ def test_strategic_merge_merges_named_items_deletes_nulls_and_replaces_plain_lis
                         "volumeMounts": [{"name": "c", "mountPath": "/c"}, {"name": "t", "mountPath": "/t"}]},
                        {"name": "b", "image": "b:1"}],
         "volumes": [{"name": "c", "configMap": {"name": "c"}}, {"name": "t", "secret": {"secretName": "t"}}]}}
+
+
+def _kustomize_command() -> list[str]:
+    if tool := shutil.which("kustomize"):
+        return [tool, "build"]
+    if tool := shutil.which("kubectl"):
+        return [tool, "kustomize"]
+    pytest.skip("neither kustomize nor kubectl is installed")
+
+
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=lambda p: p.relative_to(DEPLOY).as_posix())
+def test_builder_agrees_with_real_kustomize(directory: Path) -> None:
+    """Where a kustomize is installed, the builder above must print exactly what it prints."""
+    out = subprocess.run([*_kustomize_command(), str(directory)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    theirs = sorted((d for d in yaml.safe_load_all(out.stdout) if d is not None), key=identity)
+    assert sorted(build(directory), key=identity) == theirs
 
 
 # ------------------------------------------------------------------------------- builds
