@@ -45,6 +45,8 @@ HPA_SYNC = 15.0  # the HPA controller's sync period (kube-controller-manager def
 ALPHA = 0.3  # level smoothing
 BETA = 0.1  # trend smoothing: at 10 s buckets, ~85% of a new ramp's slope after 150 s
 MAX_RATIO = 3.0  # default cap: forecast <= MAX_RATIO x the current desired
+# A bucket holds demand data when one of these is reported; the policies read a missing one as 0.
+_DEMAND_COLUMNS = [FIELDS.index(name) for name in ("running", "waiting", "kv_used", "upstream")]
 
 
 @dataclass(frozen=True)
@@ -146,13 +148,16 @@ def desired_series(history: ModelHistory, config: ScalerConfig, snap: Snapshot |
                    lookback: float = LOOKBACK, bucket: float = BUCKET) -> tuple[npt.NDArray[np.float64],
                                                                                 npt.NDArray[np.float64]]:
     """(bucket start times, the configured policy's desired replicas per bucket) over the complete
-    buckets of the last `lookback` seconds. A bucket the policy cannot size (NoSignal) is NaN."""
+    buckets of the last `lookback` seconds (in (300, 900]: the history's 10 s tier). A bucket where no
+    demand signal was reported, or that the policy cannot size (NoSignal), is NaN."""
     columns = [history.series(name, now, lookback) for name in FIELDS]
     times = columns[0][0]
     complete = times + bucket <= now
     rows = np.column_stack([c[1] for c in columns])[complete]
     out = np.full(rows.shape[0], math.nan)
     for i, row in enumerate(rows):
+        if np.isnan(row[_DEMAND_COLUMNS]).all():
+            continue  # nothing reported demand in this bucket: a gap, not a zero
         with contextlib.suppress(NoSignal):  # stays NaN: skipped by the forecaster
             out[i] = demand(Load.from_row(row), config, snap).desired
     return times[complete], out
