@@ -90,7 +90,7 @@ class Cluster:
         self.replicas: list[SimReplica] = []  # every pod not yet gone, in creation order
         self.stats = ClusterStats()
         self._next_index = 0
-        self._zero_since: float | None = None
+        self._zero_since: float | None = 0.0  # no pods when the run starts
 
     # -- views -----------------------------------------------------------------------------------
     def ready(self) -> list[SimReplica]:

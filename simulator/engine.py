@@ -31,6 +31,8 @@ from simulator.router import Router, RoutingRule
 from simulator.traces import Trace
 
 STEP, PHASE, ARRIVAL, OBSERVE, CONTROL = 0, 1, 2, 3, 4
+#: a scrape at time 0 is stamped just after it: the scaler reads a timestamp of 0 as "never scraped"
+_EPSILON_S = 1e-6
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,16 @@ class Timeline:
     waiting: list[int] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class RequestTable:
+    """Per request (or per cohort of identical requests, weighted): arrival, TTFT (inf: dropped), TPOT."""
+
+    arrival_s: np.ndarray
+    weight: np.ndarray
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+
+
 @dataclass
 class SimResult:
     policy: str
@@ -113,6 +125,21 @@ class SimResult:
     scale_events: int
     events: list[Any] = field(default_factory=list)  # controller events (ControlEvent or tuples)
     mode: str = "detailed"
+    # the fluid mode keeps no Request objects: it fills this instead (see `request_table`)
+    cohorts: RequestTable | None = None
+
+    def request_table(self) -> RequestTable:
+        """Every request of the trace as (arrival, weight, TTFT, TPOT): TTFT inf when not served (dropped),
+        TPOT NaN when undefined (one output token). The fluid mode gives cohorts with weights instead."""
+        if self.cohorts is not None:
+            return self.cohorts
+        reqs = self.requests
+        arrival = np.fromiter((r.arrival_s for r in reqs), dtype=np.float64, count=len(reqs))
+        ttft = np.fromiter((math.inf if r.finish_s is None or r.first_token_s is None
+                            else r.first_token_s - r.arrival_s for r in reqs), dtype=np.float64, count=len(reqs))
+        tpot = np.fromiter((math.nan if (t := r.tpot_s) is None else t for r in reqs), dtype=np.float64,
+                           count=len(reqs))
+        return RequestTable(arrival, np.ones(len(reqs)), ttft, tpot)
 
 
 class Simulation:
@@ -213,19 +240,22 @@ class Simulation:
             self._progress(i, len(self._arr))
         self._dispatch(req)
 
-    def _dispatch(self, req: Request) -> None:
+    def _dispatch(self, req: Request, kick: bool = True) -> SimReplica | None:
+        """Route one request; `kick`: start the replica's engine now if it is idle (a batch of releases
+        kicks once, after all of them are queued, so they share the first iteration)."""
         r = self.router.pick(self.cluster.ready())
         if r is None:
             self.router.hold(req)
             self.controller.gateway_hold(self)
-            return
+            return None
         assert isinstance(r, SimReplica)
         if not self.cluster.route_to(r, req, self.now):
             self.dropped_rejected.append(req)
             self._open -= 1
-            return
-        if not r.stepping:
+            return None
+        if kick and not r.stepping:
             self._step(r)
+        return r
 
     def _step(self, r: SimReplica) -> None:
         res = r.engine.step(self.now, self._next_arrival_time())
@@ -252,8 +282,10 @@ class Simulation:
             keep, late = self.router.release(self.now)
             self.dropped_timeout.extend(late)
             self._open -= len(late)
-            for req in keep:
-                self._dispatch(req)
+            touched = {self._dispatch(req, kick=False) for req in keep}
+            for rep in sorted((t for t in touched if t is not None), key=lambda x: x.index):
+                if not rep.stepping and rep.engine.has_work:
+                    self._step(rep)
 
     def _on_observe(self) -> None:
         late = self.router.expire(self.now)
@@ -314,7 +346,8 @@ class Simulation:
             r.busy_prev = busy
             utils.append(max(0.0, util))
             samples.append(ReplicaSample(
-                pod=r.pod, timestamp=now, up=True, running=float(eng.num_running), waiting=float(eng.num_waiting),
+                pod=r.pod, timestamp=now if now > 0 else _EPSILON_S, up=True, running=float(eng.num_running),
+                waiting=float(eng.num_waiting),
                 max_running=float(cfg.max_num_seqs), kv_usage_ratio=eng.kv_usage,
                 kv_capacity_tokens=float(cfg.kv_capacity_tokens), prompt_tokens_total=float(c.prompt_tokens),
                 generation_tokens_total=float(c.generation_tokens), requests_finished_total=float(c.requests_finished),

@@ -1,0 +1,143 @@
+"""One backtest: a trace, a preset, a set of policies -> one SimResult per policy.
+
+This is the library entry point the CLI, the docs table script and the benchmarks share. The oracle is
+planned first when `static` or `oracle` is asked for (static provisioning is the oracle's peak, kept all
+the time); the concurrency baseline's per-pod target is 70% of the largest batch that meets the ITL
+target (Knative's default target utilization, 70%).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from simulator.control import KedaSettings
+from simulator.engine import Controller, SimConfig, SimResult, Simulation
+from simulator.oracle import OraclePlan, plan_oracle, sustainable_batch
+from simulator.policies import POLICIES, build_controller
+from simulator.presets import Preset
+from simulator.report import Slo
+from simulator.router import RoutingRule
+from simulator.traces import Trace
+
+Mode = Literal["detailed", "fluid", "auto"]
+MODES: tuple[Mode, ...] = ("detailed", "fluid", "auto")
+#: `auto` picks the fluid mode above this many requests
+AUTO_FLUID_REQUESTS = 200_000
+CONCURRENCY_TARGET_FRACTION = 0.7
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class Backtest:
+    """Everything but the trace and the policy list; defaults are what `keda-llm simulate` uses."""
+
+    preset: Preset
+    cold_start: str = "typical"
+    slo: Slo = field(default_factory=Slo)
+    seed: int = 0
+    routing: RoutingRule = "least_outstanding"
+    max_wait_s: float = 600.0
+    collection_interval_s: float = 5.0
+    scaledobject: KedaSettings | None = None
+    max_replicas: int = 64
+    mode: Mode = "auto"
+    oracle_bucket_s: float | None = None  # None: 60 s up to 2 h of trace, 300 s beyond
+    oracle_target: float = 0.99
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.max_replicas < 1:
+            raise ValueError(f"max_replicas must be >= 1, got {self.max_replicas}")
+
+    def sim_config(self) -> SimConfig:
+        p = self.preset
+        return SimConfig(p.replica_config(), p.perf(), p.cold_start(self.cold_start), gpus_per_replica=p.tp,
+                         collection_interval_s=self.collection_interval_s, routing=self.routing,
+                         max_wait_s=self.max_wait_s, seed=self.seed, model=p.model.name)
+
+    def resolved_mode(self, trace: Trace) -> Literal["detailed", "fluid"]:
+        if self.mode == "auto":
+            return "fluid" if len(trace) > AUTO_FLUID_REQUESTS else "detailed"
+        return self.mode
+
+    def describe(self) -> dict[str, Any]:
+        """The resolved config, written next to the results."""
+        p = self.preset
+        cs = p.cold_start(self.cold_start)
+        return {
+            "preset": p.name, "gpus_per_replica": p.tp, "max_num_seqs": p.max_num_seqs,
+            "max_num_batched_tokens": p.max_num_batched_tokens, "kv_capacity_tokens": p.kv_capacity_tokens,
+            "cold_start": self.cold_start, "cold_start_median_s": round(cs.quantile(0.5), 1),
+            "cold_start_p90_s": round(cs.quantile(0.9), 1), "slo_ttft_s": self.slo.ttft_s, "slo_itl_s": self.slo.itl_s,
+            "seed": self.seed, "routing": self.routing, "max_wait_s": self.max_wait_s,
+            "collection_interval_s": self.collection_interval_s, "max_replicas": self.max_replicas,
+            "mode": self.mode, "oracle_target": self.oracle_target,
+            "scaledobject": None if self.scaledobject is None else {
+                "name": self.scaledobject.name, "namespace": self.scaledobject.namespace,
+                "pollingInterval": self.scaledobject.polling_interval_s,
+                "cooldownPeriod": self.scaledobject.cooldown_period_s,
+                "minReplicaCount": self.scaledobject.min_replicas, "maxReplicaCount": self.scaledobject.max_replicas,
+                "triggers": [{"type": t.type, "metadata": dict(t.metadata)} for t in self.scaledobject.triggers],
+                "behavior": self.scaledobject.behavior is not None,
+            },
+        }
+
+
+def simulate(trace: Trace, backtest: Backtest, controller: Controller, mode: Literal["detailed", "fluid"],
+             progress: Callable[[int, int], None] | None = None) -> SimResult:
+    """Run one controller on the trace in the given mode."""
+    config = backtest.sim_config()
+    if mode == "fluid":
+        from simulator.fluid import FluidSimulation
+
+        return FluidSimulation(trace, config, controller, progress=progress).run()
+    return Simulation(trace, config, controller, progress=progress).run()
+
+
+def concurrency_target(trace: Trace, backtest: Backtest) -> float:
+    p = backtest.preset
+    mean_ctx = float(np.mean(trace.prompt_tokens + np.maximum(1, trace.output_tokens) / 2)) if len(trace) else 1.0
+    batch = sustainable_batch(p.perf(), p.replica_config(), mean_ctx, backtest.slo.itl_s)
+    return max(1.0, math.floor(CONCURRENCY_TARGET_FRACTION * batch))
+
+
+def run_policies(trace: Trace, backtest: Backtest, policies: Sequence[str],
+                 progress: Progress | None = None) -> tuple[list[SimResult], OraclePlan | None]:
+    """Every policy on the trace, in the order given (the oracle's own run is reused as its result)."""
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        raise ValueError(f"unknown policy {unknown[0]!r}; known: {', '.join(POLICIES)}")
+    mode = backtest.resolved_mode(trace)
+    p = backtest.preset
+
+    def prog(name: str) -> Callable[[int, int], None] | None:
+        if progress is None:
+            return None
+        return lambda done, total: progress(name, done, total)
+
+    oracle: OraclePlan | None = None
+    if "oracle" in policies or "static" in policies:
+        bucket = backtest.oracle_bucket_s or (60.0 if trace.duration_s <= 7200 else 300.0)
+        oracle = plan_oracle(trace, lambda ctl: simulate(trace, backtest, ctl, mode, prog("oracle")), p.perf(),
+                             p.replica_config(), p.cold_start(backtest.cold_start), backtest.slo, bucket_s=bucket,
+                             target=backtest.oracle_target, seed=backtest.seed, max_replicas=backtest.max_replicas)
+    static_n = int(oracle.counts.max()) if oracle is not None and len(oracle.counts) else 1
+    target = concurrency_target(trace, backtest)
+    cold_p90 = p.cold_start(backtest.cold_start).quantile(0.9)
+    results: list[SimResult] = []
+    for name in policies:
+        if name == "oracle":
+            assert oracle is not None
+            results.append(oracle.result)
+            continue
+        ctl = build_controller(name, model=p.model.name, max_replicas=backtest.max_replicas,
+                               concurrency_target=target, static_replicas=max(1, static_n),
+                               settings=backtest.scaledobject, cold_start_s=cold_p90)
+        results.append(simulate(trace, backtest, ctl, mode, prog(name)))
+    return results, oracle
