@@ -226,7 +226,7 @@ class Cluster:
         self.sc = sc
         self.lock = threading.Lock()
         self._event = event
-        self._activate_url = activate_url
+        self.activate_url = activate_url
         self.gpus = gpus
         self.pods: list[Pod] = []
         self.spec_replicas = 0
@@ -358,7 +358,7 @@ class Cluster:
         threading.Thread(target=self._post_activate, args=(now,), name="gateway-activate", daemon=True).start()
 
     def _post_activate(self, now: float) -> None:
-        req = urllib.request.Request(self._activate_url, data=b"", method="POST")
+        req = urllib.request.Request(self.activate_url, data=b"", method="POST")
         try:
             with urllib.request.urlopen(req, timeout=5) as resp:
                 status = resp.status
@@ -612,6 +612,9 @@ class View:
     active: bool | None = None
     reason: str = ""
     panic: bool = False
+    gpus_used: int = 0
+    gpu_util: float | None = None
+    power_w: float | None = None
 
 
 def _families(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -647,6 +650,11 @@ def observe(t: float, sc: Scenario, cluster: Cluster, exporter_url: str, scaler_
         view.running, view.waiting = sum(running), sum(waiting)
     if kv:
         view.kv = sum(kv) / len(kv)
+    used = [v for labels, v in ex.get("llm_gpu_utilization_ratio", []) if labels.get("pod")]
+    power = [v for _, v in ex.get("llm_gpu_power_watts", [])]
+    view.gpus_used = len(used)
+    view.gpu_util = sum(used) / len(used) if used else None
+    view.power_w = sum(power) if power else None
     sf = _families(scaler_http + "/metrics")
     desired = [v for labels, v in sf.get("keda_llm_scaler_desired_replicas", []) if labels.get("model") == MODEL]
     active = [v for labels, v in sf.get("keda_llm_scaler_active", []) if labels.get("model") == MODEL]
@@ -843,7 +851,7 @@ class Demo:
         try:
             exporter = _Exporter(self.sc, cluster)
             scaler = _Scaler(self.sc, exporter.url, lambda: self._workload(cluster))
-            cluster._activate_url = f"{scaler.http}/v1/activate/{NAMESPACE}/{NAME}"
+            cluster.activate_url = f"{scaler.http}/v1/activate/{NAMESPACE}/{NAME}"
             self._header(exporter.url, scaler)
             self._t0 = time.monotonic()
             cluster.warm_start(self.sc.initial_replicas)
@@ -938,6 +946,9 @@ class Demo:
         grid.add_row("engines", f"running {_num(v.running)}  waiting {_num(v.waiting)}  KV cache "
                                 f"{_num(None if v.kv is None else 100 * v.kv)}%  (from the exporter, "
                                 f"{v.engines_up} up)")
+        grid.add_row("GPUs", f"{v.gpus_used} of {self.sc.max_replicas} held by pods, "
+                             f"{_num(None if v.gpu_util is None else 100 * v.gpu_util)}% busy, "
+                             f"{_num(v.power_w)} W in all  (fake NVML, read by the exporter)")
         grid.add_row("pods", f"[green]{c.get('ready', 0)} ready[/green]  [yellow]{c.get('starting', 0)} starting"
                              f"[/yellow]  [magenta]{c.get('draining', 0)} draining[/magenta]  "
                              f"(Deployment spec: {c.get('spec', 0)})")
