@@ -2,7 +2,9 @@
 
 Metric sources are made on demand, one per distinct address a ScaledObject asks for (its
 `metricsSource`, `exportersService`/`exporters`, `prometheusAddress`, falling back to this command's
-flags), and all feed one HistoryStore.
+flags). Each source feeds its own HistoryStore and a ScaledObject reads the store of its own source:
+two ScaledObjects of one model name in one namespace, pointed at different exporters (two node
+pools, say), each see the replicas their exporters report, never a mix of both.
 """
 
 from __future__ import annotations
@@ -12,11 +14,14 @@ import asyncio
 import logging
 import os
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from scaler.activation import ActivationBus, PeerForwarder, Peers, ScaledObjectKey
 from scaler.config import ConfigError, ScalerConfig
 from scaler.decide import decide
+from scaler.history import ModelHistory
 from scaler.server import ScalerServer, TLSFiles
 from scaler.service import HistoryStore, ScalerService
 from scaler.sources.common import MetricSource
@@ -66,67 +71,104 @@ def _host_port(text: str, default_port: int) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class Sources:
-    """One background source per distinct address, all feeding `store`; made on first use."""
+SourceKey = tuple[str, str, str]  # (kind, address, Prometheus for activationQuery)
 
-    def __init__(self, args: argparse.Namespace, store: HistoryStore) -> None:
+
+class Sources:
+    """One source per distinct address, each feeding its own HistoryStore; made on first use.
+
+    `background=False` leaves collection to `collect_once()` (tests driving a fake clock); all stores
+    share one lock, which the service holds while it decides.
+    """
+
+    def __init__(self, args: argparse.Namespace, *, clock: Callable[[], float] = time.time,
+                 background: bool = True) -> None:
         self._args = args
-        self._store = store
+        self._clock = clock
+        self._background = background
+        self.history_lock = threading.Lock()
         self._lock = threading.Lock()
-        self._sources: dict[tuple[str, str], MetricSource] = {}
+        self._sources: dict[SourceKey, tuple[MetricSource, HistoryStore]] = {}
 
     def _prometheus(self, address: str) -> PrometheusClient:
         return PrometheusClient(address)
 
     def for_config(self, cfg: ScalerConfig) -> MetricSource:
+        """The config's source, made and started on first use. Raises ConfigError when it names none."""
+        key = self.key(cfg)
+        with self._lock:
+            held = self._sources.get(key)
+            if held is None:
+                store = HistoryStore(lock=self.history_lock)
+                source = self._make(key)
+                source.subscribe(store.ingest)
+                if self._background:
+                    source.start()
+                held = self._sources[key] = (source, store)
+        return held[0]
+
+    def history(self, namespace: str, cfg: ScalerConfig) -> ModelHistory | None:
+        """The model's history as the config's own source collected it (None: not collected yet)."""
+        try:
+            key = self.key(cfg)
+        except ConfigError:
+            return None
+        held = self._sources.get(key)
+        return held[1].get(namespace, cfg.model) if held is not None else None
+
+    def collect_once(self) -> None:
+        """One collection cycle of every source, now, on this thread."""
+        with self._lock:
+            sources = [source for source, _ in self._sources.values()]
+        for source in sources:
+            source.collect_once()
+
+    def key(self, cfg: ScalerConfig) -> SourceKey:
+        """Which source serves this config: its own addresses, else the command's flags."""
         a = self._args
         prom = cfg.prometheus_address or a.prometheus_address or ""
         if cfg.metrics_source == "prometheus":
             if not prom:
                 raise ConfigError("prometheusAddress", None, "required for metricsSource prometheus "
                                   "(or start the scaler with --prometheus-address)")
-            key = ("prometheus", prom)
-        else:
-            listed = ",".join(cfg.exporters) or ("" if cfg.exporters_service else a.exporters)
-            service = cfg.exporters_service or a.exporters_service or ""
-            if listed:
-                key = ("exporters-static", listed)
-            elif service:
-                key = ("exporters-dns", service)
-            else:
-                raise ConfigError("exportersService", None, "no exporters: set exportersService or exporters "
-                                  "(or start the scaler with --exporters-service)")
-        with self._lock:
-            source = self._sources.get(key)
-            if source is None:
-                source = self._make(key, prom)
-                source.subscribe(self._store.ingest)
-                source.start()
-                self._sources[key] = source
-        return source
+            return ("prometheus", prom, prom)
+        if cfg.activation_query and not prom:
+            raise ConfigError("prometheusAddress", None, "activationQuery is PromQL: it needs a Prometheus "
+                              "(set prometheusAddress, or start the scaler with --prometheus-address)")
+        listed = ",".join(cfg.exporters) or ("" if cfg.exporters_service else a.exporters)
+        service = cfg.exporters_service or a.exporters_service or ""
+        if listed:
+            return ("exporters-static", listed, prom)
+        if service:
+            return ("exporters-dns", service, prom)
+        raise ConfigError("exportersService", None, "no exporters: set exportersService or exporters "
+                          "(or start the scaler with --exporters-service)")
 
-    def _make(self, key: tuple[str, str], prom: str) -> MetricSource:
-        kind, where = key
+    def _make(self, key: SourceKey) -> MetricSource:
+        kind, where, prom = key
         if kind == "prometheus":
-            return PrometheusSource(self._prometheus(where), interval_s=max(self._args.interval, 1.0))
+            return PrometheusSource(self._prometheus(where), interval_s=max(self._args.interval, 1.0),
+                                    clock=self._clock)
         if kind == "exporters-static":
             resolver = static_targets([u.strip() for u in where.split(",") if u.strip()])
         else:
             host, port = _host_port(where, DEFAULT_PORT)
             resolver = dns_targets(host, port)
         return ExportersSource(resolver, interval_s=self._args.interval,
-                               activation=self._prometheus(prom) if prom else None)
+                               activation=self._prometheus(prom) if prom else None, clock=self._clock)
 
     def stop(self) -> None:
         with self._lock:
-            sources = list(self._sources.values())
+            sources = [source for source, _ in self._sources.values()]
         for source in sources:
             source.stop()
 
 
-def build(args: argparse.Namespace) -> tuple[ScalerServer, Sources, Any]:
-    store = HistoryStore()
-    sources = Sources(args, store)
+def build(args: argparse.Namespace, *, clock: Callable[[], float] = time.time, background: bool = True,
+          demand_watch_s: float | None = 1.0) -> tuple[ScalerServer, Sources, Any]:
+    """The whole scaler from its flags. `clock`, `background` and `demand_watch_s` are for tests that
+    drive collection and time themselves (see tests/test_scaler_e2e.py)."""
+    sources = Sources(args, clock=clock, background=background)
     reader: Any = None
     if not args.no_kube:
         from scaler.kube import KubeClient, KubeConfig, WorkloadReader
@@ -143,9 +185,10 @@ def build(args: argparse.Namespace) -> tuple[ScalerServer, Sources, Any]:
             reader.untrack(key.namespace, key.name)
 
     service = ScalerService(
-        decide=decide, histories=store.get, history_lock=store.lock,
+        decide=decide, history_for=lambda key, cfg: sources.history(key.namespace, cfg),
+        history_lock=sources.history_lock,
         workloads=(lambda k: reader.state(k.namespace, k.name)) if reader is not None else None,
-        bus=ActivationBus(), on_new=on_new, on_forget=on_forget,
+        bus=ActivationBus(clock=clock), clock=clock, on_new=on_new, on_forget=on_forget,
     )
     peers = Peers(static=[p for p in args.peers.split(",") if p.strip()], dns_name=args.peers_service,
                   port=_host_port(args.http_address, 9091)[1], self_addresses=[args.pod_ip] if args.pod_ip else [])
@@ -159,7 +202,7 @@ def build(args: argparse.Namespace) -> tuple[ScalerServer, Sources, Any]:
     server = ScalerServer(service, grpc_address=args.grpc_address,
                           http_address=_host_port(args.http_address, 9091), tls=tls,
                           forwarder=PeerForwarder(peers), activation_token=args.activation_token,
-                          config_error=ConfigError)
+                          config_error=ConfigError, demand_watch_s=demand_watch_s)
     return server, sources, reader
 
 

@@ -50,6 +50,8 @@ MetadataKey = tuple[tuple[str, str], ...]
 DecideFn = Callable[[Any, ScalerConfig, PolicyState, WorkloadState, float], tuple[Decision, PolicyState]]
 #: (namespace, model) -> the model's history, or None when collection has never seen the model.
 HistoryLookup = Callable[[str, str], Any]
+#: (ScaledObject, its config) -> the model's history as its own metric source collected it, or None.
+ConfigHistoryLookup = Callable[[ScaledObjectKey, ScalerConfig], Any]
 #: ScaledObject -> what Kubernetes says of it and its scale target, or None when not (yet) known.
 WorkloadLookup = Callable[[ScaledObjectKey], WorkloadState | None]
 
@@ -62,10 +64,11 @@ class HistoryStore:
     reported for `forget_after_s` are dropped on the next ingest sweep.
     """
 
-    def __init__(self, stale_after: float = 30.0, forget_after_s: float = 3 * 3600.0) -> None:
+    def __init__(self, stale_after: float = 30.0, forget_after_s: float = 3 * 3600.0,
+                 lock: threading.Lock | None = None) -> None:
         self.stale_after = stale_after
         self.forget_after_s = forget_after_s
-        self.lock = threading.Lock()
+        self.lock = lock or threading.Lock()  # stores of several sources may share one (see scaler/cli.py)
         self._models: dict[tuple[str, str], ModelHistory] = {}
         self._last_sweep = -math.inf
 
@@ -199,7 +202,8 @@ class ScalerService:
         self,
         *,
         decide: DecideFn,
-        histories: HistoryLookup,
+        histories: HistoryLookup | None = None,
+        history_for: ConfigHistoryLookup | None = None,
         history_lock: contextlib.AbstractContextManager[Any] | None = None,
         configs: ConfigCache | None = None,
         workloads: WorkloadLookup | None = None,
@@ -214,9 +218,12 @@ class ScalerService:
     ) -> None:
         if tick_s <= 0:
             raise ValueError(f"tick_s must be > 0, got {tick_s}")
+        if (histories is None) == (history_for is None):
+            raise ValueError("give exactly one of histories (by namespace and model) or history_for (by config)")
         self.configs = configs or ConfigCache()
         self._decide = decide
         self._histories = histories
+        self._history_for = history_for
         self._history_lock = history_lock or contextlib.nullcontext()
         self._on_new = on_new
         self._on_forget = on_forget
@@ -294,7 +301,7 @@ class ScalerService:
         known = self._workloads(key) if self._workloads is not None else None
         why = "every sample is missing or stale"
         with self._history_lock:
-            history = self._histories(key.namespace, cfg.model)
+            history = self._lookup(key, cfg)
             workload = known or assumed_workload(history, now)
             if history is not None:
                 state = entry.state
@@ -325,6 +332,11 @@ class ScalerService:
             return NoUsableData(f"no replica of model {cfg.model!r} in namespace {key.namespace!r} has been "
                                 f"seen yet (collection finds replicas by their `model` label)")
         return NoUsableData(f"no usable data for model {cfg.model!r} in namespace {key.namespace!r}, holding: {why}")
+
+    def _lookup(self, key: ScaledObjectKey, cfg: ScalerConfig) -> Any:
+        if self._history_for is not None:
+            return self._history_for(key, cfg)
+        return self._histories(key.namespace, cfg.model) if self._histories is not None else None
 
     def is_active(self, key: ScaledObjectKey, metadata: Mapping[str, str]) -> bool:
         """IsActive: always true without scaleToZero; else the decision (raises NoUsableData)."""

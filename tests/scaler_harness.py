@@ -103,7 +103,7 @@ def ref(name: str = "llama", namespace: str = "llm", **metadata: str) -> pb.Scal
 
 
 def stub(channel: grpc.Channel) -> Any:
-    return pb_grpc.ExternalScalerStub(channel)
+    return pb_grpc.ExternalScalerStub(channel)  # type: ignore[no-untyped-call]  # generated, untyped
 
 
 @dataclass(frozen=True)
