@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,7 +40,7 @@ from scaler.history import FIELDS, Load, ModelHistory, Snapshot
 from scaler.policy import NoSignal, demand
 
 BUCKET = 10.0  # seconds: the history's 10 s tier
-LOOKBACK = 600.0  # seconds of history the forecaster reads (the 10 s tier holds 900 s)
+LOOKBACK = 400.0  # seconds the forecaster reads: the 10 s tier (over 300 s); Holt forgets the older ones
 MIN_POINTS = 12  # buckets with data (2 minutes) before a forecast is made
 HPA_SYNC = 15.0  # the HPA controller's sync period (kube-controller-manager default)
 ALPHA = 0.3  # level smoothing
@@ -80,21 +81,21 @@ def horizon_seconds(cold_start: float, polling_interval: float, override: float 
     return cold_start + polling_interval + HPA_SYNC
 
 
-def _ols_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
-    n = len(xs)
-    if n < 2:
-        return 0.0
-    mx, my = math.fsum(xs) / n, math.fsum(ys) / n
-    sxx = math.fsum((x - mx) ** 2 for x in xs)
-    return 0.0 if sxx == 0 else math.fsum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+def _robust_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
+    """(value at xs[0], slope) by Theil-Sen: the median pairwise slope, then the median intercept. The
+    forecaster re-runs over a sliding window, so a spike in its first buckets must not set the trend."""
+    slopes = [(ys[j] - ys[i]) / (xs[j] - xs[i]) for i in range(len(xs)) for j in range(i + 1, len(xs))
+              if xs[j] != xs[i]]
+    slope = statistics.median(slopes) if slopes else 0.0
+    return statistics.median(y - slope * (x - xs[0]) for x, y in zip(xs, ys, strict=True)), slope
 
 
 def holt(times: npt.ArrayLike, values: npt.ArrayLike, *, alpha: float = ALPHA, beta: float = BETA,
          bucket: float = BUCKET, init_points: int = 6) -> list[HoltPoint]:
     """Holt's linear trend over (time, value) buckets, oldest first; NaN/inf values are skipped.
 
-    Starts at the first value with the least-squares slope of the first `init_points` values (so an
-    exact ramp is followed exactly from the start); a gap of g buckets steps the trend g times.
+    Starts from a robust line through the first `init_points` values (exact on an exact ramp, so a
+    ramp is followed exactly from the start); a gap of g buckets steps the trend g times.
     """
     ts = np.asarray(times, dtype=np.float64)
     vs = np.asarray(values, dtype=np.float64)
@@ -104,7 +105,7 @@ def holt(times: npt.ArrayLike, values: npt.ArrayLike, *, alpha: float = ALPHA, b
     if not v_list:
         return []
     k = min(init_points, len(v_list))
-    level, trend = v_list[0], _ols_slope(t_list[:k], v_list[:k])
+    level, trend = _robust_line(t_list[:k], v_list[:k])
     out = [HoltPoint(t_list[0] * bucket, level, trend)]
     for i in range(1, len(v_list)):
         gap = t_list[i] - t_list[i - 1]
@@ -155,9 +156,9 @@ def desired_series(history: ModelHistory, config: ScalerConfig, snap: Snapshot |
     complete = times + bucket <= now
     rows = np.column_stack([c[1] for c in columns])[complete]
     out = np.full(rows.shape[0], math.nan)
-    for i, row in enumerate(rows):
-        if np.isnan(row[_DEMAND_COLUMNS]).all():
-            continue  # nothing reported demand in this bucket: a gap, not a zero
-        with contextlib.suppress(NoSignal):  # stays NaN: skipped by the forecaster
-            out[i] = demand(Load.from_row(row), config, snap).desired
+    has_demand = np.asarray((~np.isnan(rows[:, _DEMAND_COLUMNS])).any(axis=1), dtype=bool)  # else a gap, not 0
+    for i, row in enumerate(rows.tolist()):
+        if has_demand[i]:
+            with contextlib.suppress(NoSignal):  # stays NaN: skipped by the forecaster
+                out[i] = demand(Load(*[None if v != v else v for v in row]), config, snap).desired  # v != v: NaN
     return times[complete], out
