@@ -109,7 +109,7 @@ def _fmt_s(v: float) -> str:
 
 def table_rows(summaries: Sequence[Summary]) -> tuple[list[str], list[list[str]]]:
     head = ["policy", "served", "dropped", "SLO met", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "GPU-h",
-            "vs oracle", "scale events", "cold starts", "time at 0"]
+            "/ oracle", "scalings", "cold starts", "at zero"]
     rows = [[s.policy, f"{s.served}", f"{s.dropped}", f"{100 * s.slo_attainment:.1f}%", _fmt_s(s.ttft_p50_s),
              _fmt_s(s.ttft_p99_s), _fmt_s(s.itl_p50_s), _fmt_s(s.itl_p99_s), f"{s.gpu_hours:.2f}",
              "-" if s.gpu_hours_vs_oracle is None else f"{s.gpu_hours_vs_oracle:.2f}x", f"{s.scale_events}",
@@ -170,6 +170,8 @@ def plot(results: Sequence[SimResult], path: str | Path, title: str = "") -> Pat
         starting = np.asarray(tl.starting, dtype=np.float64)
         ax.fill_between(t, 0, ready, step="post", color="#2b7bba", alpha=0.8, label="ready")
         ax.fill_between(t, ready, ready + starting, step="post", color="#f0a030", alpha=0.8, label="starting")
+        ax.step(t, np.asarray(tl.desired, dtype=np.float64), where="post", color="#c0392b", linewidth=0.8,
+                linestyle="--", label="desired")
         ax.set_ylabel("replicas")
         ax.set_title(res.policy, loc="left", fontsize=10)
         ax2 = ax.twinx()

@@ -1,0 +1,203 @@
+"""`keda-llm simulate`: backtest a ScaledObject (and the baselines) on a request trace.
+
+    keda-llm simulate --trace azure-conv-2023 --preset llama-3.1-8b/h100 --scaledobject my-so.yaml --out results/
+
+prints a table per policy (SLO attainment, latency percentiles, GPU-hours and their ratio to the oracle,
+scale events, cold starts, time at zero) and, with --out, writes results.json, config.json (the resolved
+configuration) and replicas.png (demand and replicas over time per policy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from simulator.control import ScaledObjectError, load_scaledobject
+from simulator.presets import PRESETS, ConfigError, get_preset
+from simulator.traces import SHIPPED, Trace, TraceError, load_csv, load_jsonl, load_shipped
+
+#: friendlier names for the shipped traces
+ALIASES = {
+    "azure-code-2023": "azure2023-code",
+    "azure-conv-2023": "azure2023-conv",
+    "azure-2024-week": "azure2024-code",
+    "azure-code-2024": "azure2024-code",
+    "azure-conv-2024": "azure2024-conv",
+    "mooncake": "mooncake-conv",
+    "burstgpt": "burstgpt-week1",
+}
+TRACE_NAMES = tuple(sorted(set(SHIPPED) | set(ALIASES)))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from simulator.policies import DEFAULT_POLICIES, POLICIES
+    from simulator.run import MODES
+
+    t = p.add_argument_group("trace")
+    t.add_argument("--trace", required=True, metavar="NAME|PATH",
+                   help=f"a shipped trace ({', '.join(TRACE_NAMES)}) or a CSV/JSONL file (.gz read transparently)")
+    t.add_argument("--time-column", default="timestamp", help="CSV/JSONL: arrival time column [timestamp]")
+    t.add_argument("--prompt-column", default="prompt_tokens", help="CSV/JSONL: prompt tokens column [prompt_tokens]")
+    t.add_argument("--output-column", default="output_tokens",
+                   help="CSV/JSONL: output tokens column [output_tokens]")
+    t.add_argument("--time-unit", default="s", choices=("s", "ms", "us", "datetime"),
+                   help="CSV/JSONL: unit of the time column [s]")
+    t.add_argument("--hash-column", default=None, help="JSONL: prefix block hashes column (list of ints), optional")
+    t.add_argument("--sort", action="store_true", help="CSV/JSONL: sort rows by time instead of refusing unsorted")
+    t.add_argument("--window", default=None, metavar="START:END",
+                   help="only requests arriving in [START, END) seconds, re-based to 0")
+    t.add_argument("--stretch", type=float, default=1.0, help="multiply time by this (2 = half the rate) [1]")
+    t.add_argument("--rate-scale", type=float, default=1.0, help="multiply the request rate by this [1]")
+
+    c = p.add_argument_group("cluster and policies")
+    c.add_argument("--preset", default="llama-3.1-8b/h100", choices=sorted(PRESETS),
+                   help="model on GPU type [llama-3.1-8b/h100]")
+    c.add_argument("--scaledobject", default=None, metavar="FILE",
+                   help="a ScaledObject YAML (external or external-push trigger) for policy `ours`")
+    c.add_argument("--scaledobject-name", default=None, help="pick this ScaledObject when the file holds several")
+    c.add_argument("--policies", default=",".join(DEFAULT_POLICIES),
+                   help=f"comma-separated, from {', '.join(POLICIES)} [{','.join(DEFAULT_POLICIES)}]")
+    c.add_argument("--cold-start", default="typical", choices=("typical", "fast"), help="cold start case [typical]")
+    c.add_argument("--max-replicas", type=int, default=None,
+                   help="upper bound for baselines and the oracle [the ScaledObject's maxReplicaCount, else 64]")
+    c.add_argument("--routing", default="least_outstanding", choices=("least_outstanding", "round_robin"))
+    c.add_argument("--max-wait", type=float, default=600.0,
+                   help="seconds a request may wait at the gateway for a ready replica before it is dropped [600]")
+
+    s = p.add_argument_group("SLO and run")
+    s.add_argument("--slo-ttft", type=float, default=2.0, help="time-to-first-token target, seconds [2]")
+    s.add_argument("--slo-itl", type=float, default=0.1, help="mean inter-token latency target, seconds [0.1]")
+    s.add_argument("--mode", default="auto", choices=MODES,
+                   help="detailed (per request and iteration), fluid (cohorts, for long traces) or auto [auto]")
+    s.add_argument("--seed", type=int, default=0, help="seed for cold starts and synthesized arrivals [0]")
+    s.add_argument("--out", default=None, metavar="DIR", help="write results.json, config.json and replicas.png here")
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def load_trace(args: argparse.Namespace) -> Trace:
+    """The trace named or pointed to by --trace, with window, stretch and rate scale applied."""
+    name = ALIASES.get(args.trace, args.trace)
+    path = Path(args.trace)
+    if name in SHIPPED:
+        tr = load_shipped(name, seed=args.seed)
+    elif path.exists():
+        suffixes = "".join(path.suffixes[-2:]).lower()
+        if ".jsonl" in suffixes or ".json" in suffixes:
+            tr = load_jsonl(path, args.time_column, args.prompt_column, args.output_column, args.time_unit,
+                            hash_key=args.hash_column, sort=args.sort)
+        else:
+            tr = load_csv(path, args.time_column, args.prompt_column, args.output_column, args.time_unit,
+                          sort=args.sort)
+    else:
+        raise TraceError(f"unknown trace {args.trace!r}: not a shipped trace ({', '.join(TRACE_NAMES)}) "
+                         "and no such file")
+    if args.window:
+        try:
+            lo, hi = (float(x) for x in args.window.split(":"))
+        except ValueError:
+            raise TraceError(f"--window {args.window!r}: expected START:END in seconds, e.g. 0:3600") from None
+        if not 0 <= lo < hi:
+            raise TraceError(f"--window {args.window!r}: need 0 <= START < END")
+        tr = tr.window(lo, hi)
+        if len(tr) == 0:
+            raise TraceError(f"--window {args.window!r}: no request arrives in it")
+    if args.stretch != 1.0:
+        tr = tr.stretch(args.stretch)
+    if args.rate_scale != 1.0:
+        tr = tr.scale_rate(args.rate_scale, seed=args.seed)
+    return tr
+
+
+def _policies(text: str) -> list[str]:
+    from simulator.policies import POLICIES
+
+    out = [p.strip() for p in text.split(",") if p.strip()]
+    if not out:
+        raise ValueError("--policies: give at least one policy")
+    bad = [p for p in out if p not in POLICIES]
+    if bad:
+        raise ValueError(f"--policies: unknown policy {bad[0]!r}; known: {', '.join(POLICIES)}")
+    if len(set(out)) != len(out):
+        raise ValueError("--policies: a policy is listed twice")
+    return out
+
+
+def build(args: argparse.Namespace) -> tuple[Trace, Any, list[str]]:
+    """Trace, Backtest and policy list from the arguments; every input error raises with a clear message."""
+    from simulator.inprocess import trigger_config
+    from simulator.report import Slo
+    from simulator.run import Backtest
+
+    policies = _policies(args.policies)
+    preset = get_preset(args.preset)
+    settings = None
+    if args.scaledobject:
+        settings = load_scaledobject(args.scaledobject, args.scaledobject_name)
+        for i, trig in enumerate(settings.triggers):
+            if trig.type not in ("external", "external-push"):
+                raise ValueError(f"{args.scaledobject}: trigger {i} has type {trig.type!r}; the simulator runs "
+                                 "keda-llm's scaler, so give an external or external-push trigger")
+            trigger_config(settings, i)  # bad metadata: the scaler's own ConfigError, naming key and value
+    max_replicas = args.max_replicas or (settings.max_replicas if settings is not None else 64)
+    trace = load_trace(args)
+    bt = Backtest(preset, cold_start=args.cold_start, slo=Slo(args.slo_ttft, args.slo_itl), seed=args.seed,
+                  routing=args.routing, max_wait_s=args.max_wait, scaledobject=settings, max_replicas=max_replicas,
+                  mode=args.mode)
+    return trace, bt, policies
+
+
+def run(args: argparse.Namespace) -> int:
+    from scaler.config import ConfigError as MetadataError
+
+    try:
+        trace, bt, policies = build(args)
+    except (TraceError, ConfigError, ScaledObjectError, MetadataError, ValueError) as err:
+        print(f"keda-llm simulate: error: {err}", file=sys.stderr)
+        return 2
+    return execute(trace, bt, policies, out=args.out, quiet=args.quiet, trace_arg=args.trace)
+
+
+def execute(trace: Trace, bt: Any, policies: list[str], *, out: str | None, quiet: bool, trace_arg: str) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from simulator.report import plot, render_table, summarize, to_json, with_oracle_ratio
+    from simulator.run import run_policies
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)  # a pipe or file gets the whole table, not 80 columns of ellipses
+    err_console = Console(stderr=True)
+    mode = bt.resolved_mode(trace)
+    err_console.print(f"trace {trace.name}: {len(trace)} requests over {trace.duration_s / 3600:.2f} h; "
+                      f"preset {bt.preset.name}; mode {mode}")
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=err_console, transient=True, disable=quiet)
+    tasks: dict[str, Any] = {}
+
+    def tick(name: str, done: int, total: int) -> None:
+        if name not in tasks:
+            tasks[name] = progress.add_task(name, total=total)
+        progress.update(tasks[name], completed=done, total=total)
+
+    with progress:
+        results, oracle = run_policies(trace, bt, policies, progress=tick)
+    summaries = with_oracle_ratio([summarize(r, bt.slo) for r in results])
+    console.print(render_table(summaries, title=f"{trace.name} on {bt.preset.name} (SLO: TTFT <= {bt.slo.ttft_s:g}s, "
+                                                f"ITL <= {bt.slo.itl_s:g}s)"))
+    if oracle is not None and not oracle.met_target:
+        err_console.print(f"note: the oracle's schedule did not reach {100 * bt.oracle_target:g}% attainment on the "
+                          f"requests that can meet the SLO within {oracle.rounds} rounds")
+    if out:
+        d = Path(out)
+        d.mkdir(parents=True, exist_ok=True)
+        config = {"trace": trace_arg, "trace_name": trace.name, "requests": len(trace),
+                  "duration_s": trace.duration_s, "policies": policies, **bt.describe(), "resolved_mode": mode}
+        (d / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        (d / "results.json").write_text(to_json(summaries, config) + "\n")
+        plot(results, d / "replicas.png", title=f"{trace.name} on {bt.preset.name}")
+        err_console.print(f"wrote {d / 'results.json'}, {d / 'config.json'}, {d / 'replicas.png'}")
+    return 0
