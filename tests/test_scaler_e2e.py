@@ -33,7 +33,7 @@ import grpc
 import pytest
 from conftest import engine_body
 from fakeengine import FakeEngine
-from prometheus_server import BodyServer, json_body
+from prometheus_server import BodyServer, json_body, refused_address
 from scaler_harness import FakeClock, get, keda_poll, metric_value, stub
 
 from exporter.cli import load_normalize
@@ -363,5 +363,29 @@ def test_activation_query_demand_pushes_stream_is_active_from_zero(world: World)
                             source="demand") == 1
         assert any("gateway_pending_requests" in p for p in prometheus.paths)
         scaler.close()
+    finally:
+        prometheus.close()
+
+
+def test_activation_query_wakes_a_model_whose_exporters_are_all_gone(world: World) -> None:
+    """A GPU node pool scaled to zero runs no exporter pod: no exporter answers, yet the gateway's
+    pending requests must still wake the model (the source reads activationQuery regardless)."""
+    prometheus = BodyServer(prometheus_answer(2.0), content_type="application/json")
+    pod = ScalerPod(world.clock)
+    world.pods.append(pod)
+    try:
+        ref = pb.ScaledObjectRef(name="cold", namespace=NS, scalerMetadata={
+            "model": "cold-70b", "exporters": refused_address(), "scaleToZero": "true",
+            "prometheusAddress": f"http://{prometheus.address}", "activationQuery": "sum(gateway_pending_requests)"})
+        client = stub(pod.channel)
+        client.GetMetricSpec(ref)
+        world.step(T0 + 1)
+        poll = keda_poll(client, ref)
+        assert poll.active is True and poll.values[0][1:] == (1, 1.0)  # at zero with demand: wake to 1
+        assert pod.metric("keda_llm_scaler_demand", "cold", "cold-70b") == 2
+        prometheus.set(prometheus_answer(0.0), content_type="application/json")
+        world.step(T0 + 2)
+        poll = keda_poll(client, ref)
+        assert poll.active is True  # demand 1 s ago: within idleTimeout (10m)
     finally:
         prometheus.close()

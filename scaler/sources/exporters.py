@@ -151,7 +151,8 @@ class ExportersSource:
     # -- one cycle -------------------------------------------------------------------------------
 
     def collect_once(self) -> list[Observation]:
-        """Scrape every exporter once, publish and return the new Observations ([] if none answered)."""
+        """Scrape every exporter once, publish and return the new Observations ([] if none answered and
+        no activationQuery is watched)."""
         with self._cycle_lock:
             now = self._clock()
             errors: list[str] = []
@@ -160,9 +161,13 @@ class ExportersSource:
             answered = self._record(now, targets, results, errors)
             self._ok = answered > 0
             self._last_error = errors[-1] if errors else None
-            if not answered:
+            if answered:
+                self._last_success_at = now
+            elif not any(self._watches.snapshot().values()):
                 return []
-            self._last_success_at = now
+            # With no exporter answering, activationQuery demand is still read and published: a model at
+            # zero may have no exporter at all (a GPU node pool scaled to zero runs no DaemonSet pod), and
+            # the replicas last reported keep their old timestamps, so they read as stale (hold).
             observations = self._observations(now, errors)
             self._last_error = errors[-1] if errors else None
             self._latest = {(o.namespace, o.model): o for o in observations}
