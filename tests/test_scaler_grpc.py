@@ -101,7 +101,7 @@ def test_no_usable_data_is_unavailable_so_keda_holds(histories: dict[tuple[str, 
     for call in (lambda: client.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=so, metricName=NAME)),
                  lambda: client.IsActive(so)):
         with pytest.raises(grpc.RpcError) as err:
-            call()
+            call()  # type: ignore[no-untyped-call]  # a lambda over the untyped stub
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
         assert "no usable data" in err.value.details() and MODEL in err.value.details()
     # GetMetricSpec never depends on live data.
@@ -152,7 +152,7 @@ def test_bad_metadata_is_invalid_argument_naming_the_key_on_every_rpc(client: An
     }
     for method, call in calls.items():
         with pytest.raises(grpc.RpcError) as err:
-            call()
+            call()  # type: ignore[no-untyped-call]  # a lambda over the untyped stub
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, method
         assert f"'{bad_key}'" in err.value.details(), (method, err.value.details())
         value = metadata.get(bad_key)

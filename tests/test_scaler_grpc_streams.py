@@ -104,7 +104,7 @@ def test_1000_open_streams_do_not_starve_unary_calls(server: ServerThread,
 
     async def scenario() -> list[int]:
         async with grpc.aio.insecure_channel(server.target) as channel:
-            client = pb_grpc.ExternalScalerStub(channel)
+            client = pb_grpc.ExternalScalerStub(channel)  # type: ignore[no-untyped-call]  # generated, untyped
             calls = [client.StreamIsActive(ref(f"so-{i}", model=m, scaleToZero="true"))
                      for i, m in enumerate(models)]
             while server.service.bus.streams() < 1000:
