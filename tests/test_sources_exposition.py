@@ -123,3 +123,34 @@ def test_reads_what_the_exporter_renders() -> None:
         ReplicaSample(pod="vllm-a", timestamp=NOW - 1, up=True, running=7.0, waiting=2.0, kv_usage_ratio=0.5,
                       kv_capacity_tokens=262144.0, prompt_tokens_total=120000.0, startup_seconds=95.5),
     )
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 200])
+def test_chunked_scans_read_the_same_whatever_the_chunk_size(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """The reader scans a body a chunk at a time (to let the gRPC loop take the GIL): lines that
+    straddle a chunk boundary, and an error past one, read as in one piece."""
+    import scaler.sources.exposition as exposition
+
+    monkeypatch.setattr(exposition, "CHUNK_CHARS", chunk)
+    test_two_pods_and_another_model_become_two_observations()
+    with pytest.raises(SourceError) as info:
+        parse_exposition(pod_a() + "up 1\n<html>\n")
+    assert "line 17: not an exposition line: '<html>'" in str(info.value)
+
+
+def test_line_shapes_the_fast_scan_must_treat_as_the_format_does() -> None:
+    lab = f'model="{MODEL}",namespace="llm",pod="p"'
+    body = (f"  llm_requests_running{{{lab}}} 4 1800000000000\r\n"  # indented, CRLF, with a timestamp
+            f"llm_requests_waiting{{{lab}}}   1\n"
+            "llm_requests_running_other{x=\"1\"} 9\n"  # a longer name that only starts like ours
+            "llm_requests_running\t{x} 9\n"  # a tab: not our series name, but a valid line
+            "\n   \n# comment\n")
+    parsed = parse_exposition(body)
+    assert parsed.replicas == {("llm", MODEL, "p"): {"running": 4.0, "waiting": 1.0}}
+    # A space before the brace: the labels are the value, as in the text format's grammar.
+    with pytest.raises(SourceError) as info:
+        parse_exposition(f"# x\nllm_requests_running {{{lab}}} 4\n")
+    assert "line 2: value '{model=" in str(info.value)
+    with pytest.raises(SourceError) as info:
+        parse_exposition("up 1\n  up\n")
+    assert "line 2: not an exposition line: 'up'" in str(info.value)
