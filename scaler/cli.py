@@ -165,9 +165,15 @@ class Sources:
 
 
 def build(args: argparse.Namespace, *, clock: Callable[[], float] = time.time, background: bool = True,
-          demand_watch_s: float | None = 1.0) -> tuple[ScalerServer, Sources, Any]:
-    """The whole scaler from its flags. `clock`, `background` and `demand_watch_s` are for tests that
-    drive collection and time themselves (see tests/test_scaler_e2e.py)."""
+          demand_watch_s: float | None = 1.0, refresh_s: float | None = 1.0) -> tuple[ScalerServer, Sources, Any]:
+    """The whole scaler from its flags. `clock`, `background`, `demand_watch_s` and `refresh_s` are for
+    tests that drive collection and time themselves (see tests/test_scaler_e2e.py).
+
+    `refresh_s`: decisions are made by a background thread that often, after collection lands, and RPCs
+    read them (scaler/service.py); an answer is served for up to two collection intervals plus two
+    refreshes before an RPC decides on the spot (the refresher is behind or stopped). None: RPCs decide,
+    once per tick. With `background` False no refresher thread runs either: the test calls
+    `server.service.refresh()` after each `sources.collect_once()`, as the thread would."""
     sources = Sources(args, clock=clock, background=background)
     reader: Any = None
     if not args.no_kube:
@@ -189,6 +195,7 @@ def build(args: argparse.Namespace, *, clock: Callable[[], float] = time.time, b
         history_lock=sources.history_lock,
         workloads=(lambda k: reader.state(k.namespace, k.name)) if reader is not None else None,
         bus=ActivationBus(clock=clock), clock=clock, on_new=on_new, on_forget=on_forget,
+        reuse_s=2 * (args.interval + refresh_s) if refresh_s else 0.0,
     )
     peers = Peers(static=[p for p in args.peers.split(",") if p.strip()], dns_name=args.peers_service,
                   port=_host_port(args.http_address, 9091)[1], self_addresses=[args.pod_ip] if args.pod_ip else [])
@@ -202,7 +209,8 @@ def build(args: argparse.Namespace, *, clock: Callable[[], float] = time.time, b
     server = ScalerServer(service, grpc_address=args.grpc_address,
                           http_address=_host_port(args.http_address, 9091), tls=tls,
                           forwarder=PeerForwarder(peers), activation_token=args.activation_token,
-                          config_error=ConfigError, demand_watch_s=demand_watch_s)
+                          config_error=ConfigError, demand_watch_s=demand_watch_s,
+                          refresh_s=refresh_s if background else None)
     return server, sources, reader
 
 

@@ -17,10 +17,13 @@ cancels the streams; KEDA reconnects them to the peer pod.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ipaddress
 import json
 import logging
 import os
 import re
+import socket
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,7 +36,7 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from scaler.activation import ACTIVATE_PATH, FORWARDED_HEADER, PeerForwarder, ScaledObjectKey
-from scaler.service import ScalerService
+from scaler.service import DecisionRefresher, ScalerService
 from scaler.servicer import SERVICE_NAME, ExternalScalerServicer, add_to_server
 
 log = logging.getLogger(__name__)
@@ -195,9 +198,39 @@ class _HTTPHandler(BaseHTTPRequestHandler):
         self._json(200, {"scaledObject": str(key), "streams": woken, "forwarded": forwarded, "peers": peers})
 
 
+def address_family(host: str) -> socket.AddressFamily:
+    """The socket family a listen host needs: IPv6 for an IPv6 literal (`::`, `[::1]`), IPv4 for an IPv4
+    literal or "" (every IPv4 interface), else what the name resolves to first."""
+    host = host.strip("[]")
+    if not host:
+        return socket.AF_INET
+    try:
+        return socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
+    except ValueError:
+        pass
+    try:
+        return socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][0]
+    except (OSError, IndexError) as err:
+        raise OSError(f"cannot resolve HTTP listen host {host!r}: {err}") from None
+
+
 class _ScalerHTTPServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer on the family its host needs; `::` also takes IPv4 (dual stack) where the
+    kernel allows it, as `0.0.0.0` and `[::]` both mean "everywhere" to an operator."""
+
     daemon_threads = True
     owner: ScalerServer
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        host, port = address
+        self.address_family = address_family(host)
+        super().__init__((host.strip("[]"), port), handler)
+
+    def server_bind(self) -> None:
+        if self.address_family == socket.AF_INET6 and self.server_address[0] == "::":
+            with contextlib.suppress(OSError, AttributeError):  # no dual stack here: IPv6 only
+                self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
 
 
 class ScalerServer:
@@ -215,7 +248,10 @@ class ScalerServer:
         config_error: type[Exception] = ValueError,
         extra_handlers: Sequence[Any] = (),
         demand_watch_s: float | None = 1.0,
+        refresh_s: float | None = None,
     ) -> None:
+        """`refresh_s`: run a DecisionRefresher that often (decisions made off the RPC path; the service
+        needs a `reuse_s` then, see scaler/service.py)."""
         self.service = service
         self.servicer = ExternalScalerServicer(service, config_error=config_error)
         self.grpc_server, self.grpc_port, self.health = create_server(
@@ -232,6 +268,7 @@ class ScalerServer:
             self.http.owner = self
             self.http_port = int(self.http.server_address[1])
         self._http_thread: threading.Thread | None = None
+        self.refresher = DecisionRefresher(service, refresh_s) if refresh_s else None
 
     async def start(self) -> None:
         await self.grpc_server.start()
@@ -240,6 +277,8 @@ class ScalerServer:
         self.serving = True
         if self._demand_watch_s:
             self._tasks.append(asyncio.create_task(self.service.watch_demand(self._demand_watch_s)))
+        if self.refresher is not None:
+            self.refresher.start()
         if self.http is not None:
             self._http_thread = threading.Thread(target=self.http.serve_forever, args=(0.1,), name="scaler-http",
                                                  daemon=True)
@@ -252,6 +291,8 @@ class ScalerServer:
         await self.health.enter_graceful_shutdown()
         for task in self._tasks:
             task.cancel()
+        if self.refresher is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.refresher.stop)
         await self.grpc_server.stop(grace)
         if self.http is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.http.shutdown)

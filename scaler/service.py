@@ -9,6 +9,15 @@ HPA path asks the same again; all of them must see one decision, and two scaler 
 moment with the same inputs must give the same answer. So `now` is floored to `tick_s`, the policy runs
 at most once per ScaledObject per tick, and every question within a tick reads that one result.
 
+Why decisions can be made off the RPC path: `decide` costs about as much as a gRPC call itself
+(0.1-0.3 ms against a 1 h history), and its inputs only change when collection lands (every couple
+of seconds) or an activation arrives. With `reuse_s` > 0 and a `DecisionRefresher` running, a
+background thread re-decides each ScaledObject when its inputs change (or its answer is `reuse_s`/2
+old), on the same tick grid, and RPCs read the answer: an answer younger than `reuse_s` is served as
+it is, an older one is decided on the spot as before. The policy state then moves with the data, not
+with who asked when, so two pods fed the same collections step their policies at the same ticks.
+With `reuse_s` = 0 (the default) every tick is decided on the first question in it.
+
 Rules this module owns (DESIGN.md "Decision semantics"):
 - No usable data -> `NoUsableData` (the servicer answers UNAVAILABLE: KEDA and the HPA hold).
 - A ScaledObject whose model has no replica in sight (never seen, or the scale target is at 0) with
@@ -137,6 +146,7 @@ class _Entry:
     result: Answer | NoUsableData | None = None
     last_used: float = 0.0
     last_decision: Decision | None = None
+    inputs: tuple[float | None, float | None] | None = None  # (history's last collection, last activation)
 
 
 @dataclass
@@ -167,6 +177,14 @@ class ServiceMetrics:
         self.rpcs = Counter("keda_llm_scaler_rpcs_total", "gRPC calls answered", ["method", "code"], registry=r)
         self.streams = Gauge("keda_llm_scaler_streams_open", "StreamIsActive streams held", registry=r)
         self._reasons: dict[tuple[str, str, str], str] = {}
+        self._rpc_children: dict[tuple[str, str], Any] = {}
+
+    def rpc(self, method: str, code: str) -> None:
+        """Count one answered call (the labelled child is looked up once, not per call)."""
+        child = self._rpc_children.get((method, code))
+        if child is None:
+            child = self._rpc_children[(method, code)] = self.rpcs.labels(method, code)
+        child.inc()
 
     def record(self, key: ScaledObjectKey, model: str, answer: Answer) -> None:
         lv = (key.namespace, key.name, model)
@@ -215,9 +233,12 @@ class ScalerService:
         metrics: ServiceMetrics | None = None,
         on_new: Callable[[ScaledObjectKey, ScalerConfig], None] | None = None,
         on_forget: Callable[[ScaledObjectKey, ScalerConfig], None] | None = None,
+        reuse_s: float = 0.0,
     ) -> None:
         if tick_s <= 0:
             raise ValueError(f"tick_s must be > 0, got {tick_s}")
+        if reuse_s < 0:
+            raise ValueError(f"reuse_s must be >= 0, got {reuse_s}")
         if (histories is None) == (history_for is None):
             raise ValueError("give exactly one of histories (by namespace and model) or history_for (by config)")
         self.configs = configs or ConfigCache()
@@ -233,8 +254,12 @@ class ScalerService:
         self.tick_s = tick_s
         self.activation_hold_s = activation_hold_s
         self.forget_after_s = forget_after_s
+        self.reuse_s = reuse_s
         self.metrics = metrics or ServiceMetrics()
         self._entries: dict[tuple[ScaledObjectKey, MetadataKey], _Entry] = {}
+        # One evaluation at a time: the RPC path (asyncio loop) and the DecisionRefresher (a thread) both
+        # step an entry's policy state, which must move once per tick.
+        self._eval_lock = threading.Lock()
         self._last_sweep = clock()
 
     # -- config -------------------------------------------------------------------------------------
@@ -264,22 +289,73 @@ class ScalerService:
 
     def answer(self, key: ScaledObjectKey, metadata: Mapping[str, str]) -> Answer:
         """The decision for this tick, with activations overlaid. Raises NoUsableData or ConfigError."""
-        entry = self._entry(key, metadata)
+        return self.answer_for(self._entry(key, metadata))
+
+    def entry(self, key: ScaledObjectKey, metadata: Mapping[str, str]) -> _Entry:
+        """The ScaledObject's cached entry (its metric name and config): for a servicer that checks the
+        metric name before asking `answer_for`, with one metadata lookup per call."""
+        return self._entry(key, metadata)
+
+    def answer_for(self, entry: _Entry) -> Answer:
+        """`answer` for an entry from `entry()`."""
         now = self.clock()
         tick = math.floor(now / self.tick_s) * self.tick_s
-        if entry.tick != tick or entry.result is None:
-            entry.result = self._evaluate(entry, tick)
-            entry.tick = tick
+        if entry.result is None or (entry.tick != tick and not tick - entry.tick < self.reuse_s):
+            with self._eval_lock:
+                if entry.tick != tick or entry.result is None:  # else: decided meanwhile, this tick
+                    self._evaluate_into(entry, tick)
             self._maybe_sweep(now)
-        activated = self._activated(key, now)
+        activated = self._activated(entry.key, now)
         result = entry.result
         if isinstance(result, NoUsableData):
             if not activated:
                 raise result
             return self._overlay(entry, Answer(entry.metric_name, Decision(1, Reason.ACTIVATION.value), True, True))
+        assert result is not None
         if activated:
             return self._overlay(entry, result)
         return result
+
+    def _inputs(self, entry: _Entry) -> tuple[float | None, float | None]:
+        """What a decision of this entry rests on, besides the clock: its history's last collection and its
+        last activation (None where the history cannot tell: then every tick counts as new)."""
+        history = self._lookup(entry.key, entry.config)
+        return getattr(history, "last_at", None), self.bus.last_activation(entry.key)
+
+    def _evaluate_into(self, entry: _Entry, tick: float) -> None:
+        """Decide `entry` at `tick` (caller holds the evaluation lock)."""
+        inputs = self._inputs(entry)
+        entry.result = self._evaluate(entry, tick)
+        entry.tick = tick
+        entry.inputs = inputs
+
+    def refresh(self) -> int:
+        """Re-decide, now, every entry whose inputs changed since its last decision or whose answer is
+        `reuse_s`/2 old; entries already decided this tick wait for the next refresh (once per tick).
+        Thread-safe; returns how many entries were decided. The DecisionRefresher's step."""
+        now = self.clock()
+        tick = math.floor(now / self.tick_s) * self.tick_s
+        watched = set(self.bus.watched())
+        done = 0
+        for entry in list(self._entries.values()):
+            if entry.tick == tick:
+                continue
+            inputs = self._inputs(entry)
+            if entry.result is not None and inputs == entry.inputs and inputs[0] is not None and (
+                    tick - entry.tick < self.reuse_s / 2):
+                continue
+            with self._eval_lock:
+                if entry.tick == tick:
+                    continue
+                before = entry.result
+                self._evaluate_into(entry, tick)
+                done += 1
+            # What watch_demand does for the answers it decides: demand woke an idle ScaledObject whose
+            # stream is open, so push now rather than wait for KEDA's next poll.
+            if (entry.key in watched and isinstance(before, Answer) and not before.active
+                    and isinstance(entry.result, Answer) and entry.result.active):
+                self.activate(entry.key, source="demand")
+        return done
 
     def _overlay(self, entry: _Entry, base: Answer) -> Answer:
         d = base.decision
@@ -343,7 +419,7 @@ class ScalerService:
         entry = self._entry(key, metadata)
         if not entry.config.scale_to_zero:
             return True
-        return self.answer(key, metadata).active
+        return self.answer_for(entry).active
 
     def last_decision(self, key: ScaledObjectKey, metadata: Mapping[str, str]) -> Decision | None:
         entry = self._entries.get((key, metadata_key(metadata)))
@@ -392,3 +468,35 @@ class ScalerService:
 
     def known(self) -> list[Hashable]:
         return list(self._entries)
+
+
+class DecisionRefresher:
+    """A thread that runs `ScalerService.refresh` every `interval_s`: decisions follow collection off the
+    RPC path (see the module docstring). Give the service a `reuse_s` of a few intervals."""
+
+    def __init__(self, service: ScalerService, interval_s: float = 1.0) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be > 0, got {interval_s}")
+        self.service = service
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="scaler-decisions", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.service.refresh()
+            except Exception:  # a bad entry must not stop the others' refreshes; RPCs still decide
+                log.exception("decision refresh failed")

@@ -63,12 +63,12 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
         else:
             log.exception("%s failed", method, exc_info=err)
             code, message = grpc.StatusCode.INTERNAL, f"{type(err).__name__}: {err}"
-        self.service.metrics.rpcs.labels(method, code.name).inc()
+        self.service.metrics.rpc(method, code.name)
         await context.abort(code, message)
         raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
 
     def _ok(self, method: str) -> None:
-        self.service.metrics.rpcs.labels(method, "OK").inc()
+        self.service.metrics.rpc(method, "OK")
 
     async def IsActive(self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext) -> pb.IsActiveResponse:
         try:
@@ -94,15 +94,16 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
         key = _key(ref)
         metadata: Mapping[str, str] = ref.scalerMetadata
         try:
-            ours = self.service.metric_spec(key, metadata)
+            entry = self.service.entry(key, metadata)
         except Exception as err:
             await self._fail(context, "GetMetrics", err)
+        ours = entry.metric_name
         if not matches(request.metricName, ours):
-            self.service.metrics.rpcs.labels("GetMetrics", "NOT_FOUND").inc()
+            self.service.metrics.rpc("GetMetrics", "NOT_FOUND")
             await context.abort(grpc.StatusCode.NOT_FOUND,
                                 f"ScaledObject {key} has metric {ours!r}, not {request.metricName!r}")
         try:
-            answer = self.service.answer(key, metadata)
+            answer = self.service.answer_for(entry)
         except Exception as err:
             await self._fail(context, "GetMetrics", err)
         self._ok("GetMetrics")
@@ -152,7 +153,7 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
     async def StreamMetricSpec(self, request: pb.ScaledObjectRef,
                                context: grpc.aio.ServicerContext) -> AsyncIterator[pb.GetMetricSpecResponse]:
         """Not built: UNIMPLEMENTED makes KEDA (main) fall back to polling GetMetricSpec for good."""
-        self.service.metrics.rpcs.labels("StreamMetricSpec", "UNIMPLEMENTED").inc()
+        self.service.metrics.rpc("StreamMetricSpec", "UNIMPLEMENTED")
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "StreamMetricSpec is not implemented; poll GetMetricSpec")
         yield pb.GetMetricSpecResponse()  # pragma: no cover - makes this an async generator
 

@@ -106,7 +106,9 @@ class ScalerPod:
         self.channel = grpc.insecure_channel(self.target)
 
     def collect(self) -> None:
+        """One collection cycle, then the decisions on it, as the scaler's background threads do them."""
         self.sources.collect_once()
+        self.server.service.refresh()
 
     def metric(self, name: str, so: str, model: str) -> float | None:
         status, text = get(self.http + "/metrics")

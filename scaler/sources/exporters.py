@@ -157,7 +157,10 @@ class ExportersSource:
             now = self._clock()
             errors: list[str] = []
             targets = self._resolve(errors)
-            results = list(self._pool.map(self._scrape, targets))
+            # Fetches run concurrently (I/O); parsing runs here, one body at a time: parsing is CPU under
+            # the GIL, so parsing in every fetch thread at once would only crowd out the gRPC loop.
+            fetches = [self._pool.submit(self._fetch, url) for url in targets]
+            results = [self._parse(url, f.result()) for url, f in zip(targets, fetches, strict=True)]
             answered = self._record(now, targets, results, errors)
             self._ok = answered > 0
             self._last_error = errors[-1] if errors else None
@@ -184,11 +187,16 @@ class ExportersSource:
             errors.append(f"{exc} (using the last {len(self._targets)} known exporters)")
         return self._targets
 
-    def _scrape(self, url: str) -> ParsedExposition | SourceError:
+    def _fetch(self, url: str) -> bytes | SourceError:
         try:
-            _, body = fetch(self._session, url, timeout_s=self._timeout_s, max_bytes=self._max_bytes)
+            return fetch(self._session, url, timeout_s=self._timeout_s, max_bytes=self._max_bytes)[1]
         except SourceError as exc:
             return exc
+
+    @staticmethod
+    def _parse(url: str, body: bytes | SourceError) -> ParsedExposition | SourceError:
+        if isinstance(body, SourceError):
+            return body
         try:
             return parse_exposition(body.decode("utf-8"))
         except UnicodeDecodeError:
