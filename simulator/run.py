@@ -63,7 +63,9 @@ class Backtest:
 
     def resolved_mode(self, trace: Trace) -> Literal["detailed", "fluid"]:
         if self.mode == "auto":
-            return "fluid" if len(trace) > AUTO_FLUID_REQUESTS else "detailed"
+            # the fluid mode does not model prefix caching: traces with prefix hashes stay detailed
+            long = len(trace) > AUTO_FLUID_REQUESTS and trace.hash_offsets is None
+            return "fluid" if long else "detailed"
         return self.mode
 
     def describe(self) -> dict[str, Any]:
@@ -96,7 +98,8 @@ def simulate(trace: Trace, backtest: Backtest, controller: Controller, mode: Lit
     if mode == "fluid":
         from simulator.fluid import FluidSimulation
 
-        return FluidSimulation(trace, config, controller, progress=progress).run()
+        fluid: SimResult = FluidSimulation(trace, config, controller, progress=progress).run()
+        return fluid
     return Simulation(trace, config, controller, progress=progress).run()
 
 
