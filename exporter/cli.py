@@ -15,6 +15,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -126,11 +127,15 @@ def build_gpu_source(cfg: ExporterConfig) -> GpuSource | None:
 
 
 def build_collector(cfg: ExporterConfig, normalize: Normalize | None = None,
-                    gpu_source: GpuSource | None = None, env: Mapping[str, str] | None = None) -> Collector:
-    list_pods = None
-    if cfg.kubernetes.enabled:
+                    gpu_source: GpuSource | None = None, env: Mapping[str, str] | None = None, *,
+                    list_pods: Callable[[str], Mapping[str, Any]] | None = None,
+                    clock: Callable[[], float] = time.time) -> Collector:
+    """The exporter's Collector for `cfg`. `list_pods` stands in for the Kubernetes API where discovery is
+    on (a demo's or a test's cluster; default: the API server from `cfg.kubernetes`); `clock` for the
+    wall clock (tests driving time)."""
+    if list_pods is None and cfg.kubernetes.enabled:
         list_pods = KubeClient.from_config(cfg.kubernetes, env, timeout=max(cfg.timeout, 5.0)).list_pods
-    return Collector(cfg, Discovery(cfg, list_pods), normalize or load_normalize(), render, gpu_source)
+    return Collector(cfg, Discovery(cfg, list_pods), normalize or load_normalize(), render, gpu_source, clock=clock)
 
 
 def run(args: argparse.Namespace) -> int:

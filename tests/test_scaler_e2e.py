@@ -1,8 +1,8 @@
 """End to end on loopback, every part real: engines -> exporter -> scaler -> KEDA + HPA.
 
 - engines: HTTP servers serving the recorded bodies (tests/fixtures/engines);
-- the exporter: its Collector and HTTP server, scraping them (built from exporter.cli's parts with a
-  clock the test sets, since `build_collector` takes none);
+- the exporter: `exporter.cli.build_collector` on a clock the test sets, and its HTTP server, scraping
+  them;
 - the scaler: `scaler.cli.build` (per-ScaledObject sources, `exporters` source scraping the exporter,
   history, the real `decide` with the DEFAULT `tokens` policy, grpc.aio and HTTP servers), with the
   same clock and collection run by the test, one cycle per simulated second;
@@ -36,11 +36,8 @@ from fakeengine import FakeEngine
 from prometheus_server import BodyServer, json_body, refused_address
 from scaler_harness import FakeClock, get, keda_poll, metric_value, stub
 
-from exporter.cli import load_normalize
-from exporter.collect import Collector
+from exporter.cli import build_collector
 from exporter.config import parse_config
-from exporter.discovery import Discovery
-from exporter.render import render
 from exporter.server import MetricsServer, create_server
 from scaler import cli as scaler_cli
 from scaler.externalscaler import externalscaler_pb2 as pb
@@ -66,8 +63,7 @@ class Exporter:
         self.engines = engines
         cfg = parse_config({"listen": "127.0.0.1:0", "interval": "5s", "timeout": "2s", "node_name": "node-e2e",
                             "gpu": {"nvml": False}, "targets": list(targets)}, env={})
-        # exporter.cli.build_collector without Kubernetes is this, less the clock parameter it lacks.
-        self.collector = Collector(cfg, Discovery(cfg), load_normalize(), render, clock=clock)
+        self.collector = build_collector(cfg, clock=clock)
         self.server: MetricsServer
         self.server, port = create_server(cfg.listen_address, self.collector)
         self.server.start()
