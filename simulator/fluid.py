@@ -32,7 +32,6 @@ from scaler.model import Observation, ReplicaSample
 from simulator.cluster import Phase, SimReplica
 from simulator.engine import (
     _EPSILON_S,
-    ARRIVAL,
     CONTROL,
     OBSERVE,
     PHASE,
@@ -48,6 +47,29 @@ from simulator.traces import Trace
 
 DEFAULT_DT_S = 0.25
 ScalarStep = Callable[[float, float, float], float]
+
+
+VectorStep = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+
+def vector_step(perf: PerfModel) -> VectorStep:
+    """`perf.step_times` with its coefficients folded once (PhysicsPerf), for the per-slice calls."""
+    if not isinstance(perf, PhysicsPerf):
+        return perf.step_times
+    m, tp, eff, gpu = perf.model, perf.tp, perf.eff, perf.gpu
+    bw = gpu.hbm_bandwidth * eff.bandwidth
+    w_t, kv_t = m.streamed_weight_bytes / tp / bw, m.kv_bytes_per_token / tp / bw
+    peak = gpu.peak_flops(m.bytes_per_param) * eff.mfu * tp
+    lin, att = 2.0 * m.streamed_params / peak, m.attention_flops_per_pair / peak
+    ring = m.hidden * 2.0 * 2.0 * (tp - 1) / tp / gpu.interconnect_bandwidth
+    fixed = eff.step_overhead_s + (0.0 if tp == 1 else 2 * m.n_layers * eff.allreduce_latency_s)
+    per_tok = 0.0 if tp == 1 else 2 * m.n_layers * ring
+
+    def physics(new: np.ndarray, kv: np.ndarray, pairs: np.ndarray) -> np.ndarray:
+        out: np.ndarray = np.maximum(w_t + kv * kv_t, lin * new + att * pairs) + (fixed + per_tok * new)
+        return out
+
+    return physics
 
 
 def scalar_step(perf: PerfModel) -> ScalarStep:
@@ -85,40 +107,70 @@ def scalar_step(perf: PerfModel) -> ScalarStep:
     return generic
 
 
-@dataclass
-class FluidEngine:
-    """One replica's requests as numpy columns: admitted (running) and queued (waiting), FIFO."""
+_COLS = ("rep", "idx", "prompt", "out", "pre", "gen", "first")
 
-    idx: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # running: trace index
+
+@dataclass
+class Rows:
+    """The requests held by every replica, one numpy column each; `rep` is the replica's slot.
+
+    Running (admitted) rows keep admission order, waiting rows arrival order, so FIFO within a replica is
+    the rows' order among those of its slot.
+    """
+
+    rep: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    idx: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # trace index
     prompt: np.ndarray = field(default_factory=lambda: np.empty(0))
     out: np.ndarray = field(default_factory=lambda: np.empty(0))  # output tokens (>= 1)
     pre: np.ndarray = field(default_factory=lambda: np.empty(0))  # prompt tokens still to prefill
     gen: np.ndarray = field(default_factory=lambda: np.empty(0))  # tokens after the first
     first: np.ndarray = field(default_factory=lambda: np.empty(0))  # first-token time (NaN: not yet)
-    wait: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # queued: trace index
-    prompt_tokens: float = 0.0
-    generation_tokens: float = 0.0
-    finished: int = 0
-    busy_s: float = 0.0
 
-    @property
-    def num_running(self) -> int:
+    def __len__(self) -> int:
         return len(self.idx)
 
-    @property
-    def num_waiting(self) -> int:
-        return len(self.wait)
+    def keep(self, mask: np.ndarray) -> Rows:
+        return Rows(*(getattr(self, c)[mask] for c in _COLS))
 
-    @property
-    def outstanding(self) -> int:
-        return len(self.idx) + len(self.wait)
+    def extend(self, other: Rows) -> None:
+        for c in _COLS:
+            setattr(self, c, np.concatenate([getattr(self, c), getattr(other, c)]))
 
-    def kv_tokens(self) -> float:
-        return float(np.sum(self.prompt - self.pre + self.gen)) if len(self.idx) else 0.0
+
+def _starts(groups: np.ndarray) -> np.ndarray:
+    """Index of the first row of each run of equal `groups` (sorted)."""
+    cut = np.flatnonzero(groups[1:] != groups[:-1]) + 1
+    out = np.empty(len(cut) + 1, dtype=np.int64)
+    out[0] = 0
+    out[1:] = cut
+    return out
+
+
+def segment_cumsum(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Cumulative sums restarting at each new group (`groups` sorted, equal groups adjacent)."""
+    if not len(values):
+        return values
+    cum = np.cumsum(values)
+    starts = _starts(groups)
+    base = np.zeros(len(starts))
+    base[1:] = cum[starts[1:] - 1]
+    lens = np.diff(starts, append=len(values))
+    out: np.ndarray = cum - np.repeat(base, lens)
+    return out
+
+
+def segment_rank(groups: np.ndarray) -> np.ndarray:
+    """0, 1, 2 ... within each run of equal `groups` (sorted)."""
+    if not len(groups):
+        return groups
+    starts = _starts(groups)
+    lens = np.diff(starts, append=len(groups))
+    out: np.ndarray = np.arange(len(groups)) - np.repeat(starts, lens)
+    return out
 
 
 class FluidSimulation(Simulation):
-    """Simulation with time-sliced engines; see the module docstring."""
+    """Simulation with time-sliced engines, all replicas stepped together; see the module docstring."""
 
     def __init__(self, trace: Trace, config: SimConfig, controller: Controller,
                  progress: Callable[[int, int], None] | None = None, dt_s: float = DEFAULT_DT_S) -> None:
@@ -129,7 +181,15 @@ class FluidSimulation(Simulation):
         n = len(trace)
         self._ttft = np.full(n, np.inf, dtype=np.float32)
         self._tpot = np.full(n, np.nan, dtype=np.float32)
-        self._engines: dict[int, FluidEngine] = {}
+        self.run_rows = Rows()
+        self.wait_rows = Rows()
+        self._slot: dict[int, int] = {}  # SimReplica.index -> slot
+        self._by_slot: list[SimReplica | None] = []
+        self._free: list[int] = []
+        self._prompt_tok = np.zeros(0)
+        self._gen_tok = np.zeros(0)
+        self._finished = np.zeros(0)
+        self._busy = np.zeros(0)
         self._held: list[np.ndarray] = []  # gateway queue: arrays of trace indices, oldest first
         self._held_n = 0
         self._dropped = 0
@@ -141,19 +201,43 @@ class FluidSimulation(Simulation):
         self._kv_cap = float(cfg.kv_capacity_tokens)
         self._budget = float(cfg.max_num_batched_tokens)
         self._seqs = cfg.max_num_seqs
-        self._step_time = scalar_step(config.perf)
+        self._step_times = vector_step(config.perf)
+        self._lat = config.perf.request_latency_s
         # a request's own prefill alone (the floor of its TTFT), vectorised once
         p = self._p64
         self._own_prefill = np.asarray(config.perf.step_times(np.minimum(p, self._budget), np.zeros(n),
                                                               p * (p + 1) / 2), dtype=np.float64)
         self._own_prefill *= np.ceil(p / self._budget)
 
-    # -- pods ---------------------------------------------------------------------------------------
-    def _engine(self, r: SimReplica) -> FluidEngine:
-        e = self._engines.get(r.index)
-        if e is None:
-            e = self._engines[r.index] = FluidEngine()
-        return e
+    # -- slots --------------------------------------------------------------------------------------
+    def _slot_of(self, r: SimReplica) -> int:
+        k = self._slot.get(r.index)
+        if k is not None:
+            return k
+        if self._free:
+            k = self._free.pop()
+            self._by_slot[k] = r
+        else:
+            k = len(self._by_slot)
+            self._by_slot.append(r)
+            for name in ("_prompt_tok", "_gen_tok", "_finished", "_busy"):
+                setattr(self, name, np.append(getattr(self, name), 0.0))
+        for name in ("_prompt_tok", "_gen_tok", "_finished", "_busy"):
+            getattr(self, name)[k] = 0.0
+        self._slot[r.index] = k
+        return k
+
+    def _release_gone(self) -> None:
+        for idx, k in list(self._slot.items()):
+            r = self._by_slot[k]
+            if r is not None and r.phase is Phase.GONE:
+                del self._slot[idx]
+                self._by_slot[k] = None
+                self._free.append(k)
+
+    def _per_slot(self, rows: Rows, weights: np.ndarray | None = None) -> np.ndarray:
+        out: np.ndarray = np.bincount(rows.rep, weights=weights, minlength=len(self._by_slot))
+        return out if weights is not None else out.astype(np.float64)
 
     # -- run ----------------------------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -187,12 +271,9 @@ class FluidSimulation(Simulation):
                 self._arrive(lo, hi)
                 self._next_arrival = hi
                 self._arrivals_since += hi - lo
-            busy = False
-            for r in list(self.cluster.replicas):
-                e = self._engines.get(r.index)
-                if e is not None and e.outstanding:
-                    self._step_engine(r, e, t)
-                    busy = True
+            busy = len(self.run_rows) > 0 or len(self.wait_rows) > 0
+            if busy:
+                self._step_all(t)
             if self._progress is not None and self._next_arrival >= next_progress:
                 self._progress(self._next_arrival, n)
                 next_progress = self._next_arrival + max(1, n // 200)
@@ -245,26 +326,43 @@ class FluidSimulation(Simulation):
             self._dropped += int(too_big.sum())
             self._open -= int(too_big.sum())
             idx = idx[~too_big]
-        if not len(idx):
+        k = len(idx)
+        if not k:
             return
-        engines = [self._engine(r) for r in ready]
+        slots = np.array([self._slot_of(r) for r in ready], dtype=np.int64)
         if self.router.rule == "round_robin":
-            k = len(ready)
-            who = (self._rr + np.arange(len(idx))) % k
-            self._rr = int((self._rr + len(idx)) % k)
+            who = (self._rr + np.arange(k)) % len(ready)
+            self._rr = int((self._rr + k) % len(ready))
         else:
-            # least outstanding, one request at a time (ties to the oldest pod), in closed form per pod
-            load = np.array([e.outstanding for e in engines], dtype=np.int64)
-            who = np.empty(len(idx), dtype=np.int64)
-            for j in range(len(idx)):
-                w = int(np.argmin(load))
-                who[j] = w
-                load[w] += 1
-        for w, (r, e) in enumerate(zip(ready, engines, strict=True)):
-            mine = idx[who == w]
-            if len(mine):
-                e.wait = np.concatenate([e.wait, mine])
-                r.outstanding = e.outstanding
+            # least outstanding, one request at a time, ties to the oldest pod: the k smallest
+            # (load + j, pod) pairs, j = 0..k-1, in order
+            load = self._per_slot(self.run_rows)[slots] + self._per_slot(self.wait_rows)[slots]
+            levels = (load[:, None] + np.arange(k)[None, :]).ravel()
+            pods = np.repeat(np.arange(len(ready)), k)
+            order = np.lexsort((pods, levels))[:k]
+            who = pods[order]
+        rows = Rows(slots[who], idx, self._p64[idx], self._o64[idx], self._p64[idx].copy(), np.zeros(k),
+                    np.full(k, np.nan))
+        self.wait_rows.extend(rows)
+        self._sync_outstanding()
+
+    def _sync_outstanding(self) -> None:
+        held = self._per_slot(self.run_rows) + self._per_slot(self.wait_rows)
+        for k, r in enumerate(self._by_slot):
+            if r is not None:
+                r.outstanding = int(held[k])
+
+    def _drop_late(self) -> None:
+        if not self._held_n:
+            return
+        held = np.concatenate(self._held)
+        late = self.now - self._arr64[held] > self.config.max_wait_s
+        if late.any():
+            self._dropped += int(late.sum())
+            self._open -= int(late.sum())
+            held = held[~late]
+        self._held = [held] if len(held) else []
+        self._held_n = len(held)
 
     def _on_phase_fluid(self, r: SimReplica) -> None:
         if r.phase is Phase.GONE:
@@ -273,164 +371,175 @@ class FluidSimulation(Simulation):
         if r.phase is Phase.LOADING:
             self.push(r.ready_at, PHASE, r)
         elif r.phase is Phase.READY and self._held_n:
-            held = np.concatenate(self._held)
+            self._drop_late()
+            held = np.concatenate(self._held) if self._held else np.empty(0, np.int64)
             self._held, self._held_n = [], 0
-            late = self.now - self._arr64[held] > self.config.max_wait_s
-            if late.any():
-                self._dropped += int(late.sum())
-                self._open -= int(late.sum())
-            self._route(held[~late])
+            if len(held):
+                self._route(held)
 
     def _on_observe_fluid(self) -> None:
-        if self._held_n:
-            held = np.concatenate(self._held)
-            late = self.now - self._arr64[held] > self.config.max_wait_s
-            if late.any():
-                self._dropped += int(late.sum())
-                self._open -= int(late.sum())
-                held = held[~late]
-            self._held = [held] if len(held) else []
-            self._held_n = len(held)
+        self._drop_late()
+        self._release_gone()
         state = self.observe()
         self.controller.observe(self, state)
         self._record()
         self.push(self.now + self.config.collection_interval_s, OBSERVE)
 
-    # -- one slice of one engine ------------------------------------------------------------------------
-    def _admit(self, e: FluidEngine) -> None:
-        """Admit from the queue, FIFO, what the slice can start prefilling: vLLM admits a request only in an
-        iteration with token budget left for it, so under a prefill backlog requests stay *waiting* (what
-        num_requests_waiting shows the scalers), not running."""
-        if not len(e.wait) or len(e.idx) >= self._seqs:
-            return
-        kv = e.kv_tokens()
-        room = self._kv_cap - kv
-        b_dec = float(np.count_nonzero(e.pre <= 0))
-        chunk = max(self._budget - b_dec, 0.0)
-        if chunk <= 0:
-            return
-        tau = self._step_time(b_dec + chunk, kv, kv + b_dec + chunk * chunk / 2)
-        prefill_room = self.dt / tau * chunk - float(e.pre.sum())  # prompt tokens this slice can still take
-        if prefill_room <= 0:
-            return
-        cand = e.wait[: self._seqs - len(e.idx)]
-        cum = np.cumsum(self._p64[cand])
-        k = int(np.searchsorted(cum, room, side="right"))
-        # the one that straddles the slice's end is admitted too (it starts its prefill in this slice)
-        k = min(k, int(np.searchsorted(cum, prefill_room, side="left")) + 1)
-        if k == 0:
-            return
-        new = cand[:k]
-        e.wait = e.wait[k:]
-        e.idx = np.concatenate([e.idx, new])
-        e.prompt = np.concatenate([e.prompt, self._p64[new]])
-        e.out = np.concatenate([e.out, self._o64[new]])
-        e.pre = np.concatenate([e.pre, self._p64[new]])
-        e.gen = np.concatenate([e.gen, np.zeros(k)])
-        e.first = np.concatenate([e.first, np.full(k, np.nan)])
+    # -- one slice of every engine ------------------------------------------------------------------------
+    def _admit(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Admit from the queues, FIFO per replica, what each can start prefilling in this slice: vLLM admits
+        a request only in an iteration with token budget left for it, so under a prefill backlog requests
+        stay *waiting* (what num_requests_waiting shows the scalers), not running."""
+        w = self.wait_rows
+        if not len(w):
+            return None
+        run = self.run_rows
+        kv = self._per_slot(run, run.prompt - run.pre + run.gen)
+        n_run = self._per_slot(run)
+        b_dec = self._per_slot(run, (run.pre <= 0).astype(np.float64))
+        pending = self._per_slot(run, run.pre)
+        chunk = np.maximum(self._budget - b_dec, 0.0)
+        tau = self._step_times(b_dec + chunk, kv, kv + b_dec + chunk * chunk / 2)
+        prefill_room = self.dt / tau * chunk - pending
+        order = np.argsort(w.rep, kind="stable")
+        rep = w.rep[order]
+        cum = segment_cumsum(w.prompt[order], rep)
+        rank = segment_rank(rep)
+        ok = ((cum <= self._kv_cap - kv[rep]) & (rank < self._seqs - n_run[rep])
+              & (cum - w.prompt[order] < prefill_room[rep]) & (chunk[rep] > 0))
+        if not ok.any():
+            return b_dec, pending, kv
+        take = np.zeros(len(w), dtype=bool)
+        take[order[ok]] = True
+        new = w.keep(take)
+        self.run_rows.extend(new)
+        self.wait_rows = w.keep(~take)
+        # admitted rows have computed nothing yet: KV and decoding counts are unchanged, pending grows
+        return b_dec, pending + self._per_slot(new, new.prompt), kv
 
-    def _step_engine(self, r: SimReplica, e: FluidEngine, t: float) -> None:
+    def _step_all(self, t: float) -> None:
         dt = self.dt
-        self._admit(e)
-        if not len(e.idx):
+        lat = self._lat
+        sums = self._admit()
+        run = self.run_rows
+        if not len(run):
             return
-        lat = self.config.perf.request_latency_s
-        decoding = e.pre <= 0
-        b_dec = int(decoding.sum())
-        pending = float(e.pre.sum())
-        kv = e.kv_tokens()
-        gain = np.zeros(len(e.idx))
-        t1 = 0.0
-        tau1 = 0.0
-        if pending > 0:
-            c = min(max(self._budget - b_dec, 0.0), pending)
-            if c > 0:
-                pre_mean = float(np.mean(e.prompt[~decoding]))
-                # a chunk's tokens attend, on average, to half of their own prompt (whether the chunk holds
-                # several short prompts or a slice of a long one)
-                tau1 = self._step_time(b_dec + c, kv, kv + b_dec + c * (pre_mean + 1) / 2)
-                t1 = min(dt, pending / c * tau1)
-                done_tokens = t1 / tau1 * c
-                pf = np.flatnonzero(~decoding)
-                cum = np.cumsum(e.pre[pf])
-                full = cum <= done_tokens + 1e-6
-                finished_pf = pf[full]
-                t_first = t + np.ceil(cum[full] / c - 1e-9) * tau1
-                arrival = self._arr64[e.idx[finished_pf]]
-                t_first = np.maximum(t_first, arrival + self._own_prefill[e.idx[finished_pf]])
-                e.first[finished_pf] = t_first + lat
-                e.pre[finished_pf] = 0.0
-                part = pf[~full]
-                if len(part):
-                    used = float(cum[full][-1]) if full.any() else 0.0
-                    e.pre[part[0]] -= done_tokens - used
-                e.prompt_tokens += done_tokens
-                e.generation_tokens += len(finished_pf)
-                gain[decoding] += t1 / tau1
-                # newly prefilled requests decode in the mixed iterations left after their first token
-                gain[finished_pf] += np.maximum(0.0, (t + t1) - t_first) / tau1
-        t2 = dt - t1
-        now_dec = e.pre <= 0
-        b2 = int(now_dec.sum())
-        tau2 = 0.0
-        if t2 > 0 and b2 > 0:
-            kv2 = kv + float(gain.sum())
-            tau2 = self._step_time(b2, kv2, kv2 + b2)
-            # each decodes from the later of the phase start and its own first token (arrivals mid-slice)
-            start = np.fmax(e.first[now_dec] - lat, t + t1)  # fmax: NaN (no first token yet) -> phase start
-            gain[now_dec] += np.maximum(0.0, t + dt - start) / tau2
-        busy = t1 + (t2 if b2 > 0 else 0.0)
-        # completions: requests whose tokens after the first reach out - 1
-        need = e.out - 1.0 - e.gen
-        e.gen += gain
-        fin = now_dec & (e.gen >= e.out - 1.0 - 1e-9)
-        if fin.any():
-            tau_last = tau2 if tau2 > 0 else (tau1 if tau1 > 0 else 0.0)
-            over = e.gen[fin] - (e.out[fin] - 1.0)
-            t_fin = np.maximum(t + busy - over * tau_last, e.first[fin] - lat) + lat
-            if fin.all() and not len(e.wait):
-                busy = min(busy, float(t_fin.max()) - lat - t)  # idle after the last one finished
-            rows = e.idx[fin]
-            self._ttft[rows] = (e.first[fin] - self._arr64[rows]).astype(np.float32)
-            o = e.out[fin]
+        S = len(self._by_slot)
+        rep = run.rep
+        decoding = run.pre <= 0
+        if sums is None:
+            b_dec = self._per_slot(run, decoding.astype(np.float64))
+            pending = self._per_slot(run, run.pre)
+            kv = self._per_slot(run, run.prompt - run.pre + run.gen)
+        else:
+            b_dec, pending, kv = sums
+        gain = np.zeros(len(run))
+        t1 = np.zeros(S)
+        tau1 = np.zeros(S)
+        done_tokens = np.zeros(S)
+        if pending.any():
+            c = np.minimum(np.maximum(self._budget - b_dec, 0.0), pending)
+            live = (pending > 0) & (c > 0)
+            n_pf = self._per_slot(run, (~decoding).astype(np.float64))
+            pre_mean = self._per_slot(run, run.prompt * ~decoding) / np.maximum(n_pf, 1.0)
+            # a chunk's tokens attend, on average, to half of their own prompt (whether the chunk holds
+            # several short prompts or a slice of a long one)
+            tau_all = self._step_times(b_dec + c, kv, kv + b_dec + c * (pre_mean + 1) / 2)
+            tau1 = np.where(live, tau_all, 0.0)
             with np.errstate(invalid="ignore", divide="ignore"):
-                tp = np.where(o >= 2, (t_fin - e.first[fin]) / (o - 1.0), np.nan)
+                t1 = np.where(live, np.minimum(dt, pending / np.where(live, c, 1.0) * tau1), 0.0)
+                done_tokens = np.where(live, t1 / np.where(live, tau1, 1.0) * c, 0.0)
+            pf = np.flatnonzero(~decoding)
+            pf = pf[np.argsort(rep[pf], kind="stable")]
+            prep = rep[pf]
+            cum = segment_cumsum(run.pre[pf], prep)
+            full = live[prep] & (cum <= done_tokens[prep] + 1e-6)
+            fin_pf = pf[full]
+            frep = prep[full]
+            t_first = t + np.ceil(cum[full] / c[frep] - 1e-9) * tau1[frep]
+            rows = run.idx[fin_pf]
+            t_first = np.maximum(t_first, self._arr64[rows] + self._own_prefill[rows])
+            run.first[fin_pf] = t_first + lat
+            # the one straddling the slice's end keeps what is left of its prompt; those after it keep all
+            run.pre[pf] = np.where(full, 0.0, np.minimum(run.pre[pf], np.maximum(cum - done_tokens[prep], 0.0)))
+            self._prompt_tok += done_tokens
+            self._gen_tok += np.bincount(frep, minlength=S)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                gain[decoding] += np.where(live[rep[decoding]], t1[rep[decoding]] / np.where(
+                    live[rep[decoding]], tau1[rep[decoding]], 1.0), 0.0)
+                gain[fin_pf] += np.maximum(0.0, (t + t1[frep]) - t_first) / tau1[frep]
+        now_dec = run.pre <= 0
+        b2 = self._per_slot(run, now_dec.astype(np.float64))
+        t2 = dt - t1
+        kv2 = kv + self._per_slot(run, gain)
+        tau2 = np.where(b2 > 0, self._step_times(np.maximum(b2, 1.0), kv2, kv2 + b2), 0.0)
+        dec_rep = rep[now_dec]
+        start = np.fmax(run.first[now_dec] - lat, t + t1[dec_rep])  # fmax: NaN (no first token) -> phase start
+        with np.errstate(invalid="ignore", divide="ignore"):
+            gain[now_dec] += np.where(b2[dec_rep] > 0, np.maximum(0.0, t + dt - start) / np.where(
+                tau2[dec_rep] > 0, tau2[dec_rep], 1.0), 0.0)
+        busy = t1 + np.where(b2 > 0, t2, 0.0)
+        need = run.out - 1.0 - run.gen
+        run.gen += gain
+        fin = now_dec & (run.gen >= run.out - 1.0 - 1e-9)
+        if fin.any():
+            frep = rep[fin]
+            tau_last = np.where(tau2 > 0, tau2, tau1)[frep]
+            over = run.gen[fin] - (run.out[fin] - 1.0)
+            t_fin = np.maximum(t + busy[frep] - over * tau_last, run.first[fin] - lat) + lat
+            rows = run.idx[fin]
+            self._ttft[rows] = (run.first[fin] - self._arr64[rows]).astype(np.float32)
+            o = run.out[fin]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                tp = np.where(o >= 2, (t_fin - run.first[fin]) / (o - 1.0), np.nan)
             self._tpot[rows] = tp.astype(np.float32)
-            e.generation_tokens += float(np.sum(np.minimum(gain[fin], need[fin])))
-            keep = ~fin
-            e.generation_tokens += float(gain[keep].sum())
-            e.finished += int(fin.sum())
-            for name in ("idx", "prompt", "out", "pre", "gen", "first"):
-                setattr(e, name, getattr(e, name)[keep])
+            gen_gain = np.where(fin, np.minimum(gain, need), gain)
+            self._gen_tok += self._per_slot(run, gen_gain)
+            n_fin = np.bincount(frep, minlength=S)
+            self._finished += n_fin
+            # a replica whose requests all finished in this slice, nothing queued, was idle after the last one
+            last = np.full(S, -np.inf)
+            np.maximum.at(last, frep, t_fin - lat - t)
+            left = self._per_slot(run) - n_fin + self._per_slot(self.wait_rows)
+            busy = np.where((left == 0) & np.isfinite(last), np.minimum(busy, last), busy)
+            self.run_rows = run.keep(~fin)
             self._open -= int(fin.sum())
         else:
-            e.generation_tokens += float(gain.sum())
-        e.busy_s += busy
-        r.outstanding = e.outstanding
-        if r.phase is Phase.DRAINING and e.outstanding == 0:
-            self.cluster.finish_drain(r, min(t + busy, t + dt))
+            self._gen_tok += self._per_slot(run, gain)
+        self._busy += busy
+        self._sync_outstanding()
+        for k, r in enumerate(self._by_slot):
+            if r is not None and r.phase is Phase.DRAINING and r.outstanding == 0:
+                self.cluster.finish_drain(r, t + float(min(busy[k], dt)))
 
     # -- what the controllers see -------------------------------------------------------------------------
     def observe(self) -> ObservedState:
         now = self.now
         dt = now - self._last_obs_t
         cfg = self.config.replica
+        run = self.run_rows
+        n_run = self._per_slot(run)
+        n_wait = self._per_slot(self.wait_rows)
+        kv = self._per_slot(run, run.prompt - run.pre + run.gen)
         samples: list[ReplicaSample] = []
         utils: list[float] = []
         for r in self.cluster.active():
             if r.phase is not Phase.READY:
                 samples.append(ReplicaSample(pod=r.pod, timestamp=0.0, up=False))
                 continue
-            e = self._engine(r)
-            util = min(1.0, (e.busy_s - r.busy_prev) / dt) if dt > 0 else 0.0
-            r.busy_prev = e.busy_s
+            k = self._slot_of(r)
+            if k >= len(n_run):  # a slot made after the counts above
+                n_run, n_wait, kv = (np.r_[a, np.zeros(k + 1 - len(a))] for a in (n_run, n_wait, kv))
+            busy = float(self._busy[k])
+            util = min(1.0, (busy - r.busy_prev) / dt) if dt > 0 else 0.0
+            r.busy_prev = busy
             utils.append(max(0.0, util))
             samples.append(ReplicaSample(
-                pod=r.pod, timestamp=now if now > 0 else _EPSILON_S, up=True, running=float(e.num_running),
-                waiting=float(e.num_waiting), max_running=float(cfg.max_num_seqs),
-                kv_usage_ratio=min(1.0, e.kv_tokens() / self._kv_cap), kv_capacity_tokens=self._kv_cap,
-                prompt_tokens_total=e.prompt_tokens, generation_tokens_total=e.generation_tokens,
-                requests_finished_total=float(e.finished),
+                pod=r.pod, timestamp=now if now > 0 else _EPSILON_S, up=True, running=float(n_run[k]),
+                waiting=float(n_wait[k]), max_running=float(cfg.max_num_seqs),
+                kv_usage_ratio=min(1.0, float(kv[k]) / self._kv_cap), kv_capacity_tokens=self._kv_cap,
+                prompt_tokens_total=float(self._prompt_tok[k]), generation_tokens_total=float(self._gen_tok[k]),
+                requests_finished_total=float(self._finished[k]),
                 startup_seconds=r.startup_seconds if r.startup_seconds > 0 else None,
             ))
         self._last_obs_t = now
@@ -440,7 +549,7 @@ class FluidSimulation(Simulation):
 
     def _record(self) -> None:
         tl = self.timeline
-        ready = starting = draining = running = waiting = 0
+        ready = starting = draining = 0
         for r in self.cluster.replicas:
             if r.phase is Phase.READY:
                 ready += 1
@@ -448,10 +557,6 @@ class FluidSimulation(Simulation):
                 draining += 1
             else:
                 starting += 1
-            e = self._engines.get(r.index)
-            if e is not None:
-                running += e.num_running
-                waiting += e.num_waiting
         tl.t.append(self.now)
         tl.arrivals.append(self._arrivals_since)
         self._arrivals_since = 0
@@ -460,8 +565,8 @@ class FluidSimulation(Simulation):
         tl.draining.append(draining)
         tl.desired.append(self.desired)
         tl.gateway.append(self._held_n)
-        tl.running.append(running)
-        tl.waiting.append(waiting)
+        tl.running.append(len(self.run_rows))
+        tl.waiting.append(len(self.wait_rows))
 
 
-__all__ = ["ARRIVAL", "DEFAULT_DT_S", "FluidEngine", "FluidSimulation"]
+__all__ = ["DEFAULT_DT_S", "FluidSimulation", "Rows", "scalar_step", "segment_cumsum", "segment_rank"]
