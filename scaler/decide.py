@@ -150,7 +150,8 @@ def _windows(x: _Inputs, state: PolicyState, details: dict[str, float]) -> tuple
 
 def _forecast(x: _Inputs, step: _Step, kpa: KpaResult | None, details: dict[str, float]) -> None:
     """Step 2b: `proactive` sizes for the demand forecast one horizon ahead; `hybrid` takes the larger of
-    that and the windows' count, so the forecast only adds replicas ahead of demand. Both within the
+    that (with the peak guard: recent demand, decayed over a horizon) and the windows' count, so the
+    forecast only adds replicas ahead of demand and keeps them for about a cold start. Both within the
     KPA rate limits; the pending guard after this step applies to forecast scale-ups too (no cascade
     while replicas load). No forecast (too little history, no data): the windows' count stands."""
     c = x.config
@@ -160,7 +161,9 @@ def _forecast(x: _Inputs, step: _Step, kpa: KpaResult | None, details: dict[str,
     horizon = horizon_seconds(cold, x.workload.polling_interval_s, c.forecast_horizon)
     current = max(details["desired_stable_raw"], details["desired_panic_raw"])
     times, values = desired_series(x.history, c, x.snap, x.now)
-    fc = forecast(times, values, x.now, horizon, current, hold=c.stable_window, max_ratio=c.forecast_max_ratio)
+    # The peak guard keeps capacity used within a cold start (hybrid); proactive is the forecast alone.
+    fc = forecast(times, values, x.now, horizon, current, hold=c.stable_window, max_ratio=c.forecast_max_ratio,
+                  peak_half_life=0.0 if c.mode == "proactive" else None)
     details["forecast_horizon_s"] = horizon
     details["forecast_available"] = float(fc is not None)
     if fc is None:
@@ -170,6 +173,7 @@ def _forecast(x: _Inputs, step: _Step, kpa: KpaResult | None, details: dict[str,
         "forecast_desired_raw": fc.desired, "forecast_desired": wanted,
         "forecast_demand": fc.desired * details["capacity_per_replica"], "forecast_level": fc.level,
         "forecast_trend_per_s": fc.trend_per_s, "forecast_cap": fc.cap, "forecast_points": fc.points,
+        "forecast_holt": fc.raw, "forecast_peak": fc.peak,
     })
     if wanted > step.replicas:
         step.set(wanted, Reason.FORECAST_UP)

@@ -19,6 +19,11 @@ Method (and why):
   does not flap the count; a spike leaves the forecast after the hold plus Holt's geometric decay.
 - Bounds: never below 0, never above `max_ratio` x the current desired (a noisy trend x a 10-minute
   horizon must not run away), None when fewer than `min_points` buckets hold data.
+- Peak guard: at least the largest bucket of the last horizon, halved for each horizon of its age.
+  A replica released now takes a cold start to come back, so capacity that demand used within one
+  cold start is let go over that time scale, not within a stable window. In backtests this is what
+  stops the reactive loop's cycle (queue builds during a cold start -> burst of replicas -> queue
+  drains -> released within a minute -> queue builds again); see bench/results/forecast.md.
 - No seasonality: the history keeps 75 min at most, so a daily profile cannot be learnt from it.
   A seasonal term would need a day-long tier in `scaler.history`; until then a diurnal rise is seen
   as the trend it is at minute scale.
@@ -71,6 +76,7 @@ class Forecast:
     held: float  # the largest projection over the hold window, before the bounds
     cap: float  # max_ratio x current
     points: int  # buckets with data that went in
+    peak: float  # the peak guard: recent demand, decayed
 
 
 def horizon_seconds(cold_start: float, polling_interval: float, override: float | None = None) -> float:
@@ -120,14 +126,18 @@ def holt(times: npt.ArrayLike, values: npt.ArrayLike, *, alpha: float = ALPHA, b
 
 def forecast(times: npt.ArrayLike, values: npt.ArrayLike, now: float, horizon: float, current: float | None, *,
              hold: float = 60.0, max_ratio: float = MAX_RATIO, min_points: int = MIN_POINTS,
-             alpha: float = ALPHA, beta: float = BETA, bucket: float = BUCKET) -> Forecast | None:
+             peak_half_life: float | None = None, alpha: float = ALPHA, beta: float = BETA,
+             bucket: float = BUCKET) -> Forecast | None:
     """Desired replicas at `now + horizon` from complete buckets (start times `times`, means `values`).
 
     Each bucket's value stands for its middle; the projection from bucket i is level_i + trend_i x the
     lead of the newest bucket's middle to now + horizon. The answer is the largest projection from the
-    buckets that ended within `hold` seconds of now, bounded to [0, max_ratio x current]. `current`
-    (the reactive desired now) None or not finite: the newest value stands for it. None: fewer than
-    `min_points` buckets with data.
+    buckets that ended within `hold` seconds of now, bounded to [0, max_ratio x current]; then at
+    least the peak guard: the largest bucket of the last `horizon` seconds, halved every
+    `peak_half_life` seconds of age (None: the horizon; 0: no guard). The guard is not capped: it is
+    demand that was seen, and what it keeps is capacity that could not come back within a cold start.
+    `current` (the reactive desired now) None or not finite: the newest value stands for it. None:
+    fewer than `min_points` buckets with data.
     """
     states = holt(times, values, alpha=alpha, beta=beta, bucket=bucket)
     if len(states) < min_points:
@@ -138,11 +148,19 @@ def forecast(times: npt.ArrayLike, values: npt.ArrayLike, now: float, horizon: f
         last.level + last.trend * lead]
     raw = last.level + last.trend * lead
     held = max(projections)
+    ts, vs = np.asarray(times, dtype=np.float64), np.asarray(values, dtype=np.float64)
+    seen = np.isfinite(vs)
     if current is None or not math.isfinite(current):
-        vs = np.asarray(values, dtype=np.float64)
-        current = float(vs[np.isfinite(vs)][-1])
+        current = float(vs[seen][-1])
     cap = max_ratio * max(0.0, current)
-    return Forecast(min(max(held, 0.0), cap), horizon, last.level, last.trend / bucket, raw, held, cap, len(states))
+    half_life = horizon if peak_half_life is None else peak_half_life
+    age = now - (ts + bucket / 2)
+    recent = seen & (age <= horizon)
+    peak = 0.0
+    if half_life > 0 and recent.any():
+        peak = float(np.max(np.maximum(vs[recent], 0.0) * 0.5 ** (age[recent] / half_life)))
+    desired = max(min(max(held, 0.0), cap), peak)
+    return Forecast(desired, horizon, last.level, last.trend / bucket, raw, held, cap, len(states), peak)
 
 
 def desired_series(history: ModelHistory, config: ScalerConfig, snap: Snapshot | None, now: float,

@@ -131,22 +131,29 @@ def spike(t: int) -> float:
 
 
 def test_spike_that_vanishes_leaves_with_its_decay() -> None:
-    """Running 40 (4 replicas) with one 10 s bucket (30) at 100. Reactive: the stable window asks for
-    ceil(4.1) = 5 at 300, and at 310 the panic window's 9 is under 2 x 5 ready: no panic, 5.
-    Hybrid, from bucket 30 (Holt, see test_forecast): level 0.3 x 10 + 0.7 x 4 = 5.8, trend 0.18, so
-    5.8 + 0.18 x 17 = 8.86 -> 9, held while bucket 30 is in the 60 s hold (310..360). At 370 the
-    largest is bucket 31's: level 0.3 x 4 + 0.7 x 5.98 = 5.386, trend 0.1 x (5.386 - 5.8) + 0.9 x 0.18
-    = 0.1206, 5.386 + 0.1206 x 17 = 7.4362 -> 8. Then Holt's decay: by 310 + 60 (hold) + 60 s hybrid
-    is back to reactive's count and stays there."""
+    """Running 40 (4 replicas) with one 10 s bucket (30, middle 305) at 100. Reactive: the stable window
+    asks for ceil(4.1) = 5 at 300, and at 310 the panic window's 9 is under 2 x 5 ready: no panic, 5.
+    Hybrid is the larger of
+    - Holt, from bucket 30 (see test_forecast): level 0.3 x 10 + 0.7 x 4 = 5.8, trend 0.18, so
+      5.8 + 0.18 x 17 = 8.86, held while bucket 30 is in the 60 s hold (310..360); at 370 the largest
+      is bucket 31's: level 0.3 x 4 + 0.7 x 5.98 = 5.386, trend 0.1 x (5.386 - 5.8) + 0.9 x 0.18 =
+      0.1206, 5.386 + 0.1206 x 17 = 7.4362;
+    - the peak guard, 10 x 2^(-(now - 305) / 165) while now - 305 <= 165:
+      310: 9.79 -> 10, 320: 9.39 -> 10, 330: 9.003 -> 10, 340..360: 8.63, 8.28, 7.94 < 8.86 -> 9,
+      370: 7.61 > 7.4362 -> 8, 470: exactly 5 -> 5.
+    From 480 the spike is older than the horizon: back to reactive's count, and it stays there."""
     polls = list(range(130, 721, 10))
     reactive, hybrid = run("reactive", spike, polls, 4), run("hybrid", spike, polls, 4)
     assert [reactive.decisions[t].replicas for t in (290, 300, 310, 360)] == [4, 5, 5, 5]
-    assert [hybrid.decisions[t].replicas for t in range(310, 371, 10)] == [9, 9, 9, 9, 9, 9, 8]
-    assert hybrid.decisions[310].details["forecast_desired_raw"] == pytest.approx(8.86, abs=1e-9)
-    assert hybrid.decisions[370].details["forecast_desired_raw"] == pytest.approx(7.4362, abs=1e-9)
+    assert [hybrid.decisions[t].replicas for t in range(310, 371, 10)] == [10, 10, 10, 9, 9, 9, 8]
+    assert hybrid.decisions[470].replicas == 5
+    d310, d370 = hybrid.decisions[310].details, hybrid.decisions[370].details
+    assert d310["forecast_holt"] == pytest.approx(8.86, abs=1e-9)
+    assert d310["forecast_peak"] == pytest.approx(10 * 2 ** (-5 / 165), abs=1e-9)
+    assert d370["forecast_desired_raw"] == pytest.approx(10 * 2 ** (-65 / 165), abs=1e-9)
     for t in polls:
         assert hybrid.decisions[t].replicas >= reactive.decisions[t].replicas, t
-        if t >= 430:
+        if t >= 480:
             assert hybrid.decisions[t].replicas == reactive.decisions[t].replicas, t
     assert hybrid.decisions[720].replicas == 4
 

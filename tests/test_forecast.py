@@ -36,7 +36,9 @@ def test_holt_update_by_hand() -> None:
     assert [(s.level, s.trend) for s in states] == [(0.0, 2.0), (2.0, 2.0), (3.0, 1.5)]
 
 
-# (label, values over T12, current, kwargs, desired, raw)
+# (label, values over T12, current, kwargs, desired, raw). The peak guard (the largest bucket of the
+# last horizon, halved per horizon of age; the newest middle is 5 s old) stays under these answers
+# unless a case turns it off (peak_half_life 0) or is about it.
 CASES = [
     ("flat", [5.0] * 12, 5.0, {}, 5.0, 5.0),
     # level 1 + 0.1 x 11 = 2.1, trend 0.1: 2.1 + 0.1 x 23 = 4.4; cap 3 x 2.1 = 6.3
@@ -45,23 +47,34 @@ CASES = [
     ("steep ramp: capped at max_ratio x current", [1.0 + i for i in range(12)], 12.0, {"max_ratio": 2.0}, 24.0,
      35.0),
     # level 1, trend -1: 1 - 23 = -22 -> 0
-    ("falling: never below 0", [12.0 - i for i in range(12)], 1.0, {}, 0.0, -22.0),
+    ("falling: never below 0", [12.0 - i for i in range(12)], 1.0, {"peak_half_life": 0.0}, 0.0, -22.0),
+    # the guard: bucket 0 (12, middle 5, age 115) is the largest: 12 x 2^(-115/225)
+    ("falling: the peak guard keeps recent demand", [12.0 - i for i in range(12)], 1.0, {},
+     12 * 2 ** (-115 / 225), -22.0),
     # current None: the newest value (12) stands for it; cap 3 x 12 = 36 > 35
     ("no current: the newest value", [1.0 + i for i in range(12)], None, {}, 35.0, 35.0),
     ("current NaN: the newest value", [1.0 + i for i in range(12)], math.nan, {"max_ratio": 2.0}, 24.0, 35.0),
-    ("current 0: the cap is 0", [5.0] * 12, 0.0, {}, 0.0, 5.0),
+    ("current 0: the cap is 0", [5.0] * 12, 0.0, {"peak_half_life": 0.0}, 0.0, 5.0),
+    # the guard is not capped: the newest 5, 5 s old: 5 x 2^(-5/225)
+    ("current 0: the peak guard is not capped", [5.0] * 12, 0.0, {}, 5 * 2 ** (-5 / 225), 5.0),
+    # 20 then flat 4: the robust start ignores the 20 (Holt stays at 4); the guard sees it only when its
+    # age (115 s) is within the horizon: 120 s -> 20 x 2^(-115/120); 100 s -> the newest 4 x 2^(-5/100) < 4
+    ("old peak within the horizon", [20.0] + [4.0] * 11, 4.0, {"horizon": 120.0}, 20 * 2 ** (-115 / 120), 4.0),
+    ("old peak beyond the horizon", [20.0] + [4.0] * 11, 4.0, {"horizon": 100.0}, 4.0, 4.0),
 ]
 
 
 @pytest.mark.parametrize("label,values,current,kwargs,desired,raw", CASES, ids=[c[0] for c in CASES])
 def test_forecast(label: str, values: list[float], current: float | None, kwargs: dict[str, float],
                   desired: float, raw: float) -> None:
-    f = forecast(T12, values, 120.0, 225.0, current, **kwargs)  # type: ignore[arg-type]
+    kwargs = dict(kwargs)
+    horizon = kwargs.pop("horizon", 225.0)
+    f = forecast(T12, values, 120.0, horizon, current, **kwargs)  # type: ignore[arg-type]
     assert f is not None
     assert f.desired == pytest.approx(desired, abs=1e-9)
     assert f.raw == pytest.approx(raw, abs=1e-9)
     assert f.points == 12
-    assert f.horizon == 225.0
+    assert f.horizon == horizon
 
 
 def test_too_little_history_is_none() -> None:
@@ -90,7 +103,8 @@ def test_spike_is_held_then_decays() -> None:
     Bucket 30: level 0.3 x 10 + 0.7 x 4 = 5.8, trend 0.1 x 1.8 = 0.18; lead 23 -> 5.8 + 4.14 = 9.94.
     Bucket 31: prediction 5.98, level 0.3 x 4 + 0.7 x 5.98 = 5.386, trend 0.1 x (5.386 - 5.8) +
     0.9 x 0.18 = 0.1206 -> 5.386 + 2.7738 = 8.1598; the hold (60 s) still answers bucket 30's 9.94.
-    Once bucket 30 has left the hold and Holt's decay has run, the forecast is back under 4."""
+    The peak guard is 10 x 2^(-(now - 305) / 225) while now - 305 <= 225: under 9.94 while the hold
+    lasts, the answer after it (Holt has decayed), and gone from now = 540: then under 4."""
     t = np.arange(60) * 10.0
     v = np.full(60, 4.0)
     v[30] = 10.0
@@ -104,8 +118,11 @@ def test_spike_is_held_then_decays() -> None:
     assert [at(32).raw, at(32).desired] == pytest.approx([8.1598, 9.94], abs=1e-9)
     assert at(36).desired == pytest.approx(9.94, abs=1e-9)  # bucket 30 ended at 310 > 360 - 60
     assert at(37).desired < 9.94  # 310 is no longer > 370 - 60
-    for n in range(45, 61):  # from 140 s after the spike: no lasting inflation
-        assert at(n).desired <= 4.0, n
+    for n in range(40, 54):
+        assert at(n).desired == pytest.approx(10 * 2 ** (-(10 * n - 305) / 225), abs=1e-9), n
+        assert at(n).peak == at(n).desired
+    for n in range(54, 61):  # the spike is older than the horizon: no lasting inflation
+        assert at(n).peak < 4.0 and at(n).desired <= 4.0, n
 
 
 def test_hold_takes_the_largest_recent_projection() -> None:
