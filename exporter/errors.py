@@ -5,7 +5,7 @@ The reason is the `reason` label of `llm_exporter_scrape_errors_total`, so the s
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 Reason = Literal[
     "timeout",  # the engine accepted but did not answer in time
@@ -17,9 +17,8 @@ Reason = Literal[
     "invalid_value",  # NaN or +-Inf where a signal must be a number
     "unknown_engine",  # no adapter recognizes the body (and none is forced)
 ]
-REASONS: tuple[Reason, ...] = (
-    "timeout", "connection", "http_status", "too_large", "parse", "duplicate", "invalid_value", "unknown_engine",
-)
+#: Every reason, read off `Reason` so the two never disagree; declaration order is the exposition's.
+REASONS: tuple[Reason, ...] = get_args(Reason)
 
 
 class ScrapeError(Exception):
