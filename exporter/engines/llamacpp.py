@@ -14,7 +14,7 @@ SGLang count them), the prefix-cache lookups are that same sum and the hits are 
 
 from __future__ import annotations
 
-from exporter.engines.ranks import pick, total
+from exporter.engines.ranks import by_name, pick, total
 from exporter.model import EngineMetrics, Sample, Target
 
 NAME = "llamacpp"
@@ -31,9 +31,7 @@ WANTED = frozenset(RUNNING + WAITING + KV_USAGE + PROMPT + PROMPT_CACHED + GENER
 
 
 def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
-    series: dict[str, list[Sample]] = {}
-    for s in samples:
-        series.setdefault(s.name, []).append(s)
+    series = by_name(samples)
     prompt = total(pick(series, *PROMPT))
     cached = total(pick(series, *PROMPT_CACHED))
     if prompt is not None and cached is not None:

@@ -40,6 +40,19 @@ def finite(s: Sample) -> float:
     return v
 
 
+def histogram_names(*bases: str) -> tuple[str, ...]:
+    """The sample names a histogram family writes (`_bucket`, `_sum`, `_count`), for an adapter's WANTED."""
+    return tuple(base + suffix for base in bases for suffix in ("_bucket", "_sum", "_count"))
+
+
+def by_name(samples: Iterable[Sample]) -> Series:
+    """Samples by name: the one group of a body that serves one model (TGI, llama.cpp)."""
+    out: Series = {}
+    for s in samples:
+        out.setdefault(s.name, []).append(s)
+    return out
+
+
 def group(samples: Iterable[Sample], key: Callable[[Sample], GroupKey]) -> dict[GroupKey, Series]:
     """Samples split by (model, role), then by name."""
     out: dict[GroupKey, Series] = {}

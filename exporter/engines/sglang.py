@@ -14,7 +14,16 @@ tokens, so it is the number of prompt tokens looked up in the radix cache, and `
 
 from __future__ import annotations
 
-from exporter.engines.ranks import GroupKey, first_histogram, group, per_part, pick, total, weighted_ratio
+from exporter.engines.ranks import (
+    GroupKey,
+    first_histogram,
+    group,
+    histogram_names,
+    per_part,
+    pick,
+    total,
+    weighted_ratio,
+)
 from exporter.model import EngineMetrics, Sample, Target
 
 NAME = "sglang"
@@ -34,13 +43,10 @@ PREEMPTIONS = ("sglang:num_retracted_requests_total",)
 TTFT = ("sglang:time_to_first_token_seconds",)
 ITL = ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds")
 
-_HISTOGRAMS = TTFT + ITL
 WANTED = frozenset(
     RUNNING + WAITING + GRAMMAR_WAITING + MAX_RUNNING + KV_USAGE + KV_CAPACITY + PROMPT + GENERATION
-    + FINISHED + CACHED + PREEMPTIONS + tuple(h + s for h in _HISTOGRAMS for s in ("_bucket", "_sum", "_count"))
+    + FINISHED + CACHED + PREEMPTIONS + histogram_names(*TTFT, *ITL)
 )
-
-
 
 
 def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:

@@ -12,7 +12,7 @@ The batch limit (`max_concurrent_requests`) is only in `GET /info`, so it comes 
 
 from __future__ import annotations
 
-from exporter.engines.ranks import first_histogram, pick, total
+from exporter.engines.ranks import by_name, first_histogram, histogram_names, pick, total
 from exporter.model import EngineMetrics, Sample, Target
 
 NAME = "tgi"
@@ -28,15 +28,12 @@ FINISHED = ("tgi_request_success", "tgi_request_success_total")
 ITL = ("tgi_request_mean_time_per_token_duration",)
 
 WANTED = frozenset(
-    RUNNING + WAITING + KV_RESERVED + KV_CAPACITY + PROMPT + GENERATION + FINISHED
-    + tuple(h + s for h in ITL for s in ("_bucket", "_sum", "_count"))
+    RUNNING + WAITING + KV_RESERVED + KV_CAPACITY + PROMPT + GENERATION + FINISHED + histogram_names(*ITL)
 )
 
 
 def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
-    series: dict[str, list[Sample]] = {}
-    for s in samples:
-        series.setdefault(s.name, []).append(s)
+    series = by_name(samples)
     reserved = total(pick(series, *KV_RESERVED))
     capacity = total(pick(series, *KV_CAPACITY))
     if capacity is not None and capacity <= 0:

@@ -13,6 +13,7 @@ from exporter.engines.ranks import (
     GroupKey,
     first_histogram,
     group,
+    histogram_names,
     per_part,
     pick,
     total,
@@ -36,10 +37,9 @@ PREEMPTIONS = ("vllm:num_preemptions_total",)
 TTFT = ("vllm:time_to_first_token_seconds",)
 ITL = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")  # renamed in 0.11
 
-_HISTOGRAMS = TTFT + ITL
 WANTED = frozenset(
     RUNNING + WAITING + KV_USAGE + (CACHE_CONFIG,) + PROMPT + GENERATION + FINISHED + PREFIX_QUERIES
-    + PREFIX_HITS + PREEMPTIONS + tuple(h + s for h in _HISTOGRAMS for s in ("_bucket", "_sum", "_count"))
+    + PREFIX_HITS + PREEMPTIONS + histogram_names(*TTFT, *ITL)
 )
 
 
