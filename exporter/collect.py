@@ -32,6 +32,8 @@ from exporter.model import EngineMetrics, GpuMetrics, Target
 
 log = logging.getLogger(__name__)
 
+#: Body and target -> one EngineMetrics per model and role (exporter.engines.normalize). The adapters
+#: already fill the model and the batch limit from the target where the body says none.
 Normalize = Callable[[str, Target], list[EngineMetrics]]
 
 #: Ask for the classic text format: engines built on prometheus_client add `_created` series and
@@ -94,16 +96,6 @@ def _remaining(deadline: float, clock: Callable[[], float]) -> float:
     return left
 
 
-def _apply_target(metrics: list[EngineMetrics], target: Target) -> list[EngineMetrics]:
-    """Fill what config/annotations know and the body did not say (never overrides the body)."""
-    for m in metrics:
-        if not m.model and target.model:
-            m.model = target.model
-        if m.requests_max_running is None and target.max_running is not None:
-            m.requests_max_running = target.max_running
-    return metrics
-
-
 def scrape(target: Target, cfg: ExporterConfig, normalize: Normalize) -> list[EngineMetrics]:
     """One target's normalized metrics, or a ScrapeError saying why not."""
     body = fetch(target.url, cfg.timeout, cfg.max_body_bytes)
@@ -120,7 +112,7 @@ def scrape(target: Target, cfg: ExporterConfig, normalize: Normalize) -> list[En
         raise ScrapeError("parse", f"{type(e).__name__}: {e}") from e
     if not metrics:
         raise ScrapeError("unknown_engine", "no engine series found in the body")
-    return _apply_target(metrics, target)
+    return metrics
 
 
 @dataclass(frozen=True)
