@@ -9,7 +9,8 @@ The layers, from the edge inwards:
   reason, the cold-start measurement).
 - `Collector`: runs cycles on a thread pool, renders the exposition once per cycle, and hands the
   last one to the HTTP server. A target that is still stuck from an earlier cycle is not started
-  again, and the cycle never waits past its own interval, so one bad engine delays nobody.
+  again, and the cycle waits at most its interval (the timeout + 0.5 s where the timeout fills the
+  interval), so one bad engine delays nobody.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import http.client
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import Protocol
@@ -242,39 +243,16 @@ class Collector:
     def run_cycle(self) -> Snapshot:
         """Scrape every current target and the GPUs, update state, render; returns the snapshot."""
         t0 = time.perf_counter()
-        cycle_deadline = t0 + max(self.cfg.interval, self.cfg.timeout + 0.5)
         targets = {t.key: t for t in self._discovery.targets()}
-        started: dict[str, Future[Outcome]] = {}
-        for key, target in targets.items():
-            if key in self._in_flight:  # still stuck from an earlier cycle: do not pile up threads
-                continue
-            fut = self._pool.submit(self._scrape_one, target)
-            started[key] = self._in_flight[key] = fut
-            fut.add_done_callback(self._forget(key))
-        if self._gpu_source is not None and self._gpu_future is None:
-            self._gpu_future = self._pool.submit(self._gpu_source.collect)
-        wait(list(started.values()), timeout=max(0.0, cycle_deadline - time.perf_counter()))
-        if self._gpu_future is not None:  # NVML gets the per-target timeout too, not the whole interval
-            wait([self._gpu_future], timeout=max(0.0, t0 + self.cfg.timeout - time.perf_counter()))
-
+        started = self._start(targets)
+        self._wait(started, t0)
         now = self._clock()
-        states: dict[str, TargetState] = {}
-        for key, target in targets.items():
-            prev = self._states.get(key) or TargetState(target=target)
-            done = started.get(key)
-            if done is not None and done.done():
-                outcome = done.result()
-            else:
-                outcome = Outcome(at=now, duration=time.perf_counter() - t0,
-                                  error=ScrapeError("timeout", "still running at the end of the cycle"))
-            if outcome.error is not None and (prev.up or prev.last_error != str(outcome.error)):
-                log.warning("scrape %s failed: %s", target.url, outcome.error)
-            states[key] = record(prev, target, outcome, self._started_at)
-        self._states = states  # targets no longer discovered are forgotten, with all their series
+        # targets no longer discovered are forgotten, with all their series
+        self._states = self._fold(targets, started, now, time.perf_counter() - t0)
         self._collect_gpus()
         snapshot = Snapshot(
             node=self.cfg.node_name,
-            targets=tuple(states[k] for k in sorted(states)),
+            targets=tuple(self._states[k] for k in sorted(self._states)),
             gpus=self._gpus,
             cycle_seconds=time.perf_counter() - t0,
             discovery_errors=self._discovery.errors,
@@ -284,6 +262,46 @@ class Collector:
         with self._lock:
             self._body, self._gzipped, self._last_cycle_at = body, None, now
         return snapshot
+
+    def _start(self, targets: Mapping[str, Target]) -> dict[str, Future[Outcome]]:
+        """Submit this cycle's scrapes, and an NVML read unless the last one is still running.
+
+        A target still stuck from an earlier cycle is skipped, so a hung engine holds one thread, not one
+        per cycle."""
+        started: dict[str, Future[Outcome]] = {}
+        for key, target in targets.items():
+            if key in self._in_flight:
+                continue
+            fut = self._pool.submit(self._scrape_one, target)
+            started[key] = self._in_flight[key] = fut
+            fut.add_done_callback(self._forget(key))
+        if self._gpu_source is not None and self._gpu_future is None:
+            self._gpu_future = self._pool.submit(self._gpu_source.collect)
+        return started
+
+    def _wait(self, started: Mapping[str, Future[Outcome]], t0: float) -> None:
+        """Engines get until the cycle's deadline; NVML the per-target timeout, not the whole interval."""
+        cycle_deadline = t0 + max(self.cfg.interval, self.cfg.timeout + 0.5)
+        wait(list(started.values()), timeout=max(0.0, cycle_deadline - time.perf_counter()))
+        if self._gpu_future is not None:
+            wait([self._gpu_future], timeout=max(0.0, t0 + self.cfg.timeout - time.perf_counter()))
+
+    def _fold(self, targets: Mapping[str, Target], started: Mapping[str, Future[Outcome]], now: float,
+              elapsed: float) -> dict[str, TargetState]:
+        """Each target's new state; a scrape not finished (or not started: stuck) counts as a timeout."""
+        states: dict[str, TargetState] = {}
+        for key, target in targets.items():
+            prev = self._states.get(key) or TargetState(target=target)
+            done = started.get(key)
+            if done is not None and done.done():
+                outcome = done.result()
+            else:
+                outcome = Outcome(at=now, duration=elapsed,
+                                  error=ScrapeError("timeout", "still running at the end of the cycle"))
+            if outcome.error is not None and (prev.up or prev.last_error != str(outcome.error)):
+                log.warning("scrape %s failed: %s", target.url, outcome.error)
+            states[key] = record(prev, target, outcome, self._started_at)
+        return states
 
     def _collect_gpus(self) -> None:
         fut = self._gpu_future
@@ -308,13 +326,10 @@ class Collector:
             return self._gzipped
 
     def healthy(self) -> bool:
-        """A cycle completed within the last three intervals."""
+        """A cycle completed within the last three intervals (plus one timeout, for a slow last cycle)."""
         with self._lock:
             last = self._last_cycle_at
         return last is not None and self._clock() - last <= 3 * self.cfg.interval + self.cfg.timeout
-
-    def states(self) -> Sequence[TargetState]:
-        return tuple(self._states.values())
 
     # -- the background loops ----------------------------------------------------------------------
 
