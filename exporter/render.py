@@ -9,13 +9,14 @@ exporter.vocabulary; nothing here invents a name except the exporter's own healt
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from exporter.collect import Snapshot, TargetState
 from exporter.errors import REASONS
 from exporter.model import EngineMetrics, GpuMetrics, Histogram
 from exporter.vocabulary import (
     ENGINE_INFO,
+    ENGINE_LABELS,
     ENGINE_LAST_SUCCESS,
     ENGINE_METRICS,
     ENGINE_STARTUP,
@@ -50,8 +51,22 @@ def fmt(value: float) -> str:
     return repr(float(value))
 
 
-def labelset(names: Iterable[str], values: Iterable[str]) -> str:
-    return ",".join(f'{n}="{escape(v)}"' for n, v in zip(names, values, strict=True))
+class LabelSet:
+    """The text of one label set (`a="x",b="y"`), names and order fixed once: `LabelSet(names)(*values)`."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self._arity = len(names)
+        self._template = ",".join(f'{name}="{{}}"' for name in names)
+
+    def __call__(self, *values: str) -> str:
+        if len(values) != self._arity:
+            raise ValueError(f"{len(values)} label values for {self._arity} names: {values!r}")
+        return self._template.format(*map(escape, values))
+
+
+_ENGINE_LABELSET = LabelSet(ENGINE_LABELS)
+_GPU_LABELSET = LabelSet(GPU_LABELS)
+_TARGET_LABELSET = LabelSet(TARGET_LABELS)
 
 
 def _family(out: list[str], name: str, mtype: str, help_text: str, lines: Iterable[str]) -> None:
@@ -65,8 +80,7 @@ def _family(out: list[str], name: str, mtype: str, help_text: str, lines: Iterab
 
 def _engine_labels(model: str, engine: str, role: str, st: TargetState, node: str) -> str:
     t = st.target
-    return (f'model="{escape(model)}",engine="{escape(engine)}",role="{escape(role)}",'
-            f'namespace="{escape(t.namespace)}",pod="{escape(t.pod)}",node="{escape(t.node or node)}"')
+    return _ENGINE_LABELSET(model, engine, role, t.namespace, t.pod, t.node or node)
 
 
 def _histogram(name: str, labels: str, h: Histogram) -> Iterator[str]:
@@ -127,8 +141,8 @@ def _render_engines(out: list[str], snapshot: Snapshot) -> None:
 
 def _gpu_labels(g: GpuMetrics, node: str) -> str:
     a = g.attribution
-    return labelset(GPU_LABELS, (g.index, g.uuid, g.gpu_model, g.mig_profile, node, a.get("namespace", ""),
-                                 a.get("pod", ""), a.get("container", "")))
+    return _GPU_LABELSET(g.index, g.uuid, g.gpu_model, g.mig_profile, node, a.get("namespace", ""),
+                         a.get("pod", ""), a.get("container", ""))
 
 
 def _render_gpus(out: list[str], snapshot: Snapshot) -> None:
@@ -142,8 +156,8 @@ def _render_gpus(out: list[str], snapshot: Snapshot) -> None:
 
 
 def _render_health(out: list[str], snapshot: Snapshot) -> None:
-    target_labels = [(labelset(TARGET_LABELS, (st.target.url, st.target.namespace, st.target.pod,
-                                               st.target.node or snapshot.node)), st) for st in snapshot.targets]
+    target_labels = [(_TARGET_LABELSET(st.target.url, st.target.namespace, st.target.pod,
+                                       st.target.node or snapshot.node), st) for st in snapshot.targets]
     _family(out, EXPORTER_SCRAPE_DURATION, "gauge", "How long the last scrape of this target took (fetch + parse).",
             (f"{EXPORTER_SCRAPE_DURATION}{{{lab}}} {fmt(st.last_duration)}\n"
              for lab, st in target_labels if st.last_duration is not None))
