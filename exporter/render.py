@@ -92,25 +92,27 @@ def _histogram(name: str, labels: str, h: Histogram) -> Iterator[str]:
 def _engine_series(snapshot: Snapshot) -> tuple[list[tuple[str, EngineMetrics, TargetState]],
                                                  list[tuple[str, TargetState]]]:
     """(labels, metrics, state) for each live series, and (labels, state) for each up/last-success
-    series. A label set already claimed by an earlier target (two targets saying the same model and
-    pod) is dropped with its series, so the exposition never carries a duplicate."""
+    series. An up target's series are its metrics (its `identities` are derived from them); a down
+    one keeps the identities of its last success. A label set already claimed (two targets saying
+    the same model and pod, or an adapter repeating one) is dropped with its series, so the
+    exposition never carries a duplicate; each label set is formatted once."""
     live: list[tuple[str, EngineMetrics, TargetState]] = []
     status: list[tuple[str, TargetState]] = []
     seen: set[str] = set()
     for st in snapshot.targets:
-        mine: set[str] = set()
+        if st.up and st.metrics:
+            for m in st.metrics:
+                labels = _engine_labels(m.model, m.engine, m.role, st, snapshot.node)
+                if labels not in seen:
+                    seen.add(labels)
+                    status.append((labels, st))
+                    live.append((labels, m, st))
+            continue
         for model, engine, role in st.identities or (st.fallback_identity(),):
             labels = _engine_labels(model, engine, role, st, snapshot.node)
             if labels not in seen:
                 seen.add(labels)
-                mine.add(labels)
                 status.append((labels, st))
-        if st.up:
-            for m in st.metrics:
-                labels = _engine_labels(m.model, m.engine, m.role, st, snapshot.node)
-                if labels in mine:
-                    mine.discard(labels)  # one series per label set, even if an adapter repeats one
-                    live.append((labels, m, st))
     return live, status
 
 
