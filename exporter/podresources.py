@@ -27,16 +27,17 @@ import re
 import stat
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import grpc
 
+from exporter.config import POD_RESOURCES_SOCKET
 from exporter.model import GpuMetrics
 from exporter.podresources_v1 import api_pb2, api_pb2_grpc
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+DEFAULT_SOCKET = POD_RESOURCES_SOCKET
 DEFAULT_TIMEOUT_S = 10.0  # dcgm-exporter's dial timeout
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
@@ -74,13 +75,14 @@ def gpu_owners(response: Any, extra_resource_names: Iterable[str] = ()) -> dict[
                 if not is_gpu_resource(devices.resource_name, extra):
                     continue
                 for device_id in devices.device_ids:
-                    key = normalize_device_id(device_id)
-                    if key not in owners or owner < owners[key]:
-                        owners[key] = owner
+                    _keep_first(owners, normalize_device_id(device_id), owner)
     return owners
 
 
-def _keep_first(table: dict[str, tuple[str, str, str]], key: str, owner: tuple[str, str, str]) -> None:
+_Owner = TypeVar("_Owner", bound=tuple[str, str, str])
+
+
+def _keep_first(table: dict[str, _Owner], key: str, owner: _Owner) -> None:
     """A device shared by several containers (time-slicing) goes to the first by namespace/pod/container."""
     if key not in table or owner < table[key]:
         table[key] = owner
@@ -103,10 +105,10 @@ def attribute(gpus: list[GpuMetrics], owners: Mapping[str, tuple[str, str, str]]
             _keep_first(by_uuid, key, device_owner)
     out = []
     for gpu in gpus:
-        owner: tuple[str, str, str] | None = by_uuid.get(gpu.uuid) if gpu.uuid else None
+        owner = by_uuid.get(gpu.uuid) if gpu.uuid else None
         if owner is None and gpu.mig_profile:
             owner = by_index.get(gpu.index)
-        attribution = ({"namespace": owner[0], "pod": owner[1], "container": owner[2]} if owner else {})
+        attribution = {"namespace": owner[0], "pod": owner[1], "container": owner[2]} if owner else {}
         out.append(replace(gpu, attribution=attribution))
     return out
 
