@@ -21,6 +21,7 @@ import yaml
 
 from exporter.model import Target
 from exporter.vocabulary import ENGINES, ROLES
+from keda_llm.durations import parse_duration as _go_duration
 
 #: Where Kubernetes mounts a pod's service-account credentials.
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -83,20 +84,20 @@ class ExporterConfig:
         return parse_listen(self.listen, "listen")
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
-_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 _SIZE = re.compile(r"^\s*(\d+)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$")
 _SIZE_UNIT = {None: 1, "B": 1, "KB": 1000, "KiB": 1024, "MB": 1000**2, "MiB": 1024**2, "GB": 1000**3, "GiB": 1024**3}
 
 
 def parse_duration(value: object, key: str) -> float:
-    """Seconds from a number or a Go-style string ("500ms", "5s", "2m"): the form Kubernetes users write."""
-    if isinstance(value, bool):
-        raise ConfigError(key, value, "expected a duration such as 5s or 500ms")
-    if isinstance(value, int | float):
+    """Seconds from a number or a Go duration string ("500ms", "5s", "1m30s"), the grammar the scaler's
+    ScaledObject metadata uses too (keda_llm.durations)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
         seconds = float(value)
-    elif isinstance(value, str) and (m := _DURATION.match(value)):
-        seconds = float(m.group(1)) * _UNIT[m.group(2)]
+    elif isinstance(value, str):
+        try:
+            seconds = _go_duration(value)
+        except ValueError as e:
+            raise ConfigError(key, value, str(e)) from None
     else:
         raise ConfigError(key, value, "expected a duration such as 5s or 500ms")
     if not math.isfinite(seconds) or seconds <= 0:

@@ -121,6 +121,7 @@ def test_errors_name_the_key_and_the_value(data: dict[str, object], key: str, va
 
 @pytest.mark.parametrize(("text", "seconds"), [
     ("5s", 5.0), ("500ms", 0.5), ("2m", 120.0), ("1h", 3600.0), ("1.5", 1.5), (3, 3.0), (0.25, 0.25),
+    ("1m30s", 90.0), (" 2h15m ", 8100.0),
 ])
 def test_durations(text: str | float, seconds: float) -> None:
     assert parse_duration(text, "k") == seconds

@@ -1,0 +1,33 @@
+"""Go `time.ParseDuration` strings (`90s`, `1h30m`, `500ms`) to seconds: the one duration grammar.
+
+Kubernetes users write durations the Go way in every file they touch, so the exporter's config and
+the ScaledObject metadata the scaler reads should accept the same spellings. Errors are plain
+ValueErrors saying what is wrong; each caller wraps them with the key it was reading.
+"""
+
+from __future__ import annotations
+
+import re
+
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_NUMBER = re.compile(r"\d+(?:\.\d*)?|\.\d+")
+_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from Go duration syntax, or from a bare number of seconds. Surrounding blanks are ignored."""
+    s = text.strip()
+    if not s:
+        raise ValueError("empty duration")
+    if _NUMBER.fullmatch(s):
+        return float(s)
+    if s.startswith("-"):
+        raise ValueError("a duration cannot be negative")
+    pos, total = 0, 0.0
+    while pos < len(s):
+        m = _PART.match(s, pos)
+        if m is None:
+            raise ValueError("not a duration: use Go syntax such as 90s, 10m, 1h30m, 500ms, or a number of seconds")
+        total += float(m.group(1)) * _UNITS[m.group(2)]
+        pos = m.end()
+    return total
