@@ -207,36 +207,11 @@ def parse_config(data: object, env: Mapping[str, str] | None = None) -> Exporter
         raise ConfigError("timeout", top.get("timeout", d.timeout),
                           f"must not exceed interval ({interval:g}s): a cycle would overrun the next")
     node = _str(top.get("node_name", "") or env.get("NODE_NAME", ""), "node_name")
-    raw_targets = top.get("targets") or []
-    if not isinstance(raw_targets, list):
-        raise ConfigError("targets", raw_targets, "expected a list")
-    targets = tuple(parse_target(t, f"targets[{i}]", node) for i, t in enumerate(raw_targets))
-    seen: set[str] = set()
-    for i, t in enumerate(targets):
-        if t.url in seen:
-            raise ConfigError(f"targets[{i}].url", t.url, "listed twice")
-        seen.add(t.url)
-
-    kd = KubernetesConfig()
-    k = _mapping(top.get("kubernetes"), "kubernetes", {"enabled", "refresh_interval", "api_server", "token_file",
-                                                       "ca_file"})
-    kube = KubernetesConfig(
-        enabled=_bool(k.get("enabled", kd.enabled), "kubernetes.enabled"),
-        refresh_interval=parse_duration(k.get("refresh_interval", kd.refresh_interval), "kubernetes.refresh_interval"),
-        api_server=_str(k.get("api_server", kd.api_server), "kubernetes.api_server"),
-        token_file=_str(k.get("token_file", kd.token_file), "kubernetes.token_file"),
-        ca_file=_str(k.get("ca_file", kd.ca_file), "kubernetes.ca_file"),
-    )
+    targets = _targets(top.get("targets") or [], node)
+    kube = _kubernetes(top.get("kubernetes"))
     if kube.enabled and not node:
         raise ConfigError("node_name", "", "kubernetes discovery needs this node's name (set NODE_NAME from "
                           "spec.nodeName through the downward API, or node_name)")
-
-    gd = GpuConfig()
-    g = _mapping(top.get("gpu"), "gpu", {"nvml", "pod_resources_socket"})
-    gpu = GpuConfig(
-        nvml=_bool(g.get("nvml", gd.nvml), "gpu.nvml"),
-        pod_resources_socket=_str(g.get("pod_resources_socket", gd.pod_resources_socket), "gpu.pod_resources_socket"),
-    )
     return ExporterConfig(
         listen=listen,
         interval=interval,
@@ -245,7 +220,41 @@ def parse_config(data: object, env: Mapping[str, str] | None = None) -> Exporter
         node_name=node,
         targets=targets,
         kubernetes=kube,
-        gpu=gpu,
+        gpu=_gpu(top.get("gpu")),
+    )
+
+
+def _targets(value: object, node: str) -> tuple[Target, ...]:
+    """The static targets; a URL listed twice is refused (it would be scraped and exported twice)."""
+    if not isinstance(value, list):
+        raise ConfigError("targets", value, "expected a list")
+    targets = tuple(parse_target(t, f"targets[{i}]", node) for i, t in enumerate(value))
+    seen: set[str] = set()
+    for i, t in enumerate(targets):
+        if t.url in seen:
+            raise ConfigError(f"targets[{i}].url", t.url, "listed twice")
+        seen.add(t.url)
+    return targets
+
+
+def _kubernetes(value: object) -> KubernetesConfig:
+    d = KubernetesConfig()
+    k = _mapping(value, "kubernetes", {"enabled", "refresh_interval", "api_server", "token_file", "ca_file"})
+    return KubernetesConfig(
+        enabled=_bool(k.get("enabled", d.enabled), "kubernetes.enabled"),
+        refresh_interval=parse_duration(k.get("refresh_interval", d.refresh_interval), "kubernetes.refresh_interval"),
+        api_server=_str(k.get("api_server", d.api_server), "kubernetes.api_server"),
+        token_file=_str(k.get("token_file", d.token_file), "kubernetes.token_file"),
+        ca_file=_str(k.get("ca_file", d.ca_file), "kubernetes.ca_file"),
+    )
+
+
+def _gpu(value: object) -> GpuConfig:
+    d = GpuConfig()
+    g = _mapping(value, "gpu", {"nvml", "pod_resources_socket"})
+    return GpuConfig(
+        nvml=_bool(g.get("nvml", d.nvml), "gpu.nvml"),
+        pod_resources_socket=_str(g.get("pod_resources_socket", d.pod_resources_socket), "gpu.pod_resources_socket"),
     )
 
 
