@@ -466,12 +466,9 @@ class _Exporter:
     """The real exporter: Collector + HTTP server, discovering pods from the cluster's pod list."""
 
     def __init__(self, sc: Scenario, cluster: Cluster) -> None:
-        from exporter.collect import Collector
+        from exporter.cli import build_collector
         from exporter.config import parse_config
-        from exporter.discovery import Discovery
-        from exporter.engines import normalize
         from exporter.fake_nvml import FakeNvml
-        from exporter.render import render
         from exporter.server import create_server
 
         cfg = parse_config({
@@ -479,8 +476,8 @@ class _Exporter:
             "kubernetes": {"enabled": True, "refresh_interval": 1.0},
             "gpu": {"nvml": True, "pod_resources_socket": ""},
         }, env={})
-        self.collector = Collector(cfg, Discovery(cfg, lambda node: cluster.pod_list()), normalize, render,
-                                   _PodGpus(FakeNvml(cluster.gpus), cluster))
+        self.collector = build_collector(cfg, gpu_source=_PodGpus(FakeNvml(cluster.gpus), cluster),
+                                         list_pods=lambda node: cluster.pod_list())
         self.server, port = create_server(cfg.listen_address, self.collector)
         self.url = f"http://127.0.0.1:{port}/metrics"
 
@@ -618,7 +615,8 @@ class View:
 
 
 def _families(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    from prometheus_client.parser import text_string_to_metric_families
+    """Sample name -> (labels, value) of one exposition, read with the exporter's own parser."""
+    from exporter.parse import parse
 
     try:
         with urllib.request.urlopen(url, timeout=2) as resp:
@@ -626,9 +624,8 @@ def _families(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     except OSError:
         return {}
     out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out.setdefault(s.name, []).append((dict(s.labels), float(s.value)))
+    for s in parse(text):
+        out.setdefault(s.name, []).append((s.labels, s.value))
     return out
 
 
@@ -656,11 +653,11 @@ def observe(t: float, sc: Scenario, cluster: Cluster, exporter_url: str, scaler_
     view.gpu_util = sum(used) / len(used) if used else None
     view.power_w = sum(power) if power else None
     sf = _families(scaler_http + "/metrics")
-    desired = [v for labels, v in sf.get("keda_llm_scaler_desired_replicas", []) if labels.get("model") == MODEL]
-    active = [v for labels, v in sf.get("keda_llm_scaler_active", []) if labels.get("model") == MODEL]
+    desired = _model_values(sf, "keda_llm_scaler_desired_replicas")
+    active = _model_values(sf, "keda_llm_scaler_active")
     reasons = [labels.get("reason", "") for labels, v in sf.get("keda_llm_scaler_decision_reason", [])
                if v == 1 and labels.get("model") == MODEL]
-    panic = [v for labels, v in sf.get("keda_llm_scaler_panic", []) if labels.get("model") == MODEL]
+    panic = _model_values(sf, "keda_llm_scaler_panic")
     view.desired = desired[0] if desired else None
     view.active = bool(active[0]) if active else None
     view.reason = reasons[0] if reasons else ""
@@ -719,7 +716,6 @@ class _LogCollector(logging.Handler):
             self.errors.append(f"{record.name}: {record.getMessage()}")
         else:
             self.warnings += 1
-
 
 
 CONTROL_WORDS = {
