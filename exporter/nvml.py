@@ -135,6 +135,12 @@ class _DeviceDown(Exception):
         self.error = error
 
 
+def _unreachable(device: _Device) -> _Device:
+    """`device` and its MIG slices without handles: reported down under the identity they had."""
+    return _Device(device.index, device.uuid, device.gpu_model, device.mig_profile,
+                   children=[_unreachable(c) for c in device.children])
+
+
 def _code(error: Exception) -> int:
     value = getattr(error, "value", None)
     return value if isinstance(value, int) else -1
@@ -252,9 +258,7 @@ class NvmlCollector:
             except nvml.NVMLError as error:
                 before = known.get(index)
                 self._log_down(before.uuid if before else index, error)
-                devices.append(_Device(index, before.uuid, before.gpu_model, children=[
-                    _Device(c.index, c.uuid, c.gpu_model, c.mig_profile) for c in before.children])
-                    if before else _Device(index, "", ""))
+                devices.append(_unreachable(before) if before else _Device(index, "", ""))
                 continue
             try:
                 children = self._discover_migs(handle, index, uuid, name)
