@@ -79,6 +79,18 @@ def _container_start(pod: Mapping[str, Any], name: str) -> float | None:
     return None
 
 
+def _port(container: Mapping[str, Any], annotated: str | None) -> str | None:
+    """The port number: the annotation's (a number, or a containerPort's name), else the first declared."""
+    ports = container.get("ports") or []
+    if annotated is not None and not annotated.isdigit():
+        port = next((str(p.get("containerPort")) for p in ports if p.get("name") == annotated), None)
+    elif annotated is None:
+        port = str(ports[0].get("containerPort")) if ports else None
+    else:
+        port = annotated
+    return port if port and port.isdigit() else None
+
+
 def pod_to_target(pod: Mapping[str, Any], node: str) -> Target | None:
     """The target for one opted-in, running pod; None (with a debug log) when it cannot be scraped yet."""
     meta = pod.get("metadata") or {}
@@ -95,13 +107,8 @@ def pod_to_target(pod: Mapping[str, Any], node: str) -> Target | None:
     if container is None:
         log.warning("pod %s: %s names no container of this pod", name, CONTAINER)
         return None
-    port = ann.get(PORT)
-    ports = container.get("ports") or []
-    if port is not None and not port.isdigit():
-        port = next((str(p["containerPort"]) for p in ports if p.get("name") == port), None)
-    elif port is None and ports:
-        port = str(ports[0].get("containerPort"))
-    if not port or not port.isdigit():
+    port = _port(container, ann.get(PORT))
+    if port is None:
         log.warning("pod %s: no port (set %s or declare a containerPort)", name, PORT)
         return None
     scheme = ann.get(SCHEME, "http")
@@ -207,6 +214,7 @@ class Discovery:
 
     def __init__(self, cfg: ExporterConfig, list_pods: Callable[[str], Mapping[str, Any]] | None = None) -> None:
         self._static = list(cfg.targets)
+        self._static_urls = frozenset(t.url for t in cfg.targets)  # a static target wins over a pod
         self._node = cfg.node_name
         self._list_pods = list_pods
         self._kube: list[Target] = []
@@ -237,5 +245,4 @@ class Discovery:
     def targets(self) -> list[Target]:
         with self._lock:
             kube = self._kube
-        static_urls = {t.url for t in self._static}
-        return self._static + [t for t in kube if t.url not in static_urls]
+        return self._static + [t for t in kube if t.url not in self._static_urls]
