@@ -113,7 +113,7 @@ def bench_cpu(calls: int) -> list[str]:
 
 
 def bench_sim(trace_name: str, minutes: float, preset_name: str, rate_scale: float) -> list[str]:
-    from simulator.policies import OursController, default_scaledobject
+    from simulator.policies import OursController, build_controller, default_scaledobject
     from simulator.presets import PRESETS
     from simulator.report import Slo, summarize
     from simulator.run import Backtest, concurrency_target, simulate
@@ -143,6 +143,13 @@ def bench_sim(trace_name: str, minutes: float, preset_name: str, rate_scale: flo
                         f"{s.ttft_p90_s:.2f} | {s.ttft_p99_s:.2f} | {s.scale_events} | {s.cold_starts} | "
                         f"{time.process_time() - start:.0f} |")
             print(rows[-1], file=sys.stderr)
+    base = build_controller("concurrency", model=preset.model.name, max_replicas=backtest.max_replicas,
+                            concurrency_target=target, static_replicas=1)
+    start = time.process_time()
+    s = summarize(simulate(trace, backtest, base, mode_sim), Slo())
+    rows.append(f"| (baseline: KEDA on running+waiting, HPA defaults) | - | {s.slo_attainment * 100:.2f}% | "
+                f"{s.gpu_hours:.2f} | {s.ttft_p90_s:.2f} | {s.ttft_p99_s:.2f} | {s.scale_events} | {s.cold_starts} | "
+                f"{time.process_time() - start:.0f} |")
     return [
         "## Backtest: reactive vs hybrid", "",
         f"Trace `{trace_name}`, first {minutes:g} min, rate x{rate_scale:g} ({len(trace)} requests), "
