@@ -46,6 +46,7 @@ class SimReplica:
     removed_at: float | None = None  # scale-down picked it
     gone_at: float | None = None
     busy_prev: float = 0.0  # engine busy seconds at the previous observation (GPU utilization)
+    step_end: float = 0.0  # when the engine step in flight ends (its time is counted busy up front)
 
     @property
     def pod(self) -> str:

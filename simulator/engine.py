@@ -260,6 +260,7 @@ class Simulation:
     def _step(self, r: SimReplica) -> None:
         res = r.engine.step(self.now, self._next_arrival_time())
         r.stepping = True
+        r.step_end = self.now + res.duration
         self.push(self.now + res.duration, STEP, (r, res.finished))
 
     def _on_step(self, obj: tuple[SimReplica, list[Request]]) -> None:
@@ -341,7 +342,7 @@ class Simulation:
                 samples.append(ReplicaSample(pod=r.pod, timestamp=0.0, up=False))
                 continue
             c = eng.counters
-            busy = c.busy_s
+            busy = c.busy_s - max(0.0, r.step_end - now)  # the engine adds a step's time when it starts it
             util = min(1.0, (busy - r.busy_prev) / dt) if dt > 0 else 0.0
             r.busy_prev = busy
             utils.append(max(0.0, util))
