@@ -146,6 +146,13 @@ def _starts(groups: np.ndarray) -> np.ndarray:
     return out
 
 
+def _lengths(starts: np.ndarray, n: int) -> np.ndarray:
+    lens = np.empty(len(starts), dtype=np.int64)
+    lens[:-1] = starts[1:] - starts[:-1]
+    lens[-1] = n - starts[-1]
+    return lens
+
+
 def segment_cumsum(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
     """Cumulative sums restarting at each new group (`groups` sorted, equal groups adjacent)."""
     if not len(values):
@@ -154,8 +161,7 @@ def segment_cumsum(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
     starts = _starts(groups)
     base = np.zeros(len(starts))
     base[1:] = cum[starts[1:] - 1]
-    lens = np.diff(starts, append=len(values))
-    out: np.ndarray = cum - np.repeat(base, lens)
+    out: np.ndarray = cum - np.repeat(base, _lengths(starts, len(values)))
     return out
 
 
@@ -164,8 +170,7 @@ def segment_rank(groups: np.ndarray) -> np.ndarray:
     if not len(groups):
         return groups
     starts = _starts(groups)
-    lens = np.diff(starts, append=len(groups))
-    out: np.ndarray = np.arange(len(groups)) - np.repeat(starts, lens)
+    out: np.ndarray = np.arange(len(groups)) - np.repeat(starts, _lengths(starts, len(groups)))
     return out
 
 

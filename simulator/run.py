@@ -48,12 +48,15 @@ class Backtest:
     mode: Mode = "auto"
     oracle_bucket_s: float | None = None  # None: 60 s up to 2 h of trace, 300 s beyond
     oracle_target: float = 0.99
+    fluid_dt_s: float = 0.25  # the fluid mode's time slice: larger is faster and coarser
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         if self.max_replicas < 1:
             raise ValueError(f"max_replicas must be >= 1, got {self.max_replicas}")
+        if not self.fluid_dt_s > 0:
+            raise ValueError(f"fluid time slice must be > 0 seconds, got {self.fluid_dt_s}")
 
     def sim_config(self) -> SimConfig:
         p = self.preset
@@ -79,7 +82,7 @@ class Backtest:
             "cold_start_p90_s": round(cs.quantile(0.9), 1), "slo_ttft_s": self.slo.ttft_s, "slo_itl_s": self.slo.itl_s,
             "seed": self.seed, "routing": self.routing, "max_wait_s": self.max_wait_s,
             "collection_interval_s": self.collection_interval_s, "max_replicas": self.max_replicas,
-            "mode": self.mode, "oracle_target": self.oracle_target,
+            "mode": self.mode, "oracle_target": self.oracle_target, "fluid_dt_s": self.fluid_dt_s,
             "scaledobject": None if self.scaledobject is None else {
                 "name": self.scaledobject.name, "namespace": self.scaledobject.namespace,
                 "pollingInterval": self.scaledobject.polling_interval_s,
@@ -98,7 +101,8 @@ def simulate(trace: Trace, backtest: Backtest, controller: Controller, mode: Lit
     if mode == "fluid":
         from simulator.fluid import FluidSimulation
 
-        fluid: SimResult = FluidSimulation(trace, config, controller, progress=progress).run()
+        fluid: SimResult = FluidSimulation(trace, config, controller, progress=progress,
+                                           dt_s=backtest.fluid_dt_s).run()
         return fluid
     return Simulation(trace, config, controller, progress=progress).run()
 

@@ -12,7 +12,7 @@ import pytest
 
 from simulator.controllers import PodPlan, ScheduleController
 from simulator.engine import Controller
-from simulator.fluid import scalar_step
+from simulator.fluid import scalar_step, segment_cumsum, segment_rank
 from simulator.perf import ConstantPerf
 from simulator.policies import build_controller
 from simulator.presets import get_preset
@@ -50,3 +50,10 @@ def test_scalar_step_time_is_the_perf_model() -> None:
         want = perf.step_times(cases[:, 0], cases[:, 1], cases[:, 2])
         got = [scalar_step(perf)(*row) for row in cases.tolist()]
         assert got == pytest.approx(want.tolist(), rel=1e-12)
+
+
+def test_segment_sums_restart_per_replica() -> None:
+    groups = np.array([0, 0, 1, 1, 1, 3])
+    values = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    assert segment_cumsum(values, groups).tolist() == [1.0, 3.0, 3.0, 7.0, 12.0, 6.0]
+    assert segment_rank(groups).tolist() == [0, 1, 0, 1, 2, 0]
