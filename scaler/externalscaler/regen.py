@@ -6,7 +6,8 @@
 Why a script rather than a bare protoc line: grpcio-tools writes `import externalscaler_pb2` (a
 top-level import), which breaks once the stubs live in a package; this rewrites it to a relative
 import, the same way every time, so regeneration is byte-reproducible and testable.
-Needs grpcio-tools==1.85.1 (other versions stamp a different version into the files).
+The protoc call itself is keda_llm.protogen's, shared with exporter/podresources_v1. Needs
+grpcio-tools==1.85.1 (other versions stamp a different version into the files).
 """
 
 from __future__ import annotations
@@ -16,35 +17,24 @@ import sys
 import tempfile
 from pathlib import Path
 
+from keda_llm.protogen import protoc, stub_names
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 PROTO_DIR = PACKAGE_DIR.parents[1] / "proto"
 PROTO_NAME = "externalscaler.proto"
-GENERATED = ("externalscaler_pb2.py", "externalscaler_pb2.pyi", "externalscaler_pb2_grpc.py")
-_TOP_LEVEL_IMPORT = "import externalscaler_pb2 as externalscaler__pb2"
-_PACKAGE_IMPORT = "from . import externalscaler_pb2 as externalscaler__pb2"
+GENERATED = stub_names(Path(PROTO_NAME))
+_TOP_LEVEL_IMPORT = b"import externalscaler_pb2 as externalscaler__pb2"
+_PACKAGE_IMPORT = b"from . import externalscaler_pb2 as externalscaler__pb2"
 
 
 def generate(out_dir: Path, proto_dir: Path = PROTO_DIR) -> dict[str, bytes]:
-    """Run protoc (from grpcio-tools) into `out_dir`; return {file name: bytes} after the import fix."""
-    from grpc_tools import protoc  # dev-only dependency: imported here, not at module import
-
-    args = [
-        "grpc_tools.protoc",
-        f"-I{proto_dir}",
-        f"--python_out={out_dir}",
-        f"--pyi_out={out_dir}",
-        f"--grpc_python_out={out_dir}",
-        str(proto_dir / PROTO_NAME),
-    ]
-    rc = protoc.main(args)
-    if rc != 0:
-        raise RuntimeError(f"protoc failed with exit code {rc} for {proto_dir / PROTO_NAME}")
+    """Run protoc into `out_dir` (keda_llm.protogen); return {file name: bytes} after the import fix."""
     files: dict[str, bytes] = {}
-    for name in GENERATED:
-        data = (out_dir / name).read_bytes()
-        if name.endswith("_grpc.py"):
-            data = data.replace(_TOP_LEVEL_IMPORT.encode(), _PACKAGE_IMPORT.encode())
-        files[name] = data
+    for path in protoc(proto_dir, proto_dir / PROTO_NAME, out_dir):
+        data = path.read_bytes()
+        if path.name.endswith("_grpc.py"):
+            data = data.replace(_TOP_LEVEL_IMPORT, _PACKAGE_IMPORT)
+        files[path.name] = data
     return files
 
 
