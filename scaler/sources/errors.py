@@ -6,7 +6,7 @@ broken (down, slow, answering garbage) rather than a bare "error".
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 SourceReason = Literal[
     "dns",  # the exporters' Service name did not resolve
@@ -20,10 +20,8 @@ SourceReason = Literal[
     "result_type",  # Prometheus API: a result type the query cannot give (e.g. a matrix)
     "invalid_value",  # NaN / +-Inf / negative where a signal must be a number (counted, value dropped)
 ]
-SOURCE_REASONS: tuple[SourceReason, ...] = (
-    "dns", "connection", "timeout", "http_status", "too_large", "parse", "not_json", "api_error",
-    "result_type", "invalid_value",
-)
+#: Every reason, read off `SourceReason` so the two never disagree (as exporter/errors.py does).
+SOURCE_REASONS: tuple[SourceReason, ...] = get_args(SourceReason)
 
 
 class SourceError(Exception):
