@@ -254,6 +254,13 @@ class ScalerConfig:
                                     "Replica start-up time (bounds the pending-replica guard); unset: the largest "
                                     "`llm_engine_startup_seconds` seen, else 10m.", "3m", check=positive,
                                     shown_default="(measured)")
+    scale_down_delay: float | None = _key(None, "scaleDownDelay", parse_duration,
+                                          "Scale down only to the largest count decided within this window "
+                                          "(Knative `scale-down-delay`). Unset: the cold start (`coldStart`, "
+                                          "else measured, else 10m): a replica released now takes that long to "
+                                          "come back; 0 in `proactive` mode (the forecast looks that far "
+                                          "ahead). `0s`: Knative's default, no delay.", "5m",
+                                          check=in_range(0.0, 3600.0), shown_default="(coldStart)")
     mode: str = _key("reactive", "mode", one_of(*MODES),
                      "`reactive`: the Knative windows over demand seen; `proactive`: demand forecast one "
                      "`forecastHorizon` ahead; `hybrid`: the larger of the two (the forecast only adds replicas "

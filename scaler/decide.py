@@ -8,6 +8,7 @@ names the reason:
 2. policy + KPA    windowed demand -> Knative stable/panic decision with rate limits (windows.py)
 2b. forecast       mode proactive/hybrid: desired one horizon ahead (forecast.py); hybrid only adds
 3. pending guard   replicas still starting are supply that is coming: no scale-up past them
+3b. scale-down delay  the largest count decided within scaleDownDelay (default: the cold start) holds
 4. stale hold      some replica stopped reporting: never scale down on that
 5. min/max clamp   config overrides, else the ScaledObject's bounds
 6. zero            scaleToZero: inactive (0) after idleTimeout without demand; wake on demand/activation
@@ -24,7 +25,7 @@ from scaler.forecast import desired_series, forecast, horizon_seconds
 from scaler.history import Load, ModelHistory, Snapshot
 from scaler.model import Decision, NoData, PolicyState, Reason, WorkloadState
 from scaler.policy import NoSignal, demand
-from scaler.windows import KpaResult, ceil_replicas, initial_panic, kpa_step
+from scaler.windows import KpaResult, ceil_replicas, initial_panic, kpa_step, scale_down_delay
 
 DEFAULT_COLD_START = 600.0  # pending-guard bound when coldStart is unset and no engine reported its start-up
 PENDING_GUARD_FACTOR = 2.0  # the guard lets go after this many cold starts: pods stuck pending get help
@@ -157,7 +158,7 @@ def _forecast(x: _Inputs, step: _Step, kpa: KpaResult | None, details: dict[str,
     c = x.config
     if c.mode == "reactive" or kpa is None:
         return
-    cold = c.cold_start or x.snap.max_startup_seconds or DEFAULT_COLD_START
+    cold = _cold_start(x)
     horizon = horizon_seconds(cold, x.workload.polling_interval_s, c.forecast_horizon)
     current = max(details["desired_stable_raw"], details["desired_panic_raw"])
     times, values = desired_series(x.history, c, x.snap, x.now)
@@ -187,7 +188,7 @@ def _pending_guard(x: _Inputs, step: _Step, kpa: KpaResult | None, state: Policy
     PENDING_GUARD_FACTOR cold starts), no scale-up past the current count: the queue that builds
     meanwhile is what they will serve, not a reason for more."""
     pending_since = (x.now if state.pending_since is None else state.pending_since) if x.pending > 0 else None
-    cold = x.config.cold_start or x.snap.max_startup_seconds or DEFAULT_COLD_START
+    cold = _cold_start(x)
     details["cold_start_s"] = cold
     guarding = pending_since is not None and x.now - pending_since < PENDING_GUARD_FACTOR * cold
     if guarding and step.replicas > x.current:
@@ -196,6 +197,30 @@ def _pending_guard(x: _Inputs, step: _Step, kpa: KpaResult | None, state: Policy
             # Panic must not remember a count the guard refused, or it would jump there once they are up.
             state = replace(state, max_panic_pods=min(state.max_panic_pods, step.replicas))
     return replace(state, pending_since=pending_since)
+
+
+def _cold_start(x: _Inputs) -> float:
+    """The replica start-up time: `coldStart`, else the slowest start the engines reported, else 10 min."""
+    return x.config.cold_start or x.snap.max_startup_seconds or DEFAULT_COLD_START
+
+
+def _delay(x: _Inputs, step: _Step, state: PolicyState, details: dict[str, float]) -> PolicyState:
+    """Step 3b: Knative's scale-down delay, the count is the largest decided within the delay. Its default
+    is the cold start, where Knative's is 0: a Knative pod starts in seconds, an LLM replica in minutes,
+    and a replica released now that demand needs again within a cold start costs a cold start of queueing
+    (and a cold start of GPU time loading). Holding it idle for at most that long costs at most as much:
+    the ski-rental break-even. Recorded after the pending guard, so a count it refused is not replayed.
+    Unset in `proactive` mode it is 0: that forecast already sizes for demand one cold start ahead. It
+    never holds the last replica: going from 1 to 0 is idleTimeout's decision (step 6)."""
+    delay = x.config.scale_down_delay
+    if delay is None:
+        delay = 0.0 if x.config.mode == "proactive" else _cold_start(x)
+    held, window = scale_down_delay(state.recent_counts, step.replicas, x.now, delay)
+    details["scale_down_delay_s"] = delay
+    details["scale_down_delay_held"] = held
+    if held > max(step.replicas, 1):
+        step.set(held, Reason.SCALE_DOWN_DELAY)
+    return replace(state, recent_counts=window)
 
 
 def _stale_hold(x: _Inputs, step: _Step) -> None:
@@ -259,6 +284,7 @@ def decide(history: ModelHistory, config: ScalerConfig, state: PolicyState, work
     step, kpa, state = _windows(x, state, details)
     _forecast(x, step, kpa, details)
     state = _pending_guard(x, step, kpa, state, details)
+    state = _delay(x, step, state, details)
     _stale_hold(x, step)
     _bounds(x, step)
     active, last_demand = _zero(x, step, state, details)
@@ -267,6 +293,8 @@ def decide(history: ModelHistory, config: ScalerConfig, state: PolicyState, work
     reason = step.override or _base_reason(kpa, step.replicas, x.current)
     decision = Decision(step.replicas, reason.value, active, details)
     state = replace(state, last_demand_at=last_demand, active=active, last_replicas=step.replicas)
+    if not active:
+        state = replace(state, recent_counts=())  # asleep: no count from before the idle period comes back
     if config.advisory:
         # Step 7: decided and recorded; KEDA gets the current count.
         held_active = x.current > 0 if config.scale_to_zero else True

@@ -86,6 +86,7 @@ class Reason(str, Enum):
     MAX_CLAMP = "max_clamp"  # cut to maxReplicas
     FORECAST_UP = "forecast_up"  # proactive/hybrid: the demand forecast one horizon ahead asked for more
     FORECAST_DOWN = "forecast_down"  # proactive only: the forecast asked for fewer than the windows
+    SCALE_DOWN_DELAY = "scale_down_delay"  # a larger count decided within scaleDownDelay holds (Knative)
 
 
 class NoData(Exception):
@@ -114,3 +115,4 @@ class PolicyState:
     last_activation_at: float | None = None  # last external activation (POST /v1/activate, a peer's)
     pending_since: float | None = None  # when replicas started to be pending (pending-guard bound)
     last_replicas: int | None = None  # the last decided count (what was handed to KEDA)
+    recent_counts: tuple[tuple[float, int], ...] = ()  # scaleDownDelay's max-queue: (decided at, count)

@@ -79,3 +79,19 @@ def kpa_step(stable_desired: float, panic_desired: float, ready: int, panic_sinc
         desired = max_panic_pods
     return KpaResult(desired, stable, panic, dspc, dppc, max_up, max_down, panic_since is not None,
                      panic_since, max_panic_pods)
+
+
+DelayWindow = tuple[tuple[float, int], ...]  # (decided at, count), counts strictly decreasing: a max-queue
+
+
+def scale_down_delay(window: DelayWindow, desired: int, now: float, delay: float) -> tuple[int, DelayWindow]:
+    """Knative `scale-down-delay` (autoscaler.go `delayWindow`): record `desired` at `now` and answer the
+    largest count recorded within the last `delay` seconds, so a scale-down happens only once the lower
+    count has been asked for over a whole delay. A count recorded at t holds while now - t < delay.
+
+    The window is a max-queue: a newer count evicts every older one it is not below (they can never be the
+    maximum again), so it holds one entry per step down, not one per decision.
+    """
+    kept = tuple((t, n) for t, n in window if now - t < delay and n > desired)
+    kept += ((now, desired),)
+    return kept[0][1], kept

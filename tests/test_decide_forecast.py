@@ -141,9 +141,11 @@ def test_spike_that_vanishes_leaves_with_its_decay() -> None:
     - the peak guard, 10 x 2^(-(now - 305) / 165) while now - 305 <= 165:
       310: 9.79 -> 10, 320: 9.39 -> 10, 330: 9.003 -> 10, 340..360: 8.63, 8.28, 7.94 < 8.86 -> 9,
       370: 7.61 > 7.4362 -> 8, 470: exactly 5 -> 5.
-    From 480 the spike is older than the horizon: back to reactive's count, and it stays there."""
+    From 480 the spike is older than the horizon: back to reactive's count, and it stays there.
+    scaleDownDelay 0s isolates the forecast's own decay (the delay would hold 10 for a cold start)."""
     polls = list(range(130, 721, 10))
-    reactive, hybrid = run("reactive", spike, polls, 4), run("hybrid", spike, polls, 4)
+    no_delay = {"scaleDownDelay": "0s"}
+    reactive, hybrid = run("reactive", spike, polls, 4, no_delay), run("hybrid", spike, polls, 4, no_delay)
     assert [reactive.decisions[t].replicas for t in (290, 300, 310, 360)] == [4, 5, 5, 5]
     assert [hybrid.decisions[t].replicas for t in range(310, 371, 10)] == [10, 10, 10, 9, 9, 9, 8]
     assert hybrid.decisions[470].replicas == 5

@@ -115,8 +115,10 @@ CASES = [
                    120: {"replicas": 6, "reason": "steady"}}),
     # t=105: panic window s=100..105 = (20 + 5x100)/6 = 86.7 -> 9 >= 2x2; stable (55x20 + 5x100)/60 = 26.7 -> 3.
     # t=120: stable (40x20 + 9x100 + 11x20)/60 = 32 -> 4 = floor(9/2); panic holds 9 until 105 + 60 < now.
+    # scaleDownDelay 0s (Knative's default) isolates the panic rule; with the default delay the 9 would hold
+    # until the delay passes (tests/test_scale_down_delay.py).
     Timeline("spike: panic scales to the panic window, never down until a stable window without panic",
-             spike, [90, 105, 120, 165, 180],
+             spike, [90, 105, 120, 165, 180], metadata={"scaleDownDelay": "0s"},
              want={90: {"replicas": 2, "reason": "steady"},
                    105: {"replicas": 9, "reason": "panic", "details.dppc": 9, "details.dspc": 3},
                    120: {"replicas": 9, "reason": "panic", "details.dspc": 4, "details.desired_stable": 4},

@@ -25,7 +25,8 @@ def test_defaults() -> None:
         "prometheus_address": "", "policy": "tokens", "target_kv_utilization": 0.8, "target_concurrency": None,
         "target_queue_depth": 5.0, "aggregation": "weighted", "stable_window": 60.0, "panic_window": 6.0,
         "panic_threshold": 2.0, "max_scale_up_rate": 1000.0, "max_scale_down_rate": 2.0, "scale_to_zero": False,
-        "idle_timeout": 600.0, "activation_query": "", "cold_start": None, "mode": "reactive",
+        "idle_timeout": 600.0, "activation_query": "", "cold_start": None, "scale_down_delay": None,
+        "mode": "reactive",
         "forecast_horizon": None, "forecast_max_ratio": 3.0, "advisory": False, "stale_after": 30.0,
         "min_replicas": None, "max_replicas": None, "max_running": None,
     }
@@ -39,8 +40,8 @@ def test_every_key_parsed() -> None:
         "targetConcurrency": "24.5", "targetQueueDepth": "3", "aggregation": "max", "stableWindow": "1h",
         "panicWindow": "1m30s", "panicThreshold": "1.1", "maxScaleUpRate": "10", "maxScaleDownRate": "1.5",
         "scaleToZero": "True", "idleTimeout": "0", "activationQuery": 'sum(x{a="b"})', "coldStart": "2m30s",
-        "mode": "reactive", "advisory": "1", "staleAfter": "500ms", "minReplicas": "0", "maxReplicas": "12",
-        "maxRunning": "256",
+        "scaleDownDelay": "4m", "mode": "reactive", "advisory": "1", "staleAfter": "500ms", "minReplicas": "0",
+        "maxReplicas": "12", "maxRunning": "256",
         # KEDA's own keys pass through unrefused.
         "scalerAddress": "keda-llm:9090", "enableTLS": "true", "unsafeSsl": "false", "tokenFromEnv": "TOKEN",
     })
@@ -50,8 +51,9 @@ def test_every_key_parsed() -> None:
         exporters=("10.0.0.5:9400", "http://10.0.0.6:9400"), prometheus_address="http://prom:9090", policy="kvCache",
         target_kv_utilization=1.0, target_concurrency=24.5, target_queue_depth=3.0, aggregation="max",
         stable_window=3600.0, panic_window=90.0, panic_threshold=1.1, max_scale_up_rate=10.0, max_scale_down_rate=1.5,
-        scale_to_zero=True, idle_timeout=0.0, activation_query='sum(x{a="b"})', cold_start=150.0, mode="reactive",
-        advisory=True, stale_after=0.5, min_replicas=0, max_replicas=12, max_running=256.0,
+        scale_to_zero=True, idle_timeout=0.0, activation_query='sum(x{a="b"})', cold_start=150.0,
+        scale_down_delay=240.0, mode="reactive", advisory=True, stale_after=0.5, min_replicas=0, max_replicas=12,
+        max_running=256.0,
     )
 
 
@@ -92,6 +94,9 @@ BAD = [
     ("negative window", {"panicWindow": "-6s"}, "panicWindow", "'-6s'", "negative"),
     ("negative bare seconds", {"staleAfter": "-1"}, "staleAfter", "'-1'", "negative"),
     ("empty duration", {"coldStart": ""}, "coldStart", "''", "empty duration"),
+    ("negative scale-down delay", {"scaleDownDelay": "-1s"}, "scaleDownDelay", "'-1s'", "negative"),
+    ("scale-down delay over 1h (Knative's bound)", {"scaleDownDelay": "61m"}, "scaleDownDelay", "'61m'",
+     "[0, 3600]"),
     ("stable window under Knative's 6s", {"stableWindow": "5s", "panicWindow": "1s"}, "stableWindow", "'5s'",
      "[6, 3600]"),
     ("stable window over 1h", {"stableWindow": "2h"}, "stableWindow", "'2h'", "[6, 3600]"),
