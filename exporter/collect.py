@@ -16,7 +16,6 @@ The layers, from the edge inwards:
 from __future__ import annotations
 
 import gzip
-import http.client
 import logging
 import threading
 import time
@@ -24,12 +23,13 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import Protocol
-from urllib.parse import urlsplit
 
 from exporter.config import ExporterConfig
 from exporter.discovery import Discovery
 from exporter.errors import REASONS, Reason, ScrapeError
 from exporter.model import EngineMetrics, GpuMetrics, Target
+from keda_llm.httpget import FetchError
+from keda_llm.httpget import fetch as get
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,8 @@ Normalize = Callable[[str, Target], list[EngineMetrics]]
 #: Ask for the classic text format: engines built on prometheus_client add `_created` series and
 #: exemplars to OpenMetrics answers, which cost parse time and tell us nothing.
 ACCEPT = "text/plain;version=0.0.4;q=1.0,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
-_CHUNK = 256 * 1024
+_HEADERS = {"Accept": ACCEPT, "User-Agent": "keda-llm-exporter"}
+_SUCCESS = range(200, 300)
 
 
 class GpuSource(Protocol):
@@ -50,51 +51,15 @@ class GpuSource(Protocol):
 
 
 def fetch(url: str, timeout: float, max_bytes: int, clock: Callable[[], float] = time.monotonic) -> bytes:
-    """GET `url`, all of it within `timeout` seconds (connect + headers + body) and at most `max_bytes`."""
-    deadline = clock() + timeout
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    conn: http.client.HTTPConnection
-    if parts.scheme == "https":
-        conn = http.client.HTTPSConnection(host, parts.port or 443, timeout=timeout)
-    else:
-        conn = http.client.HTTPConnection(host, parts.port or 80, timeout=timeout)
+    """GET `url`, all of it within `timeout` seconds (connect + headers + body) and at most `max_bytes`.
+
+    keda_llm.httpget's fetch (shared with the scaler), its errors as ScrapeError. A refused status
+    reads "HTTP <code>" without the body, so a failing engine logs once, not once per changing body.
+    """
     try:
-        conn.request("GET", path, headers={"Accept": ACCEPT, "User-Agent": "keda-llm-exporter"})
-        sock = conn.sock  # kept: the connection forgets it when the answer says "Connection: close"
-        assert sock is not None
-        sock.settimeout(_remaining(deadline, clock))
-        resp = conn.getresponse()
-        if not 200 <= resp.status < 300:
-            raise ScrapeError("http_status", f"HTTP {resp.status} {resp.reason}")
-        length = resp.getheader("Content-Length")
-        if length is not None and length.isdigit() and int(length) > max_bytes:
-            raise ScrapeError("too_large", f"Content-Length {length} > max_body_bytes {max_bytes}")
-        chunks: list[bytes] = []
-        total = 0
-        while True:
-            sock.settimeout(_remaining(deadline, clock))
-            chunk = resp.read1(_CHUNK)
-            if not chunk:
-                return b"".join(chunks)
-            total += len(chunk)
-            if total > max_bytes:
-                raise ScrapeError("too_large", f"body passed max_body_bytes {max_bytes}")
-            chunks.append(chunk)
-    except TimeoutError as e:
-        raise ScrapeError("timeout", f"no complete answer within {timeout:g}s") from e
-    except (OSError, http.client.HTTPException) as e:
-        raise ScrapeError("connection", f"{type(e).__name__}: {e}") from e
-    finally:
-        conn.close()
-
-
-def _remaining(deadline: float, clock: Callable[[], float]) -> float:
-    left = deadline - clock()
-    if left <= 0:
-        raise TimeoutError
-    return left
+        return get(url, timeout=timeout, max_bytes=max_bytes, headers=_HEADERS, ok_statuses=_SUCCESS, clock=clock)[1]
+    except FetchError as e:
+        raise ScrapeError(e.reason, f"HTTP {e.status}" if e.status is not None else e.message) from e
 
 
 def scrape(target: Target, cfg: ExporterConfig, normalize: Normalize) -> list[EngineMetrics]:

@@ -16,8 +16,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-import requests
-
 from scaler.model import Observation
 from scaler.sources.common import ErrorCounts, Loop, ModelKey, SourceStatus, Subscriber, Subscribers, Watches
 from scaler.sources.errors import SourceError
@@ -91,7 +89,6 @@ class ExportersSource:
         max_workers: int = 8,
         activation: PrometheusClient | None = None,
         clock: Callable[[], float] = time.time,
-        session: requests.Session | None = None,
     ) -> None:
         self._resolver = resolver
         self._timeout_s = timeout_s
@@ -99,7 +96,6 @@ class ExportersSource:
         self._forget_after_s = forget_after_s
         self._activation = activation
         self._clock = clock
-        self._session = session or requests.Session()
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="scrape-exporter")
         self._loop = Loop("exporters-source", interval_s, self.collect_once)
         self._cycle_lock = threading.Lock()
@@ -122,7 +118,6 @@ class ExportersSource:
     def stop(self) -> None:
         self._loop.stop()
         self._pool.shutdown(wait=True)
-        self._session.close()
 
     def watch(self, namespace: str, model: str, activation_query: str | None = None) -> None:
         if activation_query and self._activation is None:
@@ -189,7 +184,7 @@ class ExportersSource:
 
     def _fetch(self, url: str) -> bytes | SourceError:
         try:
-            return fetch(self._session, url, timeout_s=self._timeout_s, max_bytes=self._max_bytes)[1]
+            return fetch(url, timeout_s=self._timeout_s, max_bytes=self._max_bytes)[1]
         except SourceError as exc:
             return exc
 

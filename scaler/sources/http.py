@@ -1,54 +1,32 @@
-"""One bounded HTTP GET: a whole-answer deadline and a maximum body size, errors as SourceError.
+"""The scaler's bounded HTTP GET: keda_llm.httpget's, its errors as SourceError naming the URL.
 
-A socket timeout alone bounds each read, not the answer: a server that drips a byte a second
-would hold a collection cycle forever. This checks the deadline between chunks as well.
+The deadline covers the whole answer, headers and body, however slowly a server drips it; a
+refused status's body is not read beyond a short prefix (see keda_llm/httpget.py).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 
-import requests
-
+from keda_llm.httpget import FetchError
+from keda_llm.httpget import fetch as get
 from scaler.sources.errors import SourceError
 
-CHUNK = 64 * 1024
+USER_AGENT = "keda-llm-scaler"
 
 
 def fetch(
-    session: requests.Session,
     url: str,
     *,
     timeout_s: float,
     max_bytes: int,
     params: Mapping[str, str] | None = None,
     headers: Mapping[str, str] | None = None,
-    ok_statuses: tuple[int, ...] = (200,),
+    ok_statuses: Container[int] = (200,),
 ) -> tuple[int, bytes]:
-    """GET `url`; return (status, body). Non-2xx answers are returned only if in `ok_statuses`."""
-    deadline = time.monotonic() + timeout_s
+    """GET `url`; return (status, body). Other statuses than `ok_statuses` are SourceError("http_status")."""
     try:
-        with session.get(url, params=params, headers=headers, timeout=timeout_s, stream=True) as resp:
-            length = resp.headers.get("Content-Length")
-            if length is not None and length.isdigit() and int(length) > max_bytes:
-                raise SourceError("too_large", f"{url}: Content-Length {length} > {max_bytes} bytes")
-            chunks: list[bytes] = []
-            size = 0
-            for chunk in resp.iter_content(CHUNK):
-                size += len(chunk)
-                if size > max_bytes:
-                    raise SourceError("too_large", f"{url}: body passed {max_bytes} bytes")
-                if time.monotonic() > deadline:
-                    raise SourceError("timeout", f"{url}: no full answer within {timeout_s:g}s")
-                chunks.append(chunk)
-            body = b"".join(chunks)
-            if resp.status_code not in ok_statuses:
-                raise SourceError("http_status", f"{url}: HTTP {resp.status_code}: {body[:200]!r}")
-            return resp.status_code, body
-    except SourceError:
-        raise
-    except (requests.Timeout, TimeoutError) as exc:
-        raise SourceError("timeout", f"{url}: no answer within {timeout_s:g}s ({type(exc).__name__})") from exc
-    except requests.RequestException as exc:
-        raise SourceError("connection", f"{url}: {type(exc).__name__}: {exc}") from exc
+        return get(url, timeout=timeout_s, max_bytes=max_bytes, params=params,
+                   headers={"User-Agent": USER_AGENT, **(headers or {})}, ok_statuses=ok_statuses)
+    except FetchError as exc:
+        raise SourceError(exc.reason, f"{url}: {exc.message}") from exc

@@ -12,8 +12,6 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import requests
-
 from scaler.sources.errors import SourceError
 from scaler.sources.http import fetch
 
@@ -80,19 +78,17 @@ class PrometheusClient:
         timeout_s: float = 5.0,
         max_bytes: int = DEFAULT_MAX_BYTES,
         headers: Mapping[str, str] | None = None,
-        session: requests.Session | None = None,
     ) -> None:
         base = address if "://" in address else f"http://{address}"
         self.url = base.rstrip("/") + "/api/v1/query"
         self._timeout_s = timeout_s
         self._max_bytes = max_bytes
         self._headers = dict(headers or {})
-        self._session = session or requests.Session()
 
     def query(self, promql: str) -> tuple[str, list[VectorSample] | float]:
         """Evaluate `promql` now. Prometheus' own 4xx/5xx JSON errors surface as api_error."""
         _, body = fetch(
-            self._session, self.url, timeout_s=self._timeout_s, max_bytes=self._max_bytes,
+            self.url, timeout_s=self._timeout_s, max_bytes=self._max_bytes,
             params={"query": promql}, headers=self._headers, ok_statuses=(200, 400, 422, 503),
         )
         return parse_query_response(body, promql)
