@@ -21,6 +21,7 @@ import io
 import socket
 import ssl
 import time
+import zlib
 from collections.abc import Callable, Container, Mapping
 from typing import TYPE_CHECKING, Literal, get_args
 from urllib.parse import SplitResult, unquote, urlencode, urlsplit
@@ -61,10 +62,13 @@ def fetch(
     params: Mapping[str, str] | None = None,
     ok_statuses: Container[int] = (200,),
     clock: Callable[[], float] = time.monotonic,
+    accept_gzip: bool = False,
 ) -> tuple[int, bytes]:
     """GET `url` (plus `params`, URL-encoded); return (status, body) when status is in `ok_statuses`.
 
     Raises FetchError. A refused status's body is not read beyond its first ERROR_PREFIX_BYTES.
+    `accept_gzip`: ask for gzip and return the body decompressed; `max_bytes` then bounds both the
+    bytes received and the bytes they expand to (a small body can inflate a thousandfold).
     """
     deadline = clock() + timeout
     try:
@@ -73,7 +77,7 @@ def fetch(
     except ValueError as e:  # a bad port, an unencodable host
         raise FetchError("connection", f"bad URL {url!r}: {e}") from e
     try:
-        conn.request("GET", _target(parts, params), headers=_headers(parts, headers))
+        conn.request("GET", _target(parts, params), headers=_headers(parts, headers, accept_gzip))
         assert conn.sock is not None
         resp = _Response(conn.sock, _DeadlineReader(conn.sock, deadline, clock))
         resp.begin()
@@ -82,7 +86,8 @@ def fetch(
         length = resp.getheader("Content-Length")
         if length is not None and length.isdigit() and int(length) > max_bytes:
             raise FetchError("too_large", f"Content-Length {length} > {max_bytes} bytes")
-        return resp.status, _body(resp, max_bytes)
+        gzipped = accept_gzip and (resp.getheader("Content-Encoding") or "").strip().lower() == "gzip"
+        return resp.status, _body(resp, max_bytes, zlib.decompressobj(16 + zlib.MAX_WBITS) if gzipped else None)
     except TimeoutError as e:
         raise FetchError("timeout", f"no complete answer within {timeout:g}s") from e
     except (OSError, http.client.HTTPException) as e:
@@ -114,23 +119,34 @@ def _target(parts: SplitResult, params: Mapping[str, str] | None) -> str:
     return (parts.path or "/") + (f"?{query}" if query else "")
 
 
-def _headers(parts: SplitResult, headers: Mapping[str, str] | None) -> dict[str, str]:
+def _headers(parts: SplitResult, headers: Mapping[str, str] | None, accept_gzip: bool) -> dict[str, str]:
     """The caller's headers, plus Basic auth from `user:password@` in the URL unless they set one."""
     out = dict(headers or {})
+    if accept_gzip:
+        out["Accept-Encoding"] = "gzip"
     if parts.username is not None and not any(k.lower() == "authorization" for k in out):
         pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
         out["Authorization"] = "Basic " + base64.b64encode(pair).decode("ascii")
     return out
 
 
-def _body(resp: http.client.HTTPResponse, max_bytes: int) -> bytes:
+def _body(resp: http.client.HTTPResponse, max_bytes: int, gunzip: zlib._Decompress | None) -> bytes:
+    """The body as it arrives, at most `max_bytes` received and (when `gunzip` is given) decompressed."""
     chunks: list[bytes] = []
-    total = 0
+    received = total = 0
     while chunk := resp.read1(_CHUNK):
+        received += len(chunk)
+        if gunzip is not None and received <= max_bytes:
+            try:  # at most one byte past the cap: a bomb stops here, not in memory
+                chunk = gunzip.decompress(chunk, max_bytes + 1 - total)
+            except zlib.error as e:
+                raise FetchError("connection", f"gzip body does not decompress: {e}") from e
         total += len(chunk)
-        if total > max_bytes:
+        if max(received, total) > max_bytes:
             raise FetchError("too_large", f"body passed {max_bytes} bytes")
         chunks.append(chunk)
+    if gunzip is not None and not gunzip.eof:
+        raise FetchError("connection", "gzip body ends before its end")
     return b"".join(chunks)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import socket
 import threading
 import time
@@ -12,8 +13,10 @@ from prometheus_server import BodyServer, refused_address
 
 from exporter.collect import fetch as exporter_fetch
 from exporter.errors import REASONS, ScrapeError
+from exporter.server import create_server
 from keda_llm.httpget import ERROR_PREFIX_BYTES, FETCH_REASONS, FetchError, fetch
 from scaler.sources.errors import SOURCE_REASONS, SourceError
+from scaler.sources.exposition import parse_exposition
 from scaler.sources.http import fetch as scaler_fetch
 
 TIMEOUT_S = 0.5
@@ -215,6 +218,64 @@ def test_an_http_1_0_server_that_closes_after_the_body() -> None:
         assert fetch(plain.url, timeout=2.0, max_bytes=100) == (200, b"llm_requests_running 1\n")
     finally:
         plain.close()
+
+
+def gzipped(drips: list[DripServer], data: bytes) -> DripServer:
+    head = (b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: " + str(len(data)).encode()
+            + b"\r\n\r\n")
+    return server(drips, head + data)
+
+
+def test_gzip_asked_for_and_decompressed_only_when_the_caller_wants_it(drips: list[DripServer]) -> None:
+    text = b"llm_requests_running 1\n" * 100
+    made = gzipped(drips, gzip.compress(text))
+    assert fetch(made.url, timeout=2.0, max_bytes=len(text), accept_gzip=True) == (200, text)
+    assert "Accept-Encoding: gzip" in made.requests[0].decode().split("\r\n")
+    raw = fetch(made.url, timeout=2.0, max_bytes=1 << 20)[1]  # not asked: bytes as they came
+    assert "Accept-Encoding: identity" in made.requests[1].decode().split("\r\n")
+    assert gzip.decompress(raw) == text
+
+
+@pytest.mark.parametrize(("data", "reason", "message"), [
+    # 10 MB of zeros gzip to ~10 KB: the cap holds on what they expand to
+    (gzip.compress(b"0" * 10_000_000), "too_large", "body passed 1048576 bytes"),
+    (b"plain text, labelled gzip", "connection", "gzip body does not decompress: Error -3 while decompressing"),
+    (gzip.compress(b"llm_requests_running 1\n" * 100)[:-12], "connection", "gzip body ends before its end"),
+])
+def test_gzip_bodies_that_are_too_large_or_broken(drips: list[DripServer], data: bytes, reason: str,
+                                                   message: str) -> None:
+    url = gzipped(drips, data).url
+    with pytest.raises(FetchError) as err:
+        fetch(url, timeout=2.0, max_bytes=1 << 20, accept_gzip=True)
+    assert err.value.reason == reason
+    assert err.value.message.startswith(message)
+
+
+def test_the_scaler_reads_the_real_exporter_server_gzipped() -> None:
+    """exporter/server.py answers gzip when asked; the scaler asks and reads the same exposition."""
+    body = "".join(f'llm_requests_running{{model="m",engine="vllm",role="unified",namespace="llm",pod="p{i}",'
+                   f'node="n"}} {i}\n' for i in range(50)).encode()
+
+    class Rendered:
+        def __init__(self) -> None:
+            self.asked_gzip: list[bool] = []
+
+        def exposition(self, gzipped: bool = False) -> bytes:
+            self.asked_gzip.append(gzipped)
+            return gzip.compress(body) if gzipped else body
+
+        def healthy(self) -> bool:
+            return True
+
+    source = Rendered()
+    http_server, port = create_server(("127.0.0.1", 0), source)
+    http_server.start()
+    try:
+        status, got = scaler_fetch(f"http://127.0.0.1:{port}/metrics", timeout_s=2.0, max_bytes=1 << 20)
+    finally:
+        http_server.stop()
+    assert (status, got, source.asked_gzip) == (200, body, [True])
+    assert parse_exposition(got.decode()).replicas[("llm", "m", "p7")]["running"] == 7.0
 
 
 def test_fetch_reasons_are_reasons_on_both_sides() -> None:
