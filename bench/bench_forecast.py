@@ -10,6 +10,11 @@ SLO attainment and GPU-hours as the simulator reports them.
 
     .venv/bin/python bench/bench_forecast.py [--calls 2000] [--sim] [--trace azure2023-conv]
         [--minutes 60] [--preset llama-3.1-8b/h100] [--rate-scale 1] [--out bench/results/forecast.md]
+    .venv/bin/python bench/bench_forecast.py --compare azure2023-conv:8,azure2023-code:8,mooncake-conv:4
+
+`--compare` prints one Markdown table per trace: keda-llm's variants (OURS_VARIANTS) and every simulator
+baseline (static peak, KEDA queue > 5, GPU-utilization HPA, concurrency target, oracle), simulator mode
+`detailed`, typical cold start; bench/results/policy_vs_baselines.md holds them.
 """
 
 from __future__ import annotations
@@ -164,6 +169,54 @@ def bench_sim(trace_name: str, minutes: float, preset_name: str, rate_scale: flo
     ]
 
 
+#: keda-llm rows of the comparison: (label, metadata over the recommended ScaledObject's)
+OURS_VARIANTS: tuple[tuple[str, dict[str, str]], ...] = (
+    ("ours: tokens, reactive, no delay (the old default)", {"mode": "reactive", "scaleDownDelay": "0s"}),
+    ("ours: tokens, hybrid, no delay", {"mode": "hybrid", "scaleDownDelay": "0s"}),
+    ("ours: tokens, reactive, scaleDownDelay = coldStart", {"mode": "reactive"}),
+    ("**ours: tokens, hybrid, scaleDownDelay = coldStart (the new default)**", {"mode": "hybrid"}),
+)
+BASELINES = ("static", "queue", "gpu", "concurrency", "oracle")
+
+
+def compare(trace_name: str, rate_scale: float, minutes: float, preset_name: str) -> list[str]:
+    """keda-llm's variants and every simulator baseline on one trace window; one Markdown table."""
+    from simulator.policies import OursController, default_scaledobject
+    from simulator.presets import PRESETS
+    from simulator.report import Slo, Summary, summarize, with_oracle_ratio
+    from simulator.run import Backtest, run_policies, simulate
+    from simulator.traces import load_shipped
+
+    trace = load_shipped(trace_name).window(0.0, minutes * 60.0)
+    if rate_scale != 1.0:
+        trace = trace.scale_rate(rate_scale)
+    preset = PRESETS[preset_name]
+    backtest = Backtest(preset=preset, mode="detailed")
+    cold = preset.cold_start(backtest.cold_start)
+    summaries: list[tuple[str, Summary]] = []
+    for label, extra in OURS_VARIANTS:
+        so = default_scaledobject(preset.model.name, max_replicas=backtest.max_replicas,
+                                  cold_start_s=cold.quantile(0.9))
+        trig = so.triggers[0]
+        so = dataclasses.replace(so, triggers=(dataclasses.replace(trig, metadata={**trig.metadata, **extra}),))
+        s = summarize(simulate(trace, backtest, OursController("ours", so), "detailed"), Slo())
+        summaries.append((label, s))
+        print(trace_name, label, f"{s.slo_attainment:.4f}", f"{s.gpu_hours:.2f}", file=sys.stderr, flush=True)
+    results, _ = run_policies(trace, backtest, BASELINES)
+    for r in results:
+        summaries.append((r.policy, summarize(r, Slo())))
+        print(trace_name, r.policy, f"{summaries[-1][1].slo_attainment:.4f}", file=sys.stderr, flush=True)
+    ratios = with_oracle_ratio([s for _, s in summaries])
+    rows = [f"| {label} | {s.slo_attainment * 100:.1f}% | {s.gpu_hours:.2f} | {s.gpu_hours_vs_oracle or 0:.2f}x | "
+            f"{s.ttft_p90_s:.1f} | {s.ttft_p99_s:.1f} | {s.scale_events} | {s.cold_starts} |"
+            for (label, _), s in zip(summaries, ratios, strict=True)]
+    return [
+        f"### `{trace_name}`, first {minutes:g} min, rate x{rate_scale:g} ({len(trace)} requests)", "",
+        "| policy | SLO attainment | GPU-hours | / oracle | TTFT p90 s | TTFT p99 s | scale events | cold starts |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|", *rows,
+    ]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calls", type=int, default=2000)
@@ -173,7 +226,14 @@ def main() -> None:
     ap.add_argument("--preset", default="llama-3.1-8b/h100")
     ap.add_argument("--rate-scale", type=float, default=1.0, help="multiply the trace's request rate")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "forecast.md")
+    ap.add_argument("--compare", default=None, metavar="TRACE:RATE,...",
+                    help="instead: keda-llm's variants against every simulator baseline on these traces")
     args = ap.parse_args()
+    if args.compare:
+        for item in args.compare.split(","):
+            name, _, rate = item.partition(":")
+            print("\n".join(compare(name, float(rate or 1), args.minutes, args.preset)) + "\n", flush=True)
+        return
     lines = ["# Forecasting: cost and effect", "",
              f"`bench/bench_forecast.py`; Python {platform.python_version()} on {platform.machine()}, "
              "2 CPUs (shared).", ""]
