@@ -261,10 +261,11 @@ class ScalerConfig:
                                           "come back; 0 in `proactive` mode (the forecast looks that far "
                                           "ahead). `0s`: Knative's default, no delay.", "5m",
                                           check=in_range(0.0, 3600.0), shown_default="(coldStart)")
-    mode: str = _key("reactive", "mode", one_of(*MODES),
-                     "`reactive`: the Knative windows over demand seen; `proactive`: demand forecast one "
-                     "`forecastHorizon` ahead; `hybrid`: the larger of the two (the forecast only adds replicas "
-                     "ahead of demand, it never removes one sooner than reactive would).", "hybrid")
+    mode: str = _key("hybrid", "mode", one_of(*MODES),
+                     "`hybrid`: the larger of the Knative windows' count and the demand forecast one "
+                     "`forecastHorizon` ahead (the forecast only adds replicas ahead of demand, it never removes "
+                     "one sooner than reactive would); `reactive`: the windows alone; `proactive`: the forecast "
+                     "alone.", "reactive")
     forecast_horizon: float | None = _key(None, "forecastHorizon", parse_duration,
                                           "How far ahead `proactive`/`hybrid` forecast; unset: `coldStart` + "
                                           "KEDA's `pollingInterval` + the HPA's 15s sync.", "5m", check=positive,

@@ -12,6 +12,10 @@ defaults (`pkg/autoscaler/config/config.go`, summarized in the project's anchors
 
 Here the windowed inputs arrive already divided by the per-replica target (a float number of
 replicas), because the policies measure demand and capacity in their own units.
+
+`scale_down_delay` is Knative's `scale-down-delay` (the max of the desired count over a trailing window).
+One departure: Knative's default is 0 s because its pods start in seconds; an LLM replica starts in
+minutes, so scaler.decide defaults the delay to the cold start (see `_delay` there for why).
 """
 
 from __future__ import annotations

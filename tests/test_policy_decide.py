@@ -17,7 +17,9 @@ from scaler.decide import activate, decide
 from scaler.history import ModelHistory
 from scaler.model import Decision, NoData, Observation, PolicyState, ReplicaSample, WorkloadState
 
-BASE = {"model": "m", "policy": "concurrency", "targetConcurrency": "10"}
+# mode reactive: these timelines pin the Knative core; the forecast (the default, hybrid) has its own tests in
+# test_decide_forecast.py.
+BASE = {"model": "m", "policy": "concurrency", "targetConcurrency": "10", "mode": "reactive"}
 
 
 @dataclass

@@ -26,7 +26,7 @@ def test_defaults() -> None:
         "target_queue_depth": 5.0, "aggregation": "weighted", "stable_window": 60.0, "panic_window": 6.0,
         "panic_threshold": 2.0, "max_scale_up_rate": 1000.0, "max_scale_down_rate": 2.0, "scale_to_zero": False,
         "idle_timeout": 600.0, "activation_query": "", "cold_start": None, "scale_down_delay": None,
-        "mode": "reactive",
+        "mode": "hybrid",
         "forecast_horizon": None, "forecast_max_ratio": 3.0, "advisory": False, "stale_after": 30.0,
         "min_replicas": None, "max_replicas": None, "max_running": None,
     }

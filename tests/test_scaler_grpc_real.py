@@ -20,8 +20,9 @@ from scaler.service import HistoryStore, ScalerService
 
 MODEL = "llama-8b"
 # concurrency policy: desired = ceil((running + waiting) / targetConcurrency), summed over replicas.
+# mode reactive: the hand-derived counts are the Knative windows' (the default mode, hybrid, adds the forecast).
 META = {"model": MODEL, "policy": "concurrency", "targetConcurrency": "10", "scaleToZero": "true",
-        "idleTimeout": "60s"}
+        "idleTimeout": "60s", "mode": "reactive"}
 T0 = 10_000.0
 
 
