@@ -27,6 +27,11 @@ class ReplicaSample:
     generation_tokens_total: float | None = None
     requests_finished_total: float | None = None
     startup_seconds: float | None = None
+    # Latency histograms' _sum/_count (counters, seconds and requests/gaps): the SLO-aware term.
+    ttft_sum: float | None = None  # llm_time_to_first_token_seconds_sum
+    ttft_count: float | None = None  # llm_time_to_first_token_seconds_count (requests)
+    itl_sum: float | None = None  # llm_inter_token_latency_seconds_sum
+    itl_count: float | None = None  # llm_inter_token_latency_seconds_count (inter-token gaps)
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,7 @@ class Reason(str, Enum):
     FORECAST_UP = "forecast_up"  # proactive/hybrid: the demand forecast one horizon ahead asked for more
     FORECAST_DOWN = "forecast_down"  # proactive only: the forecast asked for fewer than the windows
     SCALE_DOWN_DELAY = "scale_down_delay"  # a larger count decided within scaleDownDelay holds (Knative)
+    LATENCY_UP = "latency_up"  # observed TTFT/ITL over targetTimeToFirstToken/targetInterTokenLatency asked for more
 
 
 class NoData(Exception):
