@@ -11,7 +11,8 @@ from scaler.sources.exposition import observations_from_exposition, parse_exposi
 
 # Expected by hand from sources_bodies: pod a = running 7, waiting 2, kv 0.5; pod b = 3, 0, 0.25.
 COMMON = dict(max_running=None, kv_capacity_tokens=262144.0, prompt_tokens_total=120000.0,
-              generation_tokens_total=45000.0, requests_finished_total=300.0, startup_seconds=95.5)
+              generation_tokens_total=45000.0, requests_finished_total=300.0, startup_seconds=95.5,
+              ttft_sum=4.5, ttft_count=30.0)  # the TTFT histogram's _sum/_count (its buckets are skipped)
 A = ReplicaSample(pod="vllm-a", timestamp=NOW - 1, up=True, running=7.0, waiting=2.0, kv_usage_ratio=0.5, **COMMON)
 B = ReplicaSample(pod="vllm-b", timestamp=NOW - 2, up=True, running=3.0, waiting=0.0, kv_usage_ratio=0.25, **COMMON)
 
@@ -121,8 +122,33 @@ def test_reads_what_the_exporter_renders() -> None:
     assert obs.replicas == (
         ReplicaSample(pod='odd"pod\\x', timestamp=NOW - 60, up=False),
         ReplicaSample(pod="vllm-a", timestamp=NOW - 1, up=True, running=7.0, waiting=2.0, kv_usage_ratio=0.5,
-                      kv_capacity_tokens=262144.0, prompt_tokens_total=120000.0, startup_seconds=95.5),
+                      kv_capacity_tokens=262144.0, prompt_tokens_total=120000.0, startup_seconds=95.5,
+                      ttft_sum=0.9, ttft_count=3.0),
     )
+
+
+def test_latency_histograms_of_the_vllm_fixture_read_as_sum_and_count() -> None:
+    """vLLM fixture -> exporter normalize -> render -> the scaler's reader: the TTFT/ITL _sum/_count.
+
+    From tests/fixtures/engines/vllm-0.32.0-cpu-after.prom: vllm:time_to_first_token_seconds_count 16.0,
+    _sum 5.477985382080078; vllm:inter_token_latency_seconds_count 831.0, _sum 38.43145808399947.
+    """
+    from conftest import engine_body
+
+    from exporter.collect import Snapshot, TargetState
+    from exporter.engines import normalize
+    from exporter.model import Target
+    from exporter.render import render
+
+    target = Target(url="http://10.1.0.7:8000/metrics", namespace="llm", pod="vllm-a", node="n1")
+    metrics = tuple(normalize(engine_body("vllm-0.32.0-cpu-after.prom"), target))
+    state = TargetState(target=target, up=True, last_success=NOW - 1, identities=(("smollm2", "vllm", "unified"),),
+                        metrics=metrics)
+    body = render(Snapshot(node="n1", targets=(state,), gpus=(), cycle_seconds=0.01, discovery_errors=0, at=NOW))
+    (obs,) = observations_from_exposition(body, now=NOW)
+    (got,) = obs.replicas
+    assert (got.ttft_sum, got.ttft_count) == (5.477985382080078, 16.0)
+    assert (got.itl_sum, got.itl_count) == (38.43145808399947, 831.0)
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 200])

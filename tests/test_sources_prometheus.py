@@ -195,7 +195,7 @@ def test_signal_queries_are_one_max_by_pod_per_signal() -> None:
     assert q["running"] == ('max by (namespace, exported_namespace, model, pod, exported_pod) '
                             '(llm_requests_running{namespace=~"ml-.*"})')
     assert q["timestamp"].endswith("(llm_engine_last_success_timestamp_seconds{namespace=~\"ml-.*\"})")
-    assert len(q) == 11
+    assert len(q) == 15  # 11 gauges/counters + the TTFT and ITL histograms' _sum and _count
 
 
 def test_parse_query_response_scalar() -> None:
