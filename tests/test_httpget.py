@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import socket
 import threading
 import time
@@ -224,6 +225,27 @@ def gzipped(drips: list[DripServer], data: bytes) -> DripServer:
     head = (b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: " + str(len(data)).encode()
             + b"\r\n\r\n")
     return server(drips, head + data)
+
+
+def pseudo_random(n: int) -> bytes:
+    """`n` incompressible bytes, the same on every run (a SHA-256 chain)."""
+    out = bytearray()
+    block = b"seed"
+    while len(out) < n:
+        block = hashlib.sha256(block).digest()
+        out += block
+    return bytes(out[:n])
+
+
+@pytest.mark.parametrize("text", [
+    b"",
+    b"a" * (3 * 65536),  # exactly three 64 KiB pieces: the last full piece may leave output inside zlib
+    pseudo_random(300_001),  # incompressible: arrives in several socket reads
+], ids=["empty", "whole-pieces", "incompressible"])
+def test_gzip_round_trips_whatever_the_sizes(drips: list[DripServer], text: bytes) -> None:
+    data = gzip.compress(text)
+    url = gzipped(drips, data).url
+    assert fetch(url, timeout=5.0, max_bytes=max(len(text), len(data)), accept_gzip=True) == (200, text)
 
 
 def test_gzip_asked_for_and_decompressed_only_when_the_caller_wants_it(drips: list[DripServer]) -> None:
