@@ -39,6 +39,10 @@ FIELDS = (
     "generation_rate",  # Σ generated tokens/s
     "finished_rate",  # Σ requests finished/s
     "upstream",  # demand seen upstream (activationQuery), requests
+    "ttft_sum_rate",  # Σ rate of llm_time_to_first_token_seconds_sum (seconds of TTFT per second)
+    "ttft_count_rate",  # Σ rate of its _count: first tokens (requests) per second
+    "itl_sum_rate",  # Σ rate of llm_inter_token_latency_seconds_sum
+    "itl_count_rate",  # Σ rate of its _count: inter-token gaps per second
 )
 F = {name: i for i, name in enumerate(FIELDS)}
 NF = len(FIELDS)
@@ -75,6 +79,21 @@ class Load:
     generation_rate: float | None = None
     finished_rate: float | None = None
     upstream: float | None = None
+    ttft_sum_rate: float | None = None
+    ttft_count_rate: float | None = None
+    itl_sum_rate: float | None = None
+    itl_count_rate: float | None = None
+
+    @property
+    def mean_ttft(self) -> float | None:
+        """Mean TTFT of the requests that got their first token in the window: rate(_sum) / rate(_count),
+        a ratio of sums over the replicas (as PromQL's sum(rate(x_sum)) / sum(rate(x_count)))."""
+        return _ratio(self.ttft_sum_rate, self.ttft_count_rate)
+
+    @property
+    def mean_itl(self) -> float | None:
+        """Mean inter-token gap in the window (every gap weighs the same, as the engines' histogram counts)."""
+        return _ratio(self.itl_sum_rate, self.itl_count_rate)
 
     @staticmethod
     def from_row(row: npt.NDArray[np.float64]) -> Load:
@@ -91,6 +110,14 @@ class Rates:
     prompt: float | None = None
     generation: float | None = None
     finished: float | None = None
+    ttft_sum: float | None = None
+    ttft_count: float | None = None
+    itl_sum: float | None = None
+    itl_count: float | None = None
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    return None if num is None or den is None or den <= 0 else num / den
 
 
 def counter_rate(prev: float | None, cur: float | None, dt: float) -> float | None:
@@ -144,6 +171,8 @@ def aggregate(samples: tuple[ReplicaSample, ...], rates: dict[str, Rates], upstr
     put_sum("prompt_rate", [rates[s.pod].prompt if s.pod in rates else None for s in fresh])
     put_sum("generation_rate", [rates[s.pod].generation if s.pod in rates else None for s in fresh])
     put_sum("finished_rate", [rates[s.pod].finished if s.pod in rates else None for s in fresh])
+    for name in ("ttft_sum", "ttft_count", "itl_sum", "itl_count"):
+        put_sum(name + "_rate", [getattr(rates[s.pod], name) if s.pod in rates else None for s in fresh])
     return row
 
 
@@ -242,6 +271,8 @@ class _ReplicaTrack:
                 counter_rate(_num(prev.prompt_tokens_total), _num(s.prompt_tokens_total), dt),
                 counter_rate(_num(prev.generation_tokens_total), _num(s.generation_tokens_total), dt),
                 counter_rate(_num(prev.requests_finished_total), _num(s.requests_finished_total), dt),
+                *(counter_rate(_num(getattr(prev, name)), _num(getattr(s, name)), dt)
+                  for name in ("ttft_sum", "ttft_count", "itl_sum", "itl_count")),
             )
         elif not s.up:
             self.rates = Rates()

@@ -176,3 +176,29 @@ def test_load_row_roundtrip() -> None:
 
 def test_load_fields_are_the_series_columns() -> None:
     assert tuple(f.name for f in dataclasses.fields(Load)) == FIELDS
+
+
+def test_windowed_mean_latency_is_a_ratio_of_sums_over_replicas_with_resets() -> None:
+    h = ModelHistory("ns", "m")
+    # a: 5 first tokens at 2 s each, 100 gaps of 50 ms in 10 s; b: 10 at 0.2 s, 100 gaps of 10 ms.
+    for t, a_tt, a_n, a_it, b_tt, b_n, b_it in ((10.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0),
+                                                (20.0, 10.0, 5.0, 5.0, 2.0, 10.0, 1.0)):
+        h.ingest(obs(t, ReplicaSample("a", t, ttft_sum=a_tt, ttft_count=a_n, itl_sum=a_it, itl_count=a_n * 20),
+                     ReplicaSample("b", t, ttft_sum=b_tt, ttft_count=b_n, itl_sum=b_it, itl_count=b_n * 10)))
+    assert h.replica_rates("a") == Rates(None, None, None, 1.0, 0.5, 0.5, 10.0)
+    load = h.window(20.0, 1.0)
+    # (10 + 2) s of TTFT over (5 + 10) requests = 0.8 s (the mean of the two means would be 1.1 s).
+    assert load.mean_ttft == pytest.approx(0.8)
+    assert load.mean_itl == pytest.approx(0.03)  # (5 + 1) s over (100 + 100) gaps
+    # a restarts: its counters read from zero (3 s over 1 request in 10 s); b adds 2 s over 10 requests.
+    h.ingest(obs(30.0, ReplicaSample("a", 30.0, ttft_sum=3.0, ttft_count=1.0),
+                 ReplicaSample("b", 30.0, ttft_sum=4.0, ttft_count=20.0)))
+    assert h.window(30.0, 1.0).mean_ttft == pytest.approx((3.0 + 2.0) / (1.0 + 10.0))
+    assert h.window(30.0, 1.0).mean_itl is None  # nobody reported the ITL histogram this time
+
+
+def test_no_latency_histograms_no_mean() -> None:
+    h = ModelHistory("ns", "m")
+    for t in (1.0, 2.0):
+        h.ingest(one(t, 3.0))
+    assert (h.window(2.0, 6.0).mean_ttft, h.window(2.0, 6.0).mean_itl) == (None, None)
