@@ -289,6 +289,14 @@ class ScalerConfig:
                                      "Batch limit per replica (max_num_seqs, slots) where the engine does not "
                                      "report `llm_requests_max_running`, or to override it.", "256", check=positive,
                                      shown_default="(reported)")
+    target_ttft: float | None = _key(None, "targetTimeToFirstToken", parse_duration,
+                                     "Latency SLO: mean time to first token to keep (the engines' TTFT histogram). "
+                                     "Set, the count is at least ready x observed / target over the windows; "
+                                     "unset: off.", "2s", check=positive, shown_default="(off)")
+    target_itl: float | None = _key(None, "targetInterTokenLatency", parse_duration,
+                                    "Latency SLO: mean inter-token latency to keep (the engines' ITL histogram), "
+                                    "as `targetTimeToFirstToken`; unset: off.", "100ms", check=positive,
+                                    shown_default="(off)")
 
     def __post_init__(self) -> None:
         """Rules between keys: the messages name both keys and both values."""

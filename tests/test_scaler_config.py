@@ -28,7 +28,7 @@ def test_defaults() -> None:
         "idle_timeout": 600.0, "activation_query": "", "cold_start": None, "scale_down_delay": None,
         "mode": "hybrid",
         "forecast_horizon": None, "forecast_max_ratio": 3.0, "advisory": False, "stale_after": 30.0,
-        "min_replicas": None, "max_replicas": None, "max_running": None,
+        "min_replicas": None, "max_replicas": None, "max_running": None, "target_ttft": None, "target_itl": None,
     }
 
 
@@ -41,7 +41,7 @@ def test_every_key_parsed() -> None:
         "panicWindow": "1m30s", "panicThreshold": "1.1", "maxScaleUpRate": "10", "maxScaleDownRate": "1.5",
         "scaleToZero": "True", "idleTimeout": "0", "activationQuery": 'sum(x{a="b"})', "coldStart": "2m30s",
         "scaleDownDelay": "4m", "mode": "reactive", "advisory": "1", "staleAfter": "500ms", "minReplicas": "0",
-        "maxReplicas": "12", "maxRunning": "256",
+        "maxReplicas": "12", "maxRunning": "256", "targetTimeToFirstToken": "1.5s", "targetInterTokenLatency": "80ms",
         # KEDA's own keys pass through unrefused.
         "scalerAddress": "keda-llm:9090", "enableTLS": "true", "unsafeSsl": "false", "tokenFromEnv": "TOKEN",
     })
@@ -53,7 +53,7 @@ def test_every_key_parsed() -> None:
         stable_window=3600.0, panic_window=90.0, panic_threshold=1.1, max_scale_up_rate=10.0, max_scale_down_rate=1.5,
         scale_to_zero=True, idle_timeout=0.0, activation_query='sum(x{a="b"})', cold_start=150.0,
         scale_down_delay=240.0, mode="reactive", advisory=True, stale_after=0.5, min_replicas=0, max_replicas=12,
-        max_running=256.0,
+        max_running=256.0, target_ttft=1.5, target_itl=0.08,
     )
 
 
@@ -174,3 +174,11 @@ def test_cache_parses_once_per_identity_and_metadata() -> None:
 def test_direct_construction_validates_cross_key_rules() -> None:
     with pytest.raises(ConfigError, match="panicWindow"):
         ScalerConfig(model="m", stable_window=10.0, panic_window=20.0)
+
+
+@pytest.mark.parametrize("key", ["targetTimeToFirstToken", "targetInterTokenLatency"])
+def test_latency_targets_must_be_positive_durations(key: str) -> None:
+    with pytest.raises(ConfigError, match=f"metadata key '{key}' = '0s': must be greater than 0"):
+        parse_metadata({"model": "m", key: "0s"})
+    with pytest.raises(ConfigError, match=f"metadata key '{key}' = 'fast': not a duration"):
+        parse_metadata({"model": "m", key: "fast"})
