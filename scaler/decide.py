@@ -25,6 +25,7 @@ from scaler.forecast import desired_series, forecast, horizon_seconds
 from scaler.history import Load, ModelHistory, Snapshot
 from scaler.model import Decision, NoData, PolicyState, Reason, WorkloadState
 from scaler.policy import NoSignal, demand
+from scaler.slo import LatencyDesired, from_window
 from scaler.windows import KpaResult, ceil_replicas, initial_panic, kpa_step, scale_down_delay
 
 DEFAULT_COLD_START = 600.0  # pending-guard bound when coldStart is unset and no engine reported its start-up
@@ -135,7 +136,10 @@ def _windows(x: _Inputs, state: PolicyState, details: dict[str, float]) -> tuple
         panic = demand(x.history.window(x.now, c.panic_window), c, x.snap)
     except NoSignal as e:
         raise NoData(str(e)) from None
-    kpa = kpa_step(stable.desired, panic.desired, x.workload.ready_replicas, state.panic_since, state.max_panic_pods,
+    lat_stable, lat_panic = _latency(x, details)
+    stable_desired = max(stable.desired, lat_stable.desired if lat_stable else 0.0)
+    panic_desired = max(panic.desired, lat_panic.desired if lat_panic else 0.0)
+    kpa = kpa_step(stable_desired, panic_desired, x.workload.ready_replicas, state.panic_since, state.max_panic_pods,
                    x.now, stable_window=c.stable_window, panic_threshold=c.panic_threshold,
                    max_scale_up_rate=c.max_scale_up_rate, max_scale_down_rate=c.max_scale_down_rate)
     details.update(stable.parts)
@@ -146,7 +150,38 @@ def _windows(x: _Inputs, state: PolicyState, details: dict[str, float]) -> tuple
         "desired_panic": kpa.panic, "max_scale_up": kpa.max_scale_up, "max_scale_down": kpa.max_scale_down,
         "panic": float(kpa.panicking), "kpa_desired": kpa.desired,
     })
-    return _Step(kpa.desired), kpa, replace(state, panic_since=kpa.panic_since, max_panic_pods=kpa.max_panic_pods)
+    by_latency = any(t is not None and t.desired > d for t, d in ((lat_stable, stable.desired),
+                                                                  (lat_panic, panic.desired)))
+    if by_latency:
+        details["latency_desired"] = min(ceil_replicas(max(stable_desired, panic_desired)), kpa.max_scale_up)
+    up = by_latency and kpa.desired > x.current
+    step = _Step(kpa.desired, Reason.LATENCY_UP if up else None)
+    return step, kpa, replace(state, panic_since=kpa.panic_since, max_panic_pods=kpa.max_panic_pods)
+
+
+def _latency(x: _Inputs, details: dict[str, float]) -> tuple[LatencyDesired | None, LatencyDesired | None]:
+    """Step 2 (with targetTimeToFirstToken/targetInterTokenLatency): the latency term over both windows
+    (scaler/slo.py); the windows then take the larger of it and the policy's count."""
+    c = x.config
+    if c.target_ttft is None and c.target_itl is None:
+        return None, None
+    ready = x.workload.ready_replicas
+    out = (from_window(x.history.window(x.now, c.stable_window), c.stable_window, ready, c),
+           from_window(x.history.window(x.now, c.panic_window), c.panic_window, ready, c))
+    for name, t in zip(("", "_panic"), out, strict=True):
+        details["latency_signal" + name] = float(t is not None)
+        if t is not None:
+            details.update({"latency_ratio" + name: t.ratio, "latency_desired_raw" + name: t.desired,
+                            "latency_completed" + name: t.completed})
+            if t.ttft is not None:
+                details["observed_ttft_s" + name] = t.ttft
+            if t.itl is not None:
+                details["observed_itl_s" + name] = t.itl
+    if c.target_ttft is not None:
+        details["target_ttft_s"] = c.target_ttft
+    if c.target_itl is not None:
+        details["target_itl_s"] = c.target_itl
+    return out
 
 
 def _forecast(x: _Inputs, step: _Step, kpa: KpaResult | None, details: dict[str, float]) -> None:
