@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -142,6 +142,12 @@ class SimResult:
         return RequestTable(arrival, np.ones(len(reqs)), ttft, tpot)
 
 
+def _latency_fields(acc: Sequence[float] | None) -> dict[str, float]:
+    """ReplicaSample's TTFT/ITL _sum/_count from [ttft_sum, ttft_count, itl_sum, itl_count] (zeros: none yet)."""
+    a = acc if acc is not None else (0.0, 0.0, 0.0, 0.0)
+    return {"ttft_sum": float(a[0]), "ttft_count": float(a[1]), "itl_sum": float(a[2]), "itl_count": float(a[3])}
+
+
 class Simulation:
     """One policy on one trace. `run()` returns the SimResult; `progress(done, total)` is told of arrivals."""
 
@@ -171,6 +177,9 @@ class Simulation:
         self._prompt = trace.prompt_tokens
         self._output = trace.output_tokens
         self._hashes = trace.hash_offsets is not None
+        # Per pod, the engine's TTFT and ITL histograms' _sum/_count, from its finished requests (see
+        # _count_latency): [ttft_sum_s, ttft_count, itl_sum_s, itl_count].
+        self._latency: dict[str, list[float]] = {}
 
     # -- heap -------------------------------------------------------------------------------------
     def push(self, at: float, kind: int, obj: Any = None) -> None:
@@ -266,12 +275,29 @@ class Simulation:
     def _on_step(self, obj: tuple[SimReplica, list[Request]]) -> None:
         r, finished = obj
         r.stepping = False
+        if finished:
+            self._count_latency(r.pod, finished)
         r.outstanding -= len(finished)
         self._open -= len(finished)
         if r.engine.has_work:
             self._step(r)
         elif r.phase is Phase.DRAINING:
             self.cluster.finish_drain(r, self.now)
+
+    def _count_latency(self, pod: str, finished: list[Request]) -> None:
+        """Add finished requests to the pod's latency histograms, with vLLM's semantics: TTFT one
+        observation per request; ITL one per inter-token gap, so a request adds finish - first token
+        (the sum of its gaps) over output tokens - 1 gaps, and the mean is sum of gaps / gaps. Counted
+        when the request finishes (vLLM observes as tokens come; the difference is a request's duration)."""
+        acc = self._latency.setdefault(pod, [0.0, 0.0, 0.0, 0.0])
+        for q in finished:
+            if q.first_token_s is None or q.finish_s is None:
+                continue
+            acc[0] += q.first_token_s - q.arrival_s
+            acc[1] += 1.0
+            if q.target_output >= 2:
+                acc[2] += q.finish_s - q.first_token_s
+                acc[3] += q.target_output - 1
 
     def _on_phase(self, r: SimReplica) -> None:
         if r.phase is Phase.GONE:
@@ -353,6 +379,7 @@ class Simulation:
                 kv_capacity_tokens=float(cfg.kv_capacity_tokens), prompt_tokens_total=float(c.prompt_tokens),
                 generation_tokens_total=float(c.generation_tokens), requests_finished_total=float(c.requests_finished),
                 startup_seconds=r.startup_seconds if r.startup_seconds > 0 else None,
+                **_latency_fields(self._latency.get(r.pod)),
             ))
         self._last_obs_t = now
         obs = Observation(self.config.namespace, self.config.model, now, tuple(samples),

@@ -137,41 +137,34 @@ class Rows:
             setattr(self, c, np.concatenate([getattr(self, c), getattr(other, c)]))
 
 
-def _starts(groups: np.ndarray) -> np.ndarray:
-    """Index of the first row of each run of equal `groups` (sorted)."""
-    cut = np.flatnonzero(groups[1:] != groups[:-1]) + 1
-    out = np.empty(len(cut) + 1, dtype=np.int64)
-    out[0] = 0
-    out[1:] = cut
+def _group_first(groups: np.ndarray) -> np.ndarray:
+    """Per row, the index of its group's first row (`groups` sorted, small non-negative ints: slots).
+    bincount + cumsum: a handful of numpy calls whatever the number of groups, since the fluid loop makes
+    these calls every slice and their fixed cost, not the arrays' length, is what counts."""
+    counts = np.bincount(groups)
+    out: np.ndarray = (np.cumsum(counts) - counts)[groups]
     return out
 
 
-def _lengths(starts: np.ndarray, n: int) -> np.ndarray:
-    lens = np.empty(len(starts), dtype=np.int64)
-    lens[:-1] = starts[1:] - starts[:-1]
-    lens[-1] = n - starts[-1]
-    return lens
-
-
 def segment_cumsum(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    """Cumulative sums restarting at each new group (`groups` sorted, equal groups adjacent)."""
+    """Cumulative sums restarting at each new group (`groups` sorted non-negative ints, equal ones adjacent)."""
     if not len(values):
         return values
-    cum = np.cumsum(values)
-    starts = _starts(groups)
-    base = np.zeros(len(starts))
-    base[1:] = cum[starts[1:] - 1]
-    out: np.ndarray = cum - np.repeat(base, _lengths(starts, len(values)))
+    cum = np.zeros(len(values) + 1)
+    np.cumsum(values, out=cum[1:])
+    out: np.ndarray = cum[1:] - cum[_group_first(groups)]
     return out
 
 
 def segment_rank(groups: np.ndarray) -> np.ndarray:
-    """0, 1, 2 ... within each run of equal `groups` (sorted)."""
+    """0, 1, 2 ... within each run of equal `groups` (sorted non-negative ints)."""
     if not len(groups):
         return groups
-    starts = _starts(groups)
-    out: np.ndarray = np.arange(len(groups)) - np.repeat(starts, _lengths(starts, len(groups)))
+    out: np.ndarray = np.arange(len(groups)) - _group_first(groups)
     return out
+
+
+SLOT_COUNTERS = ("_prompt_tok", "_gen_tok", "_finished", "_busy", "_ttft_sum", "_ttft_n", "_itl_sum", "_itl_n")
 
 
 class FluidSimulation(Simulation):
@@ -195,6 +188,11 @@ class FluidSimulation(Simulation):
         self._gen_tok = np.zeros(0)
         self._finished = np.zeros(0)
         self._busy = np.zeros(0)
+        # per slot, the TTFT/ITL histograms' _sum/_count (Simulation._count_latency's semantics)
+        self._ttft_sum = np.zeros(0)
+        self._ttft_n = np.zeros(0)
+        self._itl_sum = np.zeros(0)
+        self._itl_n = np.zeros(0)
         self._held: list[np.ndarray] = []  # gateway queue: arrays of trace indices, oldest first
         self._held_n = 0
         self._dropped = 0
@@ -225,9 +223,9 @@ class FluidSimulation(Simulation):
         else:
             k = len(self._by_slot)
             self._by_slot.append(r)
-            for name in ("_prompt_tok", "_gen_tok", "_finished", "_busy"):
+            for name in SLOT_COUNTERS:
                 setattr(self, name, np.append(getattr(self, name), 0.0))
-        for name in ("_prompt_tok", "_gen_tok", "_finished", "_busy"):
+        for name in SLOT_COUNTERS:
             getattr(self, name)[k] = 0.0
         self._slot[r.index] = k
         return k
@@ -498,6 +496,11 @@ class FluidSimulation(Simulation):
             with np.errstate(invalid="ignore", divide="ignore"):
                 tp = np.where(o >= 2, (t_fin - run.first[fin]) / (o - 1.0), np.nan)
             self._tpot[rows] = tp.astype(np.float32)
+            self._ttft_sum += np.bincount(frep, weights=run.first[fin] - self._arr64[rows], minlength=S)
+            self._ttft_n += np.bincount(frep, minlength=S)
+            multi = o >= 2  # sum of gaps = finish - first token, over output - 1 gaps (vLLM's ITL histogram)
+            self._itl_sum += np.bincount(frep[multi], weights=(t_fin - run.first[fin])[multi], minlength=S)
+            self._itl_n += np.bincount(frep[multi], weights=o[multi] - 1.0, minlength=S)
             gen_gain = np.where(fin, np.minimum(gain, need), gain)
             self._gen_tok += self._per_slot(run, gen_gain)
             n_fin = np.bincount(frep, minlength=S)
@@ -546,6 +549,8 @@ class FluidSimulation(Simulation):
                 prompt_tokens_total=float(self._prompt_tok[k]), generation_tokens_total=float(self._gen_tok[k]),
                 requests_finished_total=float(self._finished[k]),
                 startup_seconds=r.startup_seconds if r.startup_seconds > 0 else None,
+                ttft_sum=float(self._ttft_sum[k]), ttft_count=float(self._ttft_n[k]),
+                itl_sum=float(self._itl_sum[k]), itl_count=float(self._itl_n[k]),
             ))
         self._last_obs_t = now
         obs = Observation(self.config.namespace, self.config.model, now, tuple(samples),
