@@ -20,10 +20,12 @@ DEFAULT_POLICIES = ("ours", "static", "queue", "gpu", "concurrency", "oracle")
 
 
 def default_scaledobject(model: str, *, scale_to_zero: bool = False, max_replicas: int = 64,
-                         cold_start_s: float | None = None) -> KedaSettings:
+                         cold_start_s: float | None = None, slo_ttft_s: float | None = None,
+                         slo_itl_s: float | None = None) -> KedaSettings:
     """keda-llm's recommended ScaledObject (tests/fixtures/scaledobjects/vllm-push-recommended.yaml in spirit):
     an external-push trigger, tokens policy, polling 10 s, and an HPA behavior that passes the scaler's
-    count through (no tolerance band; scale-down stabilized 30 s, since the scaler smooths)."""
+    count through (no tolerance band; scale-down stabilized 30 s, since the scaler smooths). With the
+    backtest's SLO (users know theirs) it sets targetTimeToFirstToken/targetInterTokenLatency."""
     from simulator.control.hpa import Behavior, ScalingPolicy, ScalingRules
 
     meta = {"scalerAddress": "keda-llm-scaler.keda-llm.svc:9090", "model": model, "policy": "tokens",
@@ -33,6 +35,10 @@ def default_scaledobject(model: str, *, scale_to_zero: bool = False, max_replica
         meta["idleTimeout"] = "5m"
     if cold_start_s is not None:
         meta["coldStart"] = f"{cold_start_s:.0f}s"
+    if slo_ttft_s is not None:
+        meta["targetTimeToFirstToken"] = f"{slo_ttft_s:g}s"
+    if slo_itl_s is not None:
+        meta["targetInterTokenLatency"] = f"{slo_itl_s:g}s"
     behavior = Behavior(
         scale_up=ScalingRules(stabilization_window_seconds=0, select_policy="Max",
                               policies=(ScalingPolicy("Pods", max_replicas, 15),), tolerance=0.0),
@@ -75,11 +81,13 @@ class OursController(KedaController):
 
 def build_controller(policy: str, *, model: str, max_replicas: int, concurrency_target: float,
                      static_replicas: int, settings: KedaSettings | None = None,
-                     oracle_plan: list[PodPlan] | None = None, cold_start_s: float | None = None) -> Controller:
-    """The controller for one policy name (see POLICIES)."""
+                     oracle_plan: list[PodPlan] | None = None, cold_start_s: float | None = None,
+                     slo: tuple[float, float] | None = None) -> Controller:
+    """The controller for one policy name (see POLICIES); `slo` (TTFT s, ITL s) sets ours' latency targets."""
     if policy in ("ours", "ours-zero"):
         so = settings if (settings is not None and policy == "ours") else default_scaledobject(
-            model, scale_to_zero=policy == "ours-zero", max_replicas=max_replicas, cold_start_s=cold_start_s)
+            model, scale_to_zero=policy == "ours-zero", max_replicas=max_replicas, cold_start_s=cold_start_s,
+            slo_ttft_s=slo[0] if slo else None, slo_itl_s=slo[1] if slo else None)
         return OursController(policy, so, initial_replicas=max(1, so.min_replicas))
     if policy == "static":
         return ScheduleController("static", [PodPlan(0.0, float("inf"), 0.0)] * static_replicas)

@@ -145,6 +145,7 @@ def run_policies(trace: Trace, backtest: Backtest, policies: Sequence[str],
             continue
         ctl = build_controller(name, model=p.model.name, max_replicas=backtest.max_replicas,
                                concurrency_target=target, static_replicas=max(1, static_n),
-                               settings=backtest.scaledobject, cold_start_s=cold_p90)
+                               settings=backtest.scaledobject, cold_start_s=cold_p90,
+                               slo=(backtest.slo.ttft_s, backtest.slo.itl_s))
         results.append(simulate(trace, backtest, ctl, mode, prog(name)))
     return results, oracle
