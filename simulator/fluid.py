@@ -244,6 +244,15 @@ class FluidSimulation(Simulation):
 
     # -- run ----------------------------------------------------------------------------------------
     def run(self) -> SimResult:
+        # the slice arithmetic divides by zero where a replica has nothing in a phase and masks it out
+        # after: ignored once for the run (np.errstate per slice costs more than the arithmetic)
+        saved = np.seterr(invalid="ignore", divide="ignore")
+        try:
+            return self._run()
+        finally:
+            np.seterr(**saved)
+
+    def _run(self) -> SimResult:
         n = len(self.trace)
         last = float(self._arr64[-1]) if n else 0.0
         hard_end = last + self.config.tail_s
@@ -350,10 +359,11 @@ class FluidSimulation(Simulation):
         self._sync_outstanding()
 
     def _sync_outstanding(self) -> None:
-        held = self._per_slot(self.run_rows) + self._per_slot(self.wait_rows)
-        for k, r in enumerate(self._by_slot):
+        S = len(self._by_slot)
+        held = np.bincount(self.run_rows.rep, minlength=S) + np.bincount(self.wait_rows.rep, minlength=S)
+        for r, h in zip(self._by_slot, held.tolist(), strict=True):
             if r is not None:
-                r.outstanding = int(held[k])
+                r.outstanding = h
 
     def _drop_late(self) -> None:
         if not self._held_n:
@@ -449,9 +459,8 @@ class FluidSimulation(Simulation):
             # several short prompts or a slice of a long one)
             tau_all = self._step_times(b_dec + c, kv, kv + b_dec + c * (pre_mean + 1) / 2)
             tau1 = np.where(live, tau_all, 0.0)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                t1 = np.where(live, np.minimum(dt, pending / np.where(live, c, 1.0) * tau1), 0.0)
-                done_tokens = np.where(live, t1 / np.where(live, tau1, 1.0) * c, 0.0)
+            t1 = np.where(live, np.minimum(dt, pending / np.where(live, c, 1.0) * tau1), 0.0)
+            done_tokens = np.where(live, t1 / np.where(live, tau1, 1.0) * c, 0.0)
             pf = np.flatnonzero(~decoding)
             pf = pf[np.argsort(rep[pf], kind="stable")]
             prep = rep[pf]
@@ -467,10 +476,9 @@ class FluidSimulation(Simulation):
             run.pre[pf] = np.where(full, 0.0, np.minimum(run.pre[pf], np.maximum(cum - done_tokens[prep], 0.0)))
             self._prompt_tok += done_tokens
             self._gen_tok += np.bincount(frep, minlength=S)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                gain[decoding] += np.where(live[rep[decoding]], t1[rep[decoding]] / np.where(
-                    live[rep[decoding]], tau1[rep[decoding]], 1.0), 0.0)
-                gain[fin_pf] += np.maximum(0.0, (t + t1[frep]) - t_first) / tau1[frep]
+            gain[decoding] += np.where(live[rep[decoding]], t1[rep[decoding]] / np.where(
+                live[rep[decoding]], tau1[rep[decoding]], 1.0), 0.0)
+            gain[fin_pf] += np.maximum(0.0, (t + t1[frep]) - t_first) / tau1[frep]
         now_dec = run.pre <= 0
         b2 = self._per_slot(run, now_dec.astype(np.float64))
         t2 = dt - t1
@@ -478,9 +486,8 @@ class FluidSimulation(Simulation):
         tau2 = np.where(b2 > 0, self._step_times(np.maximum(b2, 1.0), kv2, kv2 + b2), 0.0)
         dec_rep = rep[now_dec]
         start = np.fmax(run.first[now_dec] - lat, t + t1[dec_rep])  # fmax: NaN (no first token) -> phase start
-        with np.errstate(invalid="ignore", divide="ignore"):
-            gain[now_dec] += np.where(b2[dec_rep] > 0, np.maximum(0.0, t + dt - start) / np.where(
-                tau2[dec_rep] > 0, tau2[dec_rep], 1.0), 0.0)
+        gain[now_dec] += np.where(b2[dec_rep] > 0, np.maximum(0.0, t + dt - start) / np.where(
+            tau2[dec_rep] > 0, tau2[dec_rep], 1.0), 0.0)
         busy = t1 + np.where(b2 > 0, t2, 0.0)
         need = run.out - 1.0 - run.gen
         run.gen += gain
@@ -493,8 +500,7 @@ class FluidSimulation(Simulation):
             rows = run.idx[fin]
             self._ttft[rows] = (run.first[fin] - self._arr64[rows]).astype(np.float32)
             o = run.out[fin]
-            with np.errstate(invalid="ignore", divide="ignore"):
-                tp = np.where(o >= 2, (t_fin - run.first[fin]) / (o - 1.0), np.nan)
+            tp = np.where(o >= 2, (t_fin - run.first[fin]) / (o - 1.0), np.nan)
             self._tpot[rows] = tp.astype(np.float32)
             self._ttft_sum += np.bincount(frep, weights=run.first[fin] - self._arr64[rows], minlength=S)
             self._ttft_n += np.bincount(frep, minlength=S)
