@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from keda_llm.durations import parse_duration as parse_duration  # the one Go duration grammar (exporter too)
+
 # Keys KEDA itself puts into the metadata map (keda-contract.md 2.1): never ours to refuse.
 KEDA_KEYS = frozenset({"scalerAddress", "enableTLS", "unsafeSsl"})
 KEDA_KEY_SUFFIX = "FromEnv"
@@ -41,29 +43,6 @@ class ConfigError(ValueError):
 # ---- value parsers: each turns the string into a typed value or raises ValueError(why) ----
 
 Parser = Callable[[str], Any]
-
-_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-
-
-def parse_duration(text: str) -> float:
-    """Go `time.ParseDuration` syntax (`90s`, `1h30m`, `500ms`), or a bare number of seconds. Seconds."""
-    s = text.strip()
-    if not s:
-        raise ValueError("empty duration")
-    if re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)", s):
-        return float(s)
-    if s.startswith("-"):
-        raise ValueError("a duration cannot be negative")
-    pos, total = 0, 0.0
-    while pos < len(s):
-        m = _DURATION_PART.match(s, pos)
-        if m is None:
-            raise ValueError("not a duration: use Go syntax such as 90s, 10m, 1h30m, 500ms, or a number of seconds")
-        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
-        pos = m.end()
-    return total
-
 
 def format_duration(seconds: float) -> str:
     """Seconds -> the shortest Go-style spelling (`60s`, `10m`, `1h30m`): for the rendered reference."""
