@@ -325,9 +325,11 @@ class FluidSimulation(Simulation):
             self._held_n += len(idx)
             self.controller.gateway_hold(self)
             return
-        self._route(idx)
+        self._route(idx, sync=False)
 
-    def _route(self, idx: np.ndarray) -> None:
+    def _route(self, idx: np.ndarray, sync: bool = True) -> None:
+        """Route `idx` to the ready replicas; `sync=False` (arrivals, which a slice step follows at once) leaves
+        the replicas' outstanding counts to the step."""
         ready = self.cluster.ready()
         if not ready:
             self._held.append(idx)
@@ -348,15 +350,16 @@ class FluidSimulation(Simulation):
         else:
             # least outstanding, one request at a time, ties to the oldest pod: the k smallest
             # (load + j, pod) pairs, j = 0..k-1, in order
-            load = self._per_slot(self.run_rows)[slots] + self._per_slot(self.wait_rows)[slots]
+            # (outstanding is in sync with the rows here: set after every slice and every routing); a stable
+            # sort of the pod-major levels breaks ties by pod
+            load = np.array([r.outstanding for r in ready], dtype=np.float64)
             levels = (load[:, None] + np.arange(k)[None, :]).ravel()
-            pods = np.repeat(np.arange(len(ready)), k)
-            order = np.lexsort((pods, levels))[:k]
-            who = pods[order]
+            who = np.argsort(levels, kind="stable")[:k] // k
         rows = Rows(slots[who], idx, self._p64[idx], self._o64[idx], self._p64[idx].copy(), np.zeros(k),
                     np.full(k, np.nan))
         self.wait_rows.extend(rows)
-        self._sync_outstanding()
+        if sync:
+            self._sync_outstanding()
 
     def _sync_outstanding(self) -> None:
         S = len(self._by_slot)
@@ -436,6 +439,7 @@ class FluidSimulation(Simulation):
         sums = self._admit()
         run = self.run_rows
         if not len(run):
+            self._sync_outstanding()
             return
         S = len(self._by_slot)
         rep = run.rep
