@@ -79,7 +79,8 @@ def test_exporter_down_and_exporter_answering_garbage_leave_the_others_fresh(ser
         assert status.targets[good.url] is None
         assert status.targets[html.url] == (
             f"parse: {html.url}: line 1: not an exposition line: '<html><body>oops</body></html>'")
-        assert status.targets[down] is not None and status.targets[down].startswith(f"connection: {down}")
+        down_error = status.targets[down]
+        assert down_error is not None and down_error.startswith(f"connection: {down}")
         # the next cycle: the good exporter's new answer comes through at once
         clock.t = NOW + 2
         good.set(pod_a(ts=NOW + 1, running="9"))
