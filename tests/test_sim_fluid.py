@@ -12,7 +12,7 @@ import pytest
 
 from simulator.controllers import PodPlan, ScheduleController
 from simulator.engine import Controller
-from simulator.fluid import scalar_step, segment_cumsum, segment_rank
+from simulator.fluid import Rows, scalar_step, segment_cumsum, segment_rank
 from simulator.perf import ConstantPerf
 from simulator.policies import build_controller
 from simulator.presets import get_preset
@@ -57,3 +57,24 @@ def test_segment_sums_restart_per_replica() -> None:
     values = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
     assert segment_cumsum(values, groups).tolist() == [1.0, 3.0, 3.0, 7.0, 12.0, 6.0]
     assert segment_rank(groups).tolist() == [0, 1, 0, 1, 2, 0]
+
+
+def test_segment_sums_with_empty_slots_before_and_between() -> None:
+    groups = np.array([2, 2, 5])  # slots 0, 1, 3 and 4 hold nothing
+    assert segment_cumsum(np.array([0.5, 0.25, 1.5]), groups).tolist() == [0.5, 0.75, 1.5]
+    assert segment_rank(groups).tolist() == [0, 1, 0]
+
+
+def test_rows_keep_extend_and_column_writes() -> None:
+    rows = Rows(np.array([0, 1, 1]), np.array([10, 11, 12]), np.array([5.0, 6.0, 7.0]), np.array([1.0, 2.0, 3.0]),
+                np.array([5.0, 6.0, 7.0]), np.zeros(3), np.full(3, np.nan))
+    rows.gen += np.array([1.0, 0.0, 2.0])  # in place, through the column view
+    rows.pre[1] = 0.0
+    kept = rows.keep(np.array([True, False, True]))
+    assert kept.idx.tolist() == [10, 12] and kept.rep.tolist() == [0, 1]
+    assert kept.gen.tolist() == [1.0, 2.0] and kept.prompt.tolist() == [5.0, 7.0]
+    kept.extend(Rows(np.array([3]), np.array([13]), np.array([9.0]), np.array([4.0]), np.array([9.0]),
+                     np.array([0.0]), np.array([1.5])))
+    assert len(kept) == 3 and kept.idx.tolist() == [10, 12, 13] and kept.out.tolist() == [1.0, 3.0, 4.0]
+    assert kept.first[2] == 1.5 and math.isnan(kept.first[0])
+    assert rows.pre.tolist() == [5.0, 0.0, 7.0] and len(Rows()) == 0
