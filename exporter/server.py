@@ -28,7 +28,10 @@ class Source(Protocol):
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
-    protocol_version = "HTTP/1.1"  # keep-alive: Prometheus and the scaler reuse connections
+    protocol_version = "HTTP/1.1"  # keep-alive: Prometheus reuses connections
+    # Headers and body go out in two writes; with Nagle on, a kept-alive scrape waits ~40 ms for the
+    # peer's delayed ACK before the body leaves (measured 43-48 ms per scrape vs 0.3-0.5 ms).
+    disable_nagle_algorithm = True
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
