@@ -36,14 +36,20 @@ class LatencyDesired:
 
 def latency_desired(ttft: float | None, itl: float | None, completed: float, ready: int,
                     target_ttft: float | None, target_itl: float | None,
-                    min_completed: float = MIN_COMPLETED) -> LatencyDesired | None:
+                    min_completed: float = MIN_COMPLETED, queued: float | None = None) -> LatencyDesired | None:
     """ready x max(observed / target) over the latency targets that are set and observed.
 
     None (no latency signal) when no target is set, no replica is ready, fewer than `min_completed`
     requests completed in the window, or no target has an observation.
+
+    TTFT is judged only while requests queue (`queued` > 0, or unknown): without a queue a long TTFT is
+    the request's own prefill, which no added replica shortens (one prompt runs on one replica), and
+    chasing it would add replicas without end. ITL is judged always: it grows with each replica's batch.
     """
     if (target_ttft is None and target_itl is None) or ready <= 0 or completed < min_completed:
         return None
+    if queued is not None and queued <= 0:
+        ttft = None
     ratios = [obs / target for obs, target in ((ttft, target_ttft), (itl, target_itl))
               if obs is not None and target is not None and target > 0]
     if not ratios:
@@ -57,4 +63,6 @@ def from_window(load: Load, window_s: float, ready: int, config: ScalerConfig) -
     are the TTFT count's rate (else requests finished) x the window."""
     per_s = load.ttft_count_rate if load.ttft_count_rate is not None else load.finished_rate
     completed = (per_s or 0.0) * window_s
-    return latency_desired(load.mean_ttft, load.mean_itl, completed, ready, config.target_ttft, config.target_itl)
+    queued = None if load.waiting is None and load.upstream is None else (load.waiting or 0.0) + (load.upstream or 0.0)
+    return latency_desired(load.mean_ttft, load.mean_itl, completed, ready, config.target_ttft, config.target_itl,
+                           queued=queued)

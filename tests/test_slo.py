@@ -11,6 +11,18 @@ from scaler.model import Observation, PolicyState, ReplicaSample, WorkloadState
 from scaler.slo import LatencyDesired, latency_desired
 
 
+@pytest.mark.parametrize("queued,want", [
+    # Requests queue: the TTFT excess is queueing, more replicas cut it: 2 x 3 / 2 = 3.
+    (4.0, LatencyDesired(3.0, 1.5, 3.0, 0.05, 10.0)),
+    # Nothing queues: the 3 s TTFT is the prompts' own prefill; only ITL is judged: 2 x 0.05 / 0.1 = 1.
+    (0.0, LatencyDesired(1.0, 0.5, None, 0.05, 10.0)),
+    # Queue not reported: TTFT judged as before.
+    (None, LatencyDesired(3.0, 1.5, 3.0, 0.05, 10.0)),
+])
+def test_ttft_is_judged_only_while_requests_queue(queued: float | None, want: LatencyDesired) -> None:
+    assert latency_desired(3.0, 0.05, 10.0, 2, 2.0, 0.1, queued=queued) == want
+
+
 @pytest.mark.parametrize("ttft,itl,completed,ready,t_ttft,t_itl,want", [
     # TTFT 3 s against 2 s on 2 replicas: 2 x 1.5 = 3.
     (3.0, 0.05, 10.0, 2, 2.0, 0.1, LatencyDesired(3.0, 1.5, 3.0, 0.05, 10.0)),
