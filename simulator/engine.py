@@ -99,6 +99,21 @@ class Timeline:
     running: list[int] = field(default_factory=list)
     waiting: list[int] = field(default_factory=list)
 
+    def add(self, t: float, arrivals: int, cluster: Cluster, desired: int, gateway: int, running: int,
+            waiting: int) -> None:
+        """One row; pods are counted by phase (pending and loading count as starting)."""
+        phases = [r.phase for r in cluster.replicas]
+        ready, draining = phases.count(Phase.READY), phases.count(Phase.DRAINING)
+        self.t.append(t)
+        self.arrivals.append(arrivals)
+        self.ready.append(ready)
+        self.starting.append(len(phases) - ready - draining)
+        self.draining.append(draining)
+        self.desired.append(desired)
+        self.gateway.append(gateway)
+        self.running.append(running)
+        self.waiting.append(waiting)
+
 
 @dataclass(frozen=True)
 class RequestTable:
@@ -387,24 +402,8 @@ class Simulation:
         return ObservedState(obs, tuple(utils), self.router.pending)
 
     def _record(self) -> None:
-        tl = self.timeline
-        ready = starting = draining = running = waiting = 0
-        for r in self.cluster.replicas:
-            if r.phase is Phase.READY:
-                ready += 1
-            elif r.phase is Phase.DRAINING:
-                draining += 1
-            else:
-                starting += 1
-            running += r.engine.num_running
-            waiting += r.engine.num_waiting
-        tl.t.append(self.now)
-        tl.arrivals.append(self._arrivals_since)
+        running = sum(r.engine.num_running for r in self.cluster.replicas)
+        waiting = sum(r.engine.num_waiting for r in self.cluster.replicas)
+        self.timeline.add(self.now, self._arrivals_since, self.cluster, self.desired, self.router.pending,
+                          running, waiting)
         self._arrivals_since = 0
-        tl.ready.append(ready)
-        tl.starting.append(starting)
-        tl.draining.append(draining)
-        tl.desired.append(self.desired)
-        tl.gateway.append(self.router.pending)
-        tl.running.append(running)
-        tl.waiting.append(waiting)

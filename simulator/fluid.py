@@ -585,25 +585,9 @@ class FluidSimulation(Simulation):
         return ObservedState(obs, tuple(utils), self._held_n)
 
     def _record(self) -> None:
-        tl = self.timeline
-        ready = starting = draining = 0
-        for r in self.cluster.replicas:
-            if r.phase is Phase.READY:
-                ready += 1
-            elif r.phase is Phase.DRAINING:
-                draining += 1
-            else:
-                starting += 1
-        tl.t.append(self.now)
-        tl.arrivals.append(self._arrivals_since)
+        self.timeline.add(self.now, self._arrivals_since, self.cluster, self.desired, self._held_n,
+                          len(self.run_rows), len(self.wait_rows))
         self._arrivals_since = 0
-        tl.ready.append(ready)
-        tl.starting.append(starting)
-        tl.draining.append(draining)
-        tl.desired.append(self.desired)
-        tl.gateway.append(self._held_n)
-        tl.running.append(len(self.run_rows))
-        tl.waiting.append(len(self.wait_rows))
 
 
 __all__ = ["DEFAULT_DT_S", "FluidSimulation", "Rows", "scalar_step", "segment_cumsum", "segment_rank"]
