@@ -11,6 +11,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -135,3 +136,56 @@ class Loop:
             # fixed rate: a slow cycle shortens the pause rather than stretching the period
             next_at = max(next_at + self._interval_s, time.monotonic())
             self._stop.wait(next_at - time.monotonic())
+
+
+class BackgroundSource:
+    """The MetricSource plumbing both sources share: the loop, the pool, watches, subscribers, the latest
+    Observation per model and health. A subclass supplies `collect_once` and the per-target health."""
+
+    kind = ""
+
+    def __init__(self, name: str, interval_s: float, max_workers: int, thread_prefix: str,
+                 clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=thread_prefix)
+        self._loop = Loop(name, interval_s, self.collect_once)
+        self._cycle_lock = threading.Lock()
+        self._subscribers = Subscribers()
+        self._watches = Watches()
+        self._errors = ErrorCounts()
+        self._latest: dict[ModelKey, Observation] = {}
+        self._ok = False
+        self._last_success_at: float | None = None
+        self._last_error: str | None = None
+
+    def collect_once(self) -> list[Observation]:
+        raise NotImplementedError
+
+    def _target_health(self) -> dict[str, str | None]:
+        """Each target's last error (None: answered)."""
+        raise NotImplementedError
+
+    def start(self) -> None:
+        self._loop.start()
+
+    def stop(self) -> None:
+        self._loop.stop()
+        self._pool.shutdown(wait=True)
+
+    def watch(self, namespace: str, model: str, activation_query: str | None = None) -> None:
+        self._watches.add(namespace, model, activation_query)
+
+    def unwatch(self, namespace: str, model: str) -> None:
+        self._watches.remove(namespace, model)
+
+    def subscribe(self, callback: Subscriber) -> None:
+        self._subscribers.add(callback)
+
+    def latest(self, namespace: str, model: str) -> Observation | None:
+        return self._latest.get((namespace, model))
+
+    def status(self) -> SourceStatus:
+        return SourceStatus(
+            kind=self.kind, ok=self._ok, last_success_at=self._last_success_at, last_error=self._last_error,
+            errors=self._errors.snapshot(), targets=self._target_health(),
+        )

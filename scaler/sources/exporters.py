@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from scaler.model import Observation
-from scaler.sources.common import ErrorCounts, Loop, ModelKey, SourceStatus, Subscriber, Subscribers, Watches
+from scaler.sources.common import BackgroundSource, ErrorCounts, ModelKey
 from scaler.sources.errors import SourceError
 from scaler.sources.exposition import ParsedExposition, ReplicaKey, observations_from_replicas, parse_exposition
 from scaler.sources.http import fetch
@@ -73,7 +72,7 @@ def merge_replicas(answers: Iterable[ParsedExposition]) -> dict[ReplicaKey, Mapp
     return merged
 
 
-class ExportersSource:
+class ExportersSource(BackgroundSource):
     """Background scraper of the exporters; see the module docstring. Implements MetricSource."""
 
     kind = "exporters"
@@ -90,54 +89,25 @@ class ExportersSource:
         activation: PrometheusClient | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        super().__init__("exporters-source", interval_s, max_workers, "scrape-exporter", clock)
         self._resolver = resolver
         self._timeout_s = timeout_s
         self._max_bytes = max_bytes
         self._forget_after_s = forget_after_s
         self._activation = activation
-        self._clock = clock
-        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="scrape-exporter")
-        self._loop = Loop("exporters-source", interval_s, self.collect_once)
-        self._cycle_lock = threading.Lock()
-        self._subscribers = Subscribers()
-        self._watches = Watches()
-        self._errors = ErrorCounts()
         self._targets: Sequence[str] = ()
         self._answers: dict[str, _Answer] = {}
         self._target_errors: dict[str, str | None] = {}
-        self._latest: dict[ModelKey, Observation] = {}
-        self._ok = False
-        self._last_success_at: float | None = None
-        self._last_error: str | None = None
 
     # -- the MetricSource interface ------------------------------------------------------------
-
-    def start(self) -> None:
-        self._loop.start()
-
-    def stop(self) -> None:
-        self._loop.stop()
-        self._pool.shutdown(wait=True)
 
     def watch(self, namespace: str, model: str, activation_query: str | None = None) -> None:
         if activation_query and self._activation is None:
             raise ValueError(f"activationQuery for {namespace}/{model} needs a Prometheus address (prometheusAddress)")
-        self._watches.add(namespace, model, activation_query)
+        super().watch(namespace, model, activation_query)
 
-    def unwatch(self, namespace: str, model: str) -> None:
-        self._watches.remove(namespace, model)
-
-    def subscribe(self, callback: Subscriber) -> None:
-        self._subscribers.add(callback)
-
-    def latest(self, namespace: str, model: str) -> Observation | None:
-        return self._latest.get((namespace, model))
-
-    def status(self) -> SourceStatus:
-        return SourceStatus(
-            kind=self.kind, ok=self._ok, last_success_at=self._last_success_at, last_error=self._last_error,
-            errors=self._errors.snapshot(), targets=dict(self._target_errors),
-        )
+    def _target_health(self) -> dict[str, str | None]:
+        return dict(self._target_errors)
 
     def known_models(self) -> list[ModelKey]:
         """Every (namespace, model) the last cycle saw or was asked to watch."""

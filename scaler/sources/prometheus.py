@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 
 from scaler.model import Observation
-from scaler.sources.common import ErrorCounts, Loop, ModelKey, SourceStatus, Subscriber, Subscribers, Watches
+from scaler.sources.common import BackgroundSource
 from scaler.sources.errors import SourceError
 from scaler.sources.exporters import evaluate_activation
 from scaler.sources.exposition import FIELD_OF, ReplicaKey, observations_from_replicas
@@ -64,7 +62,7 @@ def observations_from_vectors(results: Mapping[str, list[VectorSample]], now: fl
     return observations_from_replicas(replicas.items(), now), invalid
 
 
-class PrometheusSource:
+class PrometheusSource(BackgroundSource):
     """Background PromQL poller; implements MetricSource (see scaler.sources.common)."""
 
     kind = "prometheus"
@@ -78,44 +76,12 @@ class PrometheusSource:
         max_workers: int = 4,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        super().__init__("prometheus-source", interval_s, max_workers, "promql", clock)
         self._client = client
         self._queries = signal_queries(selector)
-        self._clock = clock
-        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="promql")
-        self._loop = Loop("prometheus-source", interval_s, self.collect_once)
-        self._cycle_lock = threading.Lock()
-        self._subscribers = Subscribers()
-        self._watches = Watches()
-        self._errors = ErrorCounts()
-        self._latest: dict[ModelKey, Observation] = {}
-        self._ok = False
-        self._last_success_at: float | None = None
-        self._last_error: str | None = None
 
-    def start(self) -> None:
-        self._loop.start()
-
-    def stop(self) -> None:
-        self._loop.stop()
-        self._pool.shutdown(wait=True)
-
-    def watch(self, namespace: str, model: str, activation_query: str | None = None) -> None:
-        self._watches.add(namespace, model, activation_query)
-
-    def unwatch(self, namespace: str, model: str) -> None:
-        self._watches.remove(namespace, model)
-
-    def subscribe(self, callback: Subscriber) -> None:
-        self._subscribers.add(callback)
-
-    def latest(self, namespace: str, model: str) -> Observation | None:
-        return self._latest.get((namespace, model))
-
-    def status(self) -> SourceStatus:
-        return SourceStatus(
-            kind=self.kind, ok=self._ok, last_success_at=self._last_success_at, last_error=self._last_error,
-            errors=self._errors.snapshot(), targets={self._client.url: self._last_error},
-        )
+    def _target_health(self) -> dict[str, str | None]:
+        return {self._client.url: self._last_error}
 
     def collect_once(self) -> list[Observation]:
         """Run every signal query once; publish and return the Observations ([] when a query failed)."""
