@@ -29,3 +29,16 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert len(commands) == 2, commands
     test_cmd = commands[1].split("&& ", 2)[-1]  # after the venv set-up
     assert (ROOT / ".ci" / "run").read_text().count(test_cmd) == 1, test_cmd
+
+
+def test_readme_scaledobject_examples_are_valid() -> None:
+    """Every ScaledObject the README shows passes KEDA's CRD and the scaler's own metadata parser."""
+    from scaler.config import parse_metadata
+    from simulator.control.scaledobject import parse_scaledobjects
+
+    blocks = [b for b in re.findall(r"```yaml\n(.*?)```", README, re.S) if "kind: ScaledObject" in b]
+    assert blocks, "the README lost its worked ScaledObject example"
+    for block in blocks:
+        for settings in parse_scaledobjects(block, "README.md"):
+            for trigger in settings.triggers:
+                parse_metadata(trigger.metadata)
