@@ -2,7 +2,8 @@
 
 The detailed mode runs every engine iteration of every request, which is exact but costs tens of
 microseconds per request: a week of the Azure 2024 code trace (16.8 M requests) would take an hour.
-Here each replica advances `dt` seconds at a time with numpy over its requests:
+Here each replica advances `dt` seconds at a time over its requests (the loops are compiled, in
+simulator/fluid_kernel.py):
 
 - admission at the start of a slice, FIFO, while the batch limit and the KV cache allow (the KV check
   counts tokens already computed plus the new prompt; preemption is not modelled: admission waits);
@@ -22,12 +23,12 @@ times). tests/test_sim_fluid.py holds it to the detailed mode on the one-hour tr
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Callable
 
 import numpy as np
 
 from scaler.model import Observation, ReplicaSample
+from simulator import fluid_kernel as k
 from simulator.cluster import Phase, SimReplica
 from simulator.engine import (
     _EPSILON_S,
@@ -41,151 +42,19 @@ from simulator.engine import (
     SimResult,
     Simulation,
 )
-from simulator.perf import ConstantPerf, PerfModel, PhysicsPerf
 from simulator.traces import Trace
 
 DEFAULT_DT_S = 0.25
-ScalarStep = Callable[[float, float, float], float]
-
-
-VectorStep = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
-
-
-def vector_step(perf: PerfModel) -> VectorStep:
-    """`perf.step_times` with its coefficients folded once (PhysicsPerf), for the per-slice calls."""
-    if not isinstance(perf, PhysicsPerf):
-        return perf.step_times
-    m, tp, eff, gpu = perf.model, perf.tp, perf.eff, perf.gpu
-    bw = gpu.hbm_bandwidth * eff.bandwidth
-    w_t, kv_t = m.streamed_weight_bytes / tp / bw, m.kv_bytes_per_token / tp / bw
-    peak = gpu.peak_flops(m.bytes_per_param) * eff.mfu * tp
-    lin, att = 2.0 * m.streamed_params / peak, m.attention_flops_per_pair / peak
-    ring = m.hidden * 2.0 * 2.0 * (tp - 1) / tp / gpu.interconnect_bandwidth
-    fixed = eff.step_overhead_s + (0.0 if tp == 1 else 2 * m.n_layers * eff.allreduce_latency_s)
-    per_tok = 0.0 if tp == 1 else 2 * m.n_layers * ring
-
-    def physics(new: np.ndarray, kv: np.ndarray, pairs: np.ndarray) -> np.ndarray:
-        out: np.ndarray = np.maximum(w_t + kv * kv_t, lin * new + att * pairs) + (fixed + per_tok * new)
-        return out
-
-    return physics
-
-
-def scalar_step(perf: PerfModel) -> ScalarStep:
-    """One iteration's time as plain float arithmetic: the fluid loop asks a few hundred thousand times
-    per simulated day, where numpy's per-call overhead would dominate. Same formulas as PhysicsPerf and
-    ConstantPerf (a test checks they agree); any other PerfModel goes through its vectorised method."""
-    if isinstance(perf, PhysicsPerf):
-        m, tp, eff, gpu = perf.model, perf.tp, perf.eff, perf.gpu
-        bw = gpu.hbm_bandwidth * eff.bandwidth
-        w_t = m.streamed_weight_bytes / tp / bw
-        kv_t = m.kv_bytes_per_token / tp / bw
-        peak = gpu.peak_flops(m.bytes_per_param) * eff.mfu * tp
-        lin = 2.0 * m.streamed_params / peak
-        att = m.attention_flops_per_pair / peak
-        over = eff.step_overhead_s
-        comm_fixed = 0.0 if tp == 1 else 2 * m.n_layers * eff.allreduce_latency_s
-        ring = m.hidden * 2.0 * 2.0 * (tp - 1) / tp / gpu.interconnect_bandwidth  # per token, per all-reduce
-        comm_tok = 0.0 if tp == 1 else 2 * m.n_layers * ring
-
-        def physics(new: float, kv: float, pairs: float) -> float:
-            return max(w_t + kv * kv_t, lin * new + att * pairs) + over + comm_fixed + comm_tok * new
-
-        return physics
-    if isinstance(perf, ConstantPerf):
-        c = perf
-
-        def constant(new: float, kv: float, pairs: float) -> float:
-            return c.base_s + c.per_token_s * new + c.per_kv_token_s * kv
-
-        return constant
-
-    def generic(new: float, kv: float, pairs: float) -> float:
-        return float(perf.step_times(np.array([new]), np.array([kv]), np.array([pairs]))[0])
-
-    return generic
-
-
-def _column(i: int, doc: str) -> property:
-    def get(self: Rows) -> np.ndarray:
-        col: np.ndarray = self.f[i]
-        return col
-
-    def put(self: Rows, value: np.ndarray) -> None:
-        self.f[i] = value
-
-    return property(get, put, doc=doc)
-
-
-class Rows:
-    """The requests held by every replica; `rep` is the replica's slot, `idx` the trace index.
-
-    Running (admitted) rows keep admission order, waiting rows arrival order, so FIFO within a replica is
-    the rows' order among those of its slot. The five float columns live in one (5, n) array, so taking
-    or appending rows, done several times a slice, is three numpy calls rather than seven.
-    """
-
-    prompt = _column(0, "prompt tokens")
-    out = _column(1, "output tokens (>= 1)")
-    pre = _column(2, "prompt tokens still to prefill")
-    gen = _column(3, "tokens after the first")
-    first = _column(4, "first-token time (NaN: not yet)")
-
-    def __init__(self, rep: np.ndarray | None = None, idx: np.ndarray | None = None,
-                 prompt: np.ndarray | None = None, out: np.ndarray | None = None, pre: np.ndarray | None = None,
-                 gen: np.ndarray | None = None, first: np.ndarray | None = None, *,
-                 f: np.ndarray | None = None) -> None:
-        self.rep: np.ndarray = rep if rep is not None else np.empty(0, np.int64)
-        self.idx: np.ndarray = idx if idx is not None else np.empty(0, np.int64)
-        if f is None:
-            cols = (prompt, out, pre, gen, first)
-            f = np.array([c if c is not None else np.empty(0) for c in cols], dtype=np.float64).reshape(5, -1)
-        self.f: np.ndarray = f
-
-    def __len__(self) -> int:
-        return len(self.idx)
-
-    def keep(self, mask: np.ndarray) -> Rows:
-        return Rows(self.rep[mask], self.idx[mask], f=self.f[:, mask])
-
-    def extend(self, other: Rows) -> None:
-        self.rep = np.concatenate([self.rep, other.rep])
-        self.idx = np.concatenate([self.idx, other.idx])
-        self.f = np.concatenate([self.f, other.f], axis=1)
-
-
-def _group_first(groups: np.ndarray) -> np.ndarray:
-    """Per row, the index of its group's first row (`groups` sorted, small non-negative ints: slots).
-    bincount + cumsum: a handful of numpy calls whatever the number of groups, since the fluid loop makes
-    these calls every slice and their fixed cost, not the arrays' length, is what counts."""
-    counts = np.bincount(groups)
-    out: np.ndarray = (np.cumsum(counts) - counts)[groups]
-    return out
-
-
-def segment_cumsum(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    """Cumulative sums restarting at each new group (`groups` sorted non-negative ints, equal ones adjacent)."""
-    if not len(values):
-        return values
-    cum = np.zeros(len(values) + 1)
-    np.cumsum(values, out=cum[1:])
-    out: np.ndarray = cum[1:] - cum[_group_first(groups)]
-    return out
-
-
-def segment_rank(groups: np.ndarray) -> np.ndarray:
-    """0, 1, 2 ... within each run of equal `groups` (sorted non-negative ints)."""
-    if not len(groups):
-        return groups
-    out: np.ndarray = np.arange(len(groups)) - _group_first(groups)
-    return out
-
-
-SLOT_COUNTERS = ("_prompt_tok", "_gen_tok", "_finished", "_busy", "_ttft_sum", "_ttft_n", "_itl_sum", "_itl_n")
+_START_ROWS = 1024
+_START_SLOTS = 8
 
 
 class FluidSimulation(Simulation):
-    """Simulation with time-sliced engines, all replicas stepped together; see the module docstring."""
+    """Simulation with time-sliced engines, all replicas stepped together; see the module docstring.
+
+    The requests in flight are two pools of rows the compiled kernel works on: running (admission
+    order) and waiting (arrival order), each row a trace index and the replica's slot; FIFO within a
+    replica is the rows' order among those of its slot. Slots are reused once their replica is gone."""
 
     def __init__(self, trace: Trace, config: SimConfig, controller: Controller,
                  progress: Callable[[int, int], None] | None = None, dt_s: float = DEFAULT_DT_S) -> None:
@@ -194,34 +63,29 @@ class FluidSimulation(Simulation):
             raise ValueError(f"fluid: dt_s must be > 0, got {dt_s}")
         self.dt = dt_s
         n = len(trace)
+        self._coef = k.coefficients(config.perf)
         self._ttft = np.full(n, np.inf, dtype=np.float32)
         self._tpot = np.full(n, np.nan, dtype=np.float32)
-        self.run_rows = Rows()
-        self.wait_rows = Rows()
+        self._ints = np.zeros(k.N_INTS, dtype=np.int64)
+        self._run_i = np.zeros((2, _START_ROWS), dtype=np.int64)
+        self._run_f = np.zeros((3, _START_ROWS))
+        self._gain = np.zeros(_START_ROWS)
+        self._wait_i = np.zeros((2, _START_ROWS), dtype=np.int64)
+        self._slots = np.zeros((k.N_SLOT_ROWS, _START_SLOTS))
+        self._scratch = np.zeros((k.N_SCRATCH, _START_SLOTS))
         self._slot: dict[int, int] = {}  # SimReplica.index -> slot
         self._by_slot: list[SimReplica | None] = []
         self._free: list[int] = []
-        self._prompt_tok = np.zeros(0)
-        self._gen_tok = np.zeros(0)
-        self._finished = np.zeros(0)
-        self._busy = np.zeros(0)
-        # per slot, the TTFT/ITL histograms' _sum/_count (Simulation._count_latency's semantics)
-        self._ttft_sum = np.zeros(0)
-        self._ttft_n = np.zeros(0)
-        self._itl_sum = np.zeros(0)
-        self._itl_n = np.zeros(0)
         self._held: list[np.ndarray] = []  # gateway queue: arrays of trace indices, oldest first
         self._held_n = 0
-        self._dropped = 0
-        self._rr = 0
-        self._arr64 = trace.arrival_s
+        self._rule = k.RULE_ROUND_ROBIN if self.router.rule == "round_robin" else k.RULE_LEAST
+        self._arr64 = np.ascontiguousarray(trace.arrival_s, dtype=np.float64)
         self._p64 = np.maximum(1, trace.prompt_tokens).astype(np.float64)
         self._o64 = np.maximum(1, trace.output_tokens).astype(np.float64)
         cfg = config.replica
         self._kv_cap = float(cfg.kv_capacity_tokens)
         self._budget = float(cfg.max_num_batched_tokens)
-        self._seqs = cfg.max_num_seqs
-        self._step_times = vector_step(config.perf)
+        self._seqs = float(cfg.max_num_seqs)
         self._lat = config.perf.request_latency_s
         # a request's own prefill alone (the floor of its TTFT), vectorised once
         p = self._p64
@@ -229,47 +93,75 @@ class FluidSimulation(Simulation):
                                                               p * (p + 1) / 2), dtype=np.float64)
         self._own_prefill *= np.ceil(p / self._budget)
 
-    # -- slots --------------------------------------------------------------------------------------
+    # -- counts the base class and the report read ------------------------------------------------
+    @property
+    def running(self) -> int:
+        return int(self._ints[k.N_RUN])
+
+    @property
+    def waiting(self) -> int:
+        return int(self._ints[k.N_WAIT])
+
+    @property
+    def dropped(self) -> int:
+        """Requests dropped: too big for any replica's KV cache, or waited at the gateway past max_wait_s."""
+        return int(self._ints[k.DROPPED])
+
+    # -- slots and pools ------------------------------------------------------------------------------
     def _slot_of(self, r: SimReplica) -> int:
-        k = self._slot.get(r.index)
-        if k is not None:
-            return k
+        s = self._slot.get(r.index)
+        if s is not None:
+            return s
         if self._free:
-            k = self._free.pop()
-            self._by_slot[k] = r
+            s = self._free.pop()
+            self._by_slot[s] = r
         else:
-            k = len(self._by_slot)
+            s = len(self._by_slot)
             self._by_slot.append(r)
-            for name in SLOT_COUNTERS:
-                setattr(self, name, np.append(getattr(self, name), 0.0))
-        for name in SLOT_COUNTERS:
-            getattr(self, name)[k] = 0.0
-        self._slot[r.index] = k
-        return k
+            if s >= self._slots.shape[1]:
+                grow = self._slots.shape[1]
+                self._slots = np.concatenate([self._slots, np.zeros((k.N_SLOT_ROWS, grow))], axis=1)
+                self._scratch = np.zeros((k.N_SCRATCH, 2 * grow))
+        self._slots[:, s] = 0.0
+        self._slot[r.index] = s
+        return s
 
     def _release_gone(self) -> None:
-        for idx, k in list(self._slot.items()):
-            r = self._by_slot[k]
+        for idx, s in list(self._slot.items()):
+            r = self._by_slot[s]
             if r is not None and r.phase is Phase.GONE:
                 del self._slot[idx]
-                self._by_slot[k] = None
-                self._free.append(k)
+                self._by_slot[s] = None
+                self._free.append(s)
 
-    def _per_slot(self, rows: Rows, weights: np.ndarray | None = None) -> np.ndarray:
-        out: np.ndarray = np.bincount(rows.rep, weights=weights, minlength=len(self._by_slot))
-        return out if weights is not None else out.astype(np.float64)
+    def _room(self, more: int) -> None:
+        """Grow the row pools so that `more` requests can join the waiting pool and all of it be admitted."""
+        need_wait = int(self._ints[k.N_WAIT]) + more
+        need_run = int(self._ints[k.N_RUN]) + need_wait
+        if need_wait > self._wait_i.shape[1]:
+            cap = max(need_wait, 2 * self._wait_i.shape[1])
+            self._wait_i = np.concatenate([self._wait_i, np.zeros((2, cap - self._wait_i.shape[1]), np.int64)], 1)
+        if need_run > self._run_i.shape[1]:
+            cap = max(need_run, 2 * self._run_i.shape[1])
+            extra = cap - self._run_i.shape[1]
+            self._run_i = np.concatenate([self._run_i, np.zeros((2, extra), np.int64)], axis=1)
+            self._run_f = np.concatenate([self._run_f, np.zeros((3, extra))], axis=1)
+            self._gain = np.zeros(cap)
+
+    def _ready_slots(self) -> np.ndarray:
+        return np.array([self._slot_of(r) for r in self.cluster.ready()], dtype=np.int64)
+
+    def _sync_replicas(self) -> None:
+        """Hand the kernel's per-slot outstanding counts to the pods (scale-down reads them) and the pods'
+        draining state to the kernel (it reports when a draining pod empties)."""
+        out = self._slots[k.OUTSTANDING].tolist()
+        for s, r in enumerate(self._by_slot):
+            if r is not None:
+                r.outstanding = int(out[s])
+                self._slots[k.DRAINING, s] = 1.0 if r.phase is Phase.DRAINING else 0.0
 
     # -- run ----------------------------------------------------------------------------------------
     def run(self) -> SimResult:
-        # the slice arithmetic divides by zero where a replica has nothing in a phase and masks it out
-        # after: ignored once for the run (np.errstate per slice costs more than the arithmetic)
-        saved = np.seterr(invalid="ignore", divide="ignore")
-        try:
-            return self._run()
-        finally:
-            np.seterr(**saved)
-
-    def _run(self) -> SimResult:
         n = len(self.trace)
         last = float(self._arr64[-1]) if n else 0.0
         hard_end = last + self.config.tail_s
@@ -278,10 +170,11 @@ class FluidSimulation(Simulation):
         t_ctl = self.controller.next_time()
         if t_ctl is not None:
             self.push(t_ctl, CONTROL)
+        ints = self._ints
         t = 0.0
         end = hard_end
         next_progress = 0
-        while t <= hard_end:
+        while True:
             t_next = t + self.dt
             # events due in [t, t_next): in time order, each at its own time (state as of the slice start)
             while self._heap and self._heap[0][0] < t_next:
@@ -294,26 +187,37 @@ class FluidSimulation(Simulation):
                 elif kind == CONTROL:
                     self._on_control()
             self.now = t
-            lo = self._next_arrival
-            hi = int(np.searchsorted(self._arr64, t_next, side="left"))
-            if hi > lo:
-                self._arrive(lo, hi)
-                self._next_arrival = hi
-                self._arrivals_since += hi - lo
-            busy = len(self.run_rows) > 0 or len(self.wait_rows) > 0
-            if busy:
-                self._step_all(t)
-            if self._progress is not None and self._next_arrival >= next_progress:
-                self._progress(self._next_arrival, n)
-                next_progress = self._next_arrival + max(1, n // 200)
-            if self._next_arrival >= n and self._open == 0:
-                end = t_next
+            self._sync_replicas()
+            t_event = self._heap[0][0] if self._heap else np.inf
+            ready = self._ready_slots()  # may add slots: before the slot arrays are handed over
+            t, reason, flags, at = k.advance(
+                t, self.dt, t_event, hard_end, self._held_n, ready, self._rule, self._budget,
+                self._seqs, self._kv_cap, self._lat, self._coef, ints, self._run_i, self._run_f, self._wait_i,
+                self._gain, self._slots, self._scratch, len(self._by_slot), self._p64, self._o64, self._arr64,
+                self._own_prefill, self._ttft, self._tpot)
+            self._sync_replicas()
+            if self._progress is not None and ints[k.NEXT] >= next_progress:
+                self._progress(int(ints[k.NEXT]), n)
+                next_progress = int(ints[k.NEXT]) + max(1, n // 200)
+            if reason == k.GROW:
+                self._room(int(np.searchsorted(self._arr64, t_next)) - int(ints[k.NEXT]))
+                continue
+            if reason == k.END:
                 break
-            t = t_next
-            if not busy and self._held_n == 0 and self._next_arrival < n:
-                t = self._fast_forward(t)
+            if reason == k.AFTER_SLICE:
+                self.now = at
+                if flags & k.DRAIN:
+                    self._finish_drains(at)
+                if flags & k.HELD:
+                    held = np.arange(ints[k.HELD_LO], ints[k.HELD_HI], dtype=np.int64)
+                    self._held.append(held)
+                    self._held_n += len(held)
+                    self.controller.gateway_hold(self)
+                if flags & k.DONE:
+                    end = t
+                    break
         self.now = end
-        self._dropped += self._held_n
+        ints[k.DROPPED] += self._held_n
         self._held, self._held_n = [], 0
         self.cluster.close(end)
         if self._progress is not None:
@@ -324,66 +228,25 @@ class FluidSimulation(Simulation):
                          s.cold_starts, s.zero_seconds, self.scale_events, list(getattr(self.controller, "events", [])),
                          mode="fluid", cohorts=table)
 
-    def _fast_forward(self, t: float) -> float:
-        """Nothing runs and nobody waits: skip whole slices up to the next arrival or event."""
-        nxt = float(self._arr64[self._next_arrival])
-        if self._heap:
-            nxt = min(nxt, self._heap[0][0])
-        if nxt <= t + self.dt:
-            return t
-        return t + math.floor((nxt - t) / self.dt) * self.dt
+    def _finish_drains(self, t: float) -> None:
+        slots = self._slots
+        for s in np.flatnonzero(slots[k.DRAINED]).tolist():
+            slots[k.DRAINED, s] = 0.0
+            r = self._by_slot[s]
+            if r is not None and r.phase is Phase.DRAINING and r.outstanding == 0:
+                self.cluster.finish_drain(r, t + float(min(slots[k.LAST_BUSY, s], self.dt)))
 
     # -- gateway and routing --------------------------------------------------------------------------
-    def _arrive(self, lo: int, hi: int) -> None:
-        idx = np.arange(lo, hi, dtype=np.int64)
-        self._open += hi - lo
-        if not self.cluster.ready():
-            self._held.append(idx)
-            self._held_n += len(idx)
-            self.controller.gateway_hold(self)
-            return
-        self._route(idx, sync=False)
-
-    def _route(self, idx: np.ndarray, sync: bool = True) -> None:
-        """Route `idx` to the ready replicas; `sync=False` (arrivals, which a slice step follows at once) leaves
-        the replicas' outstanding counts to the step."""
-        ready = self.cluster.ready()
-        if not ready:
+    def _route(self, idx: np.ndarray) -> None:
+        """Route `idx` (in order) to the ready replicas; with none ready they wait at the gateway."""
+        ready = self._ready_slots()
+        if not len(ready):
             self._held.append(idx)
             self._held_n += len(idx)
             return
-        too_big = (self._p64[idx] + self._o64[idx]) > self._kv_cap
-        if too_big.any():
-            self._dropped += int(too_big.sum())
-            self._open -= int(too_big.sum())
-            idx = idx[~too_big]
-        k = len(idx)
-        if not k:
-            return
-        slots = np.array([self._slot_of(r) for r in ready], dtype=np.int64)
-        if self.router.rule == "round_robin":
-            who = (self._rr + np.arange(k)) % len(ready)
-            self._rr = int((self._rr + k) % len(ready))
-        else:
-            # least outstanding, one request at a time, ties to the oldest pod: the k smallest
-            # (load + j, pod) pairs, j = 0..k-1, in order
-            # (outstanding is in sync with the rows here: set after every slice and every routing); a stable
-            # sort of the pod-major levels breaks ties by pod
-            load = np.array([r.outstanding for r in ready], dtype=np.float64)
-            levels = (load[:, None] + np.arange(k)[None, :]).ravel()
-            who = np.argsort(levels, kind="stable")[:k] // k
-        rows = Rows(slots[who], idx, self._p64[idx], self._o64[idx], self._p64[idx].copy(), np.zeros(k),
-                    np.full(k, np.nan))
-        self.wait_rows.extend(rows)
-        if sync:
-            self._sync_outstanding()
-
-    def _sync_outstanding(self) -> None:
-        S = len(self._by_slot)
-        held = np.bincount(self.run_rows.rep, minlength=S) + np.bincount(self.wait_rows.rep, minlength=S)
-        for r, h in zip(self._by_slot, held.tolist(), strict=True):
-            if r is not None:
-                r.outstanding = h
+        self._room(len(idx))
+        k.route(idx, ready, self._rule, self._ints, self._wait_i, self._slots, self._p64, self._o64, self._kv_cap)
+        self._sync_replicas()
 
     def _drop_late(self) -> None:
         if not self._held_n:
@@ -391,8 +254,8 @@ class FluidSimulation(Simulation):
         held = np.concatenate(self._held)
         late = self.now - self._arr64[held] > self.config.max_wait_s
         if late.any():
-            self._dropped += int(late.sum())
-            self._open -= int(late.sum())
+            self._ints[k.DROPPED] += int(late.sum())
+            self._ints[k.OPEN] -= int(late.sum())
             held = held[~late]
         self._held = [held] if len(held) else []
         self._held_n = len(held)
@@ -418,166 +281,38 @@ class FluidSimulation(Simulation):
         self._record()
         self.push(self.now + self.config.collection_interval_s, OBSERVE)
 
-    # -- one slice of every engine ------------------------------------------------------------------------
-    def _admit(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """Admit from the queues, FIFO per replica, what each can start prefilling in this slice: vLLM admits
-        a request only in an iteration with token budget left for it, so under a prefill backlog requests
-        stay *waiting* (what num_requests_waiting shows the scalers), not running."""
-        w = self.wait_rows
-        if not len(w):
-            return None
-        run = self.run_rows
-        kv = self._per_slot(run, run.prompt - run.pre + run.gen)
-        n_run = self._per_slot(run)
-        b_dec = self._per_slot(run, (run.pre <= 0).astype(np.float64))
-        pending = self._per_slot(run, run.pre)
-        chunk = np.maximum(self._budget - b_dec, 0.0)
-        tau = self._step_times(b_dec + chunk, kv, kv + b_dec + chunk * chunk / 2)
-        prefill_room = self.dt / tau * chunk - pending
-        order = np.argsort(w.rep, kind="stable")
-        rep = w.rep[order]
-        cum = segment_cumsum(w.prompt[order], rep)
-        rank = segment_rank(rep)
-        ok = ((cum <= self._kv_cap - kv[rep]) & (rank < self._seqs - n_run[rep])
-              & (cum - w.prompt[order] < prefill_room[rep]) & (chunk[rep] > 0))
-        if not ok.any():
-            return b_dec, pending, kv
-        take = np.zeros(len(w), dtype=bool)
-        take[order[ok]] = True
-        new = w.keep(take)
-        self.run_rows.extend(new)
-        self.wait_rows = w.keep(~take)
-        # admitted rows have computed nothing yet: KV and decoding counts are unchanged, pending grows
-        return b_dec, pending + self._per_slot(new, new.prompt), kv
-
-    def _step_all(self, t: float) -> None:
-        dt = self.dt
-        lat = self._lat
-        sums = self._admit()
-        run = self.run_rows
-        if not len(run):
-            self._sync_outstanding()
-            return
-        S = len(self._by_slot)
-        rep = run.rep
-        decoding = run.pre <= 0
-        if sums is None:
-            b_dec = self._per_slot(run, decoding.astype(np.float64))
-            pending = self._per_slot(run, run.pre)
-            kv = self._per_slot(run, run.prompt - run.pre + run.gen)
-        else:
-            b_dec, pending, kv = sums
-        gain = np.zeros(len(run))
-        t1 = np.zeros(S)
-        tau1 = np.zeros(S)
-        done_tokens = np.zeros(S)
-        if pending.any():
-            c = np.minimum(np.maximum(self._budget - b_dec, 0.0), pending)
-            live = (pending > 0) & (c > 0)
-            n_pf = self._per_slot(run, (~decoding).astype(np.float64))
-            pre_mean = self._per_slot(run, run.prompt * ~decoding) / np.maximum(n_pf, 1.0)
-            # a chunk's tokens attend, on average, to half of their own prompt (whether the chunk holds
-            # several short prompts or a slice of a long one)
-            tau_all = self._step_times(b_dec + c, kv, kv + b_dec + c * (pre_mean + 1) / 2)
-            tau1 = np.where(live, tau_all, 0.0)
-            t1 = np.where(live, np.minimum(dt, pending / np.where(live, c, 1.0) * tau1), 0.0)
-            done_tokens = np.where(live, t1 / np.where(live, tau1, 1.0) * c, 0.0)
-            pf = np.flatnonzero(~decoding)
-            pf = pf[np.argsort(rep[pf], kind="stable")]
-            prep = rep[pf]
-            cum = segment_cumsum(run.pre[pf], prep)
-            full = live[prep] & (cum <= done_tokens[prep] + 1e-6)
-            fin_pf = pf[full]
-            frep = prep[full]
-            t_first = t + np.ceil(cum[full] / c[frep] - 1e-9) * tau1[frep]
-            rows = run.idx[fin_pf]
-            t_first = np.maximum(t_first, self._arr64[rows] + self._own_prefill[rows])
-            run.first[fin_pf] = t_first + lat
-            # the one straddling the slice's end keeps what is left of its prompt; those after it keep all
-            run.pre[pf] = np.where(full, 0.0, np.minimum(run.pre[pf], np.maximum(cum - done_tokens[prep], 0.0)))
-            self._prompt_tok += done_tokens
-            self._gen_tok += np.bincount(frep, minlength=S)
-            gain[decoding] += np.where(live[rep[decoding]], t1[rep[decoding]] / np.where(
-                live[rep[decoding]], tau1[rep[decoding]], 1.0), 0.0)
-            gain[fin_pf] += np.maximum(0.0, (t + t1[frep]) - t_first) / tau1[frep]
-        now_dec = run.pre <= 0
-        b2 = self._per_slot(run, now_dec.astype(np.float64))
-        t2 = dt - t1
-        kv2 = kv + self._per_slot(run, gain)
-        tau2 = np.where(b2 > 0, self._step_times(np.maximum(b2, 1.0), kv2, kv2 + b2), 0.0)
-        dec_rep = rep[now_dec]
-        start = np.fmax(run.first[now_dec] - lat, t + t1[dec_rep])  # fmax: NaN (no first token) -> phase start
-        gain[now_dec] += np.where(b2[dec_rep] > 0, np.maximum(0.0, t + dt - start) / np.where(
-            tau2[dec_rep] > 0, tau2[dec_rep], 1.0), 0.0)
-        busy = t1 + np.where(b2 > 0, t2, 0.0)
-        need = run.out - 1.0 - run.gen
-        run.gen += gain
-        fin = now_dec & (run.gen >= run.out - 1.0 - 1e-9)
-        if fin.any():
-            frep = rep[fin]
-            tau_last = np.where(tau2 > 0, tau2, tau1)[frep]
-            over = run.gen[fin] - (run.out[fin] - 1.0)
-            t_fin = np.maximum(t + busy[frep] - over * tau_last, run.first[fin] - lat) + lat
-            rows = run.idx[fin]
-            self._ttft[rows] = (run.first[fin] - self._arr64[rows]).astype(np.float32)
-            o = run.out[fin]
-            tp = np.where(o >= 2, (t_fin - run.first[fin]) / (o - 1.0), np.nan)
-            self._tpot[rows] = tp.astype(np.float32)
-            self._ttft_sum += np.bincount(frep, weights=run.first[fin] - self._arr64[rows], minlength=S)
-            self._ttft_n += np.bincount(frep, minlength=S)
-            multi = o >= 2  # sum of gaps = finish - first token, over output - 1 gaps (vLLM's ITL histogram)
-            self._itl_sum += np.bincount(frep[multi], weights=(t_fin - run.first[fin])[multi], minlength=S)
-            self._itl_n += np.bincount(frep[multi], weights=o[multi] - 1.0, minlength=S)
-            gen_gain = np.where(fin, np.minimum(gain, need), gain)
-            self._gen_tok += self._per_slot(run, gen_gain)
-            n_fin = np.bincount(frep, minlength=S)
-            self._finished += n_fin
-            # a replica whose requests all finished in this slice, nothing queued, was idle after the last one
-            last = np.full(S, -np.inf)
-            np.maximum.at(last, frep, t_fin - lat - t)
-            left = self._per_slot(run) - n_fin + self._per_slot(self.wait_rows)
-            busy = np.where((left == 0) & np.isfinite(last), np.minimum(busy, last), busy)
-            self.run_rows = run.keep(~fin)
-            self._open -= int(fin.sum())
-        else:
-            self._gen_tok += self._per_slot(run, gain)
-        self._busy += busy
-        self._sync_outstanding()
-        for k, r in enumerate(self._by_slot):
-            if r is not None and r.phase is Phase.DRAINING and r.outstanding == 0:
-                self.cluster.finish_drain(r, t + float(min(busy[k], dt)))
-
     # -- what the controllers see -------------------------------------------------------------------------
     def observe(self) -> ObservedState:
         now = self.now
         dt = now - self._last_obs_t
         cfg = self.config.replica
-        run = self.run_rows
-        n_run = self._per_slot(run)
-        n_wait = self._per_slot(self.wait_rows)
-        kv = self._per_slot(run, run.prompt - run.pre + run.gen)
+        active = self.cluster.active()
+        for r in active:  # slots first: the totals below cover every one
+            if r.phase is Phase.READY:
+                self._slot_of(r)
+        totals = k.slot_totals(len(self._by_slot), self._ints, self._run_i, self._run_f, self._wait_i, self._p64)
+        n_run, n_wait, kv = totals.tolist()
+        counters = self._slots.tolist()
         samples: list[ReplicaSample] = []
         utils: list[float] = []
-        for r in self.cluster.active():
+        for r in active:
             if r.phase is not Phase.READY:
                 samples.append(ReplicaSample(pod=r.pod, timestamp=0.0, up=False))
                 continue
-            k = self._slot_of(r)
-            if k >= len(n_run):  # a slot made after the counts above
-                n_run, n_wait, kv = (np.r_[a, np.zeros(k + 1 - len(a))] for a in (n_run, n_wait, kv))
-            busy = float(self._busy[k])
+            s = self._slot_of(r)
+            busy = counters[k.BUSY][s]
             util = min(1.0, (busy - r.busy_prev) / dt) if dt > 0 else 0.0
             r.busy_prev = busy
             utils.append(max(0.0, util))
             samples.append(ReplicaSample(
-                pod=r.pod, timestamp=now if now > 0 else _EPSILON_S, up=True, running=float(n_run[k]),
-                waiting=float(n_wait[k]), max_running=float(cfg.max_num_seqs),
-                kv_usage_ratio=min(1.0, float(kv[k]) / self._kv_cap), kv_capacity_tokens=self._kv_cap,
-                prompt_tokens_total=float(self._prompt_tok[k]), generation_tokens_total=float(self._gen_tok[k]),
-                requests_finished_total=float(self._finished[k]),
+                pod=r.pod, timestamp=now if now > 0 else _EPSILON_S, up=True, running=n_run[s],
+                waiting=n_wait[s], max_running=float(cfg.max_num_seqs),
+                kv_usage_ratio=min(1.0, kv[s] / self._kv_cap), kv_capacity_tokens=self._kv_cap,
+                prompt_tokens_total=counters[k.PROMPT_TOK][s], generation_tokens_total=counters[k.GEN_TOK][s],
+                requests_finished_total=counters[k.FINISHED][s],
                 startup_seconds=r.startup_seconds if r.startup_seconds > 0 else None,
-                ttft_sum=float(self._ttft_sum[k]), ttft_count=float(self._ttft_n[k]),
-                itl_sum=float(self._itl_sum[k]), itl_count=float(self._itl_n[k]),
+                ttft_sum=counters[k.TTFT_SUM][s], ttft_count=counters[k.TTFT_N][s],
+                itl_sum=counters[k.ITL_SUM][s], itl_count=counters[k.ITL_N][s],
             ))
         self._last_obs_t = now
         obs = Observation(self.config.namespace, self.config.model, now, tuple(samples),
@@ -585,9 +320,9 @@ class FluidSimulation(Simulation):
         return ObservedState(obs, tuple(utils), self._held_n)
 
     def _record(self) -> None:
-        self.timeline.add(self.now, self._arrivals_since, self.cluster, self.desired, self._held_n,
-                          len(self.run_rows), len(self.wait_rows))
-        self._arrivals_since = 0
+        self.timeline.add(self.now, int(self._ints[k.ARRIVED]), self.cluster, self.desired, self._held_n,
+                          self.running, self.waiting)
+        self._ints[k.ARRIVED] = 0
 
 
-__all__ = ["DEFAULT_DT_S", "FluidSimulation", "Rows", "scalar_step", "segment_cumsum", "segment_rank"]
+__all__ = ["DEFAULT_DT_S", "FluidSimulation"]
