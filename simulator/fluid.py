@@ -6,18 +6,23 @@ Here each replica advances `dt` seconds at a time over its requests (the loops a
 simulator/fluid_kernel.py):
 
 - admission at the start of a slice, FIFO, while the batch limit and the KV cache allow (the KV check
-  counts tokens already computed plus the new prompt; preemption is not modelled: admission waits);
+  counts tokens already computed plus the new prompt; preemption is not modelled: admission waits),
+  and while the slice, or else the next iteration, has prompt-token budget for it (vLLM fills each
+  iteration from its queue up to `max_num_batched_tokens`);
 - within the slice, mixed iterations (every decoding request + a chunk of `budget - decoding` prompt
   tokens, FIFO) until the admitted prompts are prefilled, then pure decode iterations; each phase's
   iteration time comes from the same PerfModel as the detailed engine, at the slice's batch and KV;
+  an iteration longer than the slice keeps its chunk and duration into the next slices (it is
+  scheduled whole), so decoding requests beside a long prefill get one token per iteration;
 - first tokens and completions are placed inside the slice where their token counts are reached, so
-  TTFT and TPOT are not rounded to the slice.
+  TTFT and TPOT are not rounded to the slice; a replica idle at the slice's start is busy (GPU
+  utilization) from its first request's arrival, and idle after its last completion.
 
 Not modelled here: KV preemption and prefix caching (so `auto` keeps traces with prefix hashes in the
-detailed mode). Arrivals in a slice are routed at its start in arrival order with the same rules (least outstanding or
-round robin); a request cannot get its first token before its arrival plus its own prefill. Pods,
-gateway queue, observations and the controllers are the detailed mode's (events keep their exact
-times). tests/test_sim_fluid.py holds it to the detailed mode on the one-hour traces.
+detailed mode). Arrivals in a slice are routed at its start in arrival order with the same rules (least
+outstanding or round robin); a request cannot get its first token before its arrival plus its own
+prefill. Pods, gateway queue, observations and the controllers are the detailed mode's (events keep
+their exact times). tests/test_sim_fluid.py holds it to the detailed mode on the one-hour traces.
 """
 
 from __future__ import annotations

@@ -35,13 +35,12 @@ N_RUN, N_WAIT, NEXT, OPEN, DROPPED, RR, ARRIVED, HELD_LO, HELD_HI = range(9)
 N_INTS = 9
 # slot rows: per replica slot, counters the observations read, and the kernel's bookkeeping
 (PROMPT_TOK, GEN_TOK, FINISHED, BUSY, TTFT_SUM, TTFT_N, ITL_SUM, ITL_N,
- LAST_BUSY, OUTSTANDING, DRAINING, DRAINED) = range(12)
-N_SLOT_ROWS = 12
-COUNTER_ROWS = (PROMPT_TOK, GEN_TOK, FINISHED, BUSY, TTFT_SUM, TTFT_N, ITL_SUM, ITL_N, LAST_BUSY)
+ LAST_BUSY, OUTSTANDING, DRAINING, DRAINED, ITER_C, ITER_TAU, ITER_X) = range(15)
+N_SLOT_ROWS = 15
 # scratch rows, per slot, for one slice
-_KV, _NRUN, _BDEC, _PEND, _NWAIT, _CHUNK, _ROOM, _CUM, _RANK, _C, _LIVE, _NPF, _PRESUM, _TAU1, _T1, _DONE, \
-    _B2, _GAINSUM, _TAU2, _BUSY, _LAST, _NFIN, _FIRSTS, _GENSUM, _TTFTS, _ITLS, _ITLN, _NROWS = range(28)
-N_SCRATCH = 28
+(_KV, _NRUN, _BDEC, _PEND, _NWAIT, _CHUNK, _ROOM, _CUM, _RANK, _C, _LIVE, _NPF, _PRESUM, _TAU1, _T1, _DONE,
+ _B2, _GAINSUM, _TAU2, _BUSY, _LAST, _NFIN, _FIRSTS, _GENSUM, _TTFTS, _ITLS, _ITLN, _NROWS, _X, _BUSY_FROM) = range(30)
+N_SCRATCH = 30
 # advance's reasons for returning
 EVENT, END, GROW, AFTER_SLICE = 0, 1, 2, 3
 # flags set by a slice (AFTER_SLICE)
@@ -118,9 +117,9 @@ def slot_totals(n_slots: int, ints: np.ndarray, run_i: np.ndarray, run_f: np.nda
 
 
 @_jit
-def _admit(dt: float, budget: float, seqs: float, kv_cap: float, coef: np.ndarray, ints: np.ndarray,
-           run_i: np.ndarray, run_f: np.ndarray, wait_i: np.ndarray, p64: np.ndarray, sc: np.ndarray,
-           n_slots: int) -> None:
+def _admit(t: float, dt: float, budget: float, seqs: float, kv_cap: float, coef: np.ndarray, ints: np.ndarray,
+           run_i: np.ndarray, run_f: np.ndarray, wait_i: np.ndarray, p64: np.ndarray, arr: np.ndarray,
+           sc: np.ndarray, n_slots: int) -> None:
     """Per-slot sums over the running rows, then FIFO admission from each replica's queue of what it can
     start prefilling in this slice (vLLM admits a request only in an iteration with token budget left for
     it, so under a prefill backlog requests stay *waiting*, which is what num_requests_waiting shows)."""
@@ -130,6 +129,7 @@ def _admit(dt: float, budget: float, seqs: float, kv_cap: float, coef: np.ndarra
         sc[_BDEC, s] = 0.0
         sc[_PEND, s] = 0.0
         sc[_NWAIT, s] = 0.0
+        sc[_BUSY_FROM, s] = t
     n_run = ints[N_RUN]
     for j in range(n_run):
         s = run_i[1, j]
@@ -148,7 +148,9 @@ def _admit(dt: float, budget: float, seqs: float, kv_cap: float, coef: np.ndarra
         kv = sc[_KV, s]
         b = sc[_BDEC, s]
         tau = step_time(coef, b + chunk, kv, kv + b + chunk * chunk / 2)
-        sc[_ROOM, s] = dt / tau * chunk - sc[_PEND, s]
+        # what it can prefill in this slice, and at least the next iteration's chunk: vLLM fills every
+        # iteration from the queue up to the token budget, however long the iteration
+        sc[_ROOM, s] = max(dt / tau, 1.0) * chunk - sc[_PEND, s]
         sc[_CUM, s] = 0.0
         sc[_RANK, s] = 0.0
     kept = 0
@@ -169,6 +171,9 @@ def _admit(dt: float, budget: float, seqs: float, kv_cap: float, coef: np.ndarra
             run_f[1, n_run] = 0.0
             run_f[2, n_run] = np.nan
             n_run += 1
+            if sc[_NRUN, s] == 0.0 and sc[_PEND, s] == 0.0:
+                # idle at the slice's start: busy from its first request's arrival (FIFO: the earliest)
+                sc[_BUSY_FROM, s] = max(t, arr[i])
             sc[_PEND, s] += p
         else:
             wait_i[0, kept] = i
@@ -190,7 +195,7 @@ def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, l
     tokens, FIFO) until the admitted prompts are prefilled, then pure decode iterations, each phase's
     iteration time from the perf model at the slice's batch and KV; first tokens and completions are
     placed inside the slice where their token counts are reached."""
-    _admit(dt, budget, seqs, kv_cap, coef, ints, run_i, run_f, wait_i, p64, sc, n_slots)
+    _admit(t, dt, budget, seqs, kv_cap, coef, ints, run_i, run_f, wait_i, p64, arr, sc, n_slots)
     n_run = ints[N_RUN]
     if n_run == 0:
         return False
@@ -226,20 +231,40 @@ def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, l
         for s in range(n_slots):
             pend = sc[_PEND, s]
             b = sc[_BDEC, s]
-            c = min(max(budget - b, 0.0), pend)
+            # an iteration is scheduled whole: one that a previous slice started (slices shorter than a long
+            # prefill iteration) keeps its chunk and duration; a new one takes the budget left by decoding
+            x = slots[ITER_X, s]
+            if x > 0.0 and pend > 0.0:
+                c = slots[ITER_C, s]
+            else:
+                c = min(max(budget - b, 0.0), pend)
+                x = 0.0
             sc[_C, s] = c
+            sc[_X, s] = x
             live = pend > 0.0 and c > 0.0
             sc[_LIVE, s] = 1.0 if live else 0.0
             sc[_CUM, s] = 0.0
+            slots[ITER_X, s] = 0.0
             if live:
-                kv = sc[_KV, s]
-                pre_mean = sc[_PRESUM, s] / max(sc[_NPF, s], 1.0)
-                # a chunk's tokens attend, on average, to half of their own prompt
-                tau1 = step_time(coef, b + c, kv, kv + b + c * (pre_mean + 1) / 2)
+                if x > 0.0:
+                    tau1 = slots[ITER_TAU, s]
+                else:
+                    kv = sc[_KV, s]
+                    pre_mean = sc[_PRESUM, s] / max(sc[_NPF, s], 1.0)
+                    # a chunk's tokens attend, on average, to half of their own prompt
+                    tau1 = step_time(coef, b + c, kv, kv + b + c * (pre_mean + 1) / 2)
                 t1 = min(dt, pend / c * tau1)
+                done = t1 / tau1 * c
                 sc[_TAU1, s] = tau1
                 sc[_T1, s] = t1
-                sc[_DONE, s] = t1 / tau1 * c
+                sc[_DONE, s] = done
+                if done < pend - 1e-6:  # prefill goes on in the next slice: where the iteration in flight is
+                    into = (x + done) / c
+                    into -= math.floor(into + 1e-9)
+                    if into > 1e-9:
+                        slots[ITER_X, s] = into * c
+                        slots[ITER_C, s] = c
+                        slots[ITER_TAU, s] = tau1
         for j in range(n_run):
             s = run_i[1, j]
             pre = run_f[0, j]
@@ -253,7 +278,10 @@ def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, l
             if sc[_LIVE, s] > 0.0 and cum <= done + 1e-6:
                 tau1 = sc[_TAU1, s]
                 i = run_i[0, j]
-                t_first = max(t + math.ceil(cum / sc[_C, s] - 1e-9) * tau1, arr[i] + own_prefill[i])
+                # iterations end every tau1 from the start of the one in flight (x of its c tokens done at t)
+                c = sc[_C, s]
+                x = sc[_X, s]
+                t_first = max(t + (math.ceil((cum + x) / c - 1e-9) - x / c) * tau1, arr[i] + own_prefill[i])
                 run_f[2, j] = t_first + lat
                 run_f[0, j] = 0.0
                 sc[_FIRSTS, s] += 1.0
@@ -328,6 +356,7 @@ def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, l
             # a replica whose requests all finished in this slice, nothing queued, was idle after the last
             if sc[_NROWS, s] - sc[_NFIN, s] + sc[_NWAIT, s] == 0.0 and sc[_LAST, s] > -np.inf:
                 busy = min(busy, sc[_LAST, s])
+        busy = max(0.0, busy - (sc[_BUSY_FROM, s] - t))  # an idle replica's first request arrived into the slice
         slots[BUSY, s] += busy
         slots[LAST_BUSY, s] = busy
         if slots[DRAINING, s] > 0.0 and slots[OUTSTANDING, s] == 0.0:

@@ -1,7 +1,11 @@
 """The fluid mode agrees with the detailed mode on the shipped one-hour Azure traces: GPU-hours within 5%
-(relative) and SLO attainment within 1 percentage point, for our policy, static provisioning and the
-concurrency baseline. (The queue and GPU-utilization baselines' threshold rules amplify small
-differences on the bursty code trace; docs/simulator-results.md gives those figures.)"""
+(relative) and SLO attainment within 1 percentage point, for our policy and every baseline.
+
+One case is compared as an ensemble: KEDA's Prometheus scaler on num_requests_waiting > 5 on the bursty
+code trace. Its outcome hangs on a few threshold crossings, so the detailed mode itself moves by up to
+40% in GPU-hours when the arrivals shift by half a second against the control loop's phase (a test
+below shows it); the mean over six such shifts is what both modes must agree on. The compiled kernel's
+arithmetic is checked on hand-computed cases."""
 
 from __future__ import annotations
 
@@ -10,15 +14,15 @@ import math
 import numpy as np
 import pytest
 
+from simulator import fluid_kernel as k
 from simulator.controllers import PodPlan, ScheduleController
 from simulator.engine import Controller
-from simulator import fluid_kernel as k
 from simulator.perf import ConstantPerf
 from simulator.policies import build_controller
 from simulator.presets import get_preset
 from simulator.report import Slo, summarize
 from simulator.run import Backtest, simulate
-from simulator.traces import load_shipped
+from simulator.traces import Trace, load_shipped
 
 SLO = Slo(ttft_s=2.0, itl_s=0.1)
 
@@ -29,18 +33,44 @@ def _controller(policy: str) -> Controller:
     return build_controller(policy, model="m", max_replicas=64, concurrency_target=64, static_replicas=1)
 
 
+def _run(trace: Trace, policy: str, mode: str) -> tuple[float, float, int]:
+    bt = Backtest(get_preset("llama-3.1-8b/h100"), slo=SLO)
+    s = summarize(simulate(trace, bt, _controller(policy), mode), SLO)  # type: ignore[arg-type]
+    return s.gpu_hours, s.slo_attainment, s.requests
+
+
+POLICIES = ("ours", "static", "concurrency", "queue", "gpu")
+
+
 @pytest.mark.parametrize("trace, policy", [
-    ("azure2023-code", "ours"), ("azure2023-code", "static"), ("azure2023-code", "concurrency"),
-    ("azure2023-conv", "ours"), ("azure2023-conv", "static"),
+    (t, p) for t in ("azure2023-code", "azure2023-conv") for p in POLICIES if (t, p) != ("azure2023-code", "queue")
 ])
 def test_fluid_agrees_with_detailed(trace: str, policy: str) -> None:
     tr = load_shipped(trace)
-    bt = Backtest(get_preset("llama-3.1-8b/h100"), slo=SLO)
-    detailed = summarize(simulate(tr, bt, _controller(policy), "detailed"), SLO)
-    fluid = summarize(simulate(tr, bt, _controller(policy), "fluid"), SLO)
-    assert fluid.requests == detailed.requests == len(tr)
-    assert abs(fluid.gpu_hours - detailed.gpu_hours) <= 0.05 * detailed.gpu_hours
-    assert abs(fluid.slo_attainment - detailed.slo_attainment) <= 0.01
+    d_gpu_h, d_slo, d_n = _run(tr, policy, "detailed")
+    f_gpu_h, f_slo, f_n = _run(tr, policy, "fluid")
+    assert f_n == d_n == len(tr)
+    assert abs(f_gpu_h - d_gpu_h) <= 0.05 * d_gpu_h
+    assert abs(f_slo - d_slo) <= 0.01
+
+
+SHIFTS_S = (0.0, 0.5, 1.0, 1.5, 2.0, 2.5)
+
+
+def _shifted(trace: Trace, by_s: float) -> Trace:
+    return Trace(trace.name, trace.arrival_s + by_s, trace.prompt_tokens, trace.output_tokens)
+
+
+def test_fluid_agrees_with_detailed_on_the_queue_threshold_baseline_over_control_phases() -> None:
+    tr = load_shipped("azure2023-code")
+    detailed = [_run(_shifted(tr, by), "queue", "detailed") for by in SHIFTS_S]
+    fluid = [_run(_shifted(tr, by), "queue", "fluid") for by in SHIFTS_S]
+    d_gpu_h = [g for g, _, _ in detailed]
+    # why an ensemble: the detailed mode alone spreads far beyond 5% across the shifts
+    assert max(d_gpu_h) > 1.2 * min(d_gpu_h)
+    d_mean, f_mean = float(np.mean(d_gpu_h)), float(np.mean([g for g, _, _ in fluid]))
+    assert abs(f_mean - d_mean) <= 0.05 * d_mean
+    assert abs(np.mean([s for _, s, _ in fluid]) - np.mean([s for _, s, _ in detailed])) <= 0.01
 
 
 def test_coefficients_reproduce_step_times() -> None:
@@ -69,13 +99,16 @@ class Engines:
     ConstantPerf of 10 ms an iteration: hand-computable."""
 
     def __init__(self, rows: list[tuple[float, int, int]], slots: int = 1, budget: float = 8192.0,
-                 seqs: float = 256.0, kv_cap: float = 1e6, base_s: float = 0.01) -> None:
+                 seqs: float = 256.0, kv_cap: float = 1e6, base_s: float = 0.01, per_token_s: float = 0.0) -> None:
         self.arr = np.array([r[0] for r in rows], dtype=np.float64)
         self.p = np.array([r[1] for r in rows], dtype=np.float64)
         self.o = np.array([r[2] for r in rows], dtype=np.float64)
-        self.coef = k.coefficients(ConstantPerf(base_s=base_s))
+        perf = ConstantPerf(base_s=base_s, per_token_s=per_token_s)
+        self.coef = k.coefficients(perf)
         self.budget, self.seqs, self.kv_cap = budget, seqs, kv_cap
-        self.own = base_s * np.ceil(self.p / budget)  # a prompt's own prefill, alone, in chunks of the budget
+        # a prompt's own prefill, alone, in chunks of the budget (as FluidSimulation computes it)
+        chunk = np.minimum(self.p, budget)
+        self.own = perf.step_times(chunk, np.zeros(len(rows)), chunk) * np.ceil(self.p / budget)
         self.ints = np.zeros(k.N_INTS, dtype=np.int64)
         self.run_i = np.zeros((2, 64), dtype=np.int64)
         self.run_f = np.zeros((3, 64))
@@ -197,3 +230,50 @@ def test_advance_stops_for_events_held_arrivals_room_and_the_end() -> None:
     small = Engines([(0.0, 10, 10)] * 100)
     small.run_i, small.run_f, small.wait_i = np.zeros((2, 8), np.int64), np.zeros((3, 8)), np.zeros((2, 8), np.int64)
     assert small.advance(0.0, np.inf, [0])[1] == k.GROW and small.ints[k.NEXT] == 0
+
+
+def test_an_iteration_longer_than_the_slice_keeps_its_chunk_and_duration() -> None:
+    # request 0 decodes (5 tokens done) when the 1000-token prompt of request 1 is admitted; one mixed
+    # iteration of 1 + 1000 tokens takes 0.01 + 1e-4 x 1001 = 0.1101 s, longer than the 0.05 s slices
+    e = Engines([(-1.0, 10, 1000), (0.0, 1000, 1000)], per_token_s=1e-4)
+    e.run_i[:, 0] = (0, 0)
+    e.run_f[:, 0] = (0.0, 5.0, -0.9)  # prefilled, 5 tokens after the first, first token at -0.9 s
+    e.ints[k.N_RUN] = 1
+    e.ints[k.OPEN] = 1
+    e.slots[k.OUTSTANDING, 0] = 1.0
+    e.route([1], [0])
+    tau = 0.01 + 1e-4 * 1001
+    e.step(0.0, dt=0.05)
+    assert e.running() == [0, 1]  # admitted for the next iteration although the slice is shorter
+    assert e.run_f[1, 0] == pytest.approx(5.0 + 0.05 / tau)
+    assert e.slots[k.ITER_C, 0] == pytest.approx(1000.0) and e.slots[k.ITER_TAU, 0] == pytest.approx(tau)
+    e.step(0.05, dt=0.05)
+    assert e.run_f[1, 0] == pytest.approx(5.0 + 0.10 / tau)  # the same iteration: not re-planned smaller
+    e.step(0.10, dt=0.05)
+    # the iteration ends at tau: request 1's first token, request 0's sixth; then decode iterations of
+    # 2 tokens (0.01 + 1e-4 x 2 s) to the slice's end
+    assert e.run_f[2, 1] == pytest.approx(tau)
+    assert e.run_f[1, 0] == pytest.approx(6.0 + (0.15 - tau) / 0.0102)
+    assert e.run_f[1, 1] == pytest.approx((0.15 - tau) / 0.0102)
+    assert e.slots[k.ITER_X, 0] == 0.0
+
+
+def test_an_idle_replica_is_busy_from_its_requests_arrival_not_the_slice_start() -> None:
+    # arrives at 0.2 s into an idle replica: first token 0.21 s, second (last) 0.22 s; busy 0.2-0.22 s
+    e = Engines([(0.2, 100, 2)])
+    e.route([0], [0])
+    e.step(0.0)
+    assert e.ttft[0] == pytest.approx(0.01) and e.tpot[0] == pytest.approx(0.01)
+    assert e.slots[k.BUSY, 0] == pytest.approx(0.02)
+
+
+@pytest.mark.parametrize("dt_s", [0.1, 0.05])
+def test_shorter_slices_converge_on_the_detailed_mode(dt_s: float) -> None:
+    # slices shorter than a long prefill iteration once let decoding requests beside it speed up (the
+    # iteration re-planned smaller every slice): +3.8 points of SLO at 0.05 s on this trace
+    tr = load_shipped("azure2023-code")
+    d_gpu_h, d_slo, _ = _run(tr, "static", "detailed")
+    bt = Backtest(get_preset("llama-3.1-8b/h100"), slo=SLO, fluid_dt_s=dt_s)
+    f = summarize(simulate(tr, bt, _controller("static"), "fluid"), SLO)
+    assert abs(f.slo_attainment - d_slo) <= 0.01
+    assert f.gpu_hours == pytest.approx(d_gpu_h, rel=1e-3)
