@@ -26,8 +26,13 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def _jit(fn: _F) -> _F:
-    """numba's njit, typed for mypy; `cache=True` keeps the compiled code between processes."""
-    return cast(_F, numba.njit(cache=True)(fn))
+    """numba's njit, typed for mypy; `cache=True` keeps the compiled code between processes (beside the
+    module, else in NUMBA_CACHE_DIR or the user's cache). With nowhere writable (a read-only install
+    under a user without a home) numba refuses to cache: then compile once per process instead."""
+    try:
+        return cast(_F, numba.njit(cache=True)(fn))
+    except RuntimeError:
+        return cast(_F, numba.njit(fn))
 
 
 # ints: the run's scalar integer state

@@ -277,3 +277,15 @@ def test_shorter_slices_converge_on_the_detailed_mode(dt_s: float) -> None:
     f = summarize(simulate(tr, bt, _controller("static"), "fluid"), SLO)
     assert abs(f.slo_attainment - d_slo) <= 0.01
     assert f.gpu_hours == pytest.approx(d_gpu_h, rel=1e-3)
+
+
+def test_the_kernel_compiles_where_numba_has_nowhere_to_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a read-only install under a user without a home: numba refuses cache=True; compile per process instead
+    from numba.core import caching
+
+    monkeypatch.setattr(caching.CacheImpl, "_locator_classes", [])
+
+    def plus_one(x: float) -> float:
+        return x + 1.0
+
+    assert k._jit(plus_one)(1.0) == 2.0
