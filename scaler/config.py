@@ -236,9 +236,12 @@ class ScalerConfig:
     scale_down_delay: float | None = _key(None, "scaleDownDelay", parse_duration,
                                           "Scale down only to the largest count decided within this window "
                                           "(Knative `scale-down-delay`). Unset: the cold start (`coldStart`, "
-                                          "else measured, else 10m): a replica released now takes that long to "
-                                          "come back; 0 in `proactive` mode (the forecast looks that far "
-                                          "ahead). `0s`: Knative's default, no delay.", "5m",
+                                          "else measured, else 10m), since a replica released now takes that "
+                                          "long to come back, doubled (up to 4 cold starts) each time a "
+                                          "released replica is asked for again within the delay and halved "
+                                          "after 8 cold starts without that; 0 in `proactive` mode (the "
+                                          "forecast looks that far ahead). Set: fixed. `0s`: Knative's "
+                                          "default, no delay.", "5m",
                                           check=in_range(0.0, 3600.0), shown_default="(coldStart)")
     mode: str = _key("hybrid", "mode", one_of(*MODES),
                      "`hybrid`: the larger of the Knative windows' count and the demand forecast one "

@@ -30,6 +30,8 @@ from scaler.windows import KpaResult, ceil_replicas, initial_panic, kpa_step, sc
 
 DEFAULT_COLD_START = 600.0  # pending-guard bound when coldStart is unset and no engine reported its start-up
 PENDING_GUARD_FACTOR = 2.0  # the guard lets go after this many cold starts: pods stuck pending get help
+DELAY_FACTOR_MAX = 4.0  # the default scale-down delay grows to at most this many cold starts
+DELAY_FACTOR_QUIET = 8.0  # cold starts without a regretted release before the delay halves again
 
 
 def activate(state: PolicyState, at: float) -> PolicyState:
@@ -239,6 +241,10 @@ def _cold_start(x: _Inputs) -> float:
     return x.config.cold_start or x.snap.max_startup_seconds or DEFAULT_COLD_START
 
 
+def _default_delay(x: _Inputs) -> bool:
+    return x.config.scale_down_delay is None and x.config.mode != "proactive"
+
+
 def _delay(x: _Inputs, step: _Step, state: PolicyState, details: dict[str, float]) -> PolicyState:
     """Step 3b: Knative's scale-down delay, the count is the largest decided within the delay. Its default
     is the cold start, where Knative's is 0: a Knative pod starts in seconds, an LLM replica in minutes,
@@ -246,16 +252,46 @@ def _delay(x: _Inputs, step: _Step, state: PolicyState, details: dict[str, float
     (and a cold start of GPU time loading). Holding it idle for at most that long costs at most as much:
     the ski-rental break-even. Recorded after the pending guard, so a count it refused is not replayed.
     Unset in `proactive` mode it is 0: that forecast already sizes for demand one cold start ahead. It
-    never holds the last replica: going from 1 to 0 is idleTimeout's decision (step 6)."""
+    never holds the last replica: going from 1 to 0 is idleTimeout's decision (step 6).
+
+    The default also adapts (`_regret`): when a released replica is asked for again within the delay,
+    the release was a mistake the delay was too short to avoid, so the delay doubles (up to 4 cold
+    starts); after 8 cold starts without such a regret it halves. Bursty traffic whose peaks recur every
+    few minutes (the Azure code traces) stops paying a cold start per burst; smooth traffic keeps one."""
     delay = x.config.scale_down_delay
     if delay is None:
-        delay = 0.0 if x.config.mode == "proactive" else _cold_start(x)
+        if x.config.mode == "proactive":
+            delay = 0.0
+        else:
+            cold = _cold_start(x)
+            factor, at = state.delay_factor, state.delay_factor_at
+            if factor > 1.0 and at is not None and x.now - at >= DELAY_FACTOR_QUIET * cold:
+                factor, at = max(1.0, factor / 2.0), x.now
+                state = replace(state, delay_factor=factor, delay_factor_at=at)
+            delay = cold * factor
+            details["scale_down_delay_factor"] = factor
     held, window = scale_down_delay(state.recent_counts, step.replicas, x.now, delay)
     details["scale_down_delay_s"] = delay
     details["scale_down_delay_held"] = held
     if held > max(step.replicas, 1):
         step.set(held, Reason.SCALE_DOWN_DELAY)
     return replace(state, recent_counts=window)
+
+
+def _regret(x: _Inputs, state: PolicyState, final: int, details: dict[str, float]) -> PolicyState:
+    """After the count is final: remember a release (the count went down, not to zero), and call a rise
+    within the delay of the last release a regret, which doubles the default delay (see `_delay`)."""
+    last = state.last_replicas
+    if not _default_delay(x) or last is None or last == 0 or final == 0:
+        return state
+    if final < last:
+        return replace(state, released_at=x.now)
+    delay = details.get("scale_down_delay_s", 0.0)
+    if final > last and state.released_at is not None and x.now - state.released_at < delay:
+        factor = min(DELAY_FACTOR_MAX, state.delay_factor * 2.0)
+        details["scale_down_delay_regret"] = 1.0
+        return replace(state, delay_factor=factor, delay_factor_at=x.now, released_at=None)
+    return state
 
 
 def _stale_hold(x: _Inputs, step: _Step) -> None:
@@ -326,6 +362,7 @@ def decide(history: ModelHistory, config: ScalerConfig, state: PolicyState, work
     if step.would_be is not None:
         details["would_be_replicas"] = step.would_be
     reason = step.override or _base_reason(kpa, step.replicas, x.current)
+    state = _regret(x, state, step.replicas, details)
     decision = Decision(step.replicas, reason.value, active, details)
     state = replace(state, last_demand_at=last_demand, active=active, last_replicas=step.replicas)
     if not active:

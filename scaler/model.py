@@ -122,3 +122,6 @@ class PolicyState:
     pending_since: float | None = None  # when replicas started to be pending (pending-guard bound)
     last_replicas: int | None = None  # the last decided count (what was handed to KEDA)
     recent_counts: tuple[tuple[float, int], ...] = ()  # scaleDownDelay's max-queue: (decided at, count)
+    delay_factor: float = 1.0  # the default scaleDownDelay in cold starts: doubled on a regretted release
+    delay_factor_at: float | None = None  # when delay_factor last changed (it halves after a quiet spell)
+    released_at: float | None = None  # when the count last went down (a release), until a regret or the next

@@ -7,11 +7,14 @@ the fleet follows each decision at once).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 
 import pytest
 from test_policy_decide import Timeline, run, spike, summary
 
+from scaler.model import Decision
 from scaler.windows import DelayWindow, scale_down_delay
 
 
@@ -137,3 +140,43 @@ def test_the_delay_never_holds_the_last_replica() -> None:
     assert [(t, got[t][0].replicas, got[t][0].reason) for t in (60, 170, 211)] == [
         (60, 1, "steady"), (170, 0, "idle_zero"), (211, 1, "activation")]
     assert got[170][1].recent_counts == ()
+
+
+def _back_at(t_back: int) -> Callable[[int], float]:
+    return lambda t: 60.0 if t <= 100 or t >= t_back else 20.0
+
+
+def _adaptive(t_back: int, metadata: dict[str, str] | None = None) -> list[tuple[int, Decision]]:
+    """coldStart 60s, polls every 5 s to 900: demand 60 (6 replicas), 20 from t=101, 60 again from t_back."""
+    polls = list(range(5, 901, 5))
+    got = run(Timeline("adaptive", _back_at(t_back), polls, ready0=6,
+                       metadata={"coldStart": "60s", **(metadata or {})}, want={}))
+    return [(t, got[t][0]) for t in polls]
+
+
+def test_a_release_regretted_within_the_delay_doubles_the_default_delay_then_it_decays() -> None:
+    seq = _adaptive(260)
+    released = [t for (_, a), (t, b) in pairwise(seq) if b.replicas < a.replicas]
+    regrets = [t for t, d in seq if d.details.get("scale_down_delay_regret")]
+    assert released and released[0] < 260  # the drop to 20 running was released after the 60 s delay
+    assert all(d.details["scale_down_delay_factor"] == 1.0 for t, d in seq if t < regrets[0])
+    assert len(regrets) == 1 and 260 <= regrets[0] < 260 + 60  # demand back within the delay of a release
+    t_regret = regrets[0]
+    after = dict(seq)
+    assert after[t_regret + 5].details["scale_down_delay_s"] == 120.0  # two cold starts now
+    # demand stays at 60 from then on: no release, no regret; 8 cold starts (480 s) later the factor halves
+    assert after[t_regret + 475].details["scale_down_delay_factor"] == 2.0
+    assert after[t_regret + 480].details["scale_down_delay_factor"] == 1.0
+    assert after[t_regret + 480].details["scale_down_delay_s"] == 60.0
+
+
+def test_a_rise_long_after_a_release_is_no_regret() -> None:
+    seq = _adaptive(600)  # back 400 s after the drop: every release was more than a delay before
+    assert not [t for t, d in seq if d.details.get("scale_down_delay_regret")]
+    assert {d.details["scale_down_delay_factor"] for _, d in seq} == {1.0}
+
+
+def test_a_delay_set_in_the_scaledobject_never_adapts() -> None:
+    seq = _adaptive(260, {"scaleDownDelay": "60s"})
+    assert {d.details["scale_down_delay_s"] for _, d in seq} == {60.0}
+    assert not [t for t, d in seq if "scale_down_delay_factor" in d.details or "scale_down_delay_regret" in d.details]
