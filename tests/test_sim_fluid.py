@@ -1,11 +1,12 @@
 """The fluid mode agrees with the detailed mode on the shipped one-hour Azure traces: GPU-hours within 5%
 (relative) and SLO attainment within 1 percentage point, for our policy and every baseline.
 
-One case is compared as an ensemble: KEDA's Prometheus scaler on num_requests_waiting > 5 on the bursty
-code trace. Its outcome hangs on a few threshold crossings, so the detailed mode itself moves by up to
-40% in GPU-hours when the arrivals shift by half a second against the control loop's phase (a test
-below shows it); the mean over six such shifts is what both modes must agree on. The compiled kernel's
-arithmetic is checked on hand-computed cases."""
+Two cases on the bursty code trace are compared as ensembles: KEDA's Prometheus scaler on
+num_requests_waiting > 5, and ours (whose scale-down delay doubles after a regretted release). Their
+outcome hangs on a few threshold crossings, so the detailed mode itself moves by more than the
+tolerance (the queue baseline by 40% in GPU-hours) when the arrivals shift by half a second against the
+control loop's phase (a test below shows it); the mean over six such shifts is what both modes must
+agree on. The compiled kernel's arithmetic is checked on hand-computed cases."""
 
 from __future__ import annotations
 
@@ -42,8 +43,11 @@ def _run(trace: Trace, policy: str, mode: str) -> tuple[float, float, int]:
 POLICIES = ("ours", "static", "concurrency", "queue", "gpu")
 
 
+ENSEMBLES = (("azure2023-code", "queue"), ("azure2023-code", "ours"))
+
+
 @pytest.mark.parametrize("trace, policy", [
-    (t, p) for t in ("azure2023-code", "azure2023-conv") for p in POLICIES if (t, p) != ("azure2023-code", "queue")
+    (t, p) for t in ("azure2023-code", "azure2023-conv") for p in POLICIES if (t, p) not in ENSEMBLES
 ])
 def test_fluid_agrees_with_detailed(trace: str, policy: str) -> None:
     tr = load_shipped(trace)
@@ -61,16 +65,17 @@ def _shifted(trace: Trace, by_s: float) -> Trace:
     return Trace(trace.name, trace.arrival_s + by_s, trace.prompt_tokens, trace.output_tokens)
 
 
-def test_fluid_agrees_with_detailed_on_the_queue_threshold_baseline_over_control_phases() -> None:
-    tr = load_shipped("azure2023-code")
-    detailed = [_run(_shifted(tr, by), "queue", "detailed") for by in SHIFTS_S]
-    fluid = [_run(_shifted(tr, by), "queue", "fluid") for by in SHIFTS_S]
-    d_gpu_h = [g for g, _, _ in detailed]
-    # why an ensemble: the detailed mode alone spreads far beyond 5% across the shifts
-    assert max(d_gpu_h) > 1.2 * min(d_gpu_h)
+@pytest.mark.parametrize("trace, policy", ENSEMBLES)
+def test_fluid_agrees_with_detailed_over_control_phases(trace: str, policy: str) -> None:
+    tr = load_shipped(trace)
+    detailed = [_run(_shifted(tr, by), policy, "detailed") for by in SHIFTS_S]
+    fluid = [_run(_shifted(tr, by), policy, "fluid") for by in SHIFTS_S]
+    d_gpu_h, d_slo = [g for g, _, _ in detailed], [s for _, s, _ in detailed]
+    # why an ensemble: one detailed run alone is not determined within the tolerance
+    assert max(d_gpu_h) > 1.05 * min(d_gpu_h) or max(d_slo) - min(d_slo) > 0.01
     d_mean, f_mean = float(np.mean(d_gpu_h)), float(np.mean([g for g, _, _ in fluid]))
     assert abs(f_mean - d_mean) <= 0.05 * d_mean
-    assert abs(np.mean([s for _, s, _ in fluid]) - np.mean([s for _, s, _ in detailed])) <= 0.01
+    assert abs(np.mean([s for _, s, _ in fluid]) - np.mean(d_slo)) <= 0.01
 
 
 def test_coefficients_reproduce_step_times() -> None:
