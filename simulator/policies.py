@@ -17,6 +17,7 @@ from simulator.inprocess import ServiceScaler, workload_state
 
 POLICIES = ("ours", "ours-zero", "static", "queue", "gpu", "concurrency", "oracle")
 DEFAULT_POLICIES = ("ours", "static", "queue", "gpu", "concurrency", "oracle")
+ITL_TARGET_FRACTION = 0.5  # ours' targetInterTokenLatency, as a fraction of the backtest's ITL SLO
 
 
 def default_scaledobject(model: str, *, scale_to_zero: bool = False, max_replicas: int = 64,
@@ -83,15 +84,21 @@ def build_controller(policy: str, *, model: str, max_replicas: int, concurrency_
                      static_replicas: int, settings: KedaSettings | None = None,
                      oracle_plan: list[PodPlan] | None = None, cold_start_s: float | None = None,
                      slo: tuple[float, float] | None = None) -> Controller:
-    """The controller for one policy name (see POLICIES); `slo` (TTFT s, ITL s) sets ours' ITL target.
+    """The controller for one policy name (see POLICIES); `slo` (TTFT s, ITL s) sets ours' ITL target to
+    ITL_TARGET_FRACTION of the ITL SLO.
 
-    Only the ITL target: with the TTFT target too, mooncake-conv (long prompts whose prefill alone passes
-    2 s, queued behind a backlog) cost 235 GPU-h for 82.6% of the SLO against 92.7 GPU-h for 80.0% with the
-    ITL target alone; azure2023-code was the same either way (75.5%, 19.9 GPU-h)."""
+    Half the SLO because the term holds the *mean* ITL of all tokens while the SLO is judged per request:
+    with the mean at the SLO, about half the requests miss it. On the 70B/4xH100 backtests (the adaptive
+    scale-down delay in both) half the SLO against the SLO itself: azure2023-code 81.9% -> 89.2% of the
+    SLO (0.99x -> 1.02x the oracle's GPU-hours), azure2023-conv 95.7% -> 99.5% (1.01x -> 1.11x), four
+    6-hour windows of the 2024 week +4.7 to +8.4 points with -25% to +26% GPU-hours; mooncake-conv 80.7%
+    -> 82.8% but 1.49x -> 3.55x (a backlog stuck on the first replica keeps the pooled mean ITL high).
+    Only the ITL target: with the TTFT target too, mooncake-conv cost 235 GPU-h for 82.6% of the SLO
+    against 92.7 GPU-h for 80.0% with the ITL target alone."""
     if policy in ("ours", "ours-zero"):
         so = settings if (settings is not None and policy == "ours") else default_scaledobject(
             model, scale_to_zero=policy == "ours-zero", max_replicas=max_replicas, cold_start_s=cold_start_s,
-            slo_itl_s=slo[1] if slo else None)
+            slo_itl_s=slo[1] * ITL_TARGET_FRACTION if slo else None)
         return OursController(policy, so, initial_replicas=max(1, so.min_replicas))
     if policy == "static":
         return ScheduleController("static", [PodPlan(0.0, float("inf"), 0.0)] * static_replicas)

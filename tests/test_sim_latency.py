@@ -8,10 +8,10 @@ import math
 import pytest
 from sim_helpers import config, trace
 
-from simulator.controllers import PodPlan, ScheduleController
+from simulator.controllers import KedaController, PodPlan, ScheduleController
 from simulator.engine import Simulation
 from simulator.fluid import FluidSimulation
-from simulator.policies import default_scaledobject
+from simulator.policies import build_controller, default_scaledobject
 
 
 def test_detailed_replicas_count_ttft_per_request_and_itl_per_gap_by_hand() -> None:
@@ -42,3 +42,12 @@ def test_ours_carries_the_backtest_slo_as_latency_targets() -> None:
     meta = default_scaledobject("m", slo_ttft_s=2.0, slo_itl_s=0.1).triggers[0].metadata
     assert (meta["targetTimeToFirstToken"], meta["targetInterTokenLatency"]) == ("2s", "0.1s")
     assert "targetTimeToFirstToken" not in default_scaledobject("m").triggers[0].metadata
+
+
+def test_the_backtests_ours_holds_the_mean_itl_at_half_the_slo() -> None:
+    # the term holds the mean ITL over all tokens; the SLO is judged per request (simulator/policies.py)
+    ctl = build_controller("ours", model="m", max_replicas=8, concurrency_target=8, static_replicas=1,
+                           slo=(2.0, 0.1))
+    assert isinstance(ctl, KedaController)
+    meta = ctl.settings.triggers[0].metadata
+    assert meta["targetInterTokenLatency"] == "0.05s" and "targetTimeToFirstToken" not in meta
