@@ -1,13 +1,14 @@
 """The docs table: every baseline and our reactive policy on each shipped trace, typical cold starts.
 
-    .venv/bin/python scripts/simulator_table.py [--out docs/simulator-results.md] [--quick]
+    .venv/bin/python scripts/simulator_table.py [--update-docs] [--out FILE] [--quick]
 
 For each trace it runs ours (the scaler's tokens policy through KEDA+HPA, keda-llm's recommended
 ScaledObject), static provisioning at the oracle's peak, the queue (num_requests_waiting > 5), GPU
 utilization and concurrency baselines, and the oracle, and prints SLO attainment and GPU-hours / oracle
 as Markdown (plus the full table per trace). Not run by CI: it takes minutes. The Azure 2024 week is
 cut to a 6-hour window (the oracle simulates its schedule several times); --quick cuts every trace to
-its first 20 minutes, to check the script itself.
+its first 20 minutes, to check the script itself. --update-docs writes the tables into the marked blocks
+of docs/simulator-results.md (everything) and docs/simulator.md (the summary).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from simulator.report import Slo, Summary, markdown_table, summarize, with_oracl
 from simulator.run import Backtest, run_policies
 from simulator.traces import Trace, load_shipped
 
+DOCS = Path(__file__).resolve().parent.parent / "docs"
 PRESET = "llama-3.1-70b/h100-tp4"
 SLO = Slo(ttft_s=2.0, itl_s=0.1)
 POLICIES = ["ours", "static", "queue", "gpu", "concurrency", "oracle"]
@@ -56,6 +58,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None, help="also write the Markdown here")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--update-docs", action="store_true", help="write the tables into docs/ (marked blocks)")
     args = ap.parse_args()
     bt = Backtest(get_preset(PRESET), cold_start="typical", slo=SLO)
     head = ["trace", "requests"] + [f"{p} SLO / GPU-h÷oracle" for p in POLICIES]
@@ -93,6 +96,18 @@ def main() -> None:
     print(text)
     if args.out:
         Path(args.out).write_text(text + "\n")
+    if args.update_docs:
+        summary = "\n".join(text.split("\n")[:4 + len(summary_rows)])
+        replace_block(DOCS / "simulator-results.md", "simulator-table", text)
+        replace_block(DOCS / "simulator.md", "simulator-summary", summary)
+
+
+def replace_block(path: Path, name: str, body: str) -> None:
+    """Replace what lies between `<!-- generated:NAME -->` and `<!-- /generated:NAME -->` in `path`."""
+    start, end = f"<!-- generated:{name} -->", f"<!-- /generated:{name} -->"
+    doc = path.read_text()
+    a, b = doc.index(start) + len(start), doc.index(end)
+    path.write_text(doc[:a] + "\n" + body.strip("\n") + "\n" + doc[b:])
 
 
 if __name__ == "__main__":
