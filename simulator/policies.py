@@ -92,7 +92,8 @@ def build_controller(policy: str, *, model: str, max_replicas: int, concurrency_
     scale-down delay in both) half the SLO against the SLO itself: azure2023-code 81.9% -> 89.2% of the
     SLO (0.99x -> 1.02x the oracle's GPU-hours), azure2023-conv 95.7% -> 99.5% (1.01x -> 1.11x), four
     6-hour windows of the 2024 week +4.7 to +8.4 points with -25% to +26% GPU-hours; mooncake-conv 80.7%
-    -> 82.8% but 1.49x -> 3.55x (a backlog stuck on the first replica keeps the pooled mean ITL high).
+    -> 82.8% but 1.49x -> 3.55x (docs/simulator-results.md: prefill chunks of long prompts keep the mean ITL
+    near the target however many replicas run).
     Only the ITL target: with the TTFT target too, mooncake-conv cost 235 GPU-h for 82.6% of the SLO
     against 92.7 GPU-h for 80.0% with the ITL target alone."""
     if policy in ("ours", "ours-zero"):
