@@ -278,16 +278,19 @@ def _delay(x: _Inputs, step: _Step, state: PolicyState, details: dict[str, float
     return replace(state, recent_counts=window)
 
 
-def _regret(x: _Inputs, state: PolicyState, final: int, details: dict[str, float]) -> PolicyState:
-    """After the count is final: remember a release (the count went down, not to zero), and call a rise
-    within the delay of the last release a regret, which doubles the default delay (see `_delay`)."""
-    last = state.last_replicas
-    if not _default_delay(x) or last is None or last == 0 or final == 0:
+def _regret(x: _Inputs, state: PolicyState, delayed: int, details: dict[str, float]) -> PolicyState:
+    """Right after the delay step: remember a release (the delayed count went down, not to zero), and call
+    a rise within the delay of the last release a regret, which doubles the default delay (see `_delay`).
+    The count compared is the policy's own after the delay, before the holds and bounds that follow (a
+    stale hold or an advisory answer returning the current count is not demand coming back)."""
+    last = state.last_delayed
+    state = replace(state, last_delayed=delayed)
+    if not _default_delay(x) or last is None or last == 0 or delayed == 0:
         return state
-    if final < last:
+    if delayed < last:
         return replace(state, released_at=x.now)
     delay = details.get("scale_down_delay_s", 0.0)
-    if final > last and state.released_at is not None and x.now - state.released_at < delay:
+    if delayed > last and state.released_at is not None and x.now - state.released_at < delay:
         factor = min(DELAY_FACTOR_MAX, state.delay_factor * 2.0)
         details["scale_down_delay_regret"] = 1.0
         return replace(state, delay_factor=factor, delay_factor_at=x.now, released_at=None)
@@ -356,17 +359,18 @@ def decide(history: ModelHistory, config: ScalerConfig, state: PolicyState, work
     _forecast(x, step, kpa, details)
     state = _pending_guard(x, step, kpa, state, details)
     state = _delay(x, step, state, details)
+    state = _regret(x, state, step.replicas, details)
     _stale_hold(x, step)
     _bounds(x, step)
     active, last_demand = _zero(x, step, state, details)
     if step.would_be is not None:
         details["would_be_replicas"] = step.would_be
     reason = step.override or _base_reason(kpa, step.replicas, x.current)
-    state = _regret(x, state, step.replicas, details)
     decision = Decision(step.replicas, reason.value, active, details)
     state = replace(state, last_demand_at=last_demand, active=active, last_replicas=step.replicas)
     if not active:
-        state = replace(state, recent_counts=())  # asleep: no count from before the idle period comes back
+        # asleep: no count from before the idle period comes back, and no release before it is regretted
+        state = replace(state, recent_counts=(), released_at=None, last_delayed=None)
     if config.advisory:
         # Step 7: decided and recorded; KEDA gets the current count.
         held_active = x.current > 0 if config.scale_to_zero else True

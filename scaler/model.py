@@ -124,4 +124,5 @@ class PolicyState:
     recent_counts: tuple[tuple[float, int], ...] = ()  # scaleDownDelay's max-queue: (decided at, count)
     delay_factor: float = 1.0  # the default scaleDownDelay in cold starts: doubled on a regretted release
     delay_factor_at: float | None = None  # when delay_factor last changed (it halves after a quiet spell)
-    released_at: float | None = None  # when the count last went down (a release), until a regret or the next
+    released_at: float | None = None  # when the delayed count last went down (a release), until a regret
+    last_delayed: int | None = None  # the count after the scale-down delay step at the last decision

@@ -180,3 +180,28 @@ def test_a_delay_set_in_the_scaledobject_never_adapts() -> None:
     seq = _adaptive(260, {"scaleDownDelay": "60s"})
     assert {d.details["scale_down_delay_s"] for _, d in seq} == {60.0}
     assert not [t for t, d in seq if "scale_down_delay_factor" in d.details or "scale_down_delay_regret" in d.details]
+
+
+def test_a_stale_hold_after_a_release_is_no_regret() -> None:
+    # demand falls at t=101, the Deployment lags at 6 (as under HPA stabilization); p5 stops reporting at
+    # t=200 and the stale hold answers the current 6: a hold, not demand coming back
+    polls = list(range(5, 400, 5))
+    got = run(Timeline("stale", lambda t: 60.0 if t <= 100 else 20.0, polls, ready0=6, follow=False,
+                       metadata={"coldStart": "60s", "panicThreshold": "10"}, freeze={"p5": 200}, want={}))
+    assert got[235][0].reason == "stale_hold" and got[235][0].replicas == 6
+    assert [t for t in polls if got[t][0].details.get("scale_down_delay_regret")] == []
+    assert got[395][1].delay_factor == 1.0
+
+
+def test_a_release_before_an_idle_period_is_not_regretted_after_it() -> None:
+    # 2 -> 1 at 545 (the 400 s delay), idle -> 0 at 730, woken at 800, up to 4 at once: the idle timeout, not
+    # the delay, released that replica, so no regret
+    def demand(t: int) -> float:
+        return 20.0 if t <= 100 else 8.0 if t <= 700 else 0.0 if t < 800 else 20.0
+
+    polls = list(range(5, 1001, 5))
+    got = run(Timeline("zero", demand, polls, ready0=2, upstream=lambda t: 20.0 if t >= 800 else None, want={},
+                       metadata={"coldStart": "400s", "scaleToZero": "true", "idleTimeout": "30s",
+                                 "panicThreshold": "10"}))
+    assert (got[545][0].replicas, got[730][0].replicas, got[805][0].replicas) == (1, 0, 4)
+    assert [t for t in polls if got[t][0].details.get("scale_down_delay_regret")] == []
