@@ -47,11 +47,26 @@ from simulator.engine import (
     SimResult,
     Simulation,
 )
+from simulator.perf import PerfModel
 from simulator.traces import Trace
 
 DEFAULT_DT_S = 0.25
 _START_ROWS = 1024
 _START_SLOTS = 8
+
+
+def own_prefill(perf: PerfModel, prompt: np.ndarray, budget: float) -> np.ndarray:
+    """Each request's prefill alone on an idle replica, chunk by chunk as the detailed engine runs it (chunk
+    k: min(budget, left) new tokens reading the k x budget already cached): the floor of its TTFT."""
+    out = np.zeros(len(prompt))
+    done = 0.0
+    while True:
+        live = prompt > done
+        if not live.any():
+            return out
+        n = np.minimum(prompt[live] - done, budget)
+        out[live] += perf.step_times(n, np.full(len(n), done), n * done + n * (n + 1) / 2)
+        done += budget
 
 
 class FluidSimulation(Simulation):
@@ -92,11 +107,7 @@ class FluidSimulation(Simulation):
         self._budget = float(cfg.max_num_batched_tokens)
         self._seqs = float(cfg.max_num_seqs)
         self._lat = config.perf.request_latency_s
-        # a request's own prefill alone (the floor of its TTFT), vectorised once
-        p = self._p64
-        self._own_prefill = np.asarray(config.perf.step_times(np.minimum(p, self._budget), np.zeros(n),
-                                                              p * (p + 1) / 2), dtype=np.float64)
-        self._own_prefill *= np.ceil(p / self._budget)
+        self._own_prefill = own_prefill(config.perf, self._p64, self._budget)
 
     # -- counts the base class and the report read ------------------------------------------------
     @property
@@ -205,7 +216,8 @@ class FluidSimulation(Simulation):
                 self._progress(int(ints[k.NEXT]), n)
                 next_progress = int(ints[k.NEXT]) + max(1, n // 200)
             if reason == k.GROW:
-                self._room(int(np.searchsorted(self._arr64, t_next)) - int(ints[k.NEXT]))
+                # room for the arrivals of the slice it stopped at (t, not the t_next of this pass)
+                self._room(int(np.searchsorted(self._arr64, t + self.dt)) - int(ints[k.NEXT]))
                 continue
             if reason == k.END:
                 break

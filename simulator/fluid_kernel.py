@@ -44,8 +44,9 @@ N_INTS = 9
 N_SLOT_ROWS = 15
 # scratch rows, per slot, for one slice
 (_KV, _NRUN, _BDEC, _PEND, _NWAIT, _CHUNK, _ROOM, _CUM, _RANK, _C, _LIVE, _NPF, _PRESUM, _TAU1, _T1, _DONE,
- _B2, _GAINSUM, _TAU2, _BUSY, _LAST, _NFIN, _FIRSTS, _GENSUM, _TTFTS, _ITLS, _ITLN, _NROWS, _X, _BUSY_FROM) = range(30)
-N_SCRATCH = 30
+ _B2, _GAINSUM, _TAU2, _BUSY, _LAST, _NFIN, _FIRSTS, _GENSUM, _TTFTS, _ITLS, _ITLN, _NROWS, _X, _BUSY_FROM,
+ _TAIL, _NTOT) = range(32)
+N_SCRATCH = 32
 # advance's reasons for returning
 EVENT, END, GROW, AFTER_SLICE = 0, 1, 2, 3
 # flags set by a slice (AFTER_SLICE)
@@ -251,15 +252,23 @@ def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, l
             sc[_CUM, s] = 0.0
             slots[ITER_X, s] = 0.0
             if live:
-                if x > 0.0:
-                    tau1 = slots[ITER_TAU, s]
-                else:
-                    kv = sc[_KV, s]
-                    pre_mean = sc[_PRESUM, s] / max(sc[_NPF, s], 1.0)
-                    # a chunk's tokens attend, on average, to half of their own prompt
-                    tau1 = step_time(coef, b + c, kv, kv + b + c * (pre_mean + 1) / 2)
+                kv = sc[_KV, s]
+                pre_mean = sc[_PRESUM, s] / max(sc[_NPF, s], 1.0)
+                # a chunk's tokens attend, on average, to half of their own prompt
+                tau1 = slots[ITER_TAU, s] if x > 0.0 else step_time(coef, b + c, kv, kv + b + c * (pre_mean + 1) / 2)
                 t1 = min(dt, pend / c * tau1)
                 done = t1 / tau1 * c
+                # the iterations that end prompts: the one in flight (x of its c done), then chunks of c;
+                # the last one holds only the remainder and takes its own, shorter time: its prompts' first
+                # tokens come then (the phase's length stays pro rata: in a stream of arrivals the
+                # remainder's room goes to the next prompts)
+                n_tot = max(1.0, math.ceil((pend + x - 1e-5) / c))
+                r = pend + x - (n_tot - 1.0) * c
+                tail = tau1
+                if n_tot > 1.0 and r < c - 1e-5:
+                    tail = step_time(coef, b + r, kv, kv + b + r * (pre_mean + 1) / 2)
+                sc[_NTOT, s] = n_tot
+                sc[_TAIL, s] = tail
                 sc[_TAU1, s] = tau1
                 sc[_T1, s] = t1
                 sc[_DONE, s] = done
@@ -286,7 +295,9 @@ def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, l
                 # iterations end every tau1 from the start of the one in flight (x of its c tokens done at t)
                 c = sc[_C, s]
                 x = sc[_X, s]
-                t_first = max(t + (math.ceil((cum + x) / c - 1e-9) - x / c) * tau1, arr[i] + own_prefill[i])
+                k = min(max(1.0, math.ceil((cum + x - 1e-5) / c)), sc[_NTOT, s])
+                end = (k - x / c) * tau1 if k < sc[_NTOT, s] else (k - 1.0 - x / c) * tau1 + sc[_TAIL, s]
+                t_first = max(t + end, arr[i] + own_prefill[i])
                 run_f[2, j] = t_first + lat
                 run_f[0, j] = 0.0
                 sc[_FIRSTS, s] += 1.0

@@ -18,6 +18,7 @@ import pytest
 from simulator import fluid_kernel as k
 from simulator.controllers import PodPlan, ScheduleController
 from simulator.engine import Controller
+from simulator.fluid import own_prefill
 from simulator.perf import ConstantPerf
 from simulator.policies import build_controller
 from simulator.presets import get_preset
@@ -111,9 +112,7 @@ class Engines:
         perf = ConstantPerf(base_s=base_s, per_token_s=per_token_s)
         self.coef = k.coefficients(perf)
         self.budget, self.seqs, self.kv_cap = budget, seqs, kv_cap
-        # a prompt's own prefill, alone, in chunks of the budget (as FluidSimulation computes it)
-        chunk = np.minimum(self.p, budget)
-        self.own = perf.step_times(chunk, np.zeros(len(rows)), chunk) * np.ceil(self.p / budget)
+        self.own = own_prefill(perf, self.p, budget)  # a prompt's prefill alone: the floor of its TTFT
         self.ints = np.zeros(k.N_INTS, dtype=np.int64)
         self.run_i = np.zeros((2, 64), dtype=np.int64)
         self.run_f = np.zeros((3, 64))
@@ -294,3 +293,53 @@ def test_the_kernel_compiles_where_numba_has_nowhere_to_cache(monkeypatch: pytes
         return x + 1.0
 
     assert k._jit(plus_one)(1.0) == 2.0
+
+
+def test_a_prompt_over_the_budget_is_timed_chunk_by_chunk() -> None:
+    # budget 1000: the 1500-token prompt runs as 1000 tokens (0.01 + 1e-4 x 1000 = 0.11 s) then the 500 left
+    # (0.06 s): first token at 0.17 s. (With slices shorter than an iteration the second, shorter iteration
+    # is carried at the first one's rate: 0.22 s at 0.05 s slices; docs/simulator-results.md.)
+    for dt in (0.25, 0.5):
+        e = Engines([(0.0, 1500, 2)], budget=1000.0, per_token_s=1e-4)
+        assert e.own[0] == pytest.approx(0.17)
+        e.route([0], [0])
+        t = 0.0
+        while e.ints[k.OPEN] and t < 1.0:
+            e.step(t, dt=dt)
+            t = round(t + dt, 9)
+        assert e.ttft[0] == pytest.approx(0.17), dt
+        assert e.tpot[0] == pytest.approx(0.0101)  # one decode iteration of 1 token after it
+        assert e.slots[k.PROMPT_TOK, 0] == pytest.approx(1500.0)
+
+
+def test_prompts_sharing_iterations_get_first_tokens_at_iteration_ends() -> None:
+    # 800 + 700 tokens, budget 1000: iteration 1 = the 800 and 200 of the 700 (0.11 s); iteration 2 = the
+    # 500 left (0.06 s): first tokens at 0.11 and 0.17 s
+    e = Engines([(0.0, 800, 2), (0.0, 700, 2)], budget=1000.0, per_token_s=1e-4)
+    e.route([0, 1], [0])
+    for t in (0.0, 0.25):
+        e.step(t)
+    assert e.ttft.tolist() == pytest.approx([0.11, 0.17])
+
+
+def test_first_tokens_of_an_iteration_longer_than_the_slice_land_at_its_end() -> None:
+    # 300 + 700 in one 1000-token iteration of 0.11 s, slices of 0.05 s: both first tokens at 0.11 s
+    e = Engines([(0.0, 300, 5), (0.0, 700, 5)], budget=1000.0, per_token_s=1e-4)
+    e.route([0, 1], [0])
+    for t in (0.0, 0.05, 0.10):
+        e.step(t, dt=0.05)
+    assert e.run_f[2, :2].tolist() == pytest.approx([0.11, 0.11])
+
+
+def test_own_prefill_is_the_detailed_engines_chunks() -> None:
+    perf = get_preset("llama-3.1-70b/h100-tp4").perf()
+    p = np.array([4096.0, 8193.0, 17203.0])
+    want = []
+    for prompt in p:  # chunk k: n new tokens reading the k x 8192 cached, n x offset + n(n+1)/2 pairs
+        total, off = 0.0, 0.0
+        while off < prompt:
+            n = min(8192.0, prompt - off)
+            total += float(perf.step_times(np.array([n]), np.array([off]), np.array([n * off + n * (n + 1) / 2]))[0])
+            off += 8192.0
+        want.append(total)
+    assert own_prefill(perf, p, 8192.0).tolist() == pytest.approx(want, rel=1e-12)
