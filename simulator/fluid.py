@@ -139,6 +139,7 @@ class FluidSimulation(Simulation):
                 self._slots = np.concatenate([self._slots, np.zeros((k.N_SLOT_ROWS, grow))], axis=1)
                 self._scratch = np.zeros((k.N_SCRATCH, 2 * grow))
         self._slots[:, s] = 0.0
+        self._slots[k.READY_AT, s] = r.ready_at  # no first token before the pod is up (mid-slice readiness)
         self._slot[r.index] = s
         return s
 

@@ -40,8 +40,8 @@ N_RUN, N_WAIT, NEXT, OPEN, DROPPED, RR, ARRIVED, HELD_LO, HELD_HI = range(9)
 N_INTS = 9
 # slot rows: per replica slot, counters the observations read, and the kernel's bookkeeping
 (PROMPT_TOK, GEN_TOK, FINISHED, BUSY, TTFT_SUM, TTFT_N, ITL_SUM, ITL_N,
- LAST_BUSY, OUTSTANDING, DRAINING, DRAINED, ITER_C, ITER_TAU, ITER_X) = range(15)
-N_SLOT_ROWS = 15
+ LAST_BUSY, OUTSTANDING, DRAINING, DRAINED, ITER_C, ITER_TAU, ITER_X, READY_AT) = range(16)
+N_SLOT_ROWS = 16
 # scratch rows, per slot, for one slice
 (_KV, _NRUN, _BDEC, _PEND, _NWAIT, _CHUNK, _ROOM, _CUM, _RANK, _C, _LIVE, _NPF, _PRESUM, _TAU1, _T1, _DONE,
  _B2, _GAINSUM, _TAU2, _BUSY, _LAST, _NFIN, _FIRSTS, _GENSUM, _TTFTS, _ITLS, _ITLN, _NROWS, _X, _BUSY_FROM,
@@ -125,7 +125,7 @@ def slot_totals(n_slots: int, ints: np.ndarray, run_i: np.ndarray, run_f: np.nda
 @_jit
 def _admit(t: float, dt: float, budget: float, seqs: float, kv_cap: float, coef: np.ndarray, ints: np.ndarray,
            run_i: np.ndarray, run_f: np.ndarray, wait_i: np.ndarray, p64: np.ndarray, arr: np.ndarray,
-           sc: np.ndarray, n_slots: int) -> None:
+           slots: np.ndarray, sc: np.ndarray, n_slots: int) -> None:
     """Per-slot sums over the running rows, then FIFO admission from each replica's queue of what it can
     start prefilling in this slice (vLLM admits a request only in an iteration with token budget left for
     it, so under a prefill backlog requests stay *waiting*, which is what num_requests_waiting shows)."""
@@ -178,8 +178,9 @@ def _admit(t: float, dt: float, budget: float, seqs: float, kv_cap: float, coef:
             run_f[2, n_run] = np.nan
             n_run += 1
             if sc[_NRUN, s] == 0.0 and sc[_PEND, s] == 0.0:
-                # idle at the slice's start: busy from its first request's arrival (FIFO: the earliest)
-                sc[_BUSY_FROM, s] = max(t, arr[i])
+                # idle at the slice's start: busy from its first request's arrival (FIFO: the earliest), or
+                # from its own readiness when it came up inside the slice
+                sc[_BUSY_FROM, s] = max(t, arr[i], slots[READY_AT, s])
             sc[_PEND, s] += p
         else:
             wait_i[0, kept] = i
@@ -201,7 +202,7 @@ def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, l
     tokens, FIFO) until the admitted prompts are prefilled, then pure decode iterations, each phase's
     iteration time from the perf model at the slice's batch and KV; first tokens and completions are
     placed inside the slice where their token counts are reached."""
-    _admit(t, dt, budget, seqs, kv_cap, coef, ints, run_i, run_f, wait_i, p64, arr, sc, n_slots)
+    _admit(t, dt, budget, seqs, kv_cap, coef, ints, run_i, run_f, wait_i, p64, arr, slots, sc, n_slots)
     n_run = ints[N_RUN]
     if n_run == 0:
         return False
@@ -297,7 +298,7 @@ def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, l
                 x = sc[_X, s]
                 k = min(max(1.0, math.ceil((cum + x - 1e-5) / c)), sc[_NTOT, s])
                 end = (k - x / c) * tau1 if k < sc[_NTOT, s] else (k - 1.0 - x / c) * tau1 + sc[_TAIL, s]
-                t_first = max(t + end, arr[i] + own_prefill[i])
+                t_first = max(t + end, max(arr[i], slots[READY_AT, s]) + own_prefill[i])
                 run_f[2, j] = t_first + lat
                 run_f[0, j] = 0.0
                 sc[_FIRSTS, s] += 1.0

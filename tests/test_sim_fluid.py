@@ -343,3 +343,14 @@ def test_own_prefill_is_the_detailed_engines_chunks() -> None:
             off += 8192.0
         want.append(total)
     assert own_prefill(perf, p, 8192.0).tolist() == pytest.approx(want, rel=1e-12)
+
+
+def test_requests_held_for_a_replica_get_no_first_token_before_it_is_ready() -> None:
+    # arrived at 0.0 and held at the gateway; the replica came up at 0.2 s inside the slice [0, 0.25):
+    # prefill from 0.2 s (0.01 s), first token 0.21 s, busy from 0.2 s
+    e = Engines([(0.0, 100, 2)])
+    e.slots[k.READY_AT, 0] = 0.2
+    e.route([0], [0])
+    e.step(0.0)
+    assert e.ttft[0] == pytest.approx(0.21)
+    assert e.slots[k.BUSY, 0] == pytest.approx(0.02)
