@@ -206,17 +206,21 @@ class Simulation:
         return float(self._arr[i]) if i < len(self._arr) else math.inf
 
     # -- run --------------------------------------------------------------------------------------
-    def run(self) -> SimResult:
-        n = len(self.trace)
-        last = float(self._arr[-1]) if n else 0.0
-        hard_end = last + self.config.tail_s
+    def _start_control(self) -> None:
+        """The controller's pods at time 0, the first observation and its first control tick on the heap."""
         self.controller.start(self)
-        if n:
-            self.push(float(self._arr[0]), ARRIVAL)
         self.push(0.0, OBSERVE)
         t_ctl = self.controller.next_time()
         if t_ctl is not None:
             self.push(t_ctl, CONTROL)
+
+    def run(self) -> SimResult:
+        n = len(self.trace)
+        last = float(self._arr[-1]) if n else 0.0
+        hard_end = last + self.config.tail_s
+        self._start_control()
+        if n:
+            self.push(float(self._arr[0]), ARRIVAL)
         end = hard_end
         while self._heap:
             at, _, _, kind, obj = heapq.heappop(self._heap)

@@ -118,11 +118,6 @@ class FluidSimulation(Simulation):
     def waiting(self) -> int:
         return int(self._ints[k.N_WAIT])
 
-    @property
-    def dropped(self) -> int:
-        """Requests dropped: too big for any replica's KV cache, or waited at the gateway past max_wait_s."""
-        return int(self._ints[k.DROPPED])
-
     # -- slots and pools ------------------------------------------------------------------------------
     def _slot_of(self, r: SimReplica) -> int:
         s = self._slot.get(r.index)
@@ -182,11 +177,7 @@ class FluidSimulation(Simulation):
         n = len(self.trace)
         last = float(self._arr64[-1]) if n else 0.0
         hard_end = last + self.config.tail_s
-        self.controller.start(self)
-        self.push(0.0, OBSERVE)
-        t_ctl = self.controller.next_time()
-        if t_ctl is not None:
-            self.push(t_ctl, CONTROL)
+        self._start_control()
         ints = self._ints
         t = 0.0
         end = hard_end

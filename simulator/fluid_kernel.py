@@ -129,13 +129,9 @@ def _admit(t: float, dt: float, budget: float, seqs: float, kv_cap: float, coef:
     """Per-slot sums over the running rows, then FIFO admission from each replica's queue of what it can
     start prefilling in this slice (vLLM admits a request only in an iteration with token budget left for
     it, so under a prefill backlog requests stay *waiting*, which is what num_requests_waiting shows)."""
-    for s in range(n_slots):
-        sc[_KV, s] = 0.0
-        sc[_NRUN, s] = 0.0
-        sc[_BDEC, s] = 0.0
-        sc[_PEND, s] = 0.0
-        sc[_NWAIT, s] = 0.0
-        sc[_BUSY_FROM, s] = t
+    sc[:, :n_slots] = 0.0  # every per-slot sum of the slice starts here (step_slice relies on it too)
+    sc[_BUSY_FROM, :n_slots] = t
+    sc[_LAST, :n_slots] = -np.inf
     n_run = ints[N_RUN]
     for j in range(n_run):
         s = run_i[1, j]
@@ -206,22 +202,6 @@ def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, l
     n_run = ints[N_RUN]
     if n_run == 0:
         return False
-    for s in range(n_slots):
-        sc[_T1, s] = 0.0
-        sc[_TAU1, s] = 0.0
-        sc[_DONE, s] = 0.0
-        sc[_NPF, s] = 0.0
-        sc[_PRESUM, s] = 0.0
-        sc[_B2, s] = 0.0
-        sc[_GAINSUM, s] = 0.0
-        sc[_FIRSTS, s] = 0.0
-        sc[_GENSUM, s] = 0.0
-        sc[_TTFTS, s] = 0.0
-        sc[_ITLS, s] = 0.0
-        sc[_ITLN, s] = 0.0
-        sc[_NFIN, s] = 0.0
-        sc[_NROWS, s] = 0.0
-        sc[_LAST, s] = -np.inf
     any_pending = False
     for s in range(n_slots):
         if sc[_PEND, s] != 0.0:
