@@ -31,14 +31,14 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector as PromCollector
 
-from exporter.collect import Collector, Snapshot
-from exporter.config import parse_config
-from exporter.discovery import Discovery
-from exporter.engines import normalize
-from exporter.fake_nvml import FakeNvml, fake_gpus
-from exporter.nvml import NvmlCollector
-from exporter.render import fmt, render
-from exporter.vocabulary import ENGINE_LABELS, ENGINE_METRICS, GPU_LABELS, GPU_METRICS
+from keda_llm.common.vocabulary import ENGINE_LABELS, ENGINE_METRICS, GPU_LABELS, GPU_METRICS
+from keda_llm.exporter.collect import Collector, Snapshot
+from keda_llm.exporter.config import parse_config
+from keda_llm.exporter.discovery import Discovery
+from keda_llm.exporter.engines import normalize
+from keda_llm.exporter.fake_nvml import FakeNvml, fake_gpus
+from keda_llm.exporter.nvml import NvmlCollector
+from keda_llm.exporter.render import fmt, render
 
 ROOT = Path(__file__).resolve().parent.parent
 BODY = ROOT / "tests" / "fixtures" / "engines" / "vllm-0.32.0-cpu-load.prom"

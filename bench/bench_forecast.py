@@ -30,14 +30,13 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from keda_llm.scaler.config import ScalerConfig, parse_metadata
+from keda_llm.scaler.decide import decide
+from keda_llm.scaler.forecast import desired_series, forecast
+from keda_llm.scaler.history import ModelHistory
+from keda_llm.scaler.model import Observation, PolicyState, ReplicaSample, WorkloadState
 
-from scaler.config import ScalerConfig, parse_metadata  # noqa: E402
-from scaler.decide import decide  # noqa: E402
-from scaler.forecast import desired_series, forecast  # noqa: E402
-from scaler.history import ModelHistory  # noqa: E402
-from scaler.model import Observation, PolicyState, ReplicaSample, WorkloadState  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 HOUR = 3600
 REPLICAS = 3
@@ -118,11 +117,11 @@ def bench_cpu(calls: int) -> list[str]:
 
 
 def bench_sim(trace_name: str, minutes: float, preset_name: str, rate_scale: float) -> list[str]:
-    from simulator.policies import OursController, build_controller, default_scaledobject
-    from simulator.presets import PRESETS
-    from simulator.report import Slo, summarize
-    from simulator.run import Backtest, concurrency_target, simulate
-    from simulator.traces import load_shipped
+    from keda_llm.simulator.policies import OursController, build_controller, default_scaledobject
+    from keda_llm.simulator.presets import PRESETS
+    from keda_llm.simulator.report import Slo, summarize
+    from keda_llm.simulator.run import Backtest, concurrency_target, simulate
+    from keda_llm.simulator.traces import load_shipped
 
     trace = load_shipped(trace_name).window(0.0, minutes * 60.0)
     if rate_scale != 1.0:
@@ -181,11 +180,11 @@ BASELINES = ("static", "queue", "gpu", "concurrency", "oracle")
 
 def compare(trace_name: str, rate_scale: float, minutes: float, preset_name: str) -> list[str]:
     """keda-llm's variants and every simulator baseline on one trace window; one Markdown table."""
-    from simulator.policies import OursController, default_scaledobject
-    from simulator.presets import PRESETS
-    from simulator.report import Slo, Summary, summarize, with_oracle_ratio
-    from simulator.run import Backtest, run_policies, simulate
-    from simulator.traces import load_shipped
+    from keda_llm.simulator.policies import OursController, default_scaledobject
+    from keda_llm.simulator.presets import PRESETS
+    from keda_llm.simulator.report import Slo, Summary, summarize, with_oracle_ratio
+    from keda_llm.simulator.run import Backtest, run_policies, simulate
+    from keda_llm.simulator.traces import load_shipped
 
     trace = load_shipped(trace_name).window(0.0, minutes * 60.0)
     if rate_scale != 1.0:

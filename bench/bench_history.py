@@ -20,10 +20,10 @@ import sys
 import time
 from pathlib import Path
 
-from scaler.config import parse_metadata
-from scaler.decide import decide
-from scaler.history import ModelHistory
-from scaler.model import Observation, PolicyState, ReplicaSample, WorkloadState
+from keda_llm.scaler.config import parse_metadata
+from keda_llm.scaler.decide import decide
+from keda_llm.scaler.history import ModelHistory
+from keda_llm.scaler.model import Observation, PolicyState, ReplicaSample, WorkloadState
 
 REPLICAS = 3
 

@@ -1,11 +1,11 @@
-"""CPU per GET of keda_llm.httpget (a fresh connection per call) against keep-alive clients.
+"""CPU per GET of keda_llm.common.httpget (a fresh connection per call) against keep-alive clients.
 
-The scaler fetched through a keep-alive requests.Session before it moved to keda_llm.httpget,
+The scaler fetched through a keep-alive requests.Session before it moved to keda_llm.common.httpget,
 which opens and closes a connection per call. This measures whether the lost keep-alive matters,
 in one run, CPU time of this process (time.process_time) per GET of a small JSON answer (a
 Prometheus instant query, where connection setup weighs most):
 
-- `keda_llm.httpget.fetch`, a new connection per GET (used);
+- `keda_llm.common.httpget.fetch`, a new connection per GET (used);
 - a `requests.Session` reusing its connection (baseline: the scaler's former fetch);
 - a bare `http.client.HTTPConnection` reusing its connection (reference: what per-host pooling
   inside httpget could save at best).
@@ -36,13 +36,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import requests
+from bench_sources import bodies
+
+from keda_llm.common.httpget import fetch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench_sources import bodies  # noqa: E402
-
-from keda_llm.httpget import fetch  # noqa: E402
 
 BODY = b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1800000000,"3"]}]}}'
 
@@ -83,7 +81,7 @@ def clients(port: int) -> dict[str, Callable[[], bytes]]:
         return conn.getresponse().read()
 
     return {
-        "`keda_llm.httpget.fetch`, new connection per GET (used by both sides)":
+        "`keda_llm.common.httpget.fetch`, new connection per GET (used by both sides)":
             lambda: fetch(url, timeout=5, max_bytes=1 << 20, params={"query": "up"})[1],
         "`requests.Session`, keep-alive (baseline: the scaler's former fetch)":
             lambda: session.get(url, params={"query": "up"}, timeout=5).content,
@@ -96,10 +94,10 @@ def body_clients(port: int) -> dict[str, Callable[[], bytes]]:
     session = requests.Session()
     cap = 64 << 20
     return {
-        "`keda_llm.httpget.fetch`, `accept_gzip` (the scaler scraping exporters)":
+        "`keda_llm.common.httpget.fetch`, `accept_gzip` (the scaler scraping exporters)":
             lambda: fetch(url, timeout=5, max_bytes=cap, accept_gzip=True)[1],
         "`requests.Session`, gzip (baseline: the scaler's former fetch)": lambda: session.get(url, timeout=5).content,
-        "`keda_llm.httpget.fetch`, plain (the exporter scraping engines)":
+        "`keda_llm.common.httpget.fetch`, plain (the exporter scraping engines)":
             lambda: fetch(url, timeout=5, max_bytes=cap)[1],
     }
 
@@ -159,7 +157,7 @@ def main() -> int:
     server.terminate()
     zipped = len(gzip.compress(exposition, compresslevel=5))
     lines = [
-        "# keda_llm.httpget against keep-alive clients",
+        "# keda_llm.common.httpget against keep-alive clients",
         "",
         f"`bench/bench_httpget.py --calls {args.calls} --rounds {args.rounds}`: a keep-alive HTTP/1.1 server in its"
         " own process (Nagle off). CPU time of the client process per GET, median of"

@@ -21,9 +21,9 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.engines import ADAPTERS, detect, normalize
-from exporter.model import Target
-from exporter.parse import parse
+from keda_llm.exporter.engines import ADAPTERS, detect, normalize
+from keda_llm.exporter.model import Target
+from keda_llm.exporter.parse import parse
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "engines"

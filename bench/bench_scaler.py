@@ -44,17 +44,16 @@ from typing import Any
 
 import grpc
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from keda_llm.scaler.activation import ActivationBus
+from keda_llm.scaler.config import ConfigError
+from keda_llm.scaler.decide import decide
+from keda_llm.scaler.externalscaler import externalscaler_pb2 as pb
+from keda_llm.scaler.model import Observation, ReplicaSample
+from keda_llm.scaler.server import ScalerServer
+from keda_llm.scaler.service import HistoryStore, ScalerService
+from keda_llm.scaler.sources.exporters import ExportersSource, static_targets
 
-from scaler.activation import ActivationBus  # noqa: E402
-from scaler.config import ConfigError  # noqa: E402
-from scaler.decide import decide  # noqa: E402
-from scaler.externalscaler import externalscaler_pb2 as pb  # noqa: E402
-from scaler.model import Observation, ReplicaSample  # noqa: E402
-from scaler.server import ScalerServer  # noqa: E402
-from scaler.service import HistoryStore, ScalerService  # noqa: E402
-from scaler.sources.exporters import ExportersSource, static_targets  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 FIXTURE = ROOT / "tests" / "fixtures" / "engines" / "vllm-0.32.0-cpu-load.prom"
 NOOP_SERVICE = "bench.Noop"
@@ -82,10 +81,10 @@ def _farm(n_models: int, n_exporters: int, ports: Any, ready: Any) -> None:
     """
     from dataclasses import replace
 
-    from exporter.collect import Outcome, Snapshot, TargetState, record
-    from exporter.engines import normalize
-    from exporter.model import Target
-    from exporter.render import render
+    from keda_llm.exporter.collect import Outcome, Snapshot, TargetState, record
+    from keda_llm.exporter.engines import normalize
+    from keda_llm.exporter.model import Target
+    from keda_llm.exporter.render import render
 
     body = FIXTURE.read_text()
     if BODY_MODEL not in body:
@@ -135,9 +134,8 @@ def _farm(n_models: int, n_exporters: int, ports: Any, ready: Any) -> None:
 LOADGEN = r'''
 import asyncio, json, sys, time, statistics, urllib.request
 import grpc
-sys.path.insert(0, ROOT)
-from scaler.externalscaler import externalscaler_pb2 as pb
-from scaler.externalscaler import externalscaler_pb2_grpc as pb_grpc
+from keda_llm.scaler.externalscaler import externalscaler_pb2 as pb
+from keda_llm.scaler.externalscaler import externalscaler_pb2_grpc as pb_grpc
 
 cfg = json.loads(sys.argv[1])
 N, SECONDS, TARGET, HTTP = cfg["models"], cfg["seconds"], cfg["target"], cfg["http"]
@@ -287,7 +285,7 @@ def collected_check(store: HistoryStore, service: ScalerService) -> str:
     """What the scaler collected and decided for model 0 at the end: proof the answers rest on real data.
 
     Every replica serves the same body, so tokens held = replicas x 0.0440771349862259 x 46592."""
-    from scaler.activation import ScaledObjectKey
+    from keda_llm.scaler.activation import ScaledObjectKey
 
     model = model_name(0)
     history = store.get(NS, model)

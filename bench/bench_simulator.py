@@ -15,11 +15,11 @@ import platform
 import time
 from pathlib import Path
 
-from simulator.policies import build_controller
-from simulator.presets import get_preset
-from simulator.report import summarize
-from simulator.run import Backtest, simulate
-from simulator.traces import Trace, load_shipped
+from keda_llm.simulator.policies import build_controller
+from keda_llm.simulator.presets import get_preset
+from keda_llm.simulator.report import summarize
+from keda_llm.simulator.run import Backtest, simulate
+from keda_llm.simulator.traces import Trace, load_shipped
 
 PRESET = "llama-3.1-8b/h100"
 

@@ -23,12 +23,12 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.collect import Snapshot, TargetState
-from exporter.model import EngineMetrics, GpuMetrics, Histogram, Target
-from exporter.parse import parse
-from exporter.render import render
-from scaler.sources.exporters import ExportersSource, static_targets
-from scaler.sources.exposition import FIELD_OF, parse_exposition
+from keda_llm.exporter.collect import Snapshot, TargetState
+from keda_llm.exporter.model import EngineMetrics, GpuMetrics, Histogram, Target
+from keda_llm.exporter.parse import parse
+from keda_llm.exporter.render import render
+from keda_llm.scaler.sources.exporters import ExportersSource, static_targets
+from keda_llm.scaler.sources.exposition import FIELD_OF, parse_exposition
 
 MODELS, REPLICAS, NODES = 1000, 3, 5
 NOW = 1_800_000_000.0

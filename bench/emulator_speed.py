@@ -14,7 +14,7 @@ import math
 import time
 from pathlib import Path
 
-from simulator.control import CallbackScaler, KedaHpaLoop, KedaSettings, Trigger
+from keda_llm.simulator.control import CallbackScaler, KedaHpaLoop, KedaSettings, Trigger
 
 
 def decide(t: float) -> tuple[int, bool]:

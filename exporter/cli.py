@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from exporter.collect import Collector, GpuSource, Normalize
-from exporter.config import (
+from keda_llm.exporter.collect import Collector, GpuSource, Normalize
+from keda_llm.exporter.config import (
     ConfigError,
     ExporterConfig,
     load_config,
@@ -31,10 +31,10 @@ from exporter.config import (
     parse_target,
     with_overrides,
 )
-from exporter.discovery import Discovery, DiscoveryError, KubeClient
-from exporter.model import GpuMetrics
-from exporter.render import render
-from exporter.server import create_server
+from keda_llm.exporter.discovery import Discovery, DiscoveryError, KubeClient
+from keda_llm.exporter.model import GpuMetrics
+from keda_llm.exporter.render import render
+from keda_llm.exporter.server import create_server
 
 log = logging.getLogger("exporter")
 
@@ -86,7 +86,7 @@ def build_config(args: argparse.Namespace, env: Mapping[str, str] | None = None)
 
 def load_normalize() -> Normalize:
     """The engine adapters' entry point (imported late: it is the heavy part)."""
-    from exporter.engines import normalize
+    from keda_llm.exporter.engines import normalize
 
     return normalize
 
@@ -116,11 +116,11 @@ class _AttributedGpus:
 def build_gpu_source(cfg: ExporterConfig) -> GpuSource | None:
     if not cfg.gpu.nvml:
         return None
-    from exporter.nvml import NvmlCollector
+    from keda_llm.exporter.nvml import NvmlCollector
 
     attribute = None
     if cfg.gpu.pod_resources_socket:
-        from exporter.podresources import attributor
+        from keda_llm.exporter.podresources import attributor
 
         attribute = attributor(cfg.gpu.pod_resources_socket)
     return _AttributedGpus(NvmlCollector(), attribute)

@@ -24,12 +24,12 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from exporter.config import ExporterConfig
-from exporter.discovery import Discovery
-from exporter.errors import REASONS, Reason, ScrapeError
-from exporter.model import EngineMetrics, GpuMetrics, Target
-from keda_llm.httpget import FetchError
-from keda_llm.httpget import fetch as get
+from keda_llm.common.httpget import FetchError
+from keda_llm.common.httpget import fetch as get
+from keda_llm.exporter.config import ExporterConfig
+from keda_llm.exporter.discovery import Discovery
+from keda_llm.exporter.errors import REASONS, Reason, ScrapeError
+from keda_llm.exporter.model import EngineMetrics, GpuMetrics, Target
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class GpuSource(Protocol):
 def fetch(url: str, timeout: float, max_bytes: int, clock: Callable[[], float] = time.monotonic) -> bytes:
     """GET `url`, all of it within `timeout` seconds (connect + headers + body) and at most `max_bytes`.
 
-    keda_llm.httpget's fetch (shared with the scaler), its errors as ScrapeError. A refused status
+    keda_llm.common.httpget's fetch (shared with the scaler), its errors as ScrapeError. A refused status
     reads "HTTP <code>" without the body, so a failing engine logs once, not once per changing body.
     """
     try:

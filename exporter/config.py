@@ -19,9 +19,9 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from exporter.model import Target
-from exporter.vocabulary import ENGINES, ROLES
-from keda_llm.durations import parse_duration as _go_duration
+from keda_llm.common.durations import parse_duration as _go_duration
+from keda_llm.common.vocabulary import ENGINES, ROLES
+from keda_llm.exporter.model import Target
 
 #: Where Kubernetes mounts a pod's service-account credentials.
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -90,7 +90,7 @@ _SIZE_UNIT = {None: 1, "B": 1, "KB": 1000, "KiB": 1024, "MB": 1000**2, "MiB": 10
 
 def parse_duration(value: object, key: str) -> float:
     """Seconds from a number or a Go duration string ("500ms", "5s", "1m30s"), the grammar the scaler's
-    ScaledObject metadata uses too (keda_llm.durations)."""
+    ScaledObject metadata uses too (keda_llm.common.durations)."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         seconds = float(value)
     elif isinstance(value, str):

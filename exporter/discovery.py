@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from exporter.config import ExporterConfig, KubernetesConfig
-from exporter.model import Target
-from exporter.vocabulary import ENGINES, ROLES
+from keda_llm.common.vocabulary import ENGINES, ROLES
+from keda_llm.exporter.config import ExporterConfig, KubernetesConfig
+from keda_llm.exporter.model import Target
 
 log = logging.getLogger(__name__)
 

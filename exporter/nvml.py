@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from exporter.model import GpuMetrics
+from keda_llm.exporter.model import GpuMetrics
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from exporter.errors import ScrapeError
-from exporter.model import Sample
+from keda_llm.exporter.errors import ScrapeError
+from keda_llm.exporter.model import Sample
 
 Wanted = Callable[[str], bool]
 

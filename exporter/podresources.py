@@ -31,9 +31,9 @@ from typing import Any, NamedTuple, TypeVar
 
 import grpc
 
-from exporter.config import POD_RESOURCES_SOCKET
-from exporter.model import GpuMetrics
-from exporter.podresources_v1 import api_pb2, api_pb2_grpc
+from keda_llm.exporter.config import POD_RESOURCES_SOCKET
+from keda_llm.exporter.model import GpuMetrics
+from keda_llm.exporter.podresources_v1 import api_pb2, api_pb2_grpc
 
 log = logging.getLogger(__name__)
 

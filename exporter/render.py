@@ -3,7 +3,7 @@
 Written as text directly rather than through prometheus_client collectors: it runs once per cycle
 over data that is already normalized, and skipping the client's per-sample objects is several times
 cheaper (bench/bench_cycle.py measures both). Metric names, types and help come from
-exporter.vocabulary; nothing here invents a name except the exporter's own health metrics below.
+keda_llm.common.vocabulary; nothing here invents a name except the exporter's own health metrics below.
 """
 
 from __future__ import annotations
@@ -11,10 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Sequence
 
-from exporter.collect import Snapshot, TargetState
-from exporter.errors import REASONS
-from exporter.model import EngineMetrics, GpuMetrics, Histogram
-from exporter.vocabulary import (
+from keda_llm.common.vocabulary import (
     ENGINE_INFO,
     ENGINE_LABELS,
     ENGINE_LAST_SUCCESS,
@@ -30,6 +27,9 @@ from exporter.vocabulary import (
     GPU_METRICS,
     GPU_UP,
 )
+from keda_llm.exporter.collect import Snapshot, TargetState
+from keda_llm.exporter.errors import REASONS
+from keda_llm.exporter.model import EngineMetrics, GpuMetrics, Histogram
 
 #: Labels of the per-target health series: the target is known before its body says its model.
 TARGET_LABELS = ("target", "namespace", "pod", "node")

@@ -16,9 +16,9 @@ from keda_llm import __version__
 
 #: sub-command -> (module with add_arguments(parser) and run(args) -> int, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "exporter": ("exporter.cli", "per-node exporter: engine /metrics + NVML -> llm_* metrics"),
-    "scaler": ("scaler.cli", "KEDA external scaler (gRPC) for LLM servers"),
-    "simulate": ("simulator.cli", "replay a request trace through a simulated GPU cluster"),
+    "exporter": ("keda_llm.exporter.cli", "per-node exporter: engine /metrics + NVML -> llm_* metrics"),
+    "scaler": ("keda_llm.scaler.cli", "KEDA external scaler (gRPC) for LLM servers"),
+    "simulate": ("keda_llm.simulator.cli", "replay a request trace through a simulated GPU cluster"),
     "demo": ("keda_llm.demo", "live demo: simulated engines, exporter, scaler and a KEDA+HPA loop"),
 }
 

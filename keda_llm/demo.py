@@ -445,7 +445,7 @@ class _PodGpus:
     the pod that holds it (the kubelet's pod-resources API does this on a real node)."""
 
     def __init__(self, nvml: Any, cluster: Cluster) -> None:
-        from exporter.nvml import NvmlCollector
+        from keda_llm.exporter.nvml import NvmlCollector
 
         self._collector = NvmlCollector(nvml=nvml)
         self._cluster = cluster
@@ -466,10 +466,10 @@ class _Exporter:
     """The real exporter: Collector + HTTP server, discovering pods from the cluster's pod list."""
 
     def __init__(self, sc: Scenario, cluster: Cluster) -> None:
-        from exporter.cli import build_collector
-        from exporter.config import parse_config
-        from exporter.fake_nvml import FakeNvml
-        from exporter.server import create_server
+        from keda_llm.exporter.cli import build_collector
+        from keda_llm.exporter.config import parse_config
+        from keda_llm.exporter.fake_nvml import FakeNvml
+        from keda_llm.exporter.server import create_server
 
         cfg = parse_config({
             "listen": "127.0.0.1:0", "interval": sc.exporter_interval, "node_name": NODE,
@@ -494,12 +494,12 @@ class _Scaler:
     """The real scaler: exporters source -> history -> decide, behind the gRPC and HTTP servers."""
 
     def __init__(self, sc: Scenario, exporter_url: str, workload: Callable[[], Any]) -> None:
-        from scaler.activation import ActivationBus
-        from scaler.config import ConfigError
-        from scaler.decide import decide
-        from scaler.server import ScalerServer
-        from scaler.service import HistoryStore, ScalerService
-        from scaler.sources.exporters import ExportersSource, static_targets
+        from keda_llm.scaler.activation import ActivationBus
+        from keda_llm.scaler.config import ConfigError
+        from keda_llm.scaler.decide import decide
+        from keda_llm.scaler.server import ScalerServer
+        from keda_llm.scaler.service import HistoryStore, ScalerService
+        from keda_llm.scaler.sources.exporters import ExportersSource, static_targets
 
         self.store = HistoryStore()
         self.source = ExportersSource(static_targets([exporter_url]), interval_s=sc.scaler_interval,
@@ -616,7 +616,7 @@ class View:
 
 def _families(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     """Sample name -> (labels, value) of one exposition, read with the exporter's own parser."""
-    from exporter.parse import parse
+    from keda_llm.exporter.parse import parse
 
     try:
         with urllib.request.urlopen(url, timeout=2) as resp:
@@ -793,8 +793,8 @@ class Demo:
         """KEDA and the HPA (the project's emulator), calling the real scaler over gRPC."""
         import grpc
 
-        from simulator.control import KedaHpaLoop, WorkloadStatus, parse_scaledobjects
-        from simulator.control.grpc_scaler import GrpcExternalScaler
+        from keda_llm.simulator.control import KedaHpaLoop, WorkloadStatus, parse_scaledobjects
+        from keda_llm.simulator.control.grpc_scaler import GrpcExternalScaler
 
         while not scaler.has_data() and not self._stop.wait(0.1):
             pass  # KEDA would poll before this too and get UNAVAILABLE; waiting keeps the log clean
@@ -833,7 +833,7 @@ class Demo:
     # -- the run ---------------------------------------------------------------------------------
 
     def run(self) -> Report:
-        from exporter.fake_nvml import fake_gpus
+        from keda_llm.exporter.fake_nvml import fake_gpus
 
         collector = _LogCollector()
         root = logging.getLogger()
@@ -881,7 +881,7 @@ class Demo:
         return r
 
     def _workload(self, cluster: Cluster) -> Any:
-        from scaler.model import WorkloadState
+        from keda_llm.scaler.model import WorkloadState
 
         _, ready = cluster.status()
         with cluster.lock:

@@ -18,16 +18,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from scaler.activation import ActivationBus, PeerForwarder, Peers, ScaledObjectKey
-from scaler.config import ConfigError, ScalerConfig
-from scaler.decide import decide
-from scaler.history import ModelHistory
-from scaler.server import ScalerServer, TLSFiles
-from scaler.service import HistoryStore, ScalerService
-from scaler.sources.common import MetricSource
-from scaler.sources.exporters import DEFAULT_PORT, ExportersSource, dns_targets, static_targets
-from scaler.sources.prometheus import PrometheusSource
-from scaler.sources.promql import PrometheusClient
+from keda_llm.scaler.activation import ActivationBus, PeerForwarder, Peers, ScaledObjectKey
+from keda_llm.scaler.config import ConfigError, ScalerConfig
+from keda_llm.scaler.decide import decide
+from keda_llm.scaler.history import ModelHistory
+from keda_llm.scaler.server import ScalerServer, TLSFiles
+from keda_llm.scaler.service import HistoryStore, ScalerService
+from keda_llm.scaler.sources.common import MetricSource
+from keda_llm.scaler.sources.exporters import DEFAULT_PORT, ExportersSource, dns_targets, static_targets
+from keda_llm.scaler.sources.prometheus import PrometheusSource
+from keda_llm.scaler.sources.promql import PrometheusClient
 
 log = logging.getLogger("keda_llm.scaler")
 
@@ -167,7 +167,7 @@ class Sources:
 def build(args: argparse.Namespace, *, clock: Callable[[], float] = time.time, background: bool = True,
           demand_watch_s: float | None = 1.0, refresh_s: float | None = 1.0) -> tuple[ScalerServer, Sources, Any]:
     """The whole scaler from its flags. `clock`, `background`, `demand_watch_s` and `refresh_s` are for
-    tests that drive collection and time themselves (see tests/test_scaler_e2e.py).
+    tests that drive collection and time themselves (see tests/scaler/test_scaler_e2e.py).
 
     `refresh_s`: decisions are made by a background thread that often, after collection lands, and RPCs
     read them (scaler/service.py); an answer is served for up to two collection intervals plus two
@@ -177,7 +177,7 @@ def build(args: argparse.Namespace, *, clock: Callable[[], float] = time.time, b
     sources = Sources(args, clock=clock, background=background)
     reader: Any = None
     if not args.no_kube:
-        from scaler.kube import KubeClient, KubeConfig, WorkloadReader
+        from keda_llm.scaler.kube import KubeClient, KubeConfig, WorkloadReader
 
         reader = WorkloadReader(KubeClient(KubeConfig.in_cluster()))
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from keda_llm.durations import parse_duration as parse_duration  # the one Go duration grammar (exporter too)
+from keda_llm.common.durations import parse_duration as parse_duration  # the one Go duration grammar (exporter too)
 
 # Keys KEDA itself puts into the metadata map (keda-contract.md 2.1): never ours to refuse.
 KEDA_KEYS = frozenset({"scalerAddress", "enableTLS", "unsafeSsl"})
@@ -385,5 +385,5 @@ class ConfigCache:
         return len(self._entries)
 
 
-if __name__ == "__main__":  # python -m scaler.config: print the reference for the README
+if __name__ == "__main__":  # python -m keda_llm.scaler.config: print the reference for the README
     print(render_reference(), end="")

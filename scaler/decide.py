@@ -20,13 +20,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from scaler.config import ScalerConfig
-from scaler.forecast import desired_series, forecast, horizon_seconds
-from scaler.history import Load, ModelHistory, Snapshot
-from scaler.model import Decision, NoData, PolicyState, Reason, WorkloadState
-from scaler.policy import NoSignal, demand
-from scaler.slo import LatencyDesired, from_window
-from scaler.windows import KpaResult, ceil_replicas, initial_panic, kpa_step, scale_down_delay
+from keda_llm.scaler.config import ScalerConfig
+from keda_llm.scaler.forecast import desired_series, forecast, horizon_seconds
+from keda_llm.scaler.history import Load, ModelHistory, Snapshot
+from keda_llm.scaler.model import Decision, NoData, PolicyState, Reason, WorkloadState
+from keda_llm.scaler.policy import NoSignal, demand
+from keda_llm.scaler.slo import LatencyDesired, from_window
+from keda_llm.scaler.windows import KpaResult, ceil_replicas, initial_panic, kpa_step, scale_down_delay
 
 DEFAULT_COLD_START = 600.0  # pending-guard bound when coldStart is unset and no engine reported its start-up
 PENDING_GUARD_FACTOR = 2.0  # the guard lets go after this many cold starts: pods stuck pending get help

@@ -40,9 +40,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from scaler.config import ScalerConfig
-from scaler.history import FIELDS, Load, ModelHistory, Snapshot
-from scaler.policy import NoSignal, demand
+from keda_llm.scaler.config import ScalerConfig
+from keda_llm.scaler.history import FIELDS, Load, ModelHistory, Snapshot
+from keda_llm.scaler.policy import NoSignal, demand
 
 BUCKET = 10.0  # seconds: the history's 10 s tier
 LOOKBACK = 400.0  # seconds the forecaster reads: the 10 s tier (over 300 s); Holt forgets the older ones

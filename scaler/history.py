@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 import numpy.typing as npt
 
-from scaler.model import Observation, ReplicaSample
+from keda_llm.scaler.model import Observation, ReplicaSample
 
 # The aggregate series, one column each. NaN in a row = no fresh replica reported that signal.
 FIELDS = (

@@ -26,8 +26,8 @@ from typing import Any
 
 import requests
 
-from scaler.model import WorkloadState
-from scaler.sources.common import Loop
+from keda_llm.scaler.model import WorkloadState
+from keda_llm.scaler.sources.common import Loop
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 SA_TOKEN = f"{SA_DIR}/token"

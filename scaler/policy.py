@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from scaler.config import ScalerConfig
-from scaler.history import Load, Snapshot
+from keda_llm.scaler.config import ScalerConfig
+from keda_llm.scaler.history import Load, Snapshot
 
 
 class NoSignal(Exception):

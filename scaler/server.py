@@ -36,9 +36,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from scaler.activation import ACTIVATE_PATH, FORWARDED_HEADER, PeerForwarder, ScaledObjectKey
-from scaler.service import DecisionRefresher, ScalerService
-from scaler.servicer import SERVICE_NAME, ExternalScalerServicer, add_to_server
+from keda_llm.scaler.activation import ACTIVATE_PATH, FORWARDED_HEADER, PeerForwarder, ScaledObjectKey
+from keda_llm.scaler.service import DecisionRefresher, ScalerService
+from keda_llm.scaler.servicer import SERVICE_NAME, ExternalScalerServicer, add_to_server
 
 log = logging.getLogger(__name__)
 

@@ -43,12 +43,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from scaler.activation import ActivationBus, ScaledObjectKey
-from scaler.config import ConfigCache, ScalerConfig
-from scaler.decide import activate as record_activation
-from scaler.history import ModelHistory
-from scaler.model import Decision, NoData, Observation, PolicyState, Reason, WorkloadState
-from scaler.names import metric_name
+from keda_llm.scaler.activation import ActivationBus, ScaledObjectKey
+from keda_llm.scaler.config import ConfigCache, ScalerConfig
+from keda_llm.scaler.decide import activate as record_activation
+from keda_llm.scaler.history import ModelHistory
+from keda_llm.scaler.model import Decision, NoData, Observation, PolicyState, Reason, WorkloadState
+from keda_llm.scaler.names import metric_name
 
 log = logging.getLogger(__name__)
 

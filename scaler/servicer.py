@@ -20,11 +20,11 @@ from typing import Any, NoReturn
 
 import grpc
 
-from scaler.activation import ScaledObjectKey
-from scaler.externalscaler import externalscaler_pb2 as pb
-from scaler.externalscaler import externalscaler_pb2_grpc as pb_grpc
-from scaler.names import matches
-from scaler.service import NoUsableData, ScalerService
+from keda_llm.scaler.activation import ScaledObjectKey
+from keda_llm.scaler.externalscaler import externalscaler_pb2 as pb
+from keda_llm.scaler.externalscaler import externalscaler_pb2_grpc as pb_grpc
+from keda_llm.scaler.names import matches
+from keda_llm.scaler.service import NoUsableData, ScalerService
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scaler.config import ScalerConfig
-from scaler.history import Load
+from keda_llm.scaler.config import ScalerConfig
+from keda_llm.scaler.history import Load
 
 MIN_COMPLETED = 5.0  # fewer requests completed in the window: a mean of a handful is noise, no signal
 

@@ -18,10 +18,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.presets import get_preset
-from simulator.report import Slo, Summary, markdown_table, summarize, with_oracle_ratio
-from simulator.run import Backtest, run_policies
-from simulator.traces import Trace, load_shipped
+from keda_llm.simulator.presets import get_preset
+from keda_llm.simulator.report import Slo, Summary, markdown_table, summarize, with_oracle_ratio
+from keda_llm.simulator.run import Backtest, run_policies
+from keda_llm.simulator.traces import Trace, load_shipped
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 PRESET = "llama-3.1-70b/h100-tp4"

@@ -17,10 +17,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from simulator.hardware import A100_SXM_40GB, A100_SXM_80GB, GPU, H100_SXM_80GB
-from simulator.models import LLAMA_3_1_8B, LLAMA_3_1_70B, ModelSpec
-from simulator.perf import FITTED, Efficiency, PhysicsPerf
-from simulator.replica import Replica, ReplicaConfig, Request
+from keda_llm.simulator.hardware import A100_SXM_40GB, A100_SXM_80GB, GPU, H100_SXM_80GB
+from keda_llm.simulator.models import LLAMA_3_1_8B, LLAMA_3_1_70B, ModelSpec
+from keda_llm.simulator.perf import FITTED, Efficiency, PhysicsPerf
+from keda_llm.simulator.replica import Replica, ReplicaConfig, Request
 
 LAMBDA = "https://github.com/LambdaLabsML/vllm-benchmark/blob/main/"
 # The 10 ShareGPT prompts every Lambda "prompt_10" run sends at once (request rate inf), input tokens.

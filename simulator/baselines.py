@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from simulator.control import KedaSettings, MetricSpec, MetricValue, ScaledObjectRef, Trigger
-from simulator.engine import ObservedState, Simulation
+from keda_llm.simulator.control import KedaSettings, MetricSpec, MetricValue, ScaledObjectRef, Trigger
+from keda_llm.simulator.engine import ObservedState, Simulation
 
 #: vLLM production-stack's KEDA example (anchors: vllm-project/production-stack autoscaling-keda.rst)
 PROD_STACK_THRESHOLD = 5.0

@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from simulator.control import ScaledObjectError, load_scaledobject
-from simulator.presets import PRESETS, ConfigError, get_preset
-from simulator.traces import SHIPPED, Trace, TraceError, load_csv, load_jsonl, load_shipped
+from keda_llm.simulator.control import ScaledObjectError, load_scaledobject
+from keda_llm.simulator.presets import PRESETS, ConfigError, get_preset
+from keda_llm.simulator.traces import SHIPPED, Trace, TraceError, load_csv, load_jsonl, load_shipped
 
 #: friendlier names for the shipped traces
 ALIASES = {
@@ -33,8 +33,8 @@ TRACE_NAMES = tuple(sorted(set(SHIPPED) | set(ALIASES)))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from simulator.policies import DEFAULT_POLICIES, POLICIES
-    from simulator.run import MODES
+    from keda_llm.simulator.policies import DEFAULT_POLICIES, POLICIES
+    from keda_llm.simulator.run import MODES
 
     t = p.add_argument_group("trace")
     t.add_argument("--trace", required=True, metavar="NAME|PATH",
@@ -114,7 +114,7 @@ def load_trace(args: argparse.Namespace) -> Trace:
 
 
 def _policies(text: str) -> list[str]:
-    from simulator.policies import POLICIES
+    from keda_llm.simulator.policies import POLICIES
 
     out = [p.strip() for p in text.split(",") if p.strip()]
     if not out:
@@ -129,9 +129,9 @@ def _policies(text: str) -> list[str]:
 
 def build(args: argparse.Namespace) -> tuple[Trace, Any, list[str]]:
     """Trace, Backtest and policy list from the arguments; every input error raises with a clear message."""
-    from simulator.inprocess import trigger_config
-    from simulator.report import Slo
-    from simulator.run import Backtest
+    from keda_llm.simulator.inprocess import trigger_config
+    from keda_llm.simulator.report import Slo
+    from keda_llm.simulator.run import Backtest
 
     policies = _policies(args.policies)
     preset = get_preset(args.preset)
@@ -152,7 +152,7 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scaler.config import ConfigError as MetadataError
+    from keda_llm.scaler.config import ConfigError as MetadataError
 
     try:
         trace, bt, policies = build(args)
@@ -166,8 +166,8 @@ def execute(trace: Trace, bt: Any, policies: list[str], *, out: str | None, quie
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from simulator.report import plot, render_table, summarize, to_json, with_oracle_ratio
-    from simulator.run import run_policies
+    from keda_llm.simulator.report import plot, render_table, summarize, to_json, with_oracle_ratio
+    from keda_llm.simulator.run import run_policies
 
     console = Console()
     if not console.is_terminal:

@@ -18,9 +18,9 @@ from enum import Enum
 
 import numpy as np
 
-from simulator.coldstart import ColdStartModel
-from simulator.perf import PerfModel
-from simulator.replica import Replica, ReplicaConfig, Request
+from keda_llm.simulator.coldstart import ColdStartModel
+from keda_llm.simulator.perf import PerfModel
+from keda_llm.simulator.replica import Replica, ReplicaConfig, Request
 
 
 class Phase(str, Enum):

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from simulator.cluster import SimReplica
-from simulator.control import ControlEvent, ExternalScaler, KedaHpaLoop, KedaSettings, WorkloadStatus
-from simulator.control.hpa import HPAConfig
-from simulator.engine import ObservedState, Simulation
+from keda_llm.simulator.cluster import SimReplica
+from keda_llm.simulator.control import ControlEvent, ExternalScaler, KedaHpaLoop, KedaSettings, WorkloadStatus
+from keda_llm.simulator.control.hpa import HPAConfig
+from keda_llm.simulator.engine import ObservedState, Simulation
 
 
 @runtime_checkable

@@ -22,13 +22,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from scaler.model import Observation, ReplicaSample
-from simulator.cluster import Cluster, Phase, SimReplica
-from simulator.coldstart import ColdStartModel
-from simulator.perf import PerfModel
-from simulator.replica import ReplicaConfig, Request
-from simulator.router import Router, RoutingRule
-from simulator.traces import Trace
+from keda_llm.scaler.model import Observation, ReplicaSample
+from keda_llm.simulator.cluster import Cluster, Phase, SimReplica
+from keda_llm.simulator.coldstart import ColdStartModel
+from keda_llm.simulator.perf import PerfModel
+from keda_llm.simulator.replica import ReplicaConfig, Request
+from keda_llm.simulator.router import Router, RoutingRule
+from keda_llm.simulator.traces import Trace
 
 STEP, PHASE, ARRIVAL, OBSERVE, CONTROL = 0, 1, 2, 3, 4
 #: a scrape at time 0 is stamped just after it: the scaler reads a timestamp of 0 as "never scraped"

@@ -22,7 +22,7 @@ Not modelled here: KV preemption and prefix caching (so `auto` keeps traces with
 detailed mode). Arrivals in a slice are routed at its start in arrival order with the same rules (least
 outstanding or round robin); a request cannot get its first token before its arrival plus its own
 prefill. Pods, gateway queue, observations and the controllers are the detailed mode's (events keep
-their exact times). tests/test_sim_fluid.py holds it to the detailed mode on the one-hour traces.
+their exact times). tests/simulator/test_sim_fluid.py holds it to the detailed mode on the one-hour traces.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from scaler.model import Observation, ReplicaSample
-from simulator import fluid_kernel as k
-from simulator.cluster import Phase, SimReplica
-from simulator.engine import (
+from keda_llm.scaler.model import Observation, ReplicaSample
+from keda_llm.simulator import fluid_kernel as k
+from keda_llm.simulator.cluster import Phase, SimReplica
+from keda_llm.simulator.engine import (
     _EPSILON_S,
     CONTROL,
     OBSERVE,
@@ -47,8 +47,8 @@ from simulator.engine import (
     SimResult,
     Simulation,
 )
-from simulator.perf import PerfModel
-from simulator.traces import Trace
+from keda_llm.simulator.perf import PerfModel
+from keda_llm.simulator.traces import Trace
 
 DEFAULT_DT_S = 0.25
 _START_ROWS = 1024

@@ -20,7 +20,7 @@ from typing import Any, TypeVar, cast
 import numba
 import numpy as np
 
-from simulator.perf import ConstantPerf, PerfModel, PhysicsPerf
+from keda_llm.simulator.perf import ConstantPerf, PerfModel, PhysicsPerf
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 

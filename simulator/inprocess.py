@@ -17,14 +17,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
-from scaler.activation import ScaledObjectKey
-from scaler.config import ConfigError, ScalerConfig, parse_metadata
-from scaler.decide import decide
-from scaler.model import WorkloadState
-from scaler.names import matches
-from scaler.service import HistoryStore, NoUsableData, ScalerService
-from simulator.control import KedaSettings, MetricSpec, MetricValue, ScaledObjectRef, ScalerUnavailable
-from simulator.engine import ObservedState, Simulation
+from keda_llm.scaler.activation import ScaledObjectKey
+from keda_llm.scaler.config import ConfigError, ScalerConfig, parse_metadata
+from keda_llm.scaler.decide import decide
+from keda_llm.scaler.model import WorkloadState
+from keda_llm.scaler.names import matches
+from keda_llm.scaler.service import HistoryStore, NoUsableData, ScalerService
+from keda_llm.simulator.control import KedaSettings, MetricSpec, MetricValue, ScaledObjectRef, ScalerUnavailable
+from keda_llm.simulator.engine import ObservedState, Simulation
 
 TARGET = 1.0  # as scaler.servicer.TARGET: GetMetrics answers a replica count
 

@@ -22,13 +22,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.coldstart import ColdStartModel
-from simulator.controllers import PodPlan, ScheduleController
-from simulator.engine import SimResult
-from simulator.perf import PerfModel
-from simulator.replica import ReplicaConfig
-from simulator.report import Slo, met_mask
-from simulator.traces import Trace
+from keda_llm.simulator.coldstart import ColdStartModel
+from keda_llm.simulator.controllers import PodPlan, ScheduleController
+from keda_llm.simulator.engine import SimResult
+from keda_llm.simulator.perf import PerfModel
+from keda_llm.simulator.replica import ReplicaConfig
+from keda_llm.simulator.report import Slo, met_mask
+from keda_llm.simulator.traces import Trace
 
 RunFn = Callable[[ScheduleController], SimResult]
 

@@ -23,8 +23,8 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from simulator.hardware import GPU
-from simulator.models import ModelSpec
+from keda_llm.simulator.hardware import GPU
+from keda_llm.simulator.models import ModelSpec
 
 FloatArray = NDArray[np.float64]
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.baselines import concurrency_baseline, gpu_baseline, queue_baseline
-from simulator.control import KedaSettings, Trigger
-from simulator.controllers import KedaController, PodPlan, ScheduleController
-from simulator.engine import Controller, Simulation
-from simulator.inprocess import ServiceScaler, workload_state
+from keda_llm.simulator.baselines import concurrency_baseline, gpu_baseline, queue_baseline
+from keda_llm.simulator.control import KedaSettings, Trigger
+from keda_llm.simulator.controllers import KedaController, PodPlan, ScheduleController
+from keda_llm.simulator.engine import Controller, Simulation
+from keda_llm.simulator.inprocess import ServiceScaler, workload_state
 
 POLICIES = ("ours", "ours-zero", "static", "queue", "gpu", "concurrency", "oracle")
 DEFAULT_POLICIES = ("ours", "static", "queue", "gpu", "concurrency", "oracle")
@@ -27,7 +27,7 @@ def default_scaledobject(model: str, *, scale_to_zero: bool = False, max_replica
     an external-push trigger, tokens policy, polling 10 s, and an HPA behavior that passes the scaler's
     count through (no tolerance band; scale-down stabilized 30 s, since the scaler smooths). With the
     backtest's SLO (users know theirs) it sets targetTimeToFirstToken/targetInterTokenLatency."""
-    from simulator.control.hpa import Behavior, ScalingPolicy, ScalingRules
+    from keda_llm.simulator.control.hpa import Behavior, ScalingPolicy, ScalingRules
 
     meta = {"scalerAddress": "keda-llm-scaler.keda-llm.svc:9090", "model": model, "policy": "tokens",
             "activationQuery": "sum(gateway_pending_requests)"}

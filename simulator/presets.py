@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from simulator.coldstart import ColdStartModel, cold_start_model
-from simulator.hardware import A100_SXM_80GB, GPU, H100_SXM_80GB, L4
-from simulator.models import LLAMA_3_1_8B, LLAMA_3_1_70B, ModelSpec
-from simulator.perf import FITTED, Efficiency, PhysicsPerf
-from simulator.replica import ReplicaConfig
+from keda_llm.simulator.coldstart import ColdStartModel, cold_start_model
+from keda_llm.simulator.hardware import A100_SXM_80GB, GPU, H100_SXM_80GB, L4
+from keda_llm.simulator.models import LLAMA_3_1_8B, LLAMA_3_1_70B, ModelSpec
+from keda_llm.simulator.perf import FITTED, Efficiency, PhysicsPerf
+from keda_llm.simulator.replica import ReplicaConfig
 
 
 class ConfigError(ValueError):

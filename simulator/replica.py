@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simulator.perf import PerfModel
+from keda_llm.simulator.perf import PerfModel
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.engine import SimResult
+from keda_llm.simulator.engine import SimResult
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from simulator.replica import Request
+from keda_llm.simulator.replica import Request
 
 RoutingRule = Literal["least_outstanding", "round_robin"]
 ROUTING_RULES: tuple[RoutingRule, ...] = ("least_outstanding", "round_robin")

@@ -15,14 +15,14 @@ from typing import Any, Literal
 
 import numpy as np
 
-from simulator.control import KedaSettings
-from simulator.engine import Controller, SimConfig, SimResult, Simulation
-from simulator.oracle import OraclePlan, plan_oracle, sustainable_batch
-from simulator.policies import POLICIES, build_controller
-from simulator.presets import Preset
-from simulator.report import Slo
-from simulator.router import RoutingRule
-from simulator.traces import Trace
+from keda_llm.simulator.control import KedaSettings
+from keda_llm.simulator.engine import Controller, SimConfig, SimResult, Simulation
+from keda_llm.simulator.oracle import OraclePlan, plan_oracle, sustainable_batch
+from keda_llm.simulator.policies import POLICIES, build_controller
+from keda_llm.simulator.presets import Preset
+from keda_llm.simulator.report import Slo
+from keda_llm.simulator.router import RoutingRule
+from keda_llm.simulator.traces import Trace
 
 Mode = Literal["detailed", "fluid", "auto"]
 MODES: tuple[Mode, ...] = ("detailed", "fluid", "auto")
@@ -99,7 +99,7 @@ def simulate(trace: Trace, backtest: Backtest, controller: Controller, mode: Lit
     """Run one controller on the trace in the given mode."""
     config = backtest.sim_config()
     if mode == "fluid":
-        from simulator.fluid import FluidSimulation
+        from keda_llm.simulator.fluid import FluidSimulation
 
         fluid: SimResult = FluidSimulation(trace, config, controller, progress=progress,
                                            dt_s=backtest.fluid_dt_s).run()

@@ -19,13 +19,13 @@ from typing import Any, TypeVar
 
 import grpc
 
-from scaler.activation import ActivationBus
-from scaler.config import ConfigError, ScalerConfig
-from scaler.externalscaler import externalscaler_pb2 as pb
-from scaler.externalscaler import externalscaler_pb2_grpc as pb_grpc
-from scaler.model import Decision, NoData, PolicyState, WorkloadState
-from scaler.server import ScalerServer
-from scaler.service import ScalerService
+from keda_llm.scaler.activation import ActivationBus
+from keda_llm.scaler.config import ConfigError, ScalerConfig
+from keda_llm.scaler.externalscaler import externalscaler_pb2 as pb
+from keda_llm.scaler.externalscaler import externalscaler_pb2_grpc as pb_grpc
+from keda_llm.scaler.model import Decision, NoData, PolicyState, WorkloadState
+from keda_llm.scaler.server import ScalerServer
+from keda_llm.scaler.service import ScalerService
 
 T = TypeVar("T")
 

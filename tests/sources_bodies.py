@@ -1,6 +1,6 @@
 """Exporter /metrics bodies for the scaler-source tests, written out as the exporter serves them.
 
-Names from exporter/vocabulary.py; label order from vocabulary.ENGINE_LABELS. Histogram and GPU
+Names from common/vocabulary.py; label order from vocabulary.ENGINE_LABELS. Histogram and GPU
 series are there so the readers must skip them. Values are chosen so each test can derive its
 expected numbers by hand.
 """

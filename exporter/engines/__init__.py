@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from exporter.engines import llamacpp, sglang, tgi, trtllm, vllm
-from exporter.engines.ranks import check_unique
-from exporter.errors import ScrapeError
-from exporter.model import EngineMetrics, Sample, Target
-from exporter.parse import parse
+from keda_llm.exporter.engines import llamacpp, sglang, tgi, trtllm, vllm
+from keda_llm.exporter.engines.ranks import check_unique
+from keda_llm.exporter.errors import ScrapeError
+from keda_llm.exporter.model import EngineMetrics, Sample, Target
+from keda_llm.exporter.parse import parse
 
 
 @dataclass(frozen=True)

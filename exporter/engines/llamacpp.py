@@ -14,8 +14,8 @@ SGLang count them), the prefix-cache lookups are that same sum and the hits are 
 
 from __future__ import annotations
 
-from exporter.engines.ranks import by_name, pick, total
-from exporter.model import EngineMetrics, Sample, Target
+from keda_llm.exporter.engines.ranks import by_name, pick, total
+from keda_llm.exporter.model import EngineMetrics, Sample, Target
 
 NAME = "llamacpp"
 PREFIX = "llamacpp:"

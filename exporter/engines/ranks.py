@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from exporter.errors import ScrapeError
-from exporter.model import Histogram, Sample
+from keda_llm.exporter.errors import ScrapeError
+from keda_llm.exporter.model import Histogram, Sample
 
 #: Labels whose values are copies of the same state (take the largest), never summed.
 REPLICA_LABELS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank", "attn_tp_rank", "pid"})

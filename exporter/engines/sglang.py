@@ -14,7 +14,7 @@ tokens, so it is the number of prompt tokens looked up in the radix cache, and `
 
 from __future__ import annotations
 
-from exporter.engines.ranks import (
+from keda_llm.exporter.engines.ranks import (
     GroupKey,
     first_histogram,
     group,
@@ -24,7 +24,7 @@ from exporter.engines.ranks import (
     total,
     weighted_ratio,
 )
-from exporter.model import EngineMetrics, Sample, Target
+from keda_llm.exporter.model import EngineMetrics, Sample, Target
 
 NAME = "sglang"
 PREFIX = "sglang:"

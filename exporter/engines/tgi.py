@@ -12,8 +12,8 @@ The batch limit (`max_concurrent_requests`) is only in `GET /info`, so it comes 
 
 from __future__ import annotations
 
-from exporter.engines.ranks import by_name, first_histogram, histogram_names, pick, total
-from exporter.model import EngineMetrics, Sample, Target
+from keda_llm.exporter.engines.ranks import by_name, first_histogram, histogram_names, pick, total
+from keda_llm.exporter.model import EngineMetrics, Sample, Target
 
 NAME = "tgi"
 PREFIX = "tgi_"

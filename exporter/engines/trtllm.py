@@ -14,8 +14,8 @@ disjoint parts (summed; the KV ratio weighted by each version's capacity).
 
 from __future__ import annotations
 
-from exporter.engines.ranks import GroupKey, group, per_part, total, weighted_ratio, where
-from exporter.model import EngineMetrics, Sample, Target
+from keda_llm.exporter.engines.ranks import GroupKey, group, per_part, total, weighted_ratio, where
+from keda_llm.exporter.model import EngineMetrics, Sample, Target
 
 NAME = "trtllm"
 PREFIX = "nv_trt_llm_"

@@ -9,7 +9,7 @@ hybrid models), else `num_gpu_blocks` x `block_size`. The body carries no vLLM v
 
 from __future__ import annotations
 
-from exporter.engines.ranks import (
+from keda_llm.exporter.engines.ranks import (
     GroupKey,
     first_histogram,
     group,
@@ -19,7 +19,7 @@ from exporter.engines.ranks import (
     total,
     weighted_ratio,
 )
-from exporter.model import EngineMetrics, Sample, Target
+from keda_llm.exporter.model import EngineMetrics, Sample, Target
 
 NAME = "vllm"
 PREFIX = "vllm:"

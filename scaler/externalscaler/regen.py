@@ -1,12 +1,12 @@
 """Regenerate the committed gRPC stubs from proto/externalscaler.proto.
 
-    python -m scaler.externalscaler.regen            # rewrite the stubs in this package
-    python -m scaler.externalscaler.regen --check    # exit 1 if the committed stubs are stale
+    python -m keda_llm.scaler.externalscaler.regen            # rewrite the stubs in this package
+    python -m keda_llm.scaler.externalscaler.regen --check    # exit 1 if the committed stubs are stale
 
 Why a script rather than a bare protoc line: grpcio-tools writes `import externalscaler_pb2` (a
 top-level import), which breaks once the stubs live in a package; this rewrites it to a relative
 import, the same way every time, so regeneration is byte-reproducible and testable.
-The protoc call itself is keda_llm.protogen's, shared with exporter/podresources_v1. Needs
+The protoc call itself is keda_llm.common.protogen's, shared with exporter/podresources_v1. Needs
 grpcio-tools==1.85.1 (other versions stamp a different version into the files).
 """
 
@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from keda_llm.protogen import protoc, stub_names
+from keda_llm.common.protogen import protoc, stub_names
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 PROTO_DIR = PACKAGE_DIR.parents[1] / "proto"
@@ -28,7 +28,7 @@ _PACKAGE_IMPORT = b"from . import externalscaler_pb2 as externalscaler__pb2"
 
 
 def generate(out_dir: Path, proto_dir: Path = PROTO_DIR) -> dict[str, bytes]:
-    """Run protoc into `out_dir` (keda_llm.protogen); return {file name: bytes} after the import fix."""
+    """Run protoc into `out_dir` (keda_llm.common.protogen); return {file name: bytes} after the import fix."""
     files: dict[str, bytes] = {}
     for path in protoc(proto_dir, proto_dir / PROTO_NAME, out_dir):
         data = path.read_bytes()

@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from scaler.model import Observation
-from scaler.sources.errors import SourceReason
+from keda_llm.scaler.model import Observation
+from keda_llm.scaler.sources.errors import SourceReason
 
 log = logging.getLogger(__name__)
 

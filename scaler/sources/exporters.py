@@ -15,12 +15,17 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from scaler.model import Observation
-from scaler.sources.common import BackgroundSource, ErrorCounts, ModelKey
-from scaler.sources.errors import SourceError
-from scaler.sources.exposition import ParsedExposition, ReplicaKey, observations_from_replicas, parse_exposition
-from scaler.sources.http import fetch
-from scaler.sources.promql import PrometheusClient
+from keda_llm.scaler.model import Observation
+from keda_llm.scaler.sources.common import BackgroundSource, ErrorCounts, ModelKey
+from keda_llm.scaler.sources.errors import SourceError
+from keda_llm.scaler.sources.exposition import (
+    ParsedExposition,
+    ReplicaKey,
+    observations_from_replicas,
+    parse_exposition,
+)
+from keda_llm.scaler.sources.http import fetch
+from keda_llm.scaler.sources.promql import PrometheusClient
 
 #: Returns the exporters' /metrics URLs; raises SourceError("dns") when it cannot tell.
 Resolver = Callable[[], Sequence[str]]

@@ -15,9 +15,9 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from exporter import vocabulary as v
-from scaler.model import Observation, ReplicaSample
-from scaler.sources.errors import SourceError
+from keda_llm.common import vocabulary as v
+from keda_llm.scaler.model import Observation, ReplicaSample
+from keda_llm.scaler.sources.errors import SourceError
 
 #: metric name -> ReplicaSample field, for the engine series the scaler reads.
 FIELD_OF: Mapping[str, str] = {

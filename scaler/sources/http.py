@@ -1,7 +1,7 @@
-"""The scaler's bounded HTTP GET: keda_llm.httpget's, its errors as SourceError naming the URL.
+"""The scaler's bounded HTTP GET: keda_llm.common.httpget's, its errors as SourceError naming the URL.
 
 The deadline covers the whole answer, headers and body, however slowly a server drips it; a
-refused status's body is not read beyond a short prefix (see keda_llm/httpget.py). Bodies come
+refused status's body is not read beyond a short prefix (see common/httpget.py). Bodies come
 gzipped where the server offers it (the exporter does): a 1,000-model exporter body is megabytes of
 text crossing the cluster every interval, a tenth of that compressed; `max_bytes` bounds both sizes.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Container, Mapping
 
-from keda_llm.httpget import FetchError
-from keda_llm.httpget import fetch as get
-from scaler.sources.errors import SourceError
+from keda_llm.common.httpget import FetchError
+from keda_llm.common.httpget import fetch as get
+from keda_llm.scaler.sources.errors import SourceError
 
 USER_AGENT = "keda-llm-scaler"
 

@@ -20,12 +20,12 @@ import math
 import time
 from collections.abc import Callable, Mapping
 
-from scaler.model import Observation
-from scaler.sources.common import BackgroundSource
-from scaler.sources.errors import SourceError
-from scaler.sources.exporters import evaluate_activation
-from scaler.sources.exposition import FIELD_OF, ReplicaKey, observations_from_replicas
-from scaler.sources.promql import PrometheusClient, VectorSample
+from keda_llm.scaler.model import Observation
+from keda_llm.scaler.sources.common import BackgroundSource
+from keda_llm.scaler.sources.errors import SourceError
+from keda_llm.scaler.sources.exporters import evaluate_activation
+from keda_llm.scaler.sources.exposition import FIELD_OF, ReplicaKey, observations_from_replicas
+from keda_llm.scaler.sources.promql import PrometheusClient, VectorSample
 
 GROUP_BY = "namespace, exported_namespace, model, pod, exported_pod"
 

@@ -12,8 +12,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from scaler.sources.errors import SourceError
-from scaler.sources.http import fetch
+from keda_llm.scaler.sources.errors import SourceError
+from keda_llm.scaler.sources.http import fetch
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 

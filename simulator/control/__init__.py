@@ -5,9 +5,9 @@
 them on one clock, and `grpc_scaler` drives a real ExternalScaler gRPC server through the same calls.
 """
 
-from simulator.control.hpa import Behavior, HPAConfig, HPAResult, HPAState, ScalingPolicy, ScalingRules
-from simulator.control.inprocess import CallbackScaler
-from simulator.control.keda import (
+from keda_llm.simulator.control.hpa import Behavior, HPAConfig, HPAResult, HPAState, ScalingPolicy, ScalingRules
+from keda_llm.simulator.control.inprocess import CallbackScaler
+from keda_llm.simulator.control.keda import (
     ControlEvent,
     ExternalScaler,
     MetricSpec,
@@ -15,8 +15,8 @@ from simulator.control.keda import (
     ScaledObjectRef,
     ScalerUnavailable,
 )
-from simulator.control.loop import KedaHpaLoop, WorkloadStatus
-from simulator.control.scaledobject import (
+from keda_llm.simulator.control.loop import KedaHpaLoop, WorkloadStatus
+from keda_llm.simulator.control.scaledobject import (
     Fallback,
     KedaSettings,
     ScaledObjectError,

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from simulator.control.keda import CallPath, MetricSpec, MetricValue, ScaledObjectRef, ScalerUnavailable
+from keda_llm.simulator.control.keda import CallPath, MetricSpec, MetricValue, ScaledObjectRef, ScalerUnavailable
 
 HPA_PATH_DEADLINE_S = 3.0  # keda pkg/metricsservice/client.go methodConfig timeout
 
@@ -31,7 +31,7 @@ class GrpcExternalScaler:
 
     def __init__(self, channel: Any, *, clock: Callable[[float], None] | None = None,
                  hpa_deadline_s: float = HPA_PATH_DEADLINE_S) -> None:
-        from scaler.externalscaler import externalscaler_pb2, externalscaler_pb2_grpc
+        from keda_llm.scaler.externalscaler import externalscaler_pb2, externalscaler_pb2_grpc
 
         self._pb: Any = externalscaler_pb2
         stub_class: Any = externalscaler_pb2_grpc.ExternalScalerStub  # generated, untyped

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from simulator.control.keda import CallPath, MetricSpec, MetricValue, ScaledObjectRef, ScalerUnavailable
+from keda_llm.simulator.control.keda import CallPath, MetricSpec, MetricValue, ScaledObjectRef, ScalerUnavailable
 
 #: (desired replicas, active) at a time, or None for "no usable data" (answered UNAVAILABLE)
 DecideFn = Callable[[float], "tuple[int, bool] | None"]

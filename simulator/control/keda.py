@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
-from simulator.control.hpa import ExternalMetric, MetricType
-from simulator.control.scaledobject import KedaSettings
+from keda_llm.simulator.control.hpa import ExternalMetric, MetricType
+from keda_llm.simulator.control.scaledobject import KedaSettings
 
 CallPath = Literal["reconcile", "poll", "hpa", "push"]
 EventKind = Literal[

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from simulator.control.hpa import HPAConfig, HPAResult, HPAState, ScaleSubresource, hpa_sync
-from simulator.control.keda import ControlEvent, ExternalScaler, KedaOperator, PushSource
-from simulator.control.scaledobject import KedaSettings
+from keda_llm.simulator.control.hpa import HPAConfig, HPAResult, HPAState, ScaleSubresource, hpa_sync
+from keda_llm.simulator.control.keda import ControlEvent, ExternalScaler, KedaOperator, PushSource
+from keda_llm.simulator.control.scaledobject import KedaSettings
 
 _PUSH, _POLL, _HPA = 0, 1, 2
 

@@ -22,7 +22,7 @@ from typing import Any, Literal, cast
 
 import yaml
 
-from simulator.control.hpa import (
+from keda_llm.simulator.control.hpa import (
     Behavior,
     HPAConfig,
     MetricType,

@@ -1,6 +1,6 @@
 """Write prometheusrule.yaml from deploy/prometheus/rules.yaml (the source of truth).
 
-A PrometheusRule carries its groups inline, so the rules exist twice; tests/test_deploy_manifests.py
+A PrometheusRule carries its groups inline, so the rules exist twice; tests/deploy/test_deploy_manifests.py
 fails when the two differ. Run from anywhere: python deploy/overlays/prometheus-operator/sync_rules.py
 """
 

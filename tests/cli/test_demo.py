@@ -1,0 +1,151 @@
+"""`keda-llm demo`: one compressed run end to end, and the demo's own pieces.
+
+The end-to-end run is the real thing (exporter, scaler, gRPC, the KEDA+HPA emulator, simulated
+engines) in 45 s of wall time: it must lose no request, scale up, go to zero and come back through
+the gateway's activation. The other tests are small and exact.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+
+from keda_llm import demo
+from keda_llm.demo_engine import DemoEngine, EngineServer
+from keda_llm.exporter.discovery import pods_to_targets
+from keda_llm.exporter.engines import normalize
+from keda_llm.exporter.model import Target
+
+
+def test_engine_batches_decodes_and_reports_like_vllm() -> None:
+    # batch limit 2, 10 tokens/s per sequence; three requests of 10 prompt + 5 output tokens at t=0
+    e = DemoEngine("m", max_num_seqs=2, num_blocks=4, block_size=16, decode_tokens_per_s=10.0)
+    for rid in (1, 2, 3):
+        e.submit(10, 5, 0.0, rid)
+    assert e.tick(0.0) == []  # admits two, no time has passed
+    assert (len(e.running), len(e.waiting)) == (2, 1)
+    # 1 s at batch 2: 10 / (1 + 0.03 x 2) = 9.43 -> 9 whole steps, both 5-token outputs finish
+    assert [r.rid for r in e.tick(1.0)] == [1, 2]
+    # the third is admitted, 0.43 + 10 / 1.03 = 10.1 steps: it finishes too
+    assert [r.rid for r in e.tick(2.0)] == [3]
+    assert (e.finished_total, e.prompt_tokens_total, e.generation_tokens_total) == (3, 30, 15)
+    body = e.render()
+    assert 'vllm:time_to_first_token_seconds_bucket{engine="0",model_name="m",le="1.0"} 2.0' in body
+    assert 'vllm:time_to_first_token_seconds_bucket{engine="0",model_name="m",le="2.5"} 3.0' in body
+    assert 'vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 4.0' in body
+    # the real vLLM adapter reads it: KV capacity from cache_config_info, 4 blocks x 16 tokens
+    (m,) = normalize(body, Target(url="http://x/metrics"))
+    assert (m.engine, m.model, m.requests_running, m.kv_cache_capacity_tokens) == ("vllm", "m", 0.0, 64.0)
+    assert m.requests_finished_total == 3.0
+
+
+def test_engine_admits_only_what_fits_in_the_kv_budget() -> None:
+    e = DemoEngine("m", max_num_seqs=8, num_blocks=2, block_size=16)  # 32 tokens
+    e.submit(20, 5, 0.0)
+    e.submit(20, 5, 0.0)
+    e.tick(0.0)
+    assert (len(e.running), len(e.waiting)) == (1, 1)  # 25 held + 25 more > 32
+    assert 'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.625' in e.render()  # 20 / 32
+
+
+def test_engine_server_refuses_until_loaded() -> None:
+    server = EngineServer(DemoEngine("m"), threading.Lock())
+    try:
+        with pytest.raises(urllib.error.URLError):
+            urllib.request.urlopen(server.url, timeout=2)
+        server.start()
+        with urllib.request.urlopen(server.url, timeout=2) as resp:
+            assert b'vllm:num_requests_running{engine="0",model_name="m"} 0.0' in resp.read()
+    finally:
+        server.stop()
+
+
+def test_scaled_scenario_keeps_the_story_and_the_floors() -> None:
+    sc = demo.Scenario().scaled(45.0)  # f = 1/4
+    assert [p.name for p in sc.phases] == [p.name for p in demo.Scenario().phases]
+    spike = next(p for p in sc.phases if p.name == "spike")
+    assert (spike.start, spike.end, spike.rate0) == (11.25, 15.0, 40.0)  # 45/4, 60/4, 10 x 4
+    assert sc.decode_tokens_per_s == 160.0
+    assert sc.stable_window == 6.0  # 20/4 = 5 is under Knative's 6 s floor
+    assert sc.panic_window == 2.0  # 4/4 = 1 is under the 2 s floor
+    assert sc.polling_interval == 1  # KEDA's whole seconds
+    assert sc.rate(sc.burst_at - 0.1) == 0.0  # quiet right before the burst
+    assert demo.Scenario().scaled(180.0) == demo.Scenario()
+
+
+def test_arrivals_are_reproducible_from_the_seed() -> None:
+    sc = demo.Scenario().scaled(40.0)
+    a, b = demo.arrivals(sc), demo.arrivals(sc)
+    assert a == b and a == sorted(a, key=lambda x: x.at)
+    burst = [x for x in a if sc.burst_at <= x.at < sc.burst_at + sc.burst_s]
+    assert len(burst) >= sc.burst_requests
+    quiet = next(p for p in sc.phases if p.name == "quiet")
+    assert not [x for x in a if quiet.start <= x.at < quiet.end]
+
+
+def test_pod_list_is_what_the_exporter_discovers() -> None:
+    sc = demo.Scenario()
+    cluster = demo.Cluster(sc, lambda msg: None, "http://127.0.0.1:1/", [])
+    cluster.scale_to(2, 0.0)
+    try:
+        targets = pods_to_targets(cluster.pod_list(), demo.NODE)
+        assert [(t.namespace, t.pod, t.max_running) for t in targets] == [
+            ("demo", "llama-8b-1", 16.0), ("demo", "llama-8b-2", 16.0)]
+        assert [t.url for t in targets] == [p.server.url for p in cluster.pods]
+        assert all(t.container_start is not None for t in targets)
+    finally:
+        for p in cluster.pods:
+            p.server.stop()
+
+
+def test_bad_duration_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser()
+    demo.add_arguments(parser)
+    assert demo.run(parser.parse_args(["--duration", "5"])) == 2
+    assert "--duration 5: must be between 20 and 3600 seconds" in capsys.readouterr().err
+
+
+def test_compressed_demo_scales_up_down_to_zero_and_back_losing_nothing() -> None:
+    sc = demo.Scenario().scaled(45.0)  # 45 s leaves a margin between reaching zero and the burst
+    out = io.StringIO()
+    report = demo.Demo(sc, out, plain=True).run()
+    text = out.getvalue()
+    stats = report.stats
+    assert report.exit_code == 0, text
+    assert stats.sent > 100 and stats.served == stats.sent and report.unfinished == 0, text
+    kinds = [kind for _, kind, _, _ in report.control]
+    assert "hpa_created" in kinds
+    assert "hpa_scale_up" in kinds, text
+    assert "keda_deactivate" in kinds, text  # idle -> zero
+    assert "push_activate" in kinds, text  # the gateway's activation, pushed over StreamIsActive
+    assert stats.zero_seconds > 0
+    # the burst came while at zero: held at the gateway, an activation answered 200, then served
+    assert stats.held >= sc.burst_requests, text
+    assert 200 in [status for _, status in stats.activations], text
+    assert report.scaler_errors == 0 and report.log_errors == [], text
+    assert report.exporter_running_series  # llm_requests_running{model=...} was read from the exporter
+    assert "http://127.0.0.1:" in text and "/v1/activate/demo/llama-8b" in text
+    assert "result    OK: no request lost" in text
+
+
+def test_printed_scaledobject_is_valid_and_carries_the_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    from keda_llm.simulator.control import parse_scaledobjects
+
+    parser = argparse.ArgumentParser()
+    demo.add_arguments(parser)
+    assert demo.run(parser.parse_args(["--print-scaledobject"])) == 0
+    (so,) = parse_scaledobjects(capsys.readouterr().out)  # validated against KEDA's CRD
+    assert (so.namespace, so.name, so.min_replicas, so.max_replicas) == ("demo", "llama-8b", 0, 6)
+    assert (so.polling_interval_s, so.cooldown_period_s) == (2, 10)
+    (trigger,) = so.triggers
+    assert trigger.is_push
+    assert trigger.metadata["model"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert (trigger.metadata["stableWindow"], trigger.metadata["idleTimeout"]) == ("20s", "20s")
+    from keda_llm.scaler.config import parse_metadata
+
+    assert parse_metadata(trigger.metadata).scale_to_zero is True  # the scaler accepts every key

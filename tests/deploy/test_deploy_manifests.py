@@ -1,0 +1,734 @@
+"""deploy/: the kustomize base, its overlays and the examples, checked against the code they configure.
+
+No kubectl or kustomize here, so a small builder resolves each kustomization (resources, directories,
+strategic-merge patches) the way kustomize does for the subset these files use, and refuses anything
+else. The builds are then checked with the project's own parsers: the exporter's config and argparse,
+the scaler's argparse and metadata parser, KEDA's ScaledObject CRD through simulator/control, and the
+RBAC rules against the API requests the real Kubernetes clients send to a recording API server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path, PurePosixPath
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+import yaml
+
+from keda_llm.exporter import cli as exporter_cli
+from keda_llm.exporter.config import parse_config
+from keda_llm.exporter.discovery import KubeClient as ExporterKubeClient
+from keda_llm.exporter.discovery import pod_to_target
+from keda_llm.scaler import cli as scaler_cli
+from keda_llm.scaler.config import parse_metadata
+from keda_llm.scaler.kube import RESOURCE_OF_KIND, KubeClient, KubeConfig, WorkloadReader
+from keda_llm.simulator.control.scaledobject import settings_from_manifest, validate_scaledobject
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+BASE = DEPLOY / "base"
+TLS = DEPLOY / "overlays" / "tls"
+PROM_OP = DEPLOY / "overlays" / "prometheus-operator"
+KUSTOMIZATIONS = [BASE, TLS, PROM_OP]
+EXAMPLE_FILES = sorted((DEPLOY / "examples").rglob("*.yaml"))
+NAMESPACE = "keda-llm"
+
+JSON = dict[str, Any]
+
+# ------------------------------------------------------------------------------- a small kustomize
+
+#: Kustomization fields the builder understands; any other field fails the build (and this test)
+#: instead of being silently ignored.
+KUSTOMIZATION_FIELDS = {"apiVersion", "kind", "resources", "patches"}
+#: Strategic-merge keys of the lists these patches touch (k8s.io/api core/v1 `patchMergeKey` tags).
+MERGE_KEYS = {"containers": "name", "initContainers": "name", "volumes": "name", "volumeMounts": "mountPath",
+              "env": "name"}
+#: Kinds that live in no namespace.
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "ClusterIssuer", "ClusterTriggerAuthentication"}
+
+
+def strategic_merge(base: Any, patch: Any) -> Any:
+    """Kubernetes strategic-merge patch, for the subset used here: maps merge, `null` deletes a key,
+    lists named in MERGE_KEYS merge item by item on their key, other lists are replaced."""
+    if not isinstance(base, dict) or not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = copy.deepcopy(base)
+    for key, value in patch.items():
+        if str(key).startswith("$"):
+            raise ValueError(f"patch directive {key!r} is not supported by this builder")
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, list) and key in MERGE_KEYS and isinstance(out.get(key), list):
+            merge_key = MERGE_KEYS[key]
+            items = list(out[key])
+            for item in value:
+                at = next((i for i, old in enumerate(items) if old.get(merge_key) == item.get(merge_key)), None)
+                if at is None:
+                    items.append(copy.deepcopy(item))
+                else:
+                    items[at] = strategic_merge(items[at], item)
+            out[key] = items
+        else:
+            out[key] = strategic_merge(out.get(key), value)
+    return out
+
+
+def identity(obj: Mapping[str, Any]) -> tuple[str, str, str]:
+    meta = obj["metadata"]
+    return obj["kind"], meta.get("namespace", ""), meta["name"]
+
+
+def load_docs(path: Path) -> list[JSON]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+
+
+def build(directory: Path) -> list[JSON]:
+    """The objects `kustomize build directory` would print (for the features listed above)."""
+    k = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    unknown = set(k) - KUSTOMIZATION_FIELDS
+    assert not unknown, f"{directory}/kustomization.yaml uses {sorted(unknown)}, which this test cannot build"
+    objects: list[JSON] = []
+    for entry in k.get("resources") or []:
+        path = directory / entry
+        assert path.exists(), f"{directory.name}/kustomization.yaml lists {entry}, which does not exist"
+        objects.extend(build(path) if path.is_dir() else load_docs(path))
+    for patch_entry in k.get("patches") or []:
+        assert set(patch_entry) == {"path"}, f"only `patches: - path:` is supported, got {patch_entry}"
+        path = directory / patch_entry["path"]
+        assert path.exists(), f"{directory.name}/kustomization.yaml patches with {path.name}, which does not exist"
+        (patch,) = load_docs(path)
+        matches = [i for i, o in enumerate(objects) if identity(o) == identity(patch)]
+        assert len(matches) == 1, f"{path.name} must match exactly one object, matched {len(matches)}"
+        objects[matches[0]] = strategic_merge(objects[matches[0]], patch)
+    return objects
+
+
+def find(objects: list[JSON], kind: str, name: str, namespace: str | None = None) -> JSON:
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name
+             and (namespace is None or o["metadata"].get("namespace") == namespace)]
+    assert len(found) == 1, f"expected one {kind} {namespace}/{name}, found {len(found)}"
+    return found[0]
+
+
+def container(workload: JSON, name: str) -> JSON:
+    found: list[JSON] = [c for c in workload["spec"]["template"]["spec"]["containers"] if c["name"] == name]
+    assert len(found) == 1, f"{workload['metadata']['name']} has no single container {name!r}"
+    return found[0]
+
+
+def container_port(c: JSON, name: str) -> int:
+    ports = [p["containerPort"] for p in c.get("ports", []) if p.get("name") == name]
+    assert len(ports) == 1, f"container {c['name']} has no single port named {name!r}"
+    return int(ports[0])
+
+
+def expand_env(args: list[str], c: JSON, values: Mapping[str, str]) -> list[str]:
+    """The kubelet's $(VAR) expansion in args: only names defined in the container's env expand."""
+    defined = {e["name"] for e in c.get("env", [])}
+
+    def sub(m: re.Match[str]) -> str:
+        assert m.group(1) in defined, f"args use $({m.group(1)}), which the container's env does not define"
+        return values[m.group(1)]
+
+    return [re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", sub, a) for a in args]
+
+
+def parse_cli(add_arguments: Any, args: list[str], command: str) -> argparse.Namespace:
+    """Parse a manifest's container args as `keda-llm <command> ...` would (ENTRYPOINT is keda-llm)."""
+    assert args[0] == command, f"the image's entrypoint is keda-llm: args must start with {command!r}"
+    parser = argparse.ArgumentParser(prog=f"keda-llm {command}", exit_on_error=False)
+    add_arguments(parser)
+    return parser.parse_args(args[1:])
+
+
+def service_port(svc: JSON, name: str) -> JSON:
+    ports: list[JSON] = [p for p in svc["spec"]["ports"] if p["name"] == name]
+    assert len(ports) == 1, f"Service {svc['metadata']['name']} has no single port named {name!r}"
+    return ports[0]
+
+
+def selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def split_service_dns(address: str) -> tuple[str, str, int | None]:
+    """`name.namespace.svc[.cluster.local][:port]` -> (name, namespace, port)."""
+    host, _, port = address.rpartition(":") if re.search(r":\d+$", address) else (address, "", "")
+    parts = host.split(".")
+    assert len(parts) >= 3 and parts[2] == "svc", f"{address!r} is not <service>.<namespace>.svc[:port]"
+    return parts[0], parts[1], int(port) if port else None
+
+
+@pytest.fixture(scope="module")
+def base() -> list[JSON]:
+    return build(BASE)
+
+
+@pytest.fixture(scope="module")
+def tls() -> list[JSON]:
+    return build(TLS)
+
+
+@pytest.fixture(scope="module")
+def prom_op() -> list[JSON]:
+    return build(PROM_OP)
+
+
+@pytest.fixture(autouse=True)
+def _no_scaler_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """scaler.cli reads defaults from the environment: keep the test's own out of the parse."""
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("KEDA_LLM_") or name == "POD_IP":
+            monkeypatch.delenv(name)
+
+
+# ------------------------------------------------------------------------------- the builder itself
+
+
+def test_strategic_merge_merges_named_items_deletes_nulls_and_replaces_plain_lists() -> None:
+    base = {"spec": {"containers": [{"name": "a", "args": ["x", "y"], "readinessProbe": {"grpc": {"port": 1}},
+                                     "volumeMounts": [{"name": "c", "mountPath": "/c"}]},
+                                    {"name": "b", "image": "b:1"}],
+                     "volumes": [{"name": "c", "configMap": {"name": "c"}}]}}
+    patch = {"spec": {"containers": [{"name": "a", "args": ["z"],
+                                      "readinessProbe": {"grpc": None, "httpGet": {"port": "http"}},
+                                      "volumeMounts": [{"name": "t", "mountPath": "/t"}]}],
+                      "volumes": [{"name": "t", "secret": {"secretName": "t"}}]}}
+    assert strategic_merge(base, patch) == {"spec": {
+        "containers": [{"name": "a", "args": ["z"], "readinessProbe": {"httpGet": {"port": "http"}},
+                        "volumeMounts": [{"name": "c", "mountPath": "/c"}, {"name": "t", "mountPath": "/t"}]},
+                       {"name": "b", "image": "b:1"}],
+        "volumes": [{"name": "c", "configMap": {"name": "c"}}, {"name": "t", "secret": {"secretName": "t"}}]}}
+
+
+def _kustomize_command() -> list[str]:
+    if tool := shutil.which("kustomize"):
+        return [tool, "build"]
+    if tool := shutil.which("kubectl"):
+        return [tool, "kustomize"]
+    pytest.skip("neither kustomize nor kubectl is installed")
+
+
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=lambda p: p.relative_to(DEPLOY).as_posix())
+def test_builder_agrees_with_real_kustomize(directory: Path) -> None:
+    """Where a kustomize is installed, the builder above must print exactly what it prints."""
+    out = subprocess.run([*_kustomize_command(), str(directory)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    theirs = sorted((d for d in yaml.safe_load_all(out.stdout) if d is not None), key=identity)
+    assert sorted(build(directory), key=identity) == theirs
+
+
+# ------------------------------------------------------------------------------- builds
+
+
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=lambda p: p.relative_to(DEPLOY).as_posix())
+def test_build_has_well_formed_unique_objects(directory: Path) -> None:
+    objects = build(directory)
+    assert objects
+    for obj in objects:
+        assert obj.get("apiVersion") and obj.get("kind") and obj.get("metadata", {}).get("name"), obj
+        namespaced = obj["kind"] not in CLUSTER_SCOPED
+        assert bool(obj["metadata"].get("namespace")) == namespaced, f"{identity(obj)}: namespace set wrongly"
+    ids = [identity(o) for o in objects]
+    assert sorted({i for i in ids if ids.count(i) > 1}) == []
+
+
+def test_base_contents_and_namespace(base: list[JSON]) -> None:
+    assert sorted(identity(o) for o in base) == sorted([
+        ("Namespace", "", NAMESPACE),
+        ("ServiceAccount", NAMESPACE, "keda-llm-exporter"),
+        ("ClusterRole", "", "keda-llm-exporter"),
+        ("ClusterRoleBinding", "", "keda-llm-exporter"),
+        ("ConfigMap", NAMESPACE, "keda-llm-exporter"),
+        ("DaemonSet", NAMESPACE, "keda-llm-exporter"),
+        ("Service", NAMESPACE, "keda-llm-exporter"),
+        ("ServiceAccount", NAMESPACE, "keda-llm-scaler"),
+        ("ClusterRole", "", "keda-llm-scaler"),
+        ("ClusterRoleBinding", "", "keda-llm-scaler"),
+        ("Deployment", NAMESPACE, "keda-llm-scaler"),
+        ("Service", NAMESPACE, "keda-llm-scaler"),
+        ("Service", NAMESPACE, "keda-llm-scaler-peers"),
+        ("PodDisruptionBudget", NAMESPACE, "keda-llm-scaler"),
+    ])
+
+
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=lambda p: p.relative_to(DEPLOY).as_posix())
+def test_workload_selectors_match_their_templates_and_services_select_pods(directory: Path) -> None:
+    objects = build(directory)
+    templates = {}
+    for w in (o for o in objects if o["kind"] in ("Deployment", "DaemonSet")):
+        sel = w["spec"]["selector"]["matchLabels"]
+        labels = w["spec"]["template"]["metadata"]["labels"]
+        assert selects(sel, labels), f"{w['metadata']['name']}: selector {sel} does not match {labels}"
+        templates[w["metadata"]["name"]] = labels
+    for svc in (o for o in objects if o["kind"] == "Service"):
+        hits = [n for n, labels in templates.items() if selects(svc["spec"]["selector"], labels)]
+        assert len(hits) == 1, f"Service {svc['metadata']['name']} selects {hits}"
+    pdb = find(objects, "PodDisruptionBudget", "keda-llm-scaler")
+    assert selects(pdb["spec"]["selector"]["matchLabels"], templates["keda-llm-scaler"])
+    assert pdb["spec"]["minAvailable"] == 1
+
+
+# ------------------------------------------------------------------------------- exporter
+
+
+def test_exporter_config_parses_with_the_real_parser(base: list[JSON]) -> None:
+    cm = find(base, "ConfigMap", "keda-llm-exporter", NAMESPACE)
+    cfg = parse_config(yaml.safe_load(cm["data"]["exporter.yaml"]), {"NODE_NAME": "gpu-node-7"})
+    assert cfg.node_name == "gpu-node-7"
+    assert cfg.listen_address == ("", 9400)
+    assert (cfg.interval, cfg.timeout, cfg.max_body_bytes) == (5.0, 2.0, 8 * 1024 * 1024)
+    assert cfg.kubernetes.enabled and cfg.kubernetes.refresh_interval == 15.0
+    assert cfg.gpu.nvml
+    assert cfg.gpu.pod_resources_socket == "/var/lib/kubelet/pod-resources/kubelet.sock"
+    assert cfg.targets == ()
+
+
+def test_exporter_daemonset_args_env_ports_and_mounts(base: list[JSON], tmp_path: Path) -> None:
+    ds = find(base, "DaemonSet", "keda-llm-exporter", NAMESPACE)
+    pod = ds["spec"]["template"]["spec"]
+    c = container(ds, "exporter")
+    args = parse_cli(exporter_cli.add_arguments, c["args"], "exporter")
+
+    # --config names the ConfigMap's key through the config volume's mount
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    config_dir = PurePosixPath(args.config).parent
+    (config_mount,) = [m for m in mounts.values() if PurePosixPath(m["mountPath"]) == config_dir]
+    assert volumes[config_mount["name"]]["configMap"]["name"] == "keda-llm-exporter"
+    cm = find(base, "ConfigMap", "keda-llm-exporter", NAMESPACE)
+    assert PurePosixPath(args.config).name in cm["data"]
+
+    # the whole command line, file included, through the exporter's own build_config
+    config_file = tmp_path / "exporter.yaml"
+    config_file.write_text(cm["data"][PurePosixPath(args.config).name])
+    args.config = str(config_file)
+    cfg = exporter_cli.build_config(args, {"NODE_NAME": "gpu-node-7"})
+    assert cfg.listen_address[1] == container_port(c, "metrics") == 9400
+
+    env = {e["name"]: e for e in c["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+    assert env["NVIDIA_DRIVER_CAPABILITIES"]["value"] == "utility"
+    assert "nvidia.com/gpu" not in json.dumps(c.get("resources", {}))  # reads NVML, holds no GPU
+
+    # the kubelet socket's directory, from the host, read-only, where the config looks for it
+    socket_dir = str(PurePosixPath(cfg.gpu.pod_resources_socket).parent)
+    (pr_mount,) = [m for m in mounts.values() if m["mountPath"] == socket_dir]
+    assert pr_mount["readOnly"] is True
+    assert volumes[pr_mount["name"]]["hostPath"] == {"path": socket_dir, "type": "Directory"}
+    assert all(m.get("readOnly") is True for m in mounts.values())
+
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert pod["serviceAccountName"] == "keda-llm-exporter"
+
+
+def test_exporter_service_is_headless_on_the_metrics_port(base: list[JSON]) -> None:
+    svc = find(base, "Service", "keda-llm-exporter", NAMESPACE)
+    c = container(find(base, "DaemonSet", "keda-llm-exporter", NAMESPACE), "exporter")
+    assert svc["spec"]["clusterIP"] == "None"
+    port = service_port(svc, "metrics")
+    assert port["port"] == 9400 and port["targetPort"] == "metrics" and container_port(c, "metrics") == 9400
+
+
+# ------------------------------------------------------------------------------- scaler
+
+
+def scaler_args(objects: list[JSON]) -> tuple[JSON, argparse.Namespace]:
+    c = container(find(objects, "Deployment", "keda-llm-scaler", NAMESPACE), "scaler")
+    return c, parse_cli(scaler_cli.add_arguments, expand_env(c["args"], c, {"POD_IP": "10.4.0.17"}), "scaler")
+
+
+def test_scaler_deployment_args_ports_and_services_agree(base: list[JSON]) -> None:
+    dep = find(base, "Deployment", "keda-llm-scaler", NAMESPACE)
+    c, args = scaler_args(base)
+    assert dep["spec"]["replicas"] == 2
+    assert args.pod_ip == "10.4.0.17"
+    env = {e["name"]: e for e in c["env"]}
+    assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert (args.tls_cert, args.tls_key, args.tls_client_ca, args.no_kube) == (None, None, None, False)
+
+    grpc_port = int(args.grpc_address.rpartition(":")[2])
+    http_port = int(args.http_address.rpartition(":")[2])
+    assert (grpc_port, http_port) == (container_port(c, "grpc"), container_port(c, "http")) == (9090, 9091)
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert c[probe]["grpc"] == {"port": 9090}, probe  # native gRPC probe, service "" (set SERVING)
+
+    svc = find(base, "Service", "keda-llm-scaler", NAMESPACE)
+    assert svc["spec"]["type"] == "ClusterIP"
+    assert service_port(svc, "grpc")["port"] == 9090 and service_port(svc, "grpc")["targetPort"] == "grpc"
+    assert service_port(svc, "http")["port"] == 9091 and service_port(svc, "http")["targetPort"] == "http"
+
+    # --exporters-service: the headless exporter Service, on its port
+    name, ns, port = split_service_dns(args.exporters_service)
+    exporters = find(base, "Service", name, ns)
+    assert exporters["spec"]["clusterIP"] == "None" and port == service_port(exporters, "metrics")["port"]
+    # --peers-service: a headless Service over the scaler pods themselves (peers are dialled on the
+    # pod IPs it resolves to, at this pod's own --http-address port)
+    name, ns, port = split_service_dns(args.peers_service)
+    peers = find(base, "Service", name, ns)
+    assert port is None and peers["spec"]["clusterIP"] == "None"
+    assert selects(peers["spec"]["selector"], dep["spec"]["template"]["metadata"]["labels"])
+    assert service_port(peers, "http")["targetPort"] == "http"
+
+
+def test_scaler_pods_spread_over_nodes(base: list[JSON]) -> None:
+    pod = find(base, "Deployment", "keda-llm-scaler", NAMESPACE)["spec"]["template"]
+    labels = pod["metadata"]["labels"]
+    spread = {t["topologyKey"]: t for t in pod["spec"]["topologySpreadConstraints"]}
+    assert spread["kubernetes.io/hostname"]["maxSkew"] == 1
+    assert selects(spread["kubernetes.io/hostname"]["labelSelector"]["matchLabels"], labels)
+    (anti,) = pod["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert anti["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert selects(anti["podAffinityTerm"]["labelSelector"]["matchLabels"], labels)
+    assert pod["spec"]["serviceAccountName"] == "keda-llm-scaler"
+
+
+def test_tls_overlay_serves_the_cert_manager_secret_and_probes_over_http(base: list[JSON], tls: list[JSON]) -> None:
+    dep = find(tls, "Deployment", "keda-llm-scaler", NAMESPACE)
+    c, args = scaler_args(tls)
+    _, base_args = scaler_args(base)
+    # everything but the TLS flags is the base's (the patch repeats the whole list)
+    def without_tls(ns: argparse.Namespace) -> dict[str, Any]:
+        return {k: v for k, v in vars(ns).items() if not k.startswith("tls_")}
+
+    assert without_tls(args) == without_tls(base_args)
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    cert = find(tls, "Certificate", "keda-llm-scaler-tls", NAMESPACE)
+    for path, key in ((args.tls_cert, "tls.crt"), (args.tls_key, "tls.key"), (args.tls_client_ca, "ca.crt")):
+        p = PurePosixPath(path)
+        assert p.name == key
+        (mount,) = [m for m in mounts.values() if PurePosixPath(m["mountPath"]) == p.parent]
+        assert mount["readOnly"] is True
+        assert volumes[mount["name"]]["secret"]["secretName"] == cert["spec"]["secretName"]
+    # the kubelet's gRPC probe speaks plaintext only: no gRPC probe may remain against a TLS port
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "http"}
+        assert "grpc" not in c[probe]
+        assert container_port(c, "http") == int(args.http_address.rpartition(":")[2])
+    assert "server auth" in cert["spec"]["usages"]
+    client = find(tls, "Certificate", "keda-llm-keda-client", "keda")
+    assert "client auth" in client["spec"]["usages"]
+    assert cert["spec"]["issuerRef"]["name"] == client["spec"]["issuerRef"]["name"] == "keda-llm-ca"
+    issuer = find(tls, "ClusterIssuer", "keda-llm-ca")
+    ca = find(tls, "Certificate", issuer["spec"]["ca"]["secretName"], "cert-manager")
+    assert ca["spec"]["isCA"] is True and ca["spec"]["secretName"] == issuer["spec"]["ca"]["secretName"]
+    auth = find(tls, "ClusterTriggerAuthentication", "keda-llm-scaler-tls")
+    assert {(r["parameter"], r["name"], r["key"]) for r in auth["spec"]["secretTargetRef"]} == {
+        ("caCert", "keda-llm-keda-client", "ca.crt"),
+        ("tlsClientCert", "keda-llm-keda-client", "tls.crt"),
+        ("tlsClientKey", "keda-llm-keda-client", "tls.key"),
+    }
+    assert client["spec"]["secretName"] == "keda-llm-keda-client"
+
+
+# ------------------------------------------------------------------------------- RBAC
+
+
+READ_VERBS = {"get", "list", "watch"}
+
+
+def test_rbac_is_read_only_everywhere() -> None:
+    for directory in KUSTOMIZATIONS:
+        for role in (o for o in build(directory) if o["kind"] in ("Role", "ClusterRole")):
+            for rule in role["rules"]:
+                assert set(rule["verbs"]) <= READ_VERBS, f"{role['metadata']['name']}: {rule}"
+                for field in ("verbs", "resources", "apiGroups"):
+                    assert "*" not in rule[field], f"{role['metadata']['name']}: wildcard in {field}"
+
+
+def granted(objects: list[JSON], service_account: str) -> set[tuple[str, str, str]]:
+    """(verb, apiGroup, resource) the ServiceAccount holds through ClusterRoleBindings in the build."""
+    out: set[tuple[str, str, str]] = set()
+    find(objects, "ServiceAccount", service_account, NAMESPACE)
+    for b in (o for o in objects if o["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+        if {"kind": "ServiceAccount", "name": service_account, "namespace": NAMESPACE} not in b["subjects"]:
+            continue
+        assert b["kind"] == "ClusterRoleBinding", "reads span every namespace: a RoleBinding would not do"
+        role = find(objects, b["roleRef"]["kind"], b["roleRef"]["name"])
+        for rule in role["rules"]:
+            assert "resourceNames" not in rule
+            out |= {(v, g, r) for v in rule["verbs"] for g in rule["apiGroups"] for r in rule["resources"]}
+    return out
+
+
+def rbac_request(path: str, query: Mapping[str, list[str]]) -> tuple[str, str, str]:
+    """The RBAC (verb, apiGroup, resource[/subresource]) of a GET, as the API server authorizes it."""
+    parts = path.strip("/").split("/")
+    group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
+    if rest[0] == "namespaces" and len(rest) > 2:
+        rest = rest[2:]
+    resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
+    if len(rest) > 1:
+        return "get", group, resource
+    return ("watch" if query.get("watch") == ["true"] else "list"), group, resource
+
+
+#: API versions of the scale-target kinds scaler/kube.py knows (the upstream projects' served versions).
+KIND_API_VERSION = {"Deployment": "apps/v1", "StatefulSet": "apps/v1", "ReplicaSet": "apps/v1",
+                    "Rollout": "argoproj.io/v1alpha1", "LeaderWorkerSet": "leaderworkerset.x-k8s.io/v1"}
+
+
+class RecordingAPI(ThreadingHTTPServer):
+    """A loopback API server that records every request and answers each path with minimal real JSON:
+    a ScaledObject whose scaleTargetRef is `targets[name]`, an autoscaling/v1 Scale, a workload
+    status, or an empty PodList."""
+
+    daemon_threads = True
+
+    def __init__(self, targets: Mapping[str, tuple[str, str]]) -> None:
+        super().__init__(("127.0.0.1", 0), _RecordingHandler)
+        self.targets = targets
+        self.requests: list[tuple[str, str, dict[str, list[str]]]] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _RecordingHandler(BaseHTTPRequestHandler):
+    server: RecordingAPI
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        parts = urlsplit(self.path)
+        self.server.requests.append(("GET", parts.path, parse_qs(parts.query)))
+        seg = parts.path.strip("/").split("/")
+        body: JSON
+        if parts.path == "/api/v1/pods":
+            body = {"kind": "PodList", "apiVersion": "v1", "items": []}
+        elif "scaledobjects" in seg:
+            api_version, kind = self.server.targets[seg[-1]]
+            body = {"kind": "ScaledObject", "metadata": {"namespace": seg[-3], "name": seg[-1]},
+                    "spec": {"scaleTargetRef": {"apiVersion": api_version, "kind": kind, "name": "target"}}}
+        elif seg[-1] == "scale":
+            body = {"kind": "Scale", "apiVersion": "autoscaling/v1", "spec": {"replicas": 2},
+                    "status": {"replicas": 2, "selector": "app=target"}}
+        else:
+            body = {"status": {"replicas": 2, "readyReplicas": 1}}
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def recording_api() -> Iterator[RecordingAPI]:
+    targets = {f"so-{kind.lower()}": (KIND_API_VERSION[kind], kind) for kind in RESOURCE_OF_KIND}
+    server = RecordingAPI(targets)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_scaler_rbac_grants_exactly_what_the_scaler_reads(base: list[JSON], recording_api: RecordingAPI,
+                                                          tmp_path: Path) -> None:
+    assert set(RESOURCE_OF_KIND) == set(KIND_API_VERSION), "a new scale-target kind: add its API version here"
+    token = tmp_path / "token"
+    token.write_text("t")
+    reader = WorkloadReader(KubeClient(KubeConfig(base_url=recording_api.url, token_path=str(token), ca_path=None)))
+    try:
+        for name in recording_api.targets:
+            reading = reader.read("llm", name)
+            assert reading.error is None and reading.state is not None, reading.error
+            assert (reading.state.current_replicas, reading.state.ready_replicas) == (2, 1)
+    finally:
+        reader.stop()
+    needed = {rbac_request(p, q) for _, p, q in recording_api.requests}
+    assert {r for r in needed if r[1] == "apps"} == {
+        ("get", "apps", "deployments"), ("get", "apps", "deployments/scale"),
+        ("get", "apps", "statefulsets"), ("get", "apps", "statefulsets/scale"),
+        ("get", "apps", "replicasets"), ("get", "apps", "replicasets/scale")}
+    assert ("get", "keda.sh", "scaledobjects") in needed
+    assert granted(base, "keda-llm-scaler") == needed
+
+
+def test_exporter_rbac_grants_exactly_what_discovery_reads(base: list[JSON], recording_api: RecordingAPI,
+                                                           tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("t")
+    client = ExporterKubeClient(recording_api.url, str(token), str(tmp_path / "no-ca"), timeout=2.0)
+    assert client.list_pods("gpu-node-7") == {"kind": "PodList", "apiVersion": "v1", "items": []}
+    needed = {rbac_request(p, q) for _, p, q in recording_api.requests}
+    assert needed == {("list", "", "pods")}
+    assert granted(base, "keda-llm-exporter") == needed
+
+
+def test_workloads_run_as_their_bound_service_accounts(base: list[JSON]) -> None:
+    for kind, name in (("DaemonSet", "keda-llm-exporter"), ("Deployment", "keda-llm-scaler")):
+        sa = find(base, kind, name, NAMESPACE)["spec"]["template"]["spec"]["serviceAccountName"]
+        assert granted(base, sa), f"{name} runs as {sa}, which no binding grants anything"
+
+
+# ------------------------------------------------------------------------------- examples
+
+
+def example_docs() -> list[tuple[Path, JSON]]:
+    return [(p, d) for p in EXAMPLE_FILES for d in load_docs(p)]
+
+
+def scaled_objects() -> list[tuple[Path, JSON]]:
+    return [(p, d) for p, d in example_docs() if d["kind"] == "ScaledObject"]
+
+
+def test_examples_hold_the_expected_scaled_objects() -> None:
+    names = sorted((p.relative_to(DEPLOY / "examples").as_posix(), d["metadata"]["name"]) for p, d in scaled_objects())
+    assert names == [("llamacpp-dev.yaml", "smollm2"), ("sglang-scaledobject.yaml", "qwen-32b"),
+                     ("tls/vllm-scaledobject-tls.yaml", "llama-8b"), ("vllm-scaledobject.yaml", "llama-8b")]
+
+
+@pytest.mark.parametrize("path_doc", scaled_objects(), ids=lambda pd: pd[0].name)
+def test_example_scaled_object_is_valid_for_keda_and_the_scaler(path_doc: tuple[Path, JSON], base: list[JSON],
+                                                                tls: list[JSON]) -> None:
+    path, doc = path_doc
+    assert validate_scaledobject(doc) == []
+    settings = settings_from_manifest(doc, str(path))
+    assert settings.target_kind in RESOURCE_OF_KIND  # the scaler can read it (and RBAC covers it)
+    scaler = container(find(base, "Deployment", "keda-llm-scaler", NAMESPACE), "scaler")
+    for trig in settings.triggers:
+        cfg = parse_metadata(trig.metadata)
+        assert trig.metric_type == "AverageValue"
+        name, ns, port = split_service_dns(trig.metadata["scalerAddress"])
+        svc = find(base, "Service", name, ns)
+        (svc_port,) = [p for p in svc["spec"]["ports"] if p["port"] == port]
+        assert svc_port["name"] == "grpc" and container_port(scaler, svc_port["targetPort"]) == 9090
+        if cfg.scale_to_zero:
+            assert settings.min_replicas == 0
+        if trig.metadata.get("enableTLS") == "true":
+            raw = next(t for t in doc["spec"]["triggers"] if t.get("name") == trig.name)
+            ref = raw["authenticationRef"]
+            find(tls, ref["kind"], ref["name"])
+            host = trig.metadata["scalerAddress"].rpartition(":")[0]
+            assert host in find(tls, "Certificate", "keda-llm-scaler-tls", NAMESPACE)["spec"]["dnsNames"]
+
+
+def test_recommended_vllm_scaled_object() -> None:
+    (doc,) = [d for p, d in scaled_objects() if p.name == "vllm-scaledobject.yaml"]
+    s = settings_from_manifest(doc)
+    (trig,) = s.triggers
+    cfg = parse_metadata(trig.metadata)
+    assert trig.is_push and cfg.scale_to_zero and s.min_replicas == 0
+    assert cfg.activation_query and cfg.prometheus_address == "http://prometheus-operated.monitoring.svc:9090"
+    assert cfg.idle_timeout == 900.0
+    b = s.behavior
+    assert b is not None and b.scale_up is not None and b.scale_down is not None
+    assert (b.scale_up.stabilization_window_seconds, b.scale_up.tolerance) == (0, 0.0)
+    assert (b.scale_down.stabilization_window_seconds, b.scale_down.tolerance) == (30, 0.0)
+    # the TLS variant is the same ScaledObject plus TLS
+    (tls_doc,) = [d for p, d in scaled_objects() if p.name == "vllm-scaledobject-tls.yaml"]
+    tls_trig = tls_doc["spec"]["triggers"][0]
+    plain = copy.deepcopy(tls_doc)
+    plain["spec"]["triggers"][0] = {k: v for k, v in tls_trig.items() if k != "authenticationRef"}
+    plain["spec"]["triggers"][0]["metadata"] = {k: v for k, v in tls_trig["metadata"].items() if k != "enableTLS"}
+    assert plain == doc
+
+
+def test_sglang_example_uses_the_concurrency_policy() -> None:
+    (doc,) = [d for p, d in scaled_objects() if p.name == "sglang-scaledobject.yaml"]
+    cfg = parse_metadata(settings_from_manifest(doc).triggers[0].metadata)
+    assert (cfg.policy, cfg.target_concurrency, cfg.scale_to_zero) == ("concurrency", 48.0, False)
+
+
+def flag(args: list[str], name: str) -> str:
+    values = [a.split("=", 1)[1] for a in args if a.startswith(name + "=")]
+    assert len(values) == 1, f"expected one {name}=... in {args}"
+    return values[0]
+
+
+def running_pod(deployment: JSON, ip: str) -> JSON:
+    """A pod of this Deployment as the API lists it once it runs (for the exporter's discovery)."""
+    tmpl = deployment["spec"]["template"]
+    return {"metadata": {"namespace": deployment["metadata"]["namespace"], "name": "p-0", **tmpl["metadata"]},
+            "spec": tmpl["spec"],
+            "status": {"phase": "Running", "podIP": ip, "containerStatuses": [
+                {"name": c["name"], "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}
+                for c in tmpl["spec"]["containers"]]}}
+
+
+def test_example_engines_are_discovered_as_their_scaled_objects_expect() -> None:
+    deployments = {(d["metadata"]["namespace"], d["metadata"]["name"]): d
+                   for _, d in example_docs() if d["kind"] == "Deployment"}
+    # vLLM: labelled by --served-model-name; batch limit repeated from --max-num-seqs
+    vllm = deployments[("llm", "llama-8b")]
+    c = container(vllm, "vllm")
+    t = pod_to_target(running_pod(vllm, "10.8.0.5"), "gpu-node-7")
+    assert t is not None
+    assert t.url == f"http://10.8.0.5:{flag(c['args'], '--port')}/metrics" == "http://10.8.0.5:8000/metrics"
+    assert (t.namespace, t.engine, t.model) == ("llm", "vllm", None)
+    assert t.max_running == float(flag(c["args"], "--max-num-seqs")) == 128.0
+    assert t.container_start is not None
+    (so,) = [d for p, d in scaled_objects() if p.name == "vllm-scaledobject.yaml"]
+    assert so["spec"]["triggers"][0]["metadata"]["model"] == flag(c["args"], "--served-model-name")
+    assert so["spec"]["scaleTargetRef"]["name"] == "llama-8b" and so["metadata"]["namespace"] == "llm"
+    assert "replicas" not in vllm["spec"]  # KEDA owns the count
+    # llama.cpp: no model name and no batch limit in its metrics, so both come from annotations
+    lcpp = deployments[("llm-dev", "smollm2")]
+    c = container(lcpp, "llama-server")
+    t = pod_to_target(running_pod(lcpp, "10.8.0.6"), "node-1")
+    assert t is not None and t.url == "http://10.8.0.6:8080/metrics" and t.engine == "llamacpp"
+    assert "--metrics" in c["args"]
+    assert t.max_running == float(flag(c["args"], "--parallel")) == 4.0
+    (so,) = [d for p, d in scaled_objects() if p.name == "llamacpp-dev.yaml"]
+    assert t.model == so["spec"]["triggers"][0]["metadata"]["model"] == flag(c["args"], "--alias")
+    for d in deployments.values():
+        assert selects(d["spec"]["selector"]["matchLabels"], d["spec"]["template"]["metadata"]["labels"])
+
+
+# ------------------------------------------------------------------------------- prometheus-operator
+
+
+def _sync_rules_module() -> Any:
+    spec = importlib.util.spec_from_file_location("sync_rules", PROM_OP / "sync_rules.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_prometheus_rule_carries_exactly_the_rules_file(prom_op: list[JSON]) -> None:
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "rules.yaml").read_text())
+    rule = find(prom_op, "PrometheusRule", "keda-llm", NAMESPACE)
+    assert rule["spec"]["groups"] == rules["groups"], (
+        "prometheusrule.yaml is stale: python deploy/overlays/prometheus-operator/sync_rules.py")
+    sync = _sync_rules_module()
+    assert (PROM_OP / "prometheusrule.yaml").read_text() == sync.render((DEPLOY / "prometheus" / "rules.yaml")
+                                                                         .read_text())
+
+
+def test_monitors_select_the_exporter_service_and_scaler_pods(prom_op: list[JSON]) -> None:
+    sm = find(prom_op, "ServiceMonitor", "keda-llm-exporter", NAMESPACE)
+    svcs = [o for o in prom_op if o["kind"] == "Service" and selects(sm["spec"]["selector"]["matchLabels"],
+                                                                     o["metadata"]["labels"])]
+    assert [s["metadata"]["name"] for s in svcs] == ["keda-llm-exporter"]
+    (endpoint,) = sm["spec"]["endpoints"]
+    assert endpoint["honorLabels"] is True and endpoint["path"] == "/metrics"
+    service_port(svcs[0], endpoint["port"])
+    assert sm["spec"]["namespaceSelector"]["matchNames"] == [NAMESPACE]
+
+    pm = find(prom_op, "PodMonitor", "keda-llm-scaler", NAMESPACE)
+    dep = find(prom_op, "Deployment", "keda-llm-scaler", NAMESPACE)
+    assert selects(pm["spec"]["selector"]["matchLabels"], dep["spec"]["template"]["metadata"]["labels"])
+    (pod_endpoint,) = pm["spec"]["podMetricsEndpoints"]
+    assert container_port(container(dep, "scaler"), pod_endpoint["port"]) == 9091
+    assert pod_endpoint["path"] == "/metrics"

@@ -1,0 +1,106 @@
+"""The latency (SLO) term: scaler/slo.py by hand, and decide() with and without the latency targets."""
+
+from __future__ import annotations
+
+import pytest
+
+from keda_llm.scaler.config import parse_metadata
+from keda_llm.scaler.decide import decide
+from keda_llm.scaler.history import ModelHistory
+from keda_llm.scaler.model import Observation, PolicyState, ReplicaSample, WorkloadState
+from keda_llm.scaler.slo import LatencyDesired, latency_desired
+
+
+@pytest.mark.parametrize("queued,want", [
+    # Requests queue: the TTFT excess is queueing, more replicas cut it: 2 x 3 / 2 = 3.
+    (4.0, LatencyDesired(3.0, 1.5, 3.0, 0.05, 10.0)),
+    # Nothing queues: the 3 s TTFT is the prompts' own prefill; only ITL is judged: 2 x 0.05 / 0.1 = 1.
+    (0.0, LatencyDesired(1.0, 0.5, None, 0.05, 10.0)),
+    # Queue not reported: TTFT judged as before.
+    (None, LatencyDesired(3.0, 1.5, 3.0, 0.05, 10.0)),
+])
+def test_ttft_is_judged_only_while_requests_queue(queued: float | None, want: LatencyDesired) -> None:
+    assert latency_desired(3.0, 0.05, 10.0, 2, 2.0, 0.1, queued=queued) == want
+
+
+@pytest.mark.parametrize("ttft,itl,completed,ready,t_ttft,t_itl,want", [
+    # TTFT 3 s against 2 s on 2 replicas: 2 x 1.5 = 3.
+    (3.0, 0.05, 10.0, 2, 2.0, 0.1, LatencyDesired(3.0, 1.5, 3.0, 0.05, 10.0)),
+    # ITL binds: 0.25 / 0.1 = 2.5 beats TTFT 1 / 2 = 0.5; 4 replicas -> 10.
+    (1.0, 0.25, 50.0, 4, 2.0, 0.1, LatencyDesired(10.0, 2.5, 1.0, 0.25, 50.0)),
+    # Under target: 3 x max(0.5 / 2, 0.02 / 0.1) = 3 x 0.25 = 0.75 (a floor only: decide takes the max).
+    (0.5, 0.02, 5.0, 3, 2.0, 0.1, LatencyDesired(0.75, 0.25, 0.5, 0.02, 5.0)),
+    # Only the ITL target is set: the TTFT (10 s) is not judged; 0.2 / 0.1 x 1 = 2.
+    (10.0, 0.2, 6.0, 1, None, 0.1, LatencyDesired(2.0, 2.0, 10.0, 0.2, 6.0)),
+    # ITL target set but the engines do not report ITL: TTFT alone, 4 / 2 x 1 = 2.
+    (4.0, None, 6.0, 1, 2.0, 0.1, LatencyDesired(2.0, 2.0, 4.0, None, 6.0)),
+    # No signal: too few requests (4.9 < 5), no target, nobody ready, nothing observed for the target set.
+    (3.0, 0.05, 4.9, 2, 2.0, 0.1, None),
+    (3.0, 0.05, 10.0, 2, None, None, None),
+    (3.0, 0.05, 10.0, 0, 2.0, 0.1, None),
+    (None, 0.3, 10.0, 2, 2.0, None, None),
+])
+def test_latency_desired_by_hand(ttft: float | None, itl: float | None, completed: float, ready: int,
+                                 t_ttft: float | None, t_itl: float | None, want: LatencyDesired | None) -> None:
+    assert latency_desired(ttft, itl, completed, ready, t_ttft, t_itl) == want
+
+
+def fleet(ttft_s: float, itl_s: float, finished_per_s: float, seconds: int = 61) -> ModelHistory:
+    """Two ready pods, 10 running each, reporting every second for `seconds` s; each finishes
+    `finished_per_s` requests/s, every one with TTFT `ttft_s`, and 100 gaps of `itl_s` per request."""
+    h = ModelHistory("ns", "m")
+    for t in range(seconds):
+        n = finished_per_s * t
+        pods = tuple(ReplicaSample(p, float(t), running=10.0, max_running=256.0, ttft_sum=n * ttft_s, ttft_count=n,
+                                   itl_sum=n * 100 * itl_s, itl_count=n * 100) for p in ("a", "b"))
+        h.ingest(Observation("ns", "m", float(t), pods))
+    return h
+
+
+# concurrency policy, target 10: 20 running over 2 ready -> the policy alone asks for 2 (steady).
+BASE = {"model": "m", "policy": "concurrency", "targetConcurrency": "10", "mode": "reactive",
+        "scaleDownDelay": "0s"}
+SLO = {"targetTimeToFirstToken": "2s", "targetInterTokenLatency": "100ms"}
+READY2 = WorkloadState(current_replicas=2, ready_replicas=2, min_replicas=1)
+
+
+def run(h: ModelHistory, metadata: dict[str, str]) -> tuple[int, str, dict[str, float]]:
+    d, _ = decide(h, parse_metadata(metadata), PolicyState(initialized=True), READY2, 60.0)
+    return d.replicas, d.reason, dict(d.details)
+
+
+def test_ttft_over_target_raises_the_count() -> None:
+    # 2 requests/s per pod at TTFT 3 s against 2 s: 2 x 1.5 = 3 replicas (stable and panic windows alike).
+    replicas, reason, details = run(fleet(3.0, 0.05, 2.0), {**BASE, **SLO})
+    assert (replicas, reason) == (3, "latency_up")
+    assert details["observed_ttft_s"] == pytest.approx(3.0)
+    assert details["observed_itl_s"] == pytest.approx(0.05)
+    assert (details["target_ttft_s"], details["target_itl_s"]) == (2.0, 0.1)
+    assert details["latency_desired"] == 3
+    assert details["latency_ratio"] == pytest.approx(1.5)
+    assert details["latency_completed"] == pytest.approx(240.0)  # 2 pods x 2/s x 60 s
+
+
+def test_itl_over_target_panics_up_by_latency() -> None:
+    # ITL 0.25 s against 0.1 s: 2 x 2.5 = 5; the panic window asks 5 / 2 = 2.5 x ready > 2: panic, still latency's.
+    replicas, reason, details = run(fleet(1.0, 0.25, 2.0), {**BASE, **SLO})
+    assert (replicas, reason) == (5, "latency_up")
+    assert details["panic"] == 1.0 and details["latency_desired"] == 5
+
+
+def test_targets_unset_change_nothing() -> None:
+    h = fleet(3.0, 0.25, 2.0)
+    replicas, reason, details = run(h, BASE)
+    assert (replicas, reason) == (2, "steady")
+    assert not any(k.startswith(("latency", "observed", "target_ttft", "target_itl")) for k in details)
+
+
+def test_latency_under_target_is_no_reason_to_scale_down_below_the_policy() -> None:
+    assert run(fleet(0.5, 0.02, 2.0), {**BASE, **SLO})[:2] == (2, "steady")
+
+
+def test_too_few_completed_requests_is_no_latency_signal() -> None:
+    # 0.03/s per pod: 2 x 0.03 x 60 = 3.6 requests in the stable window (< 5): no signal despite TTFT 30 s.
+    replicas, reason, details = run(fleet(30.0, 0.05, 0.03), {**BASE, **SLO})
+    assert (replicas, reason) == (2, "steady")
+    assert details["latency_signal"] == 0.0 and "latency_desired" not in details

@@ -1,0 +1,215 @@
+"""The `prometheus` source: against a REAL Prometheus scraping a loopback exporter body, and against
+a fake HTTP server for the answers a real Prometheus would not give (scaler/sources/prometheus.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from prometheus_server import BodyServer, Job, PrometheusServer, json_body, prometheus_servers, refused_address
+from sources_bodies import HEADER, MODEL, NOW, pod_a, pod_b, two_pod_body
+
+from keda_llm.scaler.model import Observation
+from keda_llm.scaler.sources.errors import SourceError
+from keda_llm.scaler.sources.exporters import ExportersSource, static_targets
+from keda_llm.scaler.sources.exposition import observations_from_exposition
+from keda_llm.scaler.sources.prometheus import PrometheusSource, observations_from_vectors, signal_queries
+from keda_llm.scaler.sources.promql import PrometheusClient, VectorSample, parse_query_response
+
+Factory = Callable[[Sequence[Job]], PrometheusServer]
+
+
+class Clock:
+    def __init__(self, t: float = NOW) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def prometheus_factory(tmp_path: Path) -> Iterator[Factory]:
+    with prometheus_servers(tmp_path) as start:
+        yield start
+
+
+@pytest.fixture
+def exporter() -> Iterator[BodyServer]:
+    server = BodyServer(two_pod_body())
+    yield server
+    server.close()
+
+
+def _count(n: int) -> Callable[[list[object]], bool]:
+    return lambda result: len(result) == 1 and float(result[0]["value"][1]) == n  # type: ignore[index]
+
+
+def test_real_prometheus_gives_the_same_observations_as_the_exporter_body(
+    prometheus_factory: Factory, exporter: BodyServer
+) -> None:
+    # Two jobs scrape the same exporter: one as recommended (honor_labels), one without, where
+    # Prometheus' target labels win and the exporter's become exported_namespace / exported_pod.
+    prom = prometheus_factory([
+        Job("keda-llm-exporter", [exporter.address]),
+        Job("annotations", [exporter.address], honor_labels=False,
+            labels={"namespace": "monitoring", "pod": "keda-llm-exporter-7x2k"}),
+    ])
+    prom.wait_for("count(llm_engine_up)", _count(6))  # 3 replicas x 2 jobs
+    source = PrometheusSource(PrometheusClient(prom.url), clock=Clock())
+    try:
+        source.watch("llm", MODEL, activation_query='sum(llm_requests_waiting{namespace="llm"})')
+        got = source.collect_once()
+        # exactly what the pure reader makes of the body: no doubling by the second job
+        expected = observations_from_exposition(two_pod_body(), now=NOW)
+        assert [o.replicas for o in got] == [o.replicas for o in expected]
+        assert [(o.namespace, o.model, o.at) for o in got] == [("llm", MODEL, NOW), ("team-b", "Qwen/Qwen3-8B", NOW)]
+        # waiting 2 (pod a) + 0 (pod b), counted once: the second job's copies carry namespace="monitoring"
+        assert got[0].upstream_demand == 2.0
+        assert got[1].upstream_demand is None  # not watched with a query
+        assert source.status().ok and source.status().errors == {}
+
+        # NaN in a sample reaches Prometheus as NaN; the source drops it and counts it (once per job)
+        exporter.set(HEADER + pod_a(running="NaN") + pod_b())
+        prom.wait_for('llm_requests_running{pod="vllm-a"}', lambda r: len(r) == 1 and r[0]["value"][1] == "NaN")
+        prom.wait_for('llm_requests_running{exported_pod="vllm-a"}', lambda r: r[0]["value"][1] == "NaN")
+        (obs,) = source.collect_once()
+        assert [(r.pod, r.running, r.waiting) for r in obs.replicas] == [("vllm-a", None, 2.0), ("vllm-b", 3.0, 0.0)]
+        assert source.status().errors == {"invalid_value": 2}
+    finally:
+        source.stop()
+
+
+def test_real_prometheus_activation_query_scalar_empty_and_bad(
+    prometheus_factory: Factory, exporter: BodyServer
+) -> None:
+    prom = prometheus_factory([Job("keda-llm-exporter", [exporter.address])])
+    prom.wait_for("count(llm_engine_up)", _count(3))
+    client = PrometheusClient(prom.url)
+    assert client.demand("scalar(sum(llm_requests_running))") == 11.0  # 7 + 3 + 1, by hand
+    assert client.demand('sum(llm_requests_waiting{model="no-such-model"})') == 0.0  # empty vector: no demand
+    with pytest.raises(SourceError, match=r"^api_error: query 'sum\(': Prometheus said bad_data: ") as info:
+        client.demand("sum(")
+    assert info.value.reason == "api_error"
+    with pytest.raises(SourceError, match=r"^result_type: query 'llm_requests_running\[1m\]': resultType 'matrix'"):
+        client.demand("llm_requests_running[1m]")
+    with pytest.raises(SourceError, match=r"^invalid_value: query 'scalar\(vector\(0\) / 0\)': scalar holds nan"):
+        client.demand("scalar(vector(0) / 0)")
+
+
+def test_prometheus_down_is_an_error_state_not_zero() -> None:
+    down = refused_address()
+    source = PrometheusSource(PrometheusClient(down, timeout_s=2.0), clock=Clock())
+    try:
+        source.watch("llm", MODEL)
+        assert source.collect_once() == []
+        assert source.latest("llm", MODEL) is None  # no data, not an empty (zero) observation
+        status = source.status()
+        assert not status.ok and status.last_success_at is None
+        assert status.errors == {"connection": len(signal_queries())}
+        assert status.last_error is not None and status.last_error.startswith(f"connection: http://{down}/api/v1/query")
+    finally:
+        source.stop()
+
+
+VECTOR = {"status": "success", "data": {"resultType": "vector", "result": [
+    {"metric": {"namespace": "llm", "model": MODEL, "pod": "vllm-a"}, "value": [NOW, "4"]}]}}
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "ctype", "reason", "message"),
+    [
+        (200, b"<html>502 from the proxy</html>", "text/html", "not_json", "answer is not JSON"),
+        (200, json_body([1, 2]), "application/json", "not_json", "not a Prometheus API envelope"),
+        (400, json_body({"status": "error", "errorType": "bad_data", "error": "parse error at char 5"}),
+         "application/json", "api_error", "Prometheus said bad_data: parse error at char 5"),
+        (200, json_body({"status": "success", "data": {"resultType": "matrix", "result": []}}),
+         "application/json", "result_type", "resultType 'matrix', expected vector or scalar"),
+        (200, json_body({"status": "success", "data": {"resultType": "vector", "result": [{"value": [1, "2"]}]}}),
+         "application/json", "not_json", "vector element without a metric object"),
+        (200, json_body({"status": "success", "data": {"resultType": "vector",
+                                                        "result": [{"metric": {}, "value": [1, "lots"]}]}}),
+         "application/json", "not_json", "value 'lots' is not a number"),
+        (502, b"bad gateway", "text/plain", "http_status", "HTTP 502"),
+    ],
+)
+def test_prometheus_answering_garbage_is_a_clear_counted_error(
+    status: int, body: bytes, ctype: str, reason: str, message: str
+) -> None:
+    fake = BodyServer(body, status, ctype)
+    source = PrometheusSource(PrometheusClient(fake.address), clock=Clock())
+    try:
+        assert source.collect_once() == []
+        got = source.status()
+        assert not got.ok
+        assert got.errors == {reason: len(signal_queries())}
+        assert got.last_error is not None and got.last_error.startswith(f"{reason}: ")
+        assert message in got.last_error
+    finally:
+        source.stop()
+        fake.close()
+
+
+def test_prometheus_garbage_after_good_data_keeps_the_last_view_and_exporters_stay_fresh() -> None:
+    fake_prom = BodyServer(json_body(VECTOR), 200, "application/json")
+    exporter = BodyServer(pod_a())
+    clock = Clock()
+    prom_source = PrometheusSource(PrometheusClient(fake_prom.address), clock=clock)
+    exp_source = ExportersSource(static_targets([exporter.url]), clock=clock)
+    try:
+        (first,) = prom_source.collect_once()
+        assert first.replicas[0].running == 4.0
+        exp_source.collect_once()
+        fake_prom.set(b"not json at all", 200, "text/plain")
+        clock.t = NOW + 10
+        exporter.set(pod_a(ts=NOW + 9, running="8"))
+        assert prom_source.collect_once() == []
+        assert prom_source.latest("llm", MODEL) == first  # the old one, its age visible in `at`
+        (fresh,) = exp_source.collect_once()
+        assert (fresh.at, fresh.replicas[0].running, fresh.replicas[0].timestamp) == (NOW + 10, 8.0, NOW + 9)
+        assert exp_source.status().ok and not prom_source.status().ok
+    finally:
+        prom_source.stop()
+        exp_source.stop()
+        fake_prom.close()
+        exporter.close()
+
+
+def test_observations_from_vectors_reads_exported_labels_and_drops_bad_values() -> None:
+    results = {
+        "running": [VectorSample({"namespace": "monitoring", "exported_namespace": "llm", "model": "m",
+                                  "pod": "exporter-1", "exported_pod": "p1"}, 5.0),
+                    VectorSample({"namespace": "llm", "model": "m", "pod": "p2"}, float("nan"))],
+        "waiting": [VectorSample({"namespace": "llm", "model": "m", "pod": "p2"}, 1.0),
+                    VectorSample({"namespace": "llm", "pod": "no-model"}, 1.0)],
+        "timestamp": [VectorSample({"namespace": "llm", "model": "m", "pod": "p1"}, NOW - 1)],
+    }
+    (obs,), invalid = observations_from_vectors(results, NOW)
+    assert invalid == 1
+    assert [(r.pod, r.running, r.waiting, r.timestamp) for r in obs.replicas] == [
+        ("p1", 5.0, None, NOW - 1), ("p2", None, 1.0, 0.0)]
+
+
+def test_signal_queries_are_one_max_by_pod_per_signal() -> None:
+    q = signal_queries('namespace=~"ml-.*"')
+    assert q["running"] == ('max by (namespace, exported_namespace, model, pod, exported_pod) '
+                            '(llm_requests_running{namespace=~"ml-.*"})')
+    assert q["timestamp"].endswith("(llm_engine_last_success_timestamp_seconds{namespace=~\"ml-.*\"})")
+    assert len(q) == 15  # 11 gauges/counters + the TTFT and ITL histograms' _sum and _count
+
+
+def test_parse_query_response_scalar() -> None:
+    body = json_body({"status": "success", "data": {"resultType": "scalar", "result": [NOW, "2.5"]}})
+    assert parse_query_response(body, "q") == ("scalar", 2.5)
+
+
+def test_empty_observation_for_a_watched_model_after_a_good_cycle() -> None:
+    fake = BodyServer(json_body({"status": "success", "data": {"resultType": "vector", "result": []}}),
+                      200, "application/json")
+    source = PrometheusSource(PrometheusClient(fake.address), clock=Clock())
+    try:
+        source.watch("llm", "asleep")
+        assert source.collect_once() == [Observation(namespace="llm", model="asleep", at=NOW)]
+    finally:
+        source.stop()
+        fake.close()

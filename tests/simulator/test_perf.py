@@ -1,0 +1,126 @@
+"""The roofline model, model/hardware arithmetic and presets, against hand-computed numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from keda_llm.simulator.hardware import A100_SXM_80GB, H100_SXM_80GB, L4
+from keda_llm.simulator.models import LLAMA_3_1_8B, LLAMA_3_1_70B
+from keda_llm.simulator.perf import ConstantPerf, Efficiency, PhysicsPerf, step_time
+from keda_llm.simulator.presets import PRESETS, ConfigError, Preset, get_preset
+
+EFF = Efficiency(bandwidth=0.5, mfu=0.5, step_overhead_s=0.001, allreduce_latency_s=13e-6, frontend_latency_s=0.0)
+
+
+def test_model_sizes_match_published_parameter_counts() -> None:
+    # Meta's model cards: Llama-3.1-8B 8.03B, 70B 70.6B; exact totals of the config shapes:
+    assert LLAMA_3_1_8B.params == 8_030_261_248
+    assert LLAMA_3_1_70B.params == 70_553_706_496
+    # 2 (K,V) x 32 layers x 8 KV heads x 128 dims x 2 bytes
+    assert LLAMA_3_1_8B.kv_bytes_per_token == 131_072
+    assert LLAMA_3_1_70B.kv_bytes_per_token == 2 * 80 * 8 * 128 * 2 == 327_680
+    # bf16 weights 16.06 GB; a decode streams all but the 128256 x 4096 embedding table: 15.01 GB
+    assert LLAMA_3_1_8B.weight_bytes == 16_060_522_496
+    assert LLAMA_3_1_8B.streamed_weight_bytes == 16_060_522_496 - 2 * 128_256 * 4096 == 15_009_849_344
+
+
+def test_decode_step_is_memory_bound_by_hand() -> None:
+    perf = PhysicsPerf(H100_SXM_80GB, LLAMA_3_1_8B, 1, EFF)
+    # one sequence, empty context: 15,009,849,344 B / (3.35e12 B/s x 0.5) = 8.961104 ms, + 1 ms overhead.
+    # Compute would be 2 x 7.505e9 FLOP / (989.5e12 x 0.5) = 0.030 ms: memory wins.
+    assert step_time(perf, 1, 0, 1) == pytest.approx(0.009961104085970149, rel=1e-12)
+    # 1000 tokens of context add 1000 x 131,072 B: (15,009,849,344 + 131,072,000) / 1.675e12 = 9.039356 ms
+    assert step_time(perf, 1, 1000, 1001) == pytest.approx(0.009039356026268658 + 0.001, rel=1e-12)
+
+
+def test_prefill_is_compute_bound_by_hand() -> None:
+    perf = PhysicsPerf(H100_SXM_80GB, LLAMA_3_1_8B, 1, EFF)
+    # 2048-token prompt: 2 x 7,504,924,672 x 2048 + 4 x 32 layers x 32 heads x 128 x (2048 x 2049 / 2) pairs
+    # = 31,840,219,955,200 FLOP / (989.5e12 x 0.5) = 64.356 ms (memory would be 8.96 ms)
+    pairs = 2048 * 2049 / 2
+    assert step_time(perf, 2048, 0, pairs) == pytest.approx(0.06435617979828195 + 0.001, rel=1e-12)
+
+
+def test_mixed_step_sums_the_work() -> None:
+    perf = PhysicsPerf(H100_SXM_80GB, LLAMA_3_1_8B, 1, EFF)
+    mixed = step_time(perf, 2048 + 10, 5000, 2048 * 2049 / 2 + 5010)
+    prefill_only = step_time(perf, 2048, 0, 2048 * 2049 / 2)
+    assert mixed > prefill_only
+
+
+def test_tensor_parallel_divides_work_and_adds_allreduces() -> None:
+    perf = PhysicsPerf(H100_SXM_80GB, LLAMA_3_1_70B, 4, EFF)
+    # comm: 2 all-reduces x 80 layers x (13 us + 8192 x 2 B x 2 x 3/4 / 450e9 B/s) = 2.0887 ms
+    # memory: 70,553,706,496 - 1,050,673,152 (embedding) = 69,503,033,344 params x 2 B / 4 GPUs / 1.675e12
+    mem = 69_503_033_344 * 2 / 4 / 1.675e12
+    assert step_time(perf, 1, 0, 1) == pytest.approx(mem + 0.001 + 0.0020887381333333332, rel=1e-9)
+
+
+def test_fp8_uses_fp8_peak_only_where_the_gpu_has_it() -> None:
+    fp8 = LLAMA_3_1_8B.with_weights(1.0, "-FP8")
+    assert H100_SXM_80GB.peak_flops(fp8.bytes_per_param) == 1979e12
+    assert A100_SXM_80GB.peak_flops(fp8.bytes_per_param) == 312e12
+    assert L4.peak_flops(2.0) == 121e12
+
+
+def test_constant_perf_is_exact() -> None:
+    perf = ConstantPerf(base_s=0.01, per_token_s=0.001, per_kv_token_s=0.0001)
+    assert step_time(perf, 5, 10, 0) == pytest.approx(0.01 + 0.005 + 0.001)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"bandwidth": 0.0}, "bandwidth"),
+        ({"bandwidth": 1.2}, "bandwidth"),
+        ({"mfu": 0.0}, "mfu"),
+        ({"step_overhead_s": -1.0}, "step_overhead_s"),
+    ],
+)
+def test_bad_efficiency_is_refused(kwargs: dict[str, float], fragment: str) -> None:
+    with pytest.raises(ValueError, match=fragment):
+        Efficiency(**kwargs)
+
+
+def test_preset_kv_blocks_by_hand() -> None:
+    # (80e9 x 0.9 - 16,060,522,496 - 2e9) / (131,072 x 16) = 25,720.3 -> 25,720 blocks
+    assert PRESETS["llama-3.1-8b/h100"].kv_blocks == 25_720
+    # per GPU: (72e9 - 141,107,412,992 / 4 - 2e9) / (327,680 / 4 x 16) = 26,491.7 -> 26,491
+    assert PRESETS["llama-3.1-70b/h100-tp4"].kv_blocks == 26_491
+    # L4: (24e9 x 0.9 - 16,060,522,496 - 1.5e9) / 2,097,152 = 1,926.3
+    assert PRESETS["llama-3.1-8b/l4"].kv_blocks == 1_926
+    assert PRESETS["llama-3.1-8b/h100"].replica_config().kv_capacity_tokens == 25_720 * 16
+
+
+def test_weights_that_do_not_fit_are_refused() -> None:
+    with pytest.raises(ConfigError, match=r"weights 141\.11 GB per GPU do not fit"):
+        Preset("70b-on-one", LLAMA_3_1_70B, H100_SXM_80GB, 1, max_num_seqs=256, max_num_batched_tokens=2048)
+
+
+def test_no_room_for_kv_is_refused() -> None:
+    with pytest.raises(ConfigError, match="no memory left for the KV cache"):
+        get_preset("llama-3.1-8b/l4").with_changes(gpu_memory_utilization=0.7)
+
+
+def test_more_kv_than_memory_is_refused() -> None:
+    with pytest.raises(ConfigError, match="needs more KV memory than the GPU has: at most 25720 blocks"):
+        get_preset("llama-3.1-8b/h100").with_changes(kv_blocks_override=30_000)
+
+
+@pytest.mark.parametrize(
+    ("changes", "fragment"),
+    [
+        ({"max_num_seqs": 0}, "max_num_seqs must be >= 1"),
+        ({"max_num_batched_tokens": 100}, "max_num_batched_tokens"),
+        ({"kv_blocks_override": 0}, "kv_blocks_override must be >= 1"),
+        ({"tp": 0}, "tp must be >= 1"),
+    ],
+)
+def test_zero_capacity_is_refused(changes: dict[str, int], fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        get_preset("llama-3.1-8b/a100").with_changes(**changes)
+
+
+def test_unknown_preset_names_the_known_ones() -> None:
+    with pytest.raises(ConfigError, match=r"llama-3\.1-8b/h100"):
+        get_preset("nope")

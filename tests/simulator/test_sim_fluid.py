@@ -1,0 +1,356 @@
+"""The fluid mode agrees with the detailed mode on the shipped one-hour Azure traces: GPU-hours within 5%
+(relative) and SLO attainment within 1 percentage point, for our policy and every baseline.
+
+Two cases on the bursty code trace are compared as ensembles: KEDA's Prometheus scaler on
+num_requests_waiting > 5, and ours (whose scale-down delay doubles after a regretted release). Their
+outcome hangs on a few threshold crossings, so the detailed mode itself moves by more than the
+tolerance (the queue baseline by 40% in GPU-hours) when the arrivals shift by half a second against the
+control loop's phase (a test below shows it); the mean over six such shifts is what both modes must
+agree on. The compiled kernel's arithmetic is checked on hand-computed cases."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from keda_llm.simulator import fluid_kernel as k
+from keda_llm.simulator.controllers import PodPlan, ScheduleController
+from keda_llm.simulator.engine import Controller
+from keda_llm.simulator.fluid import own_prefill
+from keda_llm.simulator.perf import ConstantPerf
+from keda_llm.simulator.policies import build_controller
+from keda_llm.simulator.presets import get_preset
+from keda_llm.simulator.report import Slo, summarize
+from keda_llm.simulator.run import Backtest, simulate
+from keda_llm.simulator.traces import Trace, load_shipped
+
+SLO = Slo(ttft_s=2.0, itl_s=0.1)
+
+
+def _controller(policy: str) -> Controller:
+    if policy == "static":
+        return ScheduleController("static", [PodPlan(0.0, math.inf, 0.0)] * 2)
+    return build_controller(policy, model="m", max_replicas=64, concurrency_target=64, static_replicas=1)
+
+
+def _run(trace: Trace, policy: str, mode: str) -> tuple[float, float, int]:
+    bt = Backtest(get_preset("llama-3.1-8b/h100"), slo=SLO)
+    s = summarize(simulate(trace, bt, _controller(policy), mode), SLO)  # type: ignore[arg-type]
+    return s.gpu_hours, s.slo_attainment, s.requests
+
+
+POLICIES = ("ours", "static", "concurrency", "queue", "gpu")
+
+
+ENSEMBLES = (("azure2023-code", "queue"), ("azure2023-code", "ours"))
+
+
+@pytest.mark.parametrize("trace, policy", [
+    (t, p) for t in ("azure2023-code", "azure2023-conv") for p in POLICIES if (t, p) not in ENSEMBLES
+])
+def test_fluid_agrees_with_detailed(trace: str, policy: str) -> None:
+    tr = load_shipped(trace)
+    d_gpu_h, d_slo, d_n = _run(tr, policy, "detailed")
+    f_gpu_h, f_slo, f_n = _run(tr, policy, "fluid")
+    assert f_n == d_n == len(tr)
+    assert abs(f_gpu_h - d_gpu_h) <= 0.05 * d_gpu_h
+    assert abs(f_slo - d_slo) <= 0.01
+
+
+SHIFTS_S = (0.0, 0.5, 1.0, 1.5, 2.0, 2.5)
+
+
+def _shifted(trace: Trace, by_s: float) -> Trace:
+    return Trace(trace.name, trace.arrival_s + by_s, trace.prompt_tokens, trace.output_tokens)
+
+
+@pytest.mark.parametrize("trace, policy", ENSEMBLES)
+def test_fluid_agrees_with_detailed_over_control_phases(trace: str, policy: str) -> None:
+    tr = load_shipped(trace)
+    detailed = [_run(_shifted(tr, by), policy, "detailed") for by in SHIFTS_S]
+    fluid = [_run(_shifted(tr, by), policy, "fluid") for by in SHIFTS_S]
+    d_gpu_h, d_slo = [g for g, _, _ in detailed], [s for _, s, _ in detailed]
+    # why an ensemble: one detailed run alone is not determined within the tolerance
+    assert max(d_gpu_h) > 1.05 * min(d_gpu_h) or max(d_slo) - min(d_slo) > 0.01
+    d_mean, f_mean = float(np.mean(d_gpu_h)), float(np.mean([g for g, _, _ in fluid]))
+    assert abs(f_mean - d_mean) <= 0.05 * d_mean
+    assert abs(np.mean([s for _, s, _ in fluid]) - np.mean(d_slo)) <= 0.01
+
+
+def test_coefficients_reproduce_step_times() -> None:
+    cases = np.array([[1, 100, 101], [300, 5e5, 5e5 + 300], [8192, 1e4, 3e7]], dtype=np.float64)
+    for perf in (get_preset("llama-3.1-8b/h100").perf(), get_preset("llama-3.1-70b/h100-tp4").perf(),
+                 ConstantPerf(base_s=0.01, per_token_s=1e-5, per_kv_token_s=1e-8)):
+        want = perf.step_times(cases[:, 0], cases[:, 1], cases[:, 2])
+        coef = k.coefficients(perf)
+        got = [k.step_time(coef, *row) for row in cases.tolist()]
+        assert got == pytest.approx(want.tolist(), rel=1e-12)
+
+
+def test_fluid_mode_refuses_a_perf_model_it_cannot_compile() -> None:
+    class Other:
+        request_latency_s = 0.0
+
+        def step_times(self, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+            return np.asarray(a)
+
+    with pytest.raises(ValueError, match="PhysicsPerf or ConstantPerf"):
+        k.coefficients(Other())  # type: ignore[arg-type]
+
+
+class Engines:
+    """The kernel's arrays for `slots` replicas and a trace of (arrival, prompt, output) rows, with a
+    ConstantPerf of 10 ms an iteration: hand-computable."""
+
+    def __init__(self, rows: list[tuple[float, int, int]], slots: int = 1, budget: float = 8192.0,
+                 seqs: float = 256.0, kv_cap: float = 1e6, base_s: float = 0.01, per_token_s: float = 0.0) -> None:
+        self.arr = np.array([r[0] for r in rows], dtype=np.float64)
+        self.p = np.array([r[1] for r in rows], dtype=np.float64)
+        self.o = np.array([r[2] for r in rows], dtype=np.float64)
+        perf = ConstantPerf(base_s=base_s, per_token_s=per_token_s)
+        self.coef = k.coefficients(perf)
+        self.budget, self.seqs, self.kv_cap = budget, seqs, kv_cap
+        self.own = own_prefill(perf, self.p, budget)  # a prompt's prefill alone: the floor of its TTFT
+        self.ints = np.zeros(k.N_INTS, dtype=np.int64)
+        self.run_i = np.zeros((2, 64), dtype=np.int64)
+        self.run_f = np.zeros((3, 64))
+        self.wait_i = np.zeros((2, 64), dtype=np.int64)
+        self.gain = np.zeros(64)
+        self.slots = np.zeros((k.N_SLOT_ROWS, slots))
+        self.sc = np.zeros((k.N_SCRATCH, slots))
+        self.ttft = np.full(len(rows), np.inf, dtype=np.float32)
+        self.tpot = np.full(len(rows), np.nan, dtype=np.float32)
+
+    def route(self, idx: list[int], ready: list[int], rule: int = k.RULE_LEAST) -> None:
+        self.ints[k.OPEN] += len(idx)
+        k.route(np.array(idx, dtype=np.int64), np.array(ready, dtype=np.int64), rule, self.ints, self.wait_i,
+                self.slots, self.p, self.o, self.kv_cap)
+
+    def step(self, t: float, dt: float = 0.25) -> bool:
+        return bool(k.step_slice(t, dt, self.budget, self.seqs, self.kv_cap, 0.0, self.coef, self.ints, self.run_i,
+                                 self.run_f, self.wait_i, self.gain, self.slots, self.sc, self.slots.shape[1], self.p,
+                                 self.o, self.arr, self.own, self.ttft, self.tpot))
+
+    def advance(self, t: float, t_event: float, ready: list[int], held_n: int = 0,
+                dt: float = 0.25) -> tuple[float, int, int, float]:
+        out: tuple[float, int, int, float] = k.advance(
+            t, dt, t_event, 1e9, held_n, np.array(ready, dtype=np.int64), k.RULE_LEAST, self.budget, self.seqs,
+            self.kv_cap, 0.0, self.coef, self.ints, self.run_i, self.run_f, self.wait_i, self.gain, self.slots,
+            self.sc, self.slots.shape[1], self.p, self.o, self.arr, self.own, self.ttft, self.tpot)
+        return out
+
+    def waiting(self) -> list[int]:
+        return self.wait_i[0, :self.ints[k.N_WAIT]].tolist()
+
+    def running(self) -> list[int]:
+        return self.run_i[0, :self.ints[k.N_RUN]].tolist()
+
+
+def test_one_request_gets_its_first_token_and_finishes_inside_the_slice() -> None:
+    # prompt 100 in one 10 ms iteration (first token at 10 ms), then 10 decode iterations of 10 ms: done at 110 ms
+    e = Engines([(0.0, 100, 11)])
+    e.route([0], [0])
+    assert e.slots[k.OUTSTANDING, 0] == 1.0 and e.waiting() == [0]
+    assert e.step(0.0) is False
+    assert e.ttft[0] == pytest.approx(0.01) and e.tpot[0] == pytest.approx(0.01)
+    assert e.ints[k.N_RUN] == 0 and e.ints[k.N_WAIT] == 0 and e.ints[k.OPEN] == 0
+    s = e.slots[:, 0]
+    assert s[k.PROMPT_TOK] == pytest.approx(100.0) and s[k.GEN_TOK] == pytest.approx(11.0)
+    assert s[k.FINISHED] == 1.0 and s[k.OUTSTANDING] == 0.0
+    assert s[k.BUSY] == pytest.approx(0.11)  # idle after its last token, not the whole slice
+    assert s[k.TTFT_SUM] == pytest.approx(0.01) and s[k.TTFT_N] == 1.0
+    assert s[k.ITL_SUM] == pytest.approx(0.10) and s[k.ITL_N] == 10.0
+
+
+def test_chunked_prefill_takes_two_iterations_for_a_prompt_over_the_budget() -> None:
+    # budget 64: the 100-token prompt needs chunks of 64 + 36, first token after 2 iterations (20 ms)
+    e = Engines([(0.0, 100, 50)], budget=64.0)
+    e.route([0], [0])
+    e.step(0.0)
+    assert e.running() == [0]
+    assert e.run_f[0, 0] == 0.0 and e.run_f[2, 0] == pytest.approx(0.02)
+    # decoding from 20 ms to the slice's end: 23 tokens after the first
+    assert e.run_f[1, 0] == pytest.approx(23.0)
+    e.step(0.25)  # 25 more: 48 of the 49 after the first
+    assert e.run_f[1, 0] == pytest.approx(48.0) and e.ttft[0] == np.inf
+    e.step(0.5)
+    assert e.ttft[0] == pytest.approx(0.02) and e.tpot[0] == pytest.approx(0.01)  # last token at 0.51 s
+
+
+def test_admission_stops_at_the_batch_limit_fifo() -> None:
+    e = Engines([(0.0, 10, 1000)] * 3, seqs=2.0)
+    e.route([0, 1, 2], [0])
+    e.step(0.0)
+    assert e.running() == [0, 1] and e.waiting() == [2]
+
+
+def test_admission_stops_where_the_kv_cache_is_full() -> None:
+    e = Engines([(0.0, 100, 50)] * 3, kv_cap=250.0)
+    e.route([0, 1, 2], [0])
+    e.step(0.0)
+    assert e.running() == [0, 1] and e.waiting() == [2]  # 100 + 100 fit in 250, a third does not
+
+
+def test_a_request_bigger_than_the_whole_kv_cache_is_dropped_at_routing() -> None:
+    e = Engines([(0.0, 200, 100), (0.0, 10, 10)], kv_cap=250.0)
+    e.route([0, 1], [0])
+    assert e.ints[k.DROPPED] == 1 and e.ints[k.OPEN] == 1 and e.waiting() == [1]
+
+
+def test_least_outstanding_routing_ties_to_the_oldest_and_round_robin_cycles() -> None:
+    e = Engines([(0.0, 10, 10)] * 4, slots=3)
+    e.slots[k.OUTSTANDING, :] = [2.0, 0.0, 1.0]
+    e.route([0, 1, 2, 3], [0, 1, 2])
+    assert e.wait_i[1, :4].tolist() == [1, 1, 2, 0]
+    assert e.slots[k.OUTSTANDING].tolist() == [3.0, 2.0, 2.0]
+    rr = Engines([(0.0, 10, 10)] * 4, slots=3)
+    rr.route([0, 1, 2, 3], [0, 1, 2], k.RULE_ROUND_ROBIN)
+    assert rr.wait_i[1, :4].tolist() == [0, 1, 2, 0] and rr.ints[k.RR] == 1
+
+
+def test_a_draining_replica_reports_when_its_last_request_finishes() -> None:
+    e = Engines([(0.0, 100, 11)])
+    e.route([0], [0])
+    e.slots[k.DRAINING, 0] = 1.0
+    assert e.step(0.0) is True
+    assert e.slots[k.DRAINED, 0] == 1.0 and e.slots[k.LAST_BUSY, 0] == pytest.approx(0.11)
+
+
+def test_advance_stops_for_events_held_arrivals_room_and_the_end() -> None:
+    e = Engines([(0.1, 100, 11), (2.0, 100, 11)])
+    # no ready replica: the first arrival is held, after its slice
+    t, reason, flags, at = e.advance(0.0, np.inf, [])
+    assert (t, reason, flags, at) == (0.25, k.AFTER_SLICE, k.HELD, 0.0)
+    assert (e.ints[k.HELD_LO], e.ints[k.HELD_HI]) == (0, 1)
+    e.ints[k.OPEN] -= 1  # the gateway dropped it (as the simulation would after max_wait_s)
+    # idle: skips whole slices to the next arrival's, but stops for an event due first
+    t, reason, _, _ = e.advance(0.25, 1.3, [0])
+    assert (t, reason) == (1.25, k.EVENT)
+    t, reason, flags, at = e.advance(1.25, np.inf, [0])
+    assert reason == k.AFTER_SLICE and flags == k.DONE and at == 2.0 and t == 2.25
+    assert e.ttft[1] == pytest.approx(0.01) and e.ttft[0] == np.inf
+    small = Engines([(0.0, 10, 10)] * 100)
+    small.run_i, small.run_f, small.wait_i = np.zeros((2, 8), np.int64), np.zeros((3, 8)), np.zeros((2, 8), np.int64)
+    assert small.advance(0.0, np.inf, [0])[1] == k.GROW and small.ints[k.NEXT] == 0
+
+
+def test_an_iteration_longer_than_the_slice_keeps_its_chunk_and_duration() -> None:
+    # request 0 decodes (5 tokens done) when the 1000-token prompt of request 1 is admitted; one mixed
+    # iteration of 1 + 1000 tokens takes 0.01 + 1e-4 x 1001 = 0.1101 s, longer than the 0.05 s slices
+    e = Engines([(-1.0, 10, 1000), (0.0, 1000, 1000)], per_token_s=1e-4)
+    e.run_i[:, 0] = (0, 0)
+    e.run_f[:, 0] = (0.0, 5.0, -0.9)  # prefilled, 5 tokens after the first, first token at -0.9 s
+    e.ints[k.N_RUN] = 1
+    e.ints[k.OPEN] = 1
+    e.slots[k.OUTSTANDING, 0] = 1.0
+    e.route([1], [0])
+    tau = 0.01 + 1e-4 * 1001
+    e.step(0.0, dt=0.05)
+    assert e.running() == [0, 1]  # admitted for the next iteration although the slice is shorter
+    assert e.run_f[1, 0] == pytest.approx(5.0 + 0.05 / tau)
+    assert e.slots[k.ITER_C, 0] == pytest.approx(1000.0) and e.slots[k.ITER_TAU, 0] == pytest.approx(tau)
+    e.step(0.05, dt=0.05)
+    assert e.run_f[1, 0] == pytest.approx(5.0 + 0.10 / tau)  # the same iteration: not re-planned smaller
+    e.step(0.10, dt=0.05)
+    # the iteration ends at tau: request 1's first token, request 0's sixth; then decode iterations of
+    # 2 tokens (0.01 + 1e-4 x 2 s) to the slice's end
+    assert e.run_f[2, 1] == pytest.approx(tau)
+    assert e.run_f[1, 0] == pytest.approx(6.0 + (0.15 - tau) / 0.0102)
+    assert e.run_f[1, 1] == pytest.approx((0.15 - tau) / 0.0102)
+    assert e.slots[k.ITER_X, 0] == 0.0
+
+
+def test_an_idle_replica_is_busy_from_its_requests_arrival_not_the_slice_start() -> None:
+    # arrives at 0.2 s into an idle replica: first token 0.21 s, second (last) 0.22 s; busy 0.2-0.22 s
+    e = Engines([(0.2, 100, 2)])
+    e.route([0], [0])
+    e.step(0.0)
+    assert e.ttft[0] == pytest.approx(0.01) and e.tpot[0] == pytest.approx(0.01)
+    assert e.slots[k.BUSY, 0] == pytest.approx(0.02)
+
+
+@pytest.mark.parametrize("dt_s", [0.1, 0.05])
+def test_shorter_slices_converge_on_the_detailed_mode(dt_s: float) -> None:
+    # slices shorter than a long prefill iteration once let decoding requests beside it speed up (the
+    # iteration re-planned smaller every slice): +3.8 points of SLO at 0.05 s on this trace
+    tr = load_shipped("azure2023-code")
+    d_gpu_h, d_slo, _ = _run(tr, "static", "detailed")
+    bt = Backtest(get_preset("llama-3.1-8b/h100"), slo=SLO, fluid_dt_s=dt_s)
+    f = summarize(simulate(tr, bt, _controller("static"), "fluid"), SLO)
+    assert abs(f.slo_attainment - d_slo) <= 0.01
+    assert f.gpu_hours == pytest.approx(d_gpu_h, rel=1e-3)
+
+
+def test_the_kernel_compiles_where_numba_has_nowhere_to_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a read-only install under a user without a home: numba refuses cache=True; compile per process instead
+    from numba.core import caching
+
+    monkeypatch.setattr(caching.CacheImpl, "_locator_classes", [])
+
+    def plus_one(x: float) -> float:
+        return x + 1.0
+
+    assert k._jit(plus_one)(1.0) == 2.0
+
+
+def test_a_prompt_over_the_budget_is_timed_chunk_by_chunk() -> None:
+    # budget 1000: the 1500-token prompt runs as 1000 tokens (0.01 + 1e-4 x 1000 = 0.11 s) then the 500 left
+    # (0.06 s): first token at 0.17 s. (With slices shorter than an iteration the second, shorter iteration
+    # is carried at the first one's rate: 0.22 s at 0.05 s slices; docs/simulator-results.md.)
+    for dt in (0.25, 0.5):
+        e = Engines([(0.0, 1500, 2)], budget=1000.0, per_token_s=1e-4)
+        assert e.own[0] == pytest.approx(0.17)
+        e.route([0], [0])
+        t = 0.0
+        while e.ints[k.OPEN] and t < 1.0:
+            e.step(t, dt=dt)
+            t = round(t + dt, 9)
+        assert e.ttft[0] == pytest.approx(0.17), dt
+        assert e.tpot[0] == pytest.approx(0.0101)  # one decode iteration of 1 token after it
+        assert e.slots[k.PROMPT_TOK, 0] == pytest.approx(1500.0)
+
+
+def test_prompts_sharing_iterations_get_first_tokens_at_iteration_ends() -> None:
+    # 800 + 700 tokens, budget 1000: iteration 1 = the 800 and 200 of the 700 (0.11 s); iteration 2 = the
+    # 500 left (0.06 s): first tokens at 0.11 and 0.17 s
+    e = Engines([(0.0, 800, 2), (0.0, 700, 2)], budget=1000.0, per_token_s=1e-4)
+    e.route([0, 1], [0])
+    for t in (0.0, 0.25):
+        e.step(t)
+    assert e.ttft.tolist() == pytest.approx([0.11, 0.17])
+
+
+def test_first_tokens_of_an_iteration_longer_than_the_slice_land_at_its_end() -> None:
+    # 300 + 700 in one 1000-token iteration of 0.11 s, slices of 0.05 s: both first tokens at 0.11 s
+    e = Engines([(0.0, 300, 5), (0.0, 700, 5)], budget=1000.0, per_token_s=1e-4)
+    e.route([0, 1], [0])
+    for t in (0.0, 0.05, 0.10):
+        e.step(t, dt=0.05)
+    assert e.run_f[2, :2].tolist() == pytest.approx([0.11, 0.11])
+
+
+def test_own_prefill_is_the_detailed_engines_chunks() -> None:
+    perf = get_preset("llama-3.1-70b/h100-tp4").perf()
+    p = np.array([4096.0, 8193.0, 17203.0])
+    want = []
+    for prompt in p:  # chunk k: n new tokens reading the k x 8192 cached, n x offset + n(n+1)/2 pairs
+        total, off = 0.0, 0.0
+        while off < prompt:
+            n = min(8192.0, prompt - off)
+            total += float(perf.step_times(np.array([n]), np.array([off]), np.array([n * off + n * (n + 1) / 2]))[0])
+            off += 8192.0
+        want.append(total)
+    assert own_prefill(perf, p, 8192.0).tolist() == pytest.approx(want, rel=1e-12)
+
+
+def test_requests_held_for_a_replica_get_no_first_token_before_it_is_ready() -> None:
+    # arrived at 0.0 and held at the gateway; the replica came up at 0.2 s inside the slice [0, 0.25):
+    # prefill from 0.2 s (0.01 s), first token 0.21 s, busy from 0.2 s
+    e = Engines([(0.0, 100, 2)])
+    e.slots[k.READY_AT, 0] = 0.2
+    e.route([0], [0])
+    e.step(0.0)
+    assert e.ttft[0] == pytest.approx(0.21)
+    assert e.slots[k.BUSY, 0] == pytest.approx(0.02)
