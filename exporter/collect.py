@@ -26,6 +26,7 @@ from typing import Protocol
 
 from keda_llm.common.httpget import FetchError
 from keda_llm.common.httpget import fetch as get
+from keda_llm.common.periodic import Periodic
 from keda_llm.exporter.config import ExporterConfig
 from keda_llm.exporter.discovery import Discovery
 from keda_llm.exporter.errors import REASONS, Reason, ScrapeError
@@ -186,8 +187,7 @@ class Collector:
         self._body = b""
         self._gzipped: bytes | None = None
         self._last_cycle_at: float | None = None
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._loops: list[Periodic] = []
 
     # -- one cycle -------------------------------------------------------------------------------
 
@@ -300,31 +300,15 @@ class Collector:
 
     def start(self) -> None:
         """Run discovery and collection in daemon threads until `stop()`."""
-        loops = [("collect", self._collect_loop)]
+        if self._loops:
+            return
         if self._discovery.kubernetes:
-            loops.insert(0, ("discover", self._discover_loop))
             self._discovery.refresh()  # the first cycle should already see the pods
-        for name, fn in loops:
-            thread = threading.Thread(target=fn, name=name, daemon=True)
-            thread.start()
-            self._threads.append(thread)
-
-    def _collect_loop(self) -> None:
-        next_at = time.monotonic()
-        while not self._stop.is_set():
-            try:
-                self.run_cycle()
-            except Exception:  # keep serving the last values; the next cycle may do better
-                log.exception("collection cycle failed")
-            next_at += self.cfg.interval
-            now = time.monotonic()
-            if next_at < now:  # overran: skip the missed ticks instead of running them back to back
-                next_at = now + self.cfg.interval
-            self._stop.wait(next_at - now)
-
-    def _discover_loop(self) -> None:
-        while not self._stop.wait(self.cfg.kubernetes.refresh_interval):
-            self._discovery.refresh()
+            self._loops.append(Periodic("discover", self.cfg.kubernetes.refresh_interval, self._discovery.refresh,
+                                        first_now=False))
+        self._loops.append(Periodic("collect", self.cfg.interval, self.run_cycle))
+        for loop in self._loops:
+            loop.start()
 
     def refresh_discovery(self) -> None:
         """Re-read the Kubernetes pod list now (the loop does this every refresh_interval)."""
@@ -332,9 +316,8 @@ class Collector:
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the loops; scrapes still in flight end at their own deadline, in daemon threads."""
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout)
+        for loop in self._loops:
+            loop.stop(timeout)
         self._pool.shutdown(wait=False, cancel_futures=True)
         close = getattr(self._gpu_source, "close", None)
         if close is not None:

@@ -26,8 +26,8 @@ from typing import Any
 
 import requests
 
+from keda_llm.common.periodic import Periodic
 from keda_llm.scaler.model import WorkloadState
-from keda_llm.scaler.sources.common import Loop
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 SA_TOKEN = f"{SA_DIR}/token"
@@ -308,7 +308,7 @@ class WorkloadReader:
         self._lock = threading.Lock()
         self._entries: dict[tuple[str, str], _Entry] = {}
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="kube-read")
-        self._loop = Loop("kube-reader", refresh_s, self.refresh_once)
+        self._loop = Periodic("kube-reader", refresh_s, self.refresh_once)
 
     def start(self) -> None:
         self._loop.start()

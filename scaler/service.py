@@ -43,6 +43,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from keda_llm.common.periodic import Periodic
 from keda_llm.scaler.activation import ActivationBus, ScaledObjectKey
 from keda_llm.scaler.config import ConfigCache, ScalerConfig
 from keda_llm.scaler.decide import activate as record_activation
@@ -479,24 +480,12 @@ class DecisionRefresher:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
         self.service = service
         self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        # the first refresh after one interval: at start there is nothing collected to decide on yet.
+        # A step that raises is logged and the next goes on (common/periodic.py); RPCs still decide.
+        self._loop = Periodic("scaler-decisions", interval_s, service.refresh, first_now=False)
 
     def start(self) -> None:
-        if self._thread is None:
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="scaler-decisions", daemon=True)
-            self._thread.start()
+        self._loop.start()
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            self._thread = None
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                self.service.refresh()
-            except Exception:  # a bad entry must not stop the others' refreshes; RPCs still decide
-                log.exception("decision refresh failed")
+        self._loop.stop(timeout_s)

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from keda_llm.common.periodic import Periodic
 from keda_llm.scaler.model import Observation
 from keda_llm.scaler.sources.errors import SourceReason
 
@@ -103,41 +103,6 @@ class Watches:
         return self._queries  # replaced, never mutated: safe to read without the lock
 
 
-class Loop:
-    """Runs `cycle` every `interval_s` on a daemon thread until stopped."""
-
-    def __init__(self, name: str, interval_s: float, cycle: Callable[[], object]) -> None:
-        self._name = name
-        self._interval_s = interval_s
-        self._cycle = cycle
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            self._thread = None
-
-    def _run(self) -> None:
-        next_at = time.monotonic()
-        while not self._stop.is_set():
-            try:
-                self._cycle()
-            except Exception:
-                log.exception("%s: collection cycle failed", self._name)
-            # fixed rate: a slow cycle shortens the pause rather than stretching the period
-            next_at = max(next_at + self._interval_s, time.monotonic())
-            self._stop.wait(next_at - time.monotonic())
-
-
 class BackgroundSource:
     """The MetricSource plumbing both sources share: the loop, the pool, watches, subscribers, the latest
     Observation per model and health. A subclass supplies `collect_once` and the per-target health."""
@@ -148,7 +113,7 @@ class BackgroundSource:
                  clock: Callable[[], float]) -> None:
         self._clock = clock
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=thread_prefix)
-        self._loop = Loop(name, interval_s, self.collect_once)
+        self._loop = Periodic(name, interval_s, self.collect_once)
         self._cycle_lock = threading.Lock()
         self._subscribers = Subscribers()
         self._watches = Watches()
