@@ -4,8 +4,9 @@ The repository keeps a top-level folder per part (`scaler/`, `exporter/`, ...) t
 under one import root through `package-dir` (pyproject.toml). Python imports it through the editable
 install's finder, but tools that read the file system instead of importing (mypy, import-linter's
 grimp) would see `scaler/` as a top-level package, or not see `keda_llm.scaler` at all. This builds
-`build/linktree/keda_llm/...` from the same mapping, one symlink per source file, so those tools see
-exactly the package a wheel installs. Rebuilt on every run: it is cheap and never stale.
+`build/linktree/keda_llm/...` from the same mapping, one symlink per file (data too, so a script can
+run on the tree of another checkout), so those tools see exactly the package a wheel installs.
+Rebuilt on every run: it is cheap and never stale.
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 TREE = ROOT / "build" / "linktree"
-SOURCE_SUFFIXES = (".py", ".pyi")
-MARKERS = ("py.typed",)
 
 
 def package_dirs(root: Path = ROOT) -> dict[str, Path]:
@@ -42,7 +41,7 @@ def build(root: Path = ROOT, tree: Path = TREE) -> Path:
         target = tree / Path(*package.split("."))
         target.mkdir(parents=True, exist_ok=True)
         for path in sorted(source.iterdir()):
-            if path.is_file() and (path.suffix in SOURCE_SUFFIXES or path.name in MARKERS):
+            if path.is_file() and path.suffix != ".pyc":
                 (target / path.name).symlink_to(path)
     return tree
 
