@@ -1,11 +1,11 @@
-"""KEDA's ExternalScaler service over grpc.aio: translates RPCs to ScalerService calls and errors to codes.
+"""KEDA's ExternalScaler service over grpc.aio: a thin adapter of scaler/protocol.py to gRPC.
 
-Status codes carry meaning for KEDA and the HPA:
-- INVALID_ARGUMENT: bad trigger metadata; the message names the key and the value.
-- UNAVAILABLE: no usable data; KEDA and the HPA hold the replica count (KEDA's `fallback` applies only
-  where the ScaledObject configures one).
-- NOT_FOUND: GetMetrics asked for a metric name this ScaledObject does not have.
-- RESOURCE_EXHAUSTED: a StreamIsActive replaced by a newer stream for the same ScaledObject.
+The protocol's rules (the target of 1, the metric-name check, which error is which status code and
+its message) live in scaler/protocol.py; this module puts its answers in protobuf messages and its
+StatusError on the call (`context.abort` with grpc.StatusCode[code]), and counts every call. What only
+gRPC has is here:
+- INTERNAL: an unexpected exception (logged);
+- RESOURCE_EXHAUSTED: a StreamIsActive replaced by a newer stream for the same ScaledObject;
 - UNIMPLEMENTED: StreamMetricSpec (KEDA then polls GetMetricSpec, as every released KEDA does).
 
 All handlers are coroutines on one event loop and answer from memory, so an open StreamIsActive costs
@@ -20,31 +20,20 @@ from typing import Any, NoReturn
 
 import grpc
 
+from keda_llm.scaler import protocol
 from keda_llm.scaler.activation import ScaledObjectKey
 from keda_llm.scaler.externalscaler import externalscaler_pb2 as pb
 from keda_llm.scaler.externalscaler import externalscaler_pb2_grpc as pb_grpc
-from keda_llm.scaler.names import matches
-from keda_llm.scaler.service import NoUsableData, ScalerService
+from keda_llm.scaler.service import ScalerService
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "externalscaler.ExternalScaler"
-#: GetMetricSpec's target; GetMetrics answers the desired replica count, so the HPA's AverageValue
-#: arithmetic (ceil(sum / target)) lands on our count.
-TARGET = 1
+TARGET = protocol.TARGET
 
 
 def _key(ref: pb.ScaledObjectRef) -> ScaledObjectKey:
     return ScaledObjectKey(ref.namespace, ref.name)
-
-
-def _describe_config_error(err: Exception) -> str:
-    key = getattr(err, "key", None)
-    value = getattr(err, "value", None)
-    text = str(err)
-    if key is not None and str(key) not in text:
-        text = f"metadata key {key!r} (value {value!r}): {text}"
-    return f"invalid ScaledObject metadata: {text}"
 
 
 class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
@@ -55,16 +44,13 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
         self._config_error = config_error
 
     async def _fail(self, context: grpc.aio.ServicerContext, method: str, err: Exception) -> NoReturn:
-        """Map an exception to the status KEDA understands and abort the call."""
-        if isinstance(err, self._config_error):
-            code, message = grpc.StatusCode.INVALID_ARGUMENT, _describe_config_error(err)
-        elif isinstance(err, NoUsableData):
-            code, message = grpc.StatusCode.UNAVAILABLE, str(err)
-        else:
+        """Abort the call with the protocol's status for `err` (INTERNAL for anything unexpected)."""
+        status = protocol.status_of(err, self._config_error)
+        if status is None:
             log.exception("%s failed", method, exc_info=err)
-            code, message = grpc.StatusCode.INTERNAL, f"{type(err).__name__}: {err}"
-        self.service.metrics.rpc(method, code.name)
-        await context.abort(code, message)
+            status = protocol.StatusError(grpc.StatusCode.INTERNAL.name, f"{type(err).__name__}: {err}")
+        self.service.metrics.rpc(method, status.code)
+        await context.abort(grpc.StatusCode[status.code], status.message)
         raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
 
     def _ok(self, method: str) -> None:
@@ -72,7 +58,8 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
 
     async def IsActive(self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext) -> pb.IsActiveResponse:
         try:
-            active = self.service.is_active(_key(request), request.scalerMetadata)
+            active = protocol.is_active(self.service, _key(request), request.scalerMetadata,
+                                        config_error=self._config_error)
         except Exception as err:
             await self._fail(context, "IsActive", err)
         self._ok("IsActive")
@@ -81,36 +68,29 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
     async def GetMetricSpec(self, request: pb.ScaledObjectRef,
                             context: grpc.aio.ServicerContext) -> pb.GetMetricSpecResponse:
         try:
-            name = self.service.metric_spec(_key(request), request.scalerMetadata)
+            answer = protocol.get_metric_spec(self.service, _key(request), request.scalerMetadata,
+                                              config_error=self._config_error)
         except Exception as err:
             await self._fail(context, "GetMetricSpec", err)
         self._ok("GetMetricSpec")
-        spec = pb.MetricSpec(metricName=name, targetSize=TARGET, targetSizeFloat=float(TARGET))
+        spec = pb.MetricSpec(metricName=answer.metric_name, targetSize=answer.target,
+                             targetSizeFloat=float(answer.target))
         return pb.GetMetricSpecResponse(metricSpecs=[spec])
 
     async def GetMetrics(self, request: pb.GetMetricsRequest,
                          context: grpc.aio.ServicerContext) -> pb.GetMetricsResponse:
         ref = request.scaledObjectRef
-        key = _key(ref)
         metadata: Mapping[str, str] = ref.scalerMetadata
         try:
-            entry = self.service.entry(key, metadata)
-        except Exception as err:
-            await self._fail(context, "GetMetrics", err)
-        ours = entry.metric_name
-        if not matches(request.metricName, ours):
-            self.service.metrics.rpc("GetMetrics", "NOT_FOUND")
-            await context.abort(grpc.StatusCode.NOT_FOUND,
-                                f"ScaledObject {key} has metric {ours!r}, not {request.metricName!r}")
-        try:
-            answer = self.service.answer_for(entry)
+            answer = protocol.get_metrics(self.service, _key(ref), metadata, request.metricName,
+                                          config_error=self._config_error)
         except Exception as err:
             await self._fail(context, "GetMetrics", err)
         self._ok("GetMetrics")
-        replicas = int(answer.decision.replicas)
-        # Both fields carry the same whole number. KEDA reads a float of exactly 0 as "unset" and falls
-        # back to the int field, so a desired 0 is sent as 0 in both (kedacore/keda external_scaler.go).
-        value = pb.MetricValue(metricName=ours, metricValue=replicas, metricValueFloat=float(replicas))
+        # Both fields carry the same whole number (KEDA reads a float of exactly 0 as "unset", see
+        # protocol.MetricValueAnswer).
+        value = pb.MetricValue(metricName=answer.metric_name, metricValue=answer.replicas,
+                               metricValueFloat=float(answer.replicas))
         return pb.GetMetricsResponse(metricValues=[value])
 
     async def StreamIsActive(self, request: pb.ScaledObjectRef,
@@ -127,18 +107,14 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
         key = _key(request)
         metadata: dict[str, str] = dict(request.scalerMetadata)
         try:
-            self.service.config(key, metadata)
+            protocol.open_stream(self.service, key, metadata, config_error=self._config_error)
         except Exception as err:
             await self._fail(context, "StreamIsActive", err)
         self._ok("StreamIsActive")
         sub = self.service.bus.subscribe(key)
         self.service.metrics.streams.inc()
         try:
-            try:
-                active_now = self.service.is_active(key, metadata)
-            except NoUsableData:
-                active_now = False  # no data yet: wait for an activation rather than fail the stream
-            if active_now:
+            if protocol.stream_first_answer(self.service, key, metadata):  # no data yet: False, and wait
                 yield pb.IsActiveResponse(result=True)
             while True:
                 await sub.wait()

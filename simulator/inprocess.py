@@ -1,9 +1,10 @@
 """The scaler itself, in process, on the simulated clock: what the backtest shows is what production does.
 
 `ServiceScaler` answers KEDA's calls (the ExternalScaler protocol the emulator drives) through the
-scaler's own `ScalerService` -> `decide` -> `ModelHistory`, exactly as the gRPC servicer does
-(scaler/servicer.py): GetMetricSpec names the metric with target 1, GetMetrics answers the decided
-replica count, IsActive the decision's activity; "no usable data" becomes UNAVAILABLE, which the
+scaler's own protocol functions (scaler/protocol.py) -> `ScalerService` -> `decide` -> `ModelHistory`,
+the very functions the gRPC servicer (scaler/servicer.py) calls: GetMetricSpec names the metric with
+target 1, GetMetrics answers the decided replica count, IsActive the decision's activity; a status
+error ("no usable data" is UNAVAILABLE) becomes ScalerUnavailable with the same code, which the
 emulator treats like KEDA does. Only the inputs are simulated: the Observation every collection
 cycle, the Deployment's /scale (spec and ready replicas) and the clock.
 
@@ -17,16 +18,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
+from keda_llm.scaler import protocol
 from keda_llm.scaler.activation import ScaledObjectKey
-from keda_llm.scaler.config import ConfigError, ScalerConfig, parse_metadata
+from keda_llm.scaler.config import ScalerConfig, parse_metadata
 from keda_llm.scaler.decide import decide
 from keda_llm.scaler.model import WorkloadState
-from keda_llm.scaler.names import matches
 from keda_llm.scaler.service import HistoryStore, NoUsableData, ScalerService
 from keda_llm.simulator.control import KedaSettings, MetricSpec, MetricValue, ScaledObjectRef, ScalerUnavailable
 from keda_llm.simulator.engine import ObservedState, Simulation
-
-TARGET = 1.0  # as scaler.servicer.TARGET: GetMetrics answers a replica count
 
 
 class SimClock:
@@ -76,34 +75,29 @@ class ServiceScaler:
         self._check(ref)
         self.calls += 1
         try:
-            name = self.service.metric_spec(self.key, ref.scaler_metadata)
-        except ConfigError as err:
-            raise ScalerUnavailable("INVALID_ARGUMENT", str(err)) from None
-        return [MetricSpec(name, target_size_float=TARGET, target_size=int(TARGET))]
+            answer = protocol.get_metric_spec(self.service, self.key, ref.scaler_metadata)
+        except protocol.StatusError as err:
+            raise ScalerUnavailable(err.code, err.message) from None
+        return [MetricSpec(answer.metric_name, target_size_float=float(answer.target), target_size=answer.target)]
 
     def get_metrics(self, ref: ScaledObjectRef, metric_name: str) -> Sequence[MetricValue]:
         self._check(ref)
         self.calls += 1
         try:
-            ours = self.service.metric_spec(self.key, ref.scaler_metadata)
-            if not matches(metric_name, ours):
-                raise ScalerUnavailable("NOT_FOUND", f"metric {metric_name!r} is not {ours!r}")
-            answer = self.service.answer(self.key, ref.scaler_metadata)
-        except NoUsableData as err:
-            raise ScalerUnavailable("UNAVAILABLE", str(err)) from None
-        except ConfigError as err:
-            raise ScalerUnavailable("INVALID_ARGUMENT", str(err)) from None
-        n = int(answer.decision.replicas)
+            answer = protocol.get_metrics(self.service, self.key, ref.scaler_metadata, metric_name)
+        except protocol.StatusError as err:
+            raise ScalerUnavailable(err.code, err.message) from None
         self._last_active = answer.active
-        return [MetricValue(ours, metric_value_float=float(n), metric_value=n)]
+        n = answer.replicas
+        return [MetricValue(answer.metric_name, metric_value_float=float(n), metric_value=n)]
 
     def is_active(self, ref: ScaledObjectRef) -> bool:
         self._check(ref)
         self.calls += 1
         try:
-            active = self.service.is_active(self.key, ref.scaler_metadata)
-        except NoUsableData as err:
-            raise ScalerUnavailable("UNAVAILABLE", str(err)) from None
+            active = protocol.is_active(self.service, self.key, ref.scaler_metadata)
+        except protocol.StatusError as err:
+            raise ScalerUnavailable(err.code, err.message) from None
         self._last_active = active
         return active
 
