@@ -98,3 +98,11 @@ def _bare_imports(path: Path) -> list[str]:
 def test_nothing_in_the_repository_imports_a_part_by_its_folder_name() -> None:
     bad = [hit for rel in _tracked_files() if rel.endswith(".py") for hit in _bare_imports(ROOT / rel)]
     assert bad == []
+
+
+def test_the_wheel_carries_the_license(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as zf:
+        (metadata,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+        text = zf.read(metadata).decode()
+        assert "License-Expression: Apache-2.0" in text
+        assert any(n.endswith(".dist-info/licenses/LICENSE") for n in zf.namelist())
