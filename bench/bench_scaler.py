@@ -7,9 +7,10 @@ Three processes:
 - an exporter farm: `--exporters` HTTP endpoints serving the exporter's real `llm_*` rendering of the
   vLLM fixture (tests/fixtures/engines/vllm-0.32.0-cpu-load.prom through exporter.engines + render),
   2-4 replicas per model, fresh timestamps on every scrape;
-- the scaler (this process): ExportersSource scraping the farm every 2 s into the HistoryStore, real
-  `decide` run by a DecisionRefresher as `keda-llm scaler` runs it (`--no-refresh`: on the RPC path),
-  the real grpc.aio server; history pre-filled with 1 h per model (synthetic observations);
+- the scaler (this process), assembled by `scaler.assembly` as `keda-llm scaler` assembles it:
+  ExportersSource scraping the farm every 2 s into the HistoryStore, real `decide` run by a
+  DecisionRefresher (`--no-refresh`: on the RPC path), the real grpc.aio server; history pre-filled
+  with 1 h per model (synthetic observations);
 - the load generator (its own process): holds one StreamIsActive per ScaledObject, then measures
   GetMetrics latency (real vs the no-op's GetMetrics, call by call in turn), mixed KEDA RPCs per
   second (GetMetricSpec + GetMetrics + IsActive per poll) real vs the no-op's same three in
@@ -29,7 +30,6 @@ service and made the ratios read above 1.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import multiprocessing as mp
 import os
@@ -44,14 +44,11 @@ from typing import Any
 
 import grpc
 
-from keda_llm.scaler.activation import ActivationBus
-from keda_llm.scaler.config import ConfigError
-from keda_llm.scaler.decide import decide
+from keda_llm.scaler.assembly import Scaler, ScalerSettings, start_in_thread
+from keda_llm.scaler.config import parse_metadata
 from keda_llm.scaler.externalscaler import externalscaler_pb2 as pb
 from keda_llm.scaler.model import Observation, ReplicaSample
-from keda_llm.scaler.server import ScalerServer
 from keda_llm.scaler.service import HistoryStore, ScalerService
-from keda_llm.scaler.sources.exporters import ExportersSource, static_targets
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -268,6 +265,11 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def scaledobject_metadata(model: str) -> dict[str, str]:
+    """A ScaledObject's trigger metadata as the load generator sends it (no exporters: the scaler's own)."""
+    return {"model": model, "scaleToZero": "true", "scalerAddress": "bench:9090"}
+
+
 def fill_history(store: HistoryStore, n_models: int, now: float) -> None:
     """One hour per model: every 10 s for the older 55 min, every 2 s (the collection interval) for 5 min."""
     times = [now - 3600 + 10 * k for k in range(330)] + [now - 300 + 2 * k for k in range(150)]
@@ -295,8 +297,7 @@ def collected_check(store: HistoryStore, service: ScalerService) -> str:
     expected = replicas_of(0) * 0.0440771349862259 * 46592
     if abs(snap.latest.kv_used - expected) > 1e-6 * expected:
         raise SystemExit(f"{model}: collected {snap.latest.kv_used} tokens held, expected {expected}")
-    meta = {"model": model, "scaleToZero": "true", "scalerAddress": "bench:9090"}
-    d = service.last_decision(ScaledObjectKey(NS, "so-0000"), meta)
+    d = service.last_decision(ScaledObjectKey(NS, "so-0000"), scaledobject_metadata(model))
     decided = "no decision" if d is None else (f"last decision {d.replicas} replica(s), reason {d.reason}, "
                                                 f"capacity per replica {d.details.get('capacity_per_replica', 0):g}")
     return (f"Collected at the end for {model} ({snap.fresh} fresh replicas): {snap.latest.kv_used:.1f} KV tokens"
@@ -361,36 +362,31 @@ def main() -> int:
     ready.wait(120)
 
     rss_start = rss_mb()
-    store = HistoryStore()
+    # The scaler as `keda-llm scaler` assembles it (scaler.assembly): a DecisionRefresher every tick, answers
+    # reused for 2 x (interval + refresh); the no-op service on the same gRPC server.
+    noop = noop_handlers()
+    settings = ScalerSettings(grpc_address="127.0.0.1:0", http_address=("127.0.0.1", 0),
+                              exporters=tuple(f"127.0.0.1:{p}" for p in ports), interval_s=INTERVAL_S,
+                              scrape_timeout_s=5.0, refresh_s=None if args.no_refresh else 1.0)
+
+    def register_noop(scaler: Scaler) -> None:
+        # as the generated add_ExternalScalerServicer_to_server does: registered too, so core routes it
+        scaler.server.grpc_server.add_registered_method_handlers(NOOP_SERVICE, noop)
+
+    running = start_in_thread(settings, extra_handlers=[grpc.method_handlers_generic_handler(NOOP_SERVICE, noop)],
+                              prepare=register_noop)
+    server, service = running.scaler.server, running.scaler.service
+    # The one source every ScaledObject of the run reads (none names its own exporters), made now so that
+    # its history can be filled before it starts.
+    source, store = running.scaler.sources.open(parse_metadata(scaledobject_metadata(model_name(0))))
     t0 = time.process_time()
     fill_history(store, args.models, time.time())
     fill_cpu = time.process_time() - t0
     rss_history = rss_mb()
-
-    source = ExportersSource(static_targets([f"127.0.0.1:{p}" for p in ports]), interval_s=INTERVAL_S, timeout_s=5.0)
-    source.subscribe(store.ingest)
     for i in range(args.models):
         source.watch(NS, model_name(i))
-    # As scaler/cli.py builds it: a DecisionRefresher every tick, answers reused for 2 x (interval + refresh).
-    refresh_s = None if args.no_refresh else 1.0
-    service = ScalerService(decide=decide, histories=store.get, history_lock=store.lock, bus=ActivationBus(),
-                            reuse_s=2 * (INTERVAL_S + refresh_s) if refresh_s else 0.0)
-    loop = asyncio.new_event_loop()
-    threading.Thread(target=loop.run_forever, daemon=True).start()
-
-    async def start() -> ScalerServer:
-        noop = noop_handlers()
-        srv = ScalerServer(service, grpc_address="127.0.0.1:0", http_address=("127.0.0.1", 0),
-                           config_error=ConfigError, refresh_s=refresh_s,
-                           extra_handlers=[grpc.method_handlers_generic_handler(NOOP_SERVICE, noop)])
-        # as the generated add_ExternalScalerServicer_to_server does: registered too, so core routes it
-        srv.grpc_server.add_registered_method_handlers(NOOP_SERVICE, noop)
-        await srv.start()
-        return srv
-
-    server = asyncio.run_coroutine_threadsafe(start(), loop).result(30)
     source.collect_once()
-    source.start()
+    running.scaler.sources.for_config(parse_metadata(scaledobject_metadata(model_name(0))))  # starts it
     cfg = {"models": args.models, "seconds": args.seconds, "target": f"127.0.0.1:{server.grpc_port}",
            "http": f"http://127.0.0.1:{server.http_port}", "activations": args.activations,
            "activation_seconds": args.activation_seconds}
@@ -408,8 +404,7 @@ def main() -> int:
     load_end = loadavg()
     status = source.status()
     check = collected_check(store, service)
-    source.stop()
-    asyncio.run_coroutine_threadsafe(server.stop(0.5), loop).result(30)
+    running.stop(0.5)
     farm.terminate()
 
     mode = ("on the RPC path, once per tick (--no-refresh)" if args.no_refresh else

@@ -1,10 +1,5 @@
-"""`keda-llm scaler`: wire sources, history, Kubernetes reader, service and servers, then serve until SIGTERM.
-
-Metric sources are made on demand, one per distinct address a ScaledObject asks for (its
-`metricsSource`, `exportersService`/`exporters`, `prometheusAddress`, falling back to this command's
-flags). Each source feeds its own HistoryStore and a ScaledObject reads the store of its own source:
-two ScaledObjects of one model name in one namespace, pointed at different exporters (two node
-pools, say), each see the replicas their exporters report, never a mix of both.
+"""`keda-llm scaler`: the command's flags -> scaler.assembly (sources, history, Kubernetes reader, service and
+servers), then serve until SIGTERM. How sources are made per ScaledObject: scaler/assembly.py.
 """
 
 from __future__ import annotations
@@ -13,21 +8,15 @@ import argparse
 import asyncio
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from keda_llm.scaler.activation import ActivationBus, PeerForwarder, Peers, ScaledObjectKey
-from keda_llm.scaler.config import ConfigError, ScalerConfig
-from keda_llm.scaler.decide import decide
-from keda_llm.scaler.history import ModelHistory
+from keda_llm.scaler.assembly import Scaler, ScalerSettings, Sources, WorkloadSource, host_port
+from keda_llm.scaler.assembly import build as assemble
 from keda_llm.scaler.server import ScalerServer, TLSFiles
-from keda_llm.scaler.service import HistoryStore, ScalerService
-from keda_llm.scaler.sources.common import MetricSource
-from keda_llm.scaler.sources.exporters import DEFAULT_PORT, ExportersSource, dns_targets, static_targets
-from keda_llm.scaler.sources.prometheus import PrometheusSource
-from keda_llm.scaler.sources.promql import PrometheusClient
+
+__all__ = ["Sources", "add_arguments", "build", "run", "settings_from_args"]
 
 log = logging.getLogger("keda_llm.scaler")
 
@@ -65,140 +54,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _host_port(text: str, default_port: int) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    if not host:
-        return text, default_port
-    return host.strip("[]"), int(port)
+    return host_port(text, default_port)
 
 
-SourceKey = tuple[str, str, str]  # (kind, address, Prometheus for activationQuery)
-
-
-class Sources:
-    """One source per distinct address, each feeding its own HistoryStore; made on first use.
-
-    `background=False` leaves collection to `collect_once()` (tests driving a fake clock); all stores
-    share one lock, which the service holds while it decides.
-    """
-
-    def __init__(self, args: argparse.Namespace, *, clock: Callable[[], float] = time.time,
-                 background: bool = True) -> None:
-        self._args = args
-        self._clock = clock
-        self._background = background
-        self.history_lock = threading.Lock()
-        self._lock = threading.Lock()
-        self._sources: dict[SourceKey, tuple[MetricSource, HistoryStore]] = {}
-
-    def _prometheus(self, address: str) -> PrometheusClient:
-        return PrometheusClient(address)
-
-    def for_config(self, cfg: ScalerConfig) -> MetricSource:
-        """The config's source, made and started on first use. Raises ConfigError when it names none."""
-        key = self.key(cfg)
-        with self._lock:
-            held = self._sources.get(key)
-            if held is None:
-                store = HistoryStore(lock=self.history_lock)
-                source = self._make(key)
-                source.subscribe(store.ingest)
-                if self._background:
-                    source.start()
-                held = self._sources[key] = (source, store)
-        return held[0]
-
-    def history(self, namespace: str, cfg: ScalerConfig) -> ModelHistory | None:
-        """The model's history as the config's own source collected it (None: not collected yet)."""
-        try:
-            key = self.key(cfg)
-        except ConfigError:
-            return None
-        held = self._sources.get(key)
-        return held[1].get(namespace, cfg.model) if held is not None else None
-
-    def collect_once(self) -> None:
-        """One collection cycle of every source, now, on this thread."""
-        with self._lock:
-            sources = [source for source, _ in self._sources.values()]
-        for source in sources:
-            source.collect_once()
-
-    def key(self, cfg: ScalerConfig) -> SourceKey:
-        """Which source serves this config: its own addresses, else the command's flags."""
-        a = self._args
-        prom = cfg.prometheus_address or a.prometheus_address or ""
-        if cfg.metrics_source == "prometheus":
-            if not prom:
-                raise ConfigError("prometheusAddress", None, "required for metricsSource prometheus "
-                                  "(or start the scaler with --prometheus-address)")
-            return ("prometheus", prom, prom)
-        if cfg.activation_query and not prom:
-            raise ConfigError("prometheusAddress", None, "activationQuery is PromQL: it needs a Prometheus "
-                              "(set prometheusAddress, or start the scaler with --prometheus-address)")
-        listed = ",".join(cfg.exporters) or ("" if cfg.exporters_service else a.exporters)
-        service = cfg.exporters_service or a.exporters_service or ""
-        if listed:
-            return ("exporters-static", listed, prom)
-        if service:
-            return ("exporters-dns", service, prom)
-        raise ConfigError("exportersService", None, "no exporters: set exportersService or exporters "
-                          "(or start the scaler with --exporters-service)")
-
-    def _make(self, key: SourceKey) -> MetricSource:
-        kind, where, prom = key
-        if kind == "prometheus":
-            return PrometheusSource(self._prometheus(where), interval_s=max(self._args.interval, 1.0),
-                                    clock=self._clock)
-        if kind == "exporters-static":
-            resolver = static_targets([u.strip() for u in where.split(",") if u.strip()])
-        else:
-            host, port = _host_port(where, DEFAULT_PORT)
-            resolver = dns_targets(host, port)
-        return ExportersSource(resolver, interval_s=self._args.interval,
-                               activation=self._prometheus(prom) if prom else None, clock=self._clock)
-
-    def stop(self) -> None:
-        with self._lock:
-            sources = [source for source, _ in self._sources.values()]
-        for source in sources:
-            source.stop()
-
-
-def build(args: argparse.Namespace, *, clock: Callable[[], float] = time.time, background: bool = True,
-          demand_watch_s: float | None = 1.0, refresh_s: float | None = 1.0) -> tuple[ScalerServer, Sources, Any]:
-    """The whole scaler from its flags. `clock`, `background`, `demand_watch_s` and `refresh_s` are for
-    tests that drive collection and time themselves (see tests/scaler/test_scaler_e2e.py).
-
-    `refresh_s`: decisions are made by a background thread that often, after collection lands, and RPCs
-    read them (scaler/service.py); an answer is served for up to two collection intervals plus two
-    refreshes before an RPC decides on the spot (the refresher is behind or stopped). None: RPCs decide,
-    once per tick. With `background` False no refresher thread runs either: the test calls
-    `server.service.refresh()` after each `sources.collect_once()`, as the thread would."""
-    sources = Sources(args, clock=clock, background=background)
-    reader: Any = None
-    if not args.no_kube:
-        from keda_llm.scaler.kube import KubeClient, KubeConfig, WorkloadReader
-
-        reader = WorkloadReader(KubeClient(KubeConfig.in_cluster()))
-
-    def on_new(key: ScaledObjectKey, cfg: ScalerConfig) -> None:
-        sources.for_config(cfg).watch(key.namespace, cfg.model, cfg.activation_query or None)
-        if reader is not None:
-            reader.track(key.namespace, key.name)
-
-    def on_forget(key: ScaledObjectKey, cfg: ScalerConfig) -> None:
-        if reader is not None:
-            reader.untrack(key.namespace, key.name)
-
-    service = ScalerService(
-        decide=decide, history_for=lambda key, cfg: sources.history(key.namespace, cfg),
-        history_lock=sources.history_lock,
-        workloads=(lambda k: reader.state(k.namespace, k.name)) if reader is not None else None,
-        bus=ActivationBus(clock=clock), clock=clock, on_new=on_new, on_forget=on_forget,
-        reuse_s=2 * (args.interval + refresh_s) if refresh_s else 0.0,
-    )
-    peers = Peers(static=[p for p in args.peers.split(",") if p.strip()], dns_name=args.peers_service,
-                  port=_host_port(args.http_address, 9091)[1], self_addresses=[args.pod_ip] if args.pod_ip else [])
+def settings_from_args(args: argparse.Namespace, *, demand_watch_s: float | None = 1.0,
+                       refresh_s: float | None = 1.0) -> ScalerSettings:
+    """The command's flags as the assembly's settings."""
     tls = None
     if args.tls_cert or args.tls_key:
         if not (args.tls_cert and args.tls_key):
@@ -206,12 +67,34 @@ def build(args: argparse.Namespace, *, clock: Callable[[], float] = time.time, b
         tls = TLSFiles(args.tls_cert, args.tls_key, args.tls_client_ca)
     elif args.tls_client_ca:
         raise SystemExit("--tls-client-ca needs --tls-cert and --tls-key")
-    server = ScalerServer(service, grpc_address=args.grpc_address,
-                          http_address=_host_port(args.http_address, 9091), tls=tls,
-                          forwarder=PeerForwarder(peers), activation_token=args.activation_token,
-                          config_error=ConfigError, demand_watch_s=demand_watch_s,
-                          refresh_s=refresh_s if background else None)
-    return server, sources, reader
+    return ScalerSettings(
+        grpc_address=args.grpc_address, http_address=host_port(args.http_address, 9091),
+        exporters=tuple(e.strip() for e in args.exporters.split(",") if e.strip()),
+        exporters_service=args.exporters_service or None, prometheus_address=args.prometheus_address or None,
+        interval_s=args.interval, tls=tls, peers=tuple(p for p in args.peers.split(",") if p.strip()),
+        peers_service=args.peers_service or None, pod_ip=args.pod_ip, activation_token=args.activation_token,
+        refresh_s=refresh_s, demand_watch_s=demand_watch_s)
+
+
+def build(args: argparse.Namespace, *, clock: Callable[[], float] = time.time, background: bool = True,
+          demand_watch_s: float | None = 1.0, refresh_s: float | None = 1.0) -> tuple[ScalerServer, Sources, Any]:
+    """The whole scaler from its flags (scaler.assembly.build): (server, sources, Kubernetes reader or None).
+    `clock`, `background`, `demand_watch_s` and `refresh_s` are for tests that drive collection and time
+    themselves (see tests/scaler/test_scaler_e2e.py): with `background` False no thread collects or
+    decides; the test calls `sources.collect_once()` then `server.service.refresh()`, as the threads would."""
+    scaler = _assemble(args, clock=clock, background=background, demand_watch_s=demand_watch_s, refresh_s=refresh_s)
+    return scaler.server, scaler.sources, scaler.reader
+
+
+def _assemble(args: argparse.Namespace, *, clock: Callable[[], float] = time.time, background: bool = True,
+              demand_watch_s: float | None = 1.0, refresh_s: float | None = 1.0) -> Scaler:
+    settings = settings_from_args(args, demand_watch_s=demand_watch_s, refresh_s=refresh_s)
+    reader: WorkloadSource | None = None
+    if not args.no_kube:
+        from keda_llm.scaler.kube import KubeClient, KubeConfig, WorkloadReader
+
+        reader = WorkloadReader(KubeClient(KubeConfig.in_cluster()))
+    return assemble(settings, reader=reader, clock=clock, background=background)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -219,15 +102,7 @@ def run(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     async def main() -> None:
-        server, sources, reader = build(args)
-        if reader is not None:
-            reader.start()
-        try:
-            await server.serve(grace=args.grace)
-        finally:
-            sources.stop()
-            if reader is not None:
-                reader.stop()
+        await _assemble(args).serve(grace=args.grace)
 
     asyncio.run(main())
     return 0
