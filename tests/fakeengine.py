@@ -7,12 +7,15 @@ gone (connection refused). Switching in place keeps the URL, so one target can g
 
 from __future__ import annotations
 
-import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from typing import Literal
 
+from httpstub import HttpStub, Request, Response, free_port
+
 Mode = Literal["serve", "hang", "trickle", "status", "huge"]
+
+EXPOSITION = "text/plain; version=0.0.4; charset=utf-8"
+HUGE_LINE = b'vllm:num_requests_running{engine="0",model_name="m"} 1.0\n'
 
 
 class FakeEngine:
@@ -23,90 +26,54 @@ class FakeEngine:
         self.status = 500
         self.huge_bytes = 50 * 1024 * 1024
         self.huge_declares_length = False
-        self.hits = 0
-        self._release = threading.Event()
-        fake = self
+        self._stub = HttpStub(self._answer)
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+    def _answer(self, req: Request) -> Response | None:
+        if req.path != self.path:
+            return Response(404, b"not found\n", EXPOSITION)
+        mode = self.mode
+        if mode == "status":
+            return Response(self.status, b"engine error\n", EXPOSITION)
+        if mode == "hang":  # accepted and read the request; never answers
+            self._stub.closing.wait()
+            return None
+        if mode == "trickle":  # a complete header, then one byte at a time
+            return Response(200, self._trickle(self.body), EXPOSITION, length=len(self.body))
+        if mode == "huge":  # without a length the body ends when the connection closes
+            return Response(200, self._huge(self.huge_bytes), "text/plain; version=0.0.4",
+                            length=self.huge_bytes if self.huge_declares_length else None)
+        return Response(200, self.body, EXPOSITION)
 
-            def do_GET(self) -> None:
-                fake.hits += 1
-                if self.path.split("?")[0] != fake.path:
-                    return self._plain(404, b"not found\n")
-                mode = fake.mode
-                try:
-                    if mode == "serve":
-                        self._plain(200, fake.body)
-                    elif mode == "status":
-                        self._plain(fake.status, b"engine error\n")
-                    elif mode == "hang":  # accepted and read the request; never answers
-                        fake._release.wait()
-                    elif mode == "trickle":  # a complete header, then one byte at a time
-                        self._head(200, len(fake.body))
-                        for i in range(len(fake.body)):
-                            if fake._release.wait(0.05):
-                                return
-                            self.wfile.write(fake.body[i:i + 1])
-                            self.wfile.flush()
-                    elif mode == "huge":
-                        self._huge()
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the exporter hung up on us, as it should
+    def _trickle(self, body: bytes) -> Iterator[bytes]:
+        for i in range(len(body)):
+            if self._stub.closing.wait(0.05):
+                return
+            yield body[i:i + 1]
 
-            def _huge(self) -> None:
-                line = b'vllm:num_requests_running{engine="0",model_name="m"} 1.0\n'
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                if fake.huge_declares_length:
-                    self.send_header("Content-Length", str(fake.huge_bytes))
-                else:
-                    self.send_header("Connection", "close")  # no length: the body ends when we close
-                self.end_headers()
-                block = line * (1024 * 1024 // len(line))
-                sent = 0
-                while sent < fake.huge_bytes and not fake._release.is_set():
-                    chunk = block[: fake.huge_bytes - sent]
-                    self.wfile.write(chunk)
-                    sent += len(chunk)
-                self.close_connection = True
+    def _huge(self, total: int) -> Iterator[bytes]:
+        block = HUGE_LINE * (1024 * 1024 // len(HUGE_LINE))
+        sent = 0
+        while sent < total and not self._stub.closing.is_set():
+            chunk = block[: total - sent]
+            yield chunk
+            sent += len(chunk)
 
-            def _head(self, code: int, length: int) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                self.send_header("Content-Length", str(length))
-                self.end_headers()
-
-            def _plain(self, code: int, body: bytes) -> None:
-                self._head(code, len(body))
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
-        self._thread.start()
+    @property
+    def hits(self) -> int:
+        return len(self._stub.requests)
 
     @property
     def port(self) -> int:
-        return int(self._server.server_address[1])
+        return self._stub.port
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}{self.path}"
+        return f"{self._stub.url}{self.path}"
 
     def stop(self) -> None:
-        self._release.set()
-        self._server.shutdown()
-        self._server.server_close()
+        self._stub.close()
 
 
 def refused_url() -> str:
     """A loopback URL nothing listens on (bound, then closed: the port is free right now)."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return f"http://127.0.0.1:{port}/metrics"
+    return f"http://127.0.0.1:{free_port()}/metrics"

@@ -1,30 +1,80 @@
-"""A fake Kubernetes API server on loopback: real HTTP, the real v1 PodList JSON.
+"""A fake Kubernetes API server on loopback: real HTTP, the JSON the real API serves.
 
-Serves `GET /api/v1/pods` (and `/api/v1/namespaces/<ns>/pods`) with `fieldSelector=spec.nodeName=X`
-filtering as the API server does, answers 401 with a v1 Status when the Bearer token is wrong,
-and records every request's path, query and headers so tests can assert what the client sent.
-`pod(...)` builds a Pod object in the shape the API returns (metadata, spec.containers[].ports,
-status.phase/podIP/containerStatuses[].state.running.startedAt).
+One server for both readers of the API in this project:
+- the exporter's discovery: `GET /api/v1/pods` (and `/api/v1/namespaces/<ns>/pods`) answers the
+  v1 PodList of `pods`, filtered by `fieldSelector=spec.nodeName=X` as the API server does (any
+  other field selector is a 400). `pod(...)` builds a Pod in the shape the API returns (metadata,
+  spec.containers[].ports, status.phase/podIP/containerStatuses[].state.running.startedAt).
+- the scaler's read-only view (scaler/kube.py): `objects` maps API paths to JSON, filled by
+  `put_scaled_object` (a keda.sh/v1alpha1 ScaledObject with spec and status) and `put_workload`
+  (a Deployment, StatefulSet, ReplicaSet, Rollout or LeaderWorkerSet); `<object>/scale` answers
+  the autoscaling/v1 Scale derived from the object the way the API server derives it
+  (spec.replicas, status.replicas, status.selector). Shapes after kubernetes/api and kedacore/keda.
 
-Reusable: start it with `with FakeKube(token="t") as kube:`, put pods in `kube.pods`, point the
-client at `kube.url`.
+Errors are meta/v1 `Status` objects: 401 when the Bearer token is not `token`, 404 for what is not
+there, `fail[path] = code` for one path, `fail_with = code` for every request (before the token
+check). Every request is recorded in `requests`: each compares equal to its (path, Authorization)
+pair and carries `.path`, `.query`, `.headers` and `.method`. Optional TLS with a certificate the
+test makes.
+
+    with FakeKube(token="t") as kube:       # serving from construction; close() or the block ends it
+        kube.pods = [pod("vllm-1")]
+        ... point the client at kube.url ...
 """
 
 from __future__ import annotations
 
-import json
+import copy
 import threading
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+
+from httpstub import HttpStub, Response, json_response
+from httpstub import Request as HttpRequest
+
+JSON = dict[str, Any]
+
+#: resource (plural) -> (apiVersion, kind) of the scale-target kinds put_workload makes.
+KIND_OF_RESOURCE = {
+    "deployments": ("apps/v1", "Deployment"),
+    "statefulsets": ("apps/v1", "StatefulSet"),
+    "replicasets": ("apps/v1", "ReplicaSet"),
+    "rollouts": ("argoproj.io/v1alpha1", "Rollout"),
+    "leaderworkersets": ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"),
+}
 
 
-@dataclass(frozen=True)
-class Request:
-    path: str
+class Request(tuple[str, "str | None"]):
+    """One request the API server saw: equal to the pair (path, Authorization header or None),
+    with the query, the headers as sent and the method alongside."""
+
+    method: str
     query: dict[str, list[str]]
     headers: dict[str, str]
+
+    def __new__(cls, seen: HttpRequest) -> Request:
+        self = super().__new__(cls, (seen.path, seen.header("Authorization")))
+        self.method, self.query, self.headers = seen.method, seen.query, seen.headers
+        return self
+
+    @property
+    def path(self) -> str:
+        return self[0]
+
+    @property
+    def authorization(self) -> str | None:
+        return self[1]
+
+
+def status_json(code: int, reason: str, message: str) -> JSON:
+    """A meta/v1 Status, as the API server answers errors."""
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
+            "reason": reason, "code": code}
+
+
+def api_path(api_version: str, namespace: str, resource: str, name: str) -> str:
+    prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    return f"{prefix}/namespaces/{namespace}/{resource}/{name}"
 
 
 def pod(
@@ -91,72 +141,144 @@ def pod(
     }
 
 
-def _status(code: int, reason: str, message: str) -> dict[str, Any]:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
-            "reason": reason, "code": code}
+def scaled_object(namespace: str, name: str, spec: JSON, status: JSON | None = None) -> JSON:
+    return {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{namespace}-{name}", "generation": 1,
+                     "resourceVersion": "4711", "creationTimestamp": "2026-01-01T00:00:00Z",
+                     "labels": {"scaledobject.keda.sh/name": name}},
+        "spec": spec,
+        "status": status if status is not None else {
+            "conditions": [{"type": "Ready", "status": "True", "reason": "ScaledObjectReady"}],
+            "externalMetricNames": ["s0-llm-meta-llama-3-1-8b-instruct"],
+            "originalReplicaCount": 1,
+        },
+    }
+
+
+def workload(
+    resource: str, namespace: str, name: str, *, replicas: int, status_replicas: int, ready: int | None
+) -> JSON:
+    """A scale target of `resource` (see KIND_OF_RESOURCE), Deployment-shaped whatever its kind;
+    `ready=None` leaves readyReplicas out (the API omits zero values)."""
+    api_version, kind = KIND_OF_RESOURCE[resource]
+    status: JSON = {"observedGeneration": 3, "replicas": status_replicas, "updatedReplicas": status_replicas}
+    if ready is not None:
+        status["readyReplicas"] = ready
+        status["availableReplicas"] = ready
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}", "resourceVersion": "99",
+                     "generation": 3, "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}},
+                              "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.32.0"}]}}},
+        "status": status,
+    }
+
+
+def scale_of(obj: JSON) -> JSON:
+    """The autoscaling/v1 Scale the API server derives from a workload (its /scale subresource)."""
+    meta = obj["metadata"]
+    selector = ",".join(f"{k}={v}" for k, v in sorted(obj["spec"]["selector"]["matchLabels"].items()))
+    return {
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")},
+        "spec": {"replicas": obj["spec"].get("replicas", 0)},
+        "status": {"replicas": obj["status"].get("replicas", 0), "selector": selector},
+    }
 
 
 class FakeKube:
-    """The API server: `pods` is the cluster's pod list; `requests` what clients sent."""
+    """The API server: `pods` is the cluster's pod list, `objects` (API path -> JSON) everything else."""
 
-    def __init__(self, token: str = "test-token") -> None:
+    def __init__(self, token: str = "test-token", tls: tuple[Path, Path] | None = None) -> None:
         self.token = token
-        self.pods: list[dict[str, Any]] = []
-        self.requests: list[Request] = []
+        self.pods: list[JSON] = []
+        self.objects: dict[str, JSON] = {}
+        self.fail: dict[str, int] = {}  # answer this path with this HTTP status
         self.fail_with: int | None = None  # answer every request with this HTTP status
         self._lock = threading.Lock()
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                parts = urlsplit(self.path)
-                query = parse_qs(parts.query)
-                with fake._lock:
-                    fake.requests.append(Request(parts.path, query, dict(self.headers.items())))
-                    pods = list(fake.pods)
-                if fake.fail_with is not None:
-                    return self._json(fake.fail_with, _status(fake.fail_with, "InternalError", "injected failure"))
-                if self.headers.get("Authorization") != f"Bearer {fake.token}":
-                    return self._json(401, _status(401, "Unauthorized", "Unauthorized"))
-                segments = parts.path.strip("/").split("/")
-                if segments[:2] != ["api", "v1"] or segments[-1] != "pods":
-                    return self._json(404, _status(404, "NotFound", "the server could not find the requested resource"))
-                if len(segments) == 5 and segments[2] == "namespaces":
-                    pods = [p for p in pods if p["metadata"]["namespace"] == segments[3]]
-                for selector in query.get("fieldSelector", []):
-                    for term in selector.split(","):
-                        field, _, value = term.partition("=")
-                        if field == "spec.nodeName":
-                            pods = [p for p in pods if p["spec"].get("nodeName") == value]
-                        else:
-                            return self._json(400, _status(400, "BadRequest",
-                                                           f'field label not supported: {field}'))
-                self._json(200, {"kind": "PodList", "apiVersion": "v1",
-                                 "metadata": {"resourceVersion": "12345"}, "items": pods})
-
-            def _json(self, code: int, obj: dict[str, Any]) -> None:
-                body = json.dumps(obj).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
+        self._stub = HttpStub(self._answer, tls=tls)
+        self.host, self.port, self.url = self._stub.host, self._stub.port, self._stub.url
 
     @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+    def requests(self) -> list[Request]:
+        return [Request(r) for r in self._stub.requests]
+
+    def paths(self) -> list[str]:
+        return [r.path for r in self._stub.requests]
+
+    def put_scaled_object(self, namespace: str, name: str, spec: JSON, status: JSON | None = None) -> None:
+        with self._lock:
+            self.objects[api_path("keda.sh/v1alpha1", namespace, "scaledobjects", name)] = scaled_object(
+                namespace, name, spec, status)
+
+    def put_workload(self, resource: str, namespace: str, name: str, *, replicas: int, status_replicas: int,
+                     ready: int | None) -> None:
+        with self._lock:
+            self.objects[api_path(KIND_OF_RESOURCE[resource][0], namespace, resource, name)] = workload(
+                resource, namespace, name, replicas=replicas, status_replicas=status_replicas, ready=ready)
+
+    def close(self) -> None:
+        self._stub.close()
 
     def __enter__(self) -> FakeKube:
-        self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self.close()
+
+    def _answer(self, req: HttpRequest) -> Response:
+        code, doc = self._serve(req)
+        return json_response(code, doc)
+
+    def _serve(self, req: HttpRequest) -> tuple[int, JSON]:
+        if self.fail_with is not None:
+            return self.fail_with, status_json(self.fail_with, "InternalError", "injected failure")
+        if req.header("Authorization") != f"Bearer {self.token}":
+            return 401, status_json(401, "Unauthorized", "Unauthorized")
+        if req.method != "GET":
+            return 405, status_json(405, "MethodNotAllowed", "the server does not allow this method")
+        path = req.path
+        with self._lock:
+            code = self.fail.get(path)
+            pods = list(self.pods)
+            found = copy.deepcopy(self.objects.get(path))
+            target = copy.deepcopy(self.objects.get(path.removesuffix("/scale"))) if path.endswith("/scale") else None
+        if code is not None:
+            return code, status_json(code, "InternalError", f"etcdserver: request timed out ({path})")
+        segments = path.strip("/").split("/")
+        if segments[:2] == ["api", "v1"] and segments[-1] == "pods" and len(segments) in (3, 5):
+            return self._pod_list(segments, req.query, pods)
+        if found is not None:
+            return 200, found
+        if target is not None:
+            return 200, scale_of(target)
+        return 404, _not_found(segments)
+
+    @staticmethod
+    def _pod_list(segments: list[str], query: dict[str, list[str]], pods: list[JSON]) -> tuple[int, JSON]:
+        if len(segments) == 5:
+            if segments[2] != "namespaces":
+                return 404, _not_found(segments)
+            pods = [p for p in pods if p["metadata"]["namespace"] == segments[3]]
+        for selector in query.get("fieldSelector", []):
+            for term in selector.split(","):
+                field, _, value = term.partition("=")
+                if field != "spec.nodeName":
+                    return 400, status_json(400, "BadRequest", f"field label not supported: {field}")
+                pods = [p for p in pods if p["spec"].get("nodeName") == value]
+        return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "12345"}, "items": pods}
+
+
+def _not_found(segments: list[str]) -> JSON:
+    """A named object (.../namespaces/<ns>/<resource>/<name>[/<subresource>]) is `<resource> "<name>" not
+    found`, as the API server says it; any other path is an unknown resource."""
+    rest = segments[2:] if segments[:1] == ["api"] else segments[3:]
+    if len(rest) in (4, 5) and rest[0] == "namespaces":
+        return status_json(404, "NotFound", f'{rest[2]} "{rest[3]}" not found')
+    return status_json(404, "NotFound", "the server could not find the requested resource")

@@ -18,74 +18,52 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
-import threading
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from httpstub import HttpStub, Response, free_port
 
 START_TIMEOUT_S = 60.0
 
 
 class BodyServer:
-    """An HTTP server on 127.0.0.1:<free port> answering every GET with the current (status, body).
+    """An HTTP/1.0 server on 127.0.0.1:<free port> answering every GET with the current (status, body).
 
-    `set(...)` changes the answer between requests; `requests` counts GETs served.
+    `set(...)` changes the answer between requests; `requests` counts GETs served, `paths` their targets.
     """
 
     def __init__(self, body: str | bytes = "", status: int = 200, content_type: str = "text/plain; version=0.0.4"):
-        self._answer = (status, body.encode() if isinstance(body, str) else body, content_type)
-        self.requests = 0
-        self.paths: list[str] = []
-        outer = self
+        self.set(body, status, content_type)
+        self._stub = HttpStub(lambda _: self._answer, protocol="HTTP/1.0")
+        self.port = self._stub.port
+        self.address = self._stub.address
+        self.url = f"{self._stub.url}/metrics"
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                status, payload, ctype = outer._answer
-                outer.requests += 1
-                outer.paths.append(self.path)
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+    @property
+    def requests(self) -> int:
+        return len(self._stub.requests)
 
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.port = int(self._server.server_address[1])
-        self.address = f"127.0.0.1:{self.port}"
-        self.url = f"http://{self.address}/metrics"
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
-        self._thread.start()
+    @property
+    def paths(self) -> list[str]:
+        return [r.target for r in self._stub.requests]
 
     def set(self, body: str | bytes, status: int = 200, content_type: str = "text/plain; version=0.0.4") -> None:
-        self._answer = (status, body.encode() if isinstance(body, str) else body, content_type)
+        self._answer = Response(status, body.encode() if isinstance(body, str) else body, content_type)
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._stub.close()
 
 
 def json_body(doc: Any) -> bytes:
     return json.dumps(doc).encode()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def refused_address() -> str:

@@ -16,15 +16,13 @@ import json
 import re
 import shutil
 import subprocess
-import threading
 from collections.abc import Iterator, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path, PurePosixPath
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import yaml
+from fakekube import KIND_OF_RESOURCE, FakeKube
 
 from keda_llm.exporter import cli as exporter_cli
 from keda_llm.exporter.config import parse_config
@@ -479,83 +477,34 @@ def rbac_request(path: str, query: Mapping[str, list[str]]) -> tuple[str, str, s
     return ("watch" if query.get("watch") == ["true"] else "list"), group, resource
 
 
-#: API versions of the scale-target kinds scaler/kube.py knows (the upstream projects' served versions).
-KIND_API_VERSION = {"Deployment": "apps/v1", "StatefulSet": "apps/v1", "ReplicaSet": "apps/v1",
-                    "Rollout": "argoproj.io/v1alpha1", "LeaderWorkerSet": "leaderworkerset.x-k8s.io/v1"}
-
-
-class RecordingAPI(ThreadingHTTPServer):
-    """A loopback API server that records every request and answers each path with minimal real JSON:
-    a ScaledObject whose scaleTargetRef is `targets[name]`, an autoscaling/v1 Scale, a workload
-    status, or an empty PodList."""
-
-    daemon_threads = True
-
-    def __init__(self, targets: Mapping[str, tuple[str, str]]) -> None:
-        super().__init__(("127.0.0.1", 0), _RecordingHandler)
-        self.targets = targets
-        self.requests: list[tuple[str, str, dict[str, list[str]]]] = []
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class _RecordingHandler(BaseHTTPRequestHandler):
-    server: RecordingAPI
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        parts = urlsplit(self.path)
-        self.server.requests.append(("GET", parts.path, parse_qs(parts.query)))
-        seg = parts.path.strip("/").split("/")
-        body: JSON
-        if parts.path == "/api/v1/pods":
-            body = {"kind": "PodList", "apiVersion": "v1", "items": []}
-        elif "scaledobjects" in seg:
-            api_version, kind = self.server.targets[seg[-1]]
-            body = {"kind": "ScaledObject", "metadata": {"namespace": seg[-3], "name": seg[-1]},
-                    "spec": {"scaleTargetRef": {"apiVersion": api_version, "kind": kind, "name": "target"}}}
-        elif seg[-1] == "scale":
-            body = {"kind": "Scale", "apiVersion": "autoscaling/v1", "spec": {"replicas": 2},
-                    "status": {"replicas": 2, "selector": "app=target"}}
-        else:
-            body = {"status": {"replicas": 2, "readyReplicas": 1}}
-        data = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-
 @pytest.fixture
-def recording_api() -> Iterator[RecordingAPI]:
-    targets = {f"so-{kind.lower()}": (KIND_API_VERSION[kind], kind) for kind in RESOURCE_OF_KIND}
-    server = RecordingAPI(targets)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+def recording_api() -> Iterator[FakeKube]:
+    """The fake API server (tests/fakekube.py) holding, per scale-target kind scaler/kube.py knows, a
+    ScaledObject `so-<kind>` in `llm` whose target `target` has 2 replicas, 1 ready; and no pods."""
+    with FakeKube(token="t") as kube:
+        for kind, resource in RESOURCE_OF_KIND.items():
+            api_version = KIND_OF_RESOURCE[resource][0]
+            kube.put_scaled_object("llm", f"so-{kind.lower()}", {
+                "scaleTargetRef": {"apiVersion": api_version, "kind": kind, "name": "target"}})
+            kube.put_workload(resource, "llm", "target", replicas=2, status_replicas=2, ready=1)
+        yield kube
 
 
-def test_scaler_rbac_grants_exactly_what_the_scaler_reads(base: list[JSON], recording_api: RecordingAPI,
+def test_scaler_rbac_grants_exactly_what_the_scaler_reads(base: list[JSON], recording_api: FakeKube,
                                                           tmp_path: Path) -> None:
-    assert set(RESOURCE_OF_KIND) == set(KIND_API_VERSION), "a new scale-target kind: add its API version here"
+    assert set(RESOURCE_OF_KIND.values()) == set(KIND_OF_RESOURCE), \
+        "a new scale-target kind: add its API version to KIND_OF_RESOURCE in tests/fakekube.py"
     token = tmp_path / "token"
     token.write_text("t")
     reader = WorkloadReader(KubeClient(KubeConfig(base_url=recording_api.url, token_path=str(token), ca_path=None)))
     try:
-        for name in recording_api.targets:
-            reading = reader.read("llm", name)
+        for kind in RESOURCE_OF_KIND:
+            reading = reader.read("llm", f"so-{kind.lower()}")
             assert reading.error is None and reading.state is not None, reading.error
             assert (reading.state.current_replicas, reading.state.ready_replicas) == (2, 1)
     finally:
         reader.stop()
-    needed = {rbac_request(p, q) for _, p, q in recording_api.requests}
+    needed = {rbac_request(r.path, r.query) for r in recording_api.requests}
     assert {r for r in needed if r[1] == "apps"} == {
         ("get", "apps", "deployments"), ("get", "apps", "deployments/scale"),
         ("get", "apps", "statefulsets"), ("get", "apps", "statefulsets/scale"),
@@ -564,13 +513,14 @@ def test_scaler_rbac_grants_exactly_what_the_scaler_reads(base: list[JSON], reco
     assert granted(base, "keda-llm-scaler") == needed
 
 
-def test_exporter_rbac_grants_exactly_what_discovery_reads(base: list[JSON], recording_api: RecordingAPI,
+def test_exporter_rbac_grants_exactly_what_discovery_reads(base: list[JSON], recording_api: FakeKube,
                                                            tmp_path: Path) -> None:
     token = tmp_path / "token"
     token.write_text("t")
     client = ExporterKubeClient(recording_api.url, str(token), str(tmp_path / "no-ca"), timeout=2.0)
-    assert client.list_pods("gpu-node-7") == {"kind": "PodList", "apiVersion": "v1", "items": []}
-    needed = {rbac_request(p, q) for _, p, q in recording_api.requests}
+    listed = client.list_pods("gpu-node-7")
+    assert (listed["kind"], listed["items"]) == ("PodList", [])
+    needed = {rbac_request(r.path, r.query) for r in recording_api.requests}
     assert needed == {("list", "", "pods")}
     assert granted(base, "keda-llm-exporter") == needed
 

@@ -21,10 +21,10 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from httpstub import HttpStub, Request, Response
 from prometheus_client.parser import text_string_to_metric_families
 
 from keda_llm.exporter.cli import build_collector
@@ -88,27 +88,17 @@ class RecordingProxy:
     """Forwards GET /metrics to an engine and keeps the last body it passed on."""
 
     def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
         self.last_body = ""
-        outer = self
+        self.stub = HttpStub(self._forward, protocol="HTTP/1.0")
+        self.url = f"{self.stub.url}/metrics"
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                with urllib.request.urlopen(upstream + "/metrics", timeout=10) as r:
-                    body = r.read()
-                    ctype = r.headers.get("Content-Type", "text/plain")
-                outer.last_body = body.decode()
-                self.send_response(200)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/metrics"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+    def _forward(self, _: Request) -> Response:
+        with urllib.request.urlopen(self.upstream + "/metrics", timeout=10) as r:
+            body = r.read()
+            ctype = r.headers.get("Content-Type", "text/plain")
+        self.last_body = body.decode()
+        return Response(200, body, ctype)
 
 
 def grep_sum(body: str, name: str) -> float:
