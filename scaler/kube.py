@@ -4,8 +4,9 @@ KEDA does not pass the ScaledObject's settings or the target's replica counts to
 scaler, yet the pending-replica guard, advisory mode and the forecast horizon need them. Per
 tracked ScaledObject this reads, with the pod's service-account token:
 
-- the ScaledObject (keda.sh/v1alpha1): scaleTargetRef, pollingInterval, cooldownPeriod,
-  min/maxReplicaCount, advanced.horizontalPodAutoscalerConfig.behavior, fallback;
+- the ScaledObject (keda.sh/v1alpha1), into the one ScaledObject model (scaler/scaledobject.py, KEDA's
+  defaults filled in): scaleTargetRef, pollingInterval, cooldownPeriod, min/maxReplicaCount,
+  advanced.horizontalPodAutoscalerConfig.behavior, fallback, triggers;
 - the target's `/scale` subresource (autoscaling/v1 Scale): spec.replicas, status.replicas;
 - the target object itself for status.readyReplicas (a Scale carries no readiness).
 
@@ -28,6 +29,7 @@ import requests
 
 from keda_llm.common.periodic import Periodic
 from keda_llm.scaler.model import WorkloadState
+from keda_llm.scaler.scaledobject import ScaledObject, ScaledObjectFormatError, scaledobject_from_dict
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 SA_TOKEN = f"{SA_DIR}/token"
@@ -42,11 +44,6 @@ RESOURCE_OF_KIND: Mapping[str, str] = {
     "Rollout": "rollouts",  # argoproj.io/v1alpha1
     "LeaderWorkerSet": "leaderworkersets",  # leaderworkerset.x-k8s.io/v1
 }
-# KEDA's defaults for a ScaledObject that leaves a field out (keda-contract.md §2.12, KEDA source).
-DEFAULT_POLLING_INTERVAL_S = 30
-DEFAULT_COOLDOWN_PERIOD_S = 300
-DEFAULT_MIN_REPLICAS = 0
-DEFAULT_MAX_REPLICAS = 100
 
 JSON = dict[str, Any]
 
@@ -132,7 +129,7 @@ class KubeClient:
 
 @dataclass(frozen=True)
 class ScaleTarget:
-    """Where a ScaledObject points: API group/version, kind, plural resource, name."""
+    """Where a ScaledObject points, as an API address: API group/version, kind, plural resource, name."""
 
     api_version: str
     kind: str
@@ -142,31 +139,6 @@ class ScaleTarget:
     def path(self, namespace: str) -> str:
         prefix = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
         return f"{prefix}/namespaces/{namespace}/{self.resource}/{self.name}"
-
-
-@dataclass(frozen=True)
-class Fallback:
-    """KEDA's `spec.fallback`: after `failure_threshold` failed reads, KEDA sets `replicas` itself."""
-
-    failure_threshold: int
-    replicas: int
-    behavior: str = "static"
-
-
-@dataclass(frozen=True)
-class ScaledObjectSpec:
-    """The settings of one ScaledObject the scaler needs (KEDA's defaults filled in)."""
-
-    namespace: str
-    name: str
-    target: ScaleTarget
-    polling_interval_s: int = DEFAULT_POLLING_INTERVAL_S
-    cooldown_period_s: int = DEFAULT_COOLDOWN_PERIOD_S
-    min_replicas: int = DEFAULT_MIN_REPLICAS
-    max_replicas: int = DEFAULT_MAX_REPLICAS
-    idle_replicas: int | None = None
-    behavior: Mapping[str, Any] | None = None  # advanced.horizontalPodAutoscalerConfig.behavior, verbatim
-    fallback: Fallback | None = None
 
 
 @dataclass(frozen=True)
@@ -192,46 +164,28 @@ def _obj(obj: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
     return value
 
 
-def scaled_object_from_json(doc: Mapping[str, Any]) -> ScaledObjectSpec:
-    """A ScaledObject as the API serves it -> ScaledObjectSpec. Raises KubeError naming a bad field."""
-    meta = _obj(doc, "metadata", "ScaledObject")
-    where = f"ScaledObject {meta.get('namespace', '?')}/{meta.get('name', '?')}"
-    spec = _obj(doc, "spec", where)
-    ref = _obj(spec, "scaleTargetRef", f"{where} spec")
-    name = ref.get("name")
-    if not isinstance(name, str) or not name:
-        raise KubeError(f"{where} spec.scaleTargetRef.name is {name!r}, expected a name")
-    api_version = str(ref.get("apiVersion") or "apps/v1")
-    kind = str(ref.get("kind") or "Deployment")
+def scaled_object_from_json(doc: Mapping[str, Any]) -> ScaledObject:
+    """A ScaledObject as the API serves it -> the one ScaledObject model. Raises KubeError naming a bad field.
+
+    Built unchecked: the reader takes what the API server holds (KEDA's webhook, which refuses e.g. an
+    idleReplicaCount not below minReplicaCount, is optional), as KEDA itself then reads it."""
+    try:
+        return scaledobject_from_dict(doc, checked=False)
+    except ScaledObjectFormatError as exc:
+        raise KubeError(str(exc)) from None
+
+
+def scale_target_from_json(doc: Mapping[str, Any], so: ScaledObject | None = None) -> ScaleTarget:
+    """Where the ScaledObject `doc` points, with the plural resource from its status.scaleTargetGVKR (KEDA
+    resolves it) or, before KEDA has, from RESOURCE_OF_KIND. Raises KubeError for a kind it cannot place."""
+    so = so if so is not None else scaled_object_from_json(doc)
+    where = f"ScaledObject {so.namespace}/{so.name}"
     gvkr = _obj(_obj(doc, "status", where), "scaleTargetGVKR", f"{where} status")
+    kind = so.target_kind
     resource = str(gvkr.get("resource") or RESOURCE_OF_KIND.get(kind) or "")
     if not resource:
         raise KubeError(f"{where}: no resource known for scaleTargetRef.kind {kind!r} (add it to RESOURCE_OF_KIND)")
-    fb = spec.get("fallback")
-    fallback = None
-    if fb is not None:
-        if not isinstance(fb, dict):
-            raise KubeError(f"{where} spec.fallback is {fb!r}, expected an object")
-        fallback = Fallback(
-            failure_threshold=_int(fb, "failureThreshold", f"{where} spec.fallback"),
-            replicas=_int(fb, "replicas", f"{where} spec.fallback"),
-            behavior=str(fb.get("behavior") or "static"),
-        )
-    hpa = _obj(_obj(spec, "advanced", f"{where} spec"), "horizontalPodAutoscalerConfig", f"{where} spec.advanced")
-    behavior = hpa.get("behavior")
-    idle = spec.get("idleReplicaCount")
-    return ScaledObjectSpec(
-        namespace=str(meta.get("namespace", "")),
-        name=str(meta.get("name", "")),
-        target=ScaleTarget(api_version=api_version, kind=kind, resource=resource, name=name),
-        polling_interval_s=_int(spec, "pollingInterval", f"{where} spec", DEFAULT_POLLING_INTERVAL_S),
-        cooldown_period_s=_int(spec, "cooldownPeriod", f"{where} spec", DEFAULT_COOLDOWN_PERIOD_S),
-        min_replicas=_int(spec, "minReplicaCount", f"{where} spec", DEFAULT_MIN_REPLICAS),
-        max_replicas=_int(spec, "maxReplicaCount", f"{where} spec", DEFAULT_MAX_REPLICAS),
-        idle_replicas=None if idle is None else _int(spec, "idleReplicaCount", f"{where} spec"),
-        behavior=behavior if isinstance(behavior, dict) else None,
-        fallback=fallback,
-    )
+    return ScaleTarget(api_version=so.target_api_version, kind=kind, resource=resource, name=so.target_name)
 
 
 def scale_from_json(doc: Mapping[str, Any], where: str = "Scale") -> Scale:
@@ -252,7 +206,7 @@ def ready_from_json(doc: Mapping[str, Any], where: str = "target") -> int:
     return _int(_obj(doc, "status", where), "readyReplicas", f"{where} status", 0)
 
 
-def workload_state(so: ScaledObjectSpec, scale: Scale, ready: int) -> WorkloadState:
+def workload_state(so: ScaledObject, scale: Scale, ready: int) -> WorkloadState:
     """The policy's view. current = spec.replicas: what is asked for, started or not, so pods still
     loading count as supply that is coming (the pending-replica guard)."""
     return WorkloadState(
@@ -277,7 +231,8 @@ class WorkloadReading:
     """The last good read of one ScaledObject and its target, and the error since, if any."""
 
     state: WorkloadState | None = None  # None until a first full read succeeds
-    scaled_object: ScaledObjectSpec | None = None
+    scaled_object: ScaledObject | None = None
+    target: ScaleTarget | None = None  # where scaled_object points (its API address)
     scale: Scale | None = None
     read_at: float | None = None  # when `state` was read
     error: str | None = None  # the last read's error; None when it succeeded
@@ -349,18 +304,21 @@ class WorkloadReader:
             entry = self._entries.setdefault((namespace, name), _Entry())
         old = entry.reading
         try:
-            so = scaled_object_from_json(self._client.get(scaled_object_path(namespace, name)))
-            target_path = so.target.path(namespace)
+            doc = self._client.get(scaled_object_path(namespace, name))
+            so = scaled_object_from_json(doc)
+            target = scale_target_from_json(doc, so)
+            target_path = target.path(namespace)
             scale = scale_from_json(self._client.get(target_path + "/scale"), f"{target_path}/scale")
             ready = ready_from_json(self._client.get(target_path), target_path)
         except KubeError as exc:
             new = WorkloadReading(
-                state=old.state, scaled_object=old.scaled_object, scale=old.scale, read_at=old.read_at,
-                error=str(exc), errors=old.errors + 1,
+                state=old.state, scaled_object=old.scaled_object, target=old.target, scale=old.scale,
+                read_at=old.read_at, error=str(exc), errors=old.errors + 1,
             )
         else:
             new = WorkloadReading(
-                state=workload_state(so, scale, ready), scaled_object=so, scale=scale, read_at=now, errors=old.errors
+                state=workload_state(so, scale, ready), scaled_object=so, target=target, scale=scale, read_at=now,
+                errors=old.errors
             )
         entry.reading = new
         return new

@@ -10,6 +10,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+from keda_llm.scaler.scaledobject import (
+    DEFAULT_COOLDOWN_PERIOD_S,
+    DEFAULT_MAX_REPLICAS,
+    DEFAULT_MIN_REPLICAS,
+    DEFAULT_POLLING_INTERVAL_S,
+)
+
 
 @dataclass(frozen=True)
 class ReplicaSample:
@@ -47,14 +54,15 @@ class Observation:
 
 @dataclass(frozen=True)
 class WorkloadState:
-    """What Kubernetes says of the scale target (its /scale) and the ScaledObject's KEDA settings."""
+    """What Kubernetes says of the scale target (its /scale) and the ScaledObject's KEDA settings (KEDA's
+    defaults where the ScaledObject is not known)."""
 
     current_replicas: int
     ready_replicas: int
-    min_replicas: int = 0
-    max_replicas: int = 100
-    polling_interval_s: float = 30.0
-    cooldown_period_s: float = 300.0
+    min_replicas: int = DEFAULT_MIN_REPLICAS
+    max_replicas: int = DEFAULT_MAX_REPLICAS
+    polling_interval_s: float = float(DEFAULT_POLLING_INTERVAL_S)
+    cooldown_period_s: float = float(DEFAULT_COOLDOWN_PERIOD_S)
 
 
 @dataclass(frozen=True)

@@ -17,46 +17,27 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
 
-PolicyType = Literal["Pods", "Percent"]
-SelectPolicy = Literal["Max", "Min", "Disabled"]
-MetricType = Literal["AverageValue", "Value"]
+# The HPA's types and defaults (the API server's and the controller's) live with the ScaledObject model
+# they come from; re-exported here for the emulator's callers.
+from keda_llm.scaler.scaledobject import DEFAULT_DOWNSCALE_STABILIZATION_S as DEFAULT_DOWNSCALE_STABILIZATION_S
+from keda_llm.scaler.scaledobject import DEFAULT_SCALE_DOWN_POLICIES as DEFAULT_SCALE_DOWN_POLICIES
+from keda_llm.scaler.scaledobject import DEFAULT_SCALE_UP_POLICIES as DEFAULT_SCALE_UP_POLICIES
+from keda_llm.scaler.scaledobject import DEFAULT_SELECT_POLICY as DEFAULT_SELECT_POLICY
+from keda_llm.scaler.scaledobject import DEFAULT_SYNC_PERIOD_S as DEFAULT_SYNC_PERIOD_S
+from keda_llm.scaler.scaledobject import DEFAULT_TOLERANCE as DEFAULT_TOLERANCE
+from keda_llm.scaler.scaledobject import DEFAULT_UPSCALE_STABILIZATION_S as DEFAULT_UPSCALE_STABILIZATION_S
+from keda_llm.scaler.scaledobject import Behavior as Behavior
+from keda_llm.scaler.scaledobject import HPAConfig as HPAConfig
+from keda_llm.scaler.scaledobject import MetricType as MetricType
+from keda_llm.scaler.scaledobject import PolicyType as PolicyType
+from keda_llm.scaler.scaledobject import ScalingPolicy as ScalingPolicy
+from keda_llm.scaler.scaledobject import ScalingRules as ScalingRules
+from keda_llm.scaler.scaledobject import SelectPolicy as SelectPolicy
 
-#: kube-controller-manager defaults (pkg/controller/podautoscaler/config/v1alpha1/defaults.go)
-DEFAULT_SYNC_PERIOD_S = 15.0
-DEFAULT_TOLERANCE = 0.1
-DEFAULT_DOWNSCALE_STABILIZATION_S = 300
 #: the no-behavior scale-up cap: max(2 x current, 4) (horizontal.go calculateScaleUpLimit)
 SCALE_UP_LIMIT_FACTOR = 2.0
 SCALE_UP_LIMIT_MINIMUM = 4.0
-
-
-@dataclass(frozen=True)
-class ScalingPolicy:
-    """One HPAScalingPolicy: change at most `value` pods (or percent) within `period_seconds`."""
-
-    type: PolicyType
-    value: int
-    period_seconds: int
-
-
-@dataclass(frozen=True)
-class ScalingRules:
-    """HPAScalingRules as written by the user; None = "not set" (Kubernetes fills a default)."""
-
-    stabilization_window_seconds: int | None = None
-    select_policy: SelectPolicy | None = None
-    policies: tuple[ScalingPolicy, ...] | None = None
-    tolerance: float | None = None  # needs the HPAConfigurableTolerance feature gate (k8s >= 1.33)
-
-
-@dataclass(frozen=True)
-class Behavior:
-    """`spec.behavior` of the HPA (KEDA copies `advanced.horizontalPodAutoscalerConfig.behavior`)."""
-
-    scale_up: ScalingRules | None = None
-    scale_down: ScalingRules | None = None
 
 
 @dataclass(frozen=True)
@@ -69,55 +50,19 @@ class ResolvedRules:
     tolerance: float | None
 
 
-#: autoscaling/v2 defaults.go: scale-up 4 pods or 100 % per 15 s, Max, no stabilization
-DEFAULT_SCALE_UP_POLICIES = (ScalingPolicy("Pods", 4, 15), ScalingPolicy("Percent", 100, 15))
-#: scale-down: 100 % per 15 s, Max, stabilization = the controller's window (300 s)
-DEFAULT_SCALE_DOWN_POLICIES = (ScalingPolicy("Percent", 100, 15),)
-
-
 def resolve_rules(rules: ScalingRules | None, *, up: bool, downscale_window_s: int) -> ResolvedRules:
     """Fill unset fields one by one, as `GenerateHPAScaleUpRules/DownRules` + `copyHPAScalingRules` do."""
     rules = rules or ScalingRules()
     if up:
-        window = 0 if rules.stabilization_window_seconds is None else rules.stabilization_window_seconds
+        given = rules.stabilization_window_seconds
+        window = DEFAULT_UPSCALE_STABILIZATION_S if given is None else given
         policies = DEFAULT_SCALE_UP_POLICIES if rules.policies is None else rules.policies
     else:
         # a nil scaleDown window is filled by the controller from its flag (maybeInitScaleDownStabilizationWindow)
         given = rules.stabilization_window_seconds
         window = downscale_window_s if given is None else given
         policies = DEFAULT_SCALE_DOWN_POLICIES if rules.policies is None else rules.policies
-    return ResolvedRules(window, rules.select_policy or "Max", policies, rules.tolerance)
-
-
-@dataclass(frozen=True)
-class HPAConfig:
-    """The HPA KEDA creates for a ScaledObject, plus the kube-controller-manager's flags."""
-
-    min_replicas: int = 1  # KEDA: minReplicaCount if > 0, else 1 (GetHPAMinReplicas)
-    max_replicas: int = 100
-    behavior: Behavior | None = None
-    tolerance: float = DEFAULT_TOLERANCE  # --horizontal-pod-autoscaler-tolerance
-    downscale_stabilization_s: int = DEFAULT_DOWNSCALE_STABILIZATION_S
-    sync_period_s: float = DEFAULT_SYNC_PERIOD_S
-    #: HPAConfigurableTolerance feature gate: alpha in 1.33, beta (on by default) in 1.34. Off here unless
-    #: asked for, so behavior.*.tolerance is ignored as on clusters without the gate.
-    configurable_tolerance: bool = False
-
-    def __post_init__(self) -> None:
-        if self.min_replicas < 1:
-            raise ValueError(f"HPA min_replicas must be >= 1 (KEDA never gives the HPA 0), got {self.min_replicas}")
-        if self.max_replicas < self.min_replicas:
-            raise ValueError(f"HPA max_replicas {self.max_replicas} is below min_replicas {self.min_replicas}")
-
-    def tolerances(self) -> tuple[float, float]:
-        """(scale-up, scale-down) tolerance, per `tolerancesForHpa`."""
-        up = down = self.tolerance
-        if self.configurable_tolerance and self.behavior is not None:
-            if self.behavior.scale_up is not None and self.behavior.scale_up.tolerance is not None:
-                up = self.behavior.scale_up.tolerance
-            if self.behavior.scale_down is not None and self.behavior.scale_down.tolerance is not None:
-                down = self.behavior.scale_down.tolerance
-        return up, down
+    return ResolvedRules(window, rules.select_policy or DEFAULT_SELECT_POLICY, policies, rules.tolerance)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Read a real ScaledObject manifest into typed KEDA settings, after validating it as Kubernetes would.
+"""Read a real ScaledObject manifest into the scaler's ScaledObject, after validating it as Kubernetes would.
 
 Users backtest the ScaledObject they deploy, so the loader takes the same YAML (several documents in
 one file are fine; the ScaledObject is picked by kind and, if needed, name) and checks it against
@@ -6,30 +6,32 @@ KEDA's own CRD schema (vendored next to this module, see KEDA-CRD.md), the CRD's
 admission-webhook checks and the HPA API's checks on `behavior`. Every problem is reported with
 its path (`spec.triggers[0].metadata.model`) and all problems are reported at once.
 
-Defaults are KEDA's (project KEDA reference, section 2.12): pollingInterval 30 s, cooldownPeriod
-300 s, initialCooldownPeriod 0, minReplicaCount 0, maxReplicaCount 100, metricType AverageValue,
-fallback.behavior static.
+The result is the one ScaledObject model the scaler's Kubernetes reader also builds
+(scaler/scaledobject.py `ScaledObject`, here under its old name `KedaSettings`), parsed by the same
+`scaledobject_from_dict`; KEDA's and the HPA's defaults are named there, once.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import yaml
 
-from keda_llm.simulator.control.hpa import (
-    Behavior,
-    HPAConfig,
-    MetricType,
-    PolicyType,
-    ScalingPolicy,
-    ScalingRules,
-    SelectPolicy,
+from keda_llm.scaler.scaledobject import (
+    DEFAULT_MAX_REPLICAS,
+    DEFAULT_MIN_REPLICAS,
+    Fallback,
+    FallbackBehavior,
+    Problem,
+    ScaledObject,
+    ScaledObjectError,
+    ScaledObjectFormatError,
+    Trigger,
+    parse_quantity,
+    scaledobject_from_dict,
 )
 
 CRD_PATH = Path(__file__).with_name("keda.sh_scaledobjects.yaml")
@@ -37,88 +39,8 @@ API_VERSION = "keda.sh/v1alpha1"
 #: trigger types the emulator drives (KEDA's external scaler contract)
 EMULATED_TRIGGER_TYPES = ("external", "external-push")
 
-FallbackBehavior = Literal["static", "currentReplicas", "currentReplicasIfHigher", "currentReplicasIfLower"]
-
-
-@dataclass(frozen=True)
-class Trigger:
-    """One `spec.triggers[]` entry. `metadata` is exactly what KEDA sends the scaler as scalerMetadata."""
-
-    type: str
-    metadata: Mapping[str, str]
-    name: str | None = None
-    metric_type: MetricType = "AverageValue"
-    use_cached_metrics: bool = False
-
-    @property
-    def is_push(self) -> bool:
-        """`external-push`: polled like `external`, plus a StreamIsActive stream."""
-        return self.type == "external-push"
-
-
-@dataclass(frozen=True)
-class Fallback:
-    """`spec.fallback`: replicas to fall back to after more than `failure_threshold` failures in a row."""
-
-    failure_threshold: int
-    replicas: int
-    behavior: FallbackBehavior = "static"
-
-
-@dataclass(frozen=True)
-class KedaSettings:
-    """What KEDA and its HPA take from a ScaledObject (defaults are KEDA's)."""
-
-    name: str = "model"
-    namespace: str = "default"
-    target_name: str = "model"
-    target_kind: str = "Deployment"
-    triggers: tuple[Trigger, ...] = ()
-    polling_interval_s: int = 30
-    cooldown_period_s: int = 300
-    initial_cooldown_period_s: int = 0
-    min_replicas: int = 0
-    max_replicas: int = 100
-    idle_replicas: int | None = None
-    fallback: Fallback | None = None
-    behavior: Behavior | None = None
-
-    def __post_init__(self) -> None:
-        problems = list(_settings_problems(self))
-        if problems:
-            raise ScaledObjectError(problems, source=f"ScaledObject {self.namespace}/{self.name}")
-
-    @property
-    def hpa_min_replicas(self) -> int:
-        """KEDA's `GetHPAMinReplicas`: minReplicaCount if > 0, else 1. The HPA never goes below 1."""
-        return self.min_replicas if self.min_replicas > 0 else 1
-
-    def hpa_config(self, **controller_flags: Any) -> HPAConfig:
-        """The HPA KEDA creates for this ScaledObject; `controller_flags` are HPAConfig's cluster-wide
-        fields (tolerance, downscale_stabilization_s, sync_period_s, configurable_tolerance)."""
-        return HPAConfig(min_replicas=self.hpa_min_replicas, max_replicas=self.max_replicas,
-                         behavior=self.behavior, **controller_flags)
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with a manifest: where (a dotted path) and what."""
-
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}" if self.path else self.message
-
-
-class ScaledObjectError(ValueError):
-    """The manifest is not a ScaledObject KEDA would accept (or the emulator could run); lists every problem."""
-
-    def __init__(self, problems: Sequence[Problem], source: str = "<input>") -> None:
-        self.problems = tuple(problems)
-        self.source = source
-        lines = "\n".join(f"  - {p}" for p in self.problems)
-        super().__init__(f"{source}: invalid ScaledObject ({len(self.problems)} problem(s)):\n{lines}")
+#: What KEDA and its HPA take from a ScaledObject: the scaler's one model, under the simulator's old name.
+KedaSettings = ScaledObject
 
 
 # ---------------------------------------------------------------------------------------------- schema
@@ -181,26 +103,6 @@ def _unknown_fields(value: Any, schema: Mapping[str, Any], at: list[str | int]) 
 
 # ------------------------------------------------------------------------------------------ semantics
 
-_QUANTITY = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))(?:([KMGTPE]i)|([numkMGTPE])|[eE]([+-]?\d+))?$")
-_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
-_BINARY = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
-
-
-def parse_quantity(value: int | float | str) -> float:
-    """A Kubernetes resource.Quantity (`0.05`, `50m`, `1`) as a float; raises ValueError if malformed."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    m = _QUANTITY.match(str(value).strip())
-    if not m:
-        raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. 0.05 or 50m)")
-    number, binary, decimal, exponent = m.groups()
-    if binary:
-        return float(number) * 2.0 ** _BINARY[binary]
-    if exponent:
-        return float(number) * 10.0 ** int(exponent)
-    return float(number) * 10.0 ** _DECIMAL[decimal or ""]
-
-
 def _rules_problems(rules: Mapping[str, Any], at: str) -> Iterator[Problem]:
     """The HPA API's validation of HPAScalingRules (k8s pkg/apis/autoscaling/validation): KEDA copies the
     behavior verbatim, so a bad one makes the HPA create/update fail."""
@@ -248,13 +150,13 @@ def _semantic_problems(doc: Mapping[str, Any]) -> Iterator[Problem]:
     if not isinstance(spec, Mapping):
         return
     min_r, max_r, idle = spec.get("minReplicaCount"), spec.get("maxReplicaCount"), spec.get("idleReplicaCount")
-    if isinstance(min_r, int) and min_r > (max_r if isinstance(max_r, int) else 100):
+    if isinstance(min_r, int) and min_r > (max_r if isinstance(max_r, int) else DEFAULT_MAX_REPLICAS):
         yield Problem("spec.minReplicaCount",
                       f"minReplicaCount ({min_r}) must be less than or equal to maxReplicaCount "
-                      f"({max_r if isinstance(max_r, int) else '100, the default'})")
-    if isinstance(idle, int) and idle >= (min_r if isinstance(min_r, int) else 0):
-        yield Problem("spec.idleReplicaCount",
-                      f"idleReplicaCount ({idle}) must be less than minReplicaCount ({min_r if min_r else 0})")
+                      f"({max_r if isinstance(max_r, int) else f'{DEFAULT_MAX_REPLICAS}, the default'})")
+    if isinstance(idle, int) and idle >= (min_r if isinstance(min_r, int) else DEFAULT_MIN_REPLICAS):
+        yield Problem("spec.idleReplicaCount", f"idleReplicaCount ({idle}) must be less than minReplicaCount "
+                                               f"({min_r if min_r else DEFAULT_MIN_REPLICAS})")
     triggers = spec.get("triggers")
     if isinstance(triggers, list):
         names: dict[str, int] = {}
@@ -295,29 +197,6 @@ def _semantic_problems(doc: Mapping[str, Any]) -> Iterator[Problem]:
         yield Problem("spec.fallback.behavior", "scalingModifiers fallback is not modelled by the emulator")
 
 
-def _settings_problems(s: KedaSettings) -> Iterator[Problem]:
-    """Invariants of KedaSettings built in code (the same rules, named by their YAML keys)."""
-    if s.polling_interval_s < 1:
-        yield Problem("spec.pollingInterval", f"must be >= 1, got {s.polling_interval_s}")
-    for key, value in (("cooldownPeriod", s.cooldown_period_s), ("initialCooldownPeriod", s.initial_cooldown_period_s),
-                       ("minReplicaCount", s.min_replicas)):
-        if value < 0:
-            yield Problem(f"spec.{key}", f"must be >= 0, got {value}")
-    if s.max_replicas < 1:
-        yield Problem("spec.maxReplicaCount", f"must be >= 1, got {s.max_replicas}")
-    if s.min_replicas > s.max_replicas:
-        yield Problem("spec.minReplicaCount",
-                      f"minReplicaCount ({s.min_replicas}) must be <= maxReplicaCount ({s.max_replicas})")
-    if s.idle_replicas is not None and not 0 <= s.idle_replicas < s.min_replicas:
-        yield Problem("spec.idleReplicaCount",
-                      f"idleReplicaCount ({s.idle_replicas}) must be >= 0 and < minReplicaCount ({s.min_replicas})")
-    if s.fallback is not None and (s.fallback.failure_threshold < 0 or s.fallback.replicas < 0):
-        yield Problem("spec.fallback", f"failureThreshold and replicas must be >= 0, got {s.fallback}")
-    for i, t in enumerate(s.triggers):
-        if t.metric_type not in ("AverageValue", "Value"):
-            yield Problem(f"spec.triggers[{i}].metricType", f"must be AverageValue or Value, got {t.metric_type!r}")
-
-
 def validate_scaledobject(doc: Mapping[str, Any]) -> list[Problem]:
     """Every problem with one ScaledObject document (empty list = valid)."""
     if not isinstance(doc, Mapping):
@@ -330,47 +209,15 @@ def validate_scaledobject(doc: Mapping[str, Any]) -> list[Problem]:
 # -------------------------------------------------------------------------------------------- parsing
 
 
-def _rules(raw: Mapping[str, Any] | None) -> ScalingRules | None:
-    if raw is None:
-        return None
-    policies = raw.get("policies")
-    return ScalingRules(
-        stabilization_window_seconds=raw.get("stabilizationWindowSeconds"),
-        select_policy=cast(SelectPolicy | None, raw.get("selectPolicy")),
-        policies=None if policies is None else tuple(
-            ScalingPolicy(cast(PolicyType, p["type"]), int(p["value"]), int(p["periodSeconds"])) for p in policies),
-        tolerance=None if raw.get("tolerance") is None else parse_quantity(raw["tolerance"]),
-    )
-
-
 def settings_from_manifest(doc: Mapping[str, Any], source: str = "<input>") -> KedaSettings:
     """Validate one ScaledObject document and convert it; raises ScaledObjectError listing every problem."""
     problems = validate_scaledobject(doc)
     if problems:
         raise ScaledObjectError(problems, source)
-    meta, spec = doc["metadata"], doc["spec"]
-    target = spec["scaleTargetRef"]
-    hpa_cfg = (spec.get("advanced") or {}).get("horizontalPodAutoscalerConfig") or {}
-    raw_behavior = hpa_cfg.get("behavior")
-    behavior = None if raw_behavior is None else Behavior(
-        scale_up=_rules(raw_behavior.get("scaleUp")), scale_down=_rules(raw_behavior.get("scaleDown")))
-    raw_fallback = spec.get("fallback")
-    fallback = None if raw_fallback is None else Fallback(
-        int(raw_fallback["failureThreshold"]), int(raw_fallback["replicas"]),
-        cast(FallbackBehavior, raw_fallback.get("behavior", "static")))
-    triggers = tuple(
-        Trigger(type=t["type"], metadata=dict(t["metadata"]), name=t.get("name") or None,
-                metric_type=cast(MetricType, t.get("metricType") or "AverageValue"),
-                use_cached_metrics=bool(t.get("useCachedMetrics", False)))
-        for t in spec["triggers"])
-    return KedaSettings(
-        name=meta["name"], namespace=meta.get("namespace") or "default",
-        target_name=target["name"], target_kind=target.get("kind") or "Deployment", triggers=triggers,
-        polling_interval_s=spec.get("pollingInterval", 30), cooldown_period_s=spec.get("cooldownPeriod", 300),
-        initial_cooldown_period_s=spec.get("initialCooldownPeriod", 0),
-        min_replicas=spec.get("minReplicaCount", 0), max_replicas=spec.get("maxReplicaCount", 100),
-        idle_replicas=spec.get("idleReplicaCount"), fallback=fallback, behavior=behavior,
-    )
+    try:
+        return scaledobject_from_dict(doc)
+    except ScaledObjectFormatError as exc:  # the schema let a shape through that the model cannot take
+        raise ScaledObjectError([Problem("", str(exc))], source) from exc
 
 
 def parse_scaledobjects(text: str, source: str = "<input>") -> list[KedaSettings]:
@@ -419,8 +266,10 @@ def load_scaledobject(path: str | Path, name: str | None = None) -> KedaSettings
 __all__ = [
     "CRD_PATH",
     "Fallback",
+    "FallbackBehavior",
     "KedaSettings",
     "Problem",
+    "ScaledObject",
     "ScaledObjectError",
     "Trigger",
     "crd_schema",

@@ -12,16 +12,17 @@ import pytest
 from fakekube_scaler import FakeKube
 
 from keda_llm.scaler.kube import (
-    Fallback,
     KubeClient,
     KubeConfig,
     KubeError,
     Scale,
     ScaleTarget,
     WorkloadReader,
+    scale_target_from_json,
     scaled_object_from_json,
 )
 from keda_llm.scaler.model import WorkloadState
+from keda_llm.scaler.scaledobject import Behavior, Fallback, ScalingPolicy, ScalingRules
 
 NS, SO = "llm", "llama"
 SO_PATH = f"/apis/keda.sh/v1alpha1/namespaces/{NS}/scaledobjects/{SO}"
@@ -80,9 +81,13 @@ def test_reads_scaledobject_scale_and_readiness_with_the_token(kube: FakeKube, t
                                               polling_interval_s=10.0, cooldown_period_s=120.0)
         so = reading.scaled_object
         assert so is not None
-        assert so.target == ScaleTarget(api_version="apps/v1", kind="Deployment", resource="deployments",
-                                        name="llama-8b")
-        assert so.behavior == BEHAVIOR
+        assert reading.target == ScaleTarget(api_version="apps/v1", kind="Deployment", resource="deployments",
+                                             name="llama-8b")
+        assert (so.target_api_version, so.target_kind, so.target_name) == ("apps/v1", "Deployment", "llama-8b")
+        assert so.behavior == Behavior(
+            scale_up=ScalingRules(0, None, (ScalingPolicy("Pods", 4, 15),), 0.0),
+            scale_down=ScalingRules(60, None, (ScalingPolicy("Percent", 50, 30),), None))
+        assert so.triggers[0].is_push and so.triggers[0].metadata["model"] == "meta-llama/Llama-3.1-8B-Instruct"
         assert so.fallback == Fallback(failure_threshold=3, replicas=2, behavior="static")
         assert reading.scale == Scale(spec_replicas=3, status_replicas=3, selector="app=llama-8b")
         assert (reading.read_at, reading.error, reading.errors) == (1000.0, None, 0)
@@ -117,14 +122,14 @@ def test_other_kinds_use_the_status_gvkr_or_the_kind_table() -> None:
            "status": {"scaleTargetGVKR": {"group": "example.com", "version": "v1", "kind": "InferencePool",
                                           "resource": "inferencepools"}}}
     so = scaled_object_from_json(doc)
-    assert so.target.path("ns") == "/apis/example.com/v1/namespaces/ns/inferencepools/pool"
+    assert scale_target_from_json(doc, so).path("ns") == "/apis/example.com/v1/namespaces/ns/inferencepools/pool"
     doc_lws = {"metadata": {"name": "x", "namespace": "ns"}, "spec": {"scaleTargetRef": {
         "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "name": "lws"}}}
-    assert scaled_object_from_json(doc_lws).target.resource == "leaderworkersets"
+    assert scale_target_from_json(doc_lws).resource == "leaderworkersets"
     doc_unknown = {"metadata": {"name": "x", "namespace": "ns"},
                    "spec": {"scaleTargetRef": {"apiVersion": "example.com/v1", "kind": "Thing", "name": "t"}}}
     with pytest.raises(KubeError, match=r"no resource known for scaleTargetRef\.kind 'Thing'"):
-        scaled_object_from_json(doc_unknown)
+        scale_target_from_json(doc_unknown)
 
 
 @pytest.mark.parametrize(
