@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from keda_llm.scaler.config import ScalerConfig
 from keda_llm.scaler.forecast import desired_series, forecast, horizon_seconds
-from keda_llm.scaler.history import Load, ModelHistory, Snapshot
+from keda_llm.scaler.history import HistoryView, Load, Snapshot
 from keda_llm.scaler.model import Decision, NoData, PolicyState, Reason, WorkloadState
 from keda_llm.scaler.policy import NoSignal, demand
 from keda_llm.scaler.slo import LatencyDesired, from_window
@@ -57,7 +57,7 @@ class _Step:
 
 
 def _check_data(snap: Snapshot | None, config: ScalerConfig, workload: WorkloadState, now: float,
-                history: ModelHistory) -> Snapshot:
+                history: HistoryView) -> Snapshot:
     at_zero = workload.current_replicas == 0 and workload.ready_replicas == 0
     if at_zero and (snap is None or now - snap.at > config.stale_after):
         # Nothing runs, so nothing reports: that is a fact, not missing data. Only activations wake it.
@@ -100,7 +100,7 @@ def _base_reason(kpa: KpaResult | None, replicas: int, current: int) -> Reason:
 class _Inputs:
     """What every step reads: the data as judged at `now`."""
 
-    history: ModelHistory
+    history: HistoryView
     config: ScalerConfig
     workload: WorkloadState
     snap: Snapshot
@@ -344,7 +344,7 @@ def _zero(x: _Inputs, step: _Step, state: PolicyState, details: dict[str, float]
     return active, last_demand
 
 
-def decide(history: ModelHistory, config: ScalerConfig, state: PolicyState, workload: WorkloadState,
+def decide(history: HistoryView, config: ScalerConfig, state: PolicyState, workload: WorkloadState,
            now: float) -> tuple[Decision, PolicyState]:
     """Decide the replica count for one ScaledObject at `now`. Raises NoData when nothing is usable."""
     x = _Inputs(history, config, workload,

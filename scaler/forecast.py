@@ -41,7 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from keda_llm.scaler.config import ScalerConfig
-from keda_llm.scaler.history import FIELDS, Load, ModelHistory, Snapshot
+from keda_llm.scaler.history import FIELDS, HistoryView, Load, Snapshot
 from keda_llm.scaler.policy import NoSignal, demand
 
 BUCKET = 10.0  # seconds: the history's 10 s tier
@@ -163,7 +163,7 @@ def forecast(times: npt.ArrayLike, values: npt.ArrayLike, now: float, horizon: f
     return Forecast(desired, horizon, last.level, last.trend / bucket, raw, held, cap, len(states), peak)
 
 
-def desired_series(history: ModelHistory, config: ScalerConfig, snap: Snapshot | None, now: float,
+def desired_series(history: HistoryView, config: ScalerConfig, snap: Snapshot | None, now: float,
                    lookback: float = LOOKBACK, bucket: float = BUCKET) -> tuple[npt.NDArray[np.float64],
                                                                                 npt.NDArray[np.float64]]:
     """(bucket start times, the configured policy's desired replicas per bucket) over the complete

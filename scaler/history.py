@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -299,6 +300,32 @@ class Snapshot:
     latest: Load  # the aggregate over the fresh replicas, judged at now
     max_startup_seconds: float | None  # the largest llm_engine_startup_seconds reported
     lifetime_prompt_per_request: float | None  # Σ prompt tokens / Σ finished requests since the engines started
+
+
+class HistoryView(Protocol):
+    """What the scaler's service and `decide` (with the forecast) read of one model's history.
+
+    ModelHistory is the implementation; the service's lookups and `decide` are typed with this, so mypy
+    checks every reader against what a history offers."""
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def last_at(self) -> float | None: ...
+
+    @property
+    def last_demand_at(self) -> float | None: ...
+
+    def snapshot(self, now: float, stale_after: float | None = None) -> Snapshot | None: ...
+
+    def window(self, now: float, seconds: float) -> Load: ...
+
+    def series(self, name: str, now: float, seconds: float) -> tuple[npt.NDArray[np.float64],
+                                                                     npt.NDArray[np.float64]]: ...
 
 
 class ModelHistory:

@@ -47,7 +47,7 @@ from keda_llm.common.periodic import Periodic
 from keda_llm.scaler.activation import ActivationBus, ScaledObjectKey
 from keda_llm.scaler.config import ConfigCache, ScalerConfig
 from keda_llm.scaler.decide import activate as record_activation
-from keda_llm.scaler.history import ModelHistory
+from keda_llm.scaler.history import HistoryView, ModelHistory
 from keda_llm.scaler.model import Decision, NoData, Observation, PolicyState, Reason, WorkloadState
 from keda_llm.scaler.names import metric_name
 
@@ -57,11 +57,11 @@ MetadataKey = tuple[tuple[str, str], ...]
 
 
 #: decide(history, config, state, workload, now) -> (Decision, new state); NoData returned or raised
-DecideFn = Callable[[Any, ScalerConfig, PolicyState, WorkloadState, float], tuple[Decision, PolicyState]]
+DecideFn = Callable[[HistoryView, ScalerConfig, PolicyState, WorkloadState, float], tuple[Decision, PolicyState]]
 #: (namespace, model) -> the model's history, or None when collection has never seen the model.
-HistoryLookup = Callable[[str, str], Any]
+HistoryLookup = Callable[[str, str], HistoryView | None]
 #: (ScaledObject, its config) -> the model's history as its own metric source collected it, or None.
-ConfigHistoryLookup = Callable[[ScaledObjectKey, ScalerConfig], Any]
+ConfigHistoryLookup = Callable[[ScaledObjectKey, ScalerConfig], HistoryView | None]
 #: ScaledObject -> what Kubernetes says of it and its scale target, or None when not (yet) known.
 WorkloadLookup = Callable[[ScaledObjectKey], WorkloadState | None]
 
@@ -107,12 +107,13 @@ class HistoryStore:
             return sum(h.nbytes() for h in self._models.values())
 
 
-def assumed_workload(history: Any, now: float) -> WorkloadState:
+def assumed_workload(history: HistoryView | None, now: float) -> WorkloadState:
     """Without the Kubernetes API: the replicas collection lists stand in for the target's /scale.
 
     Ready = replicas that reported up at some point (fresh or gone stale); current adds those still
-    loading. KEDA's own settings then take their defaults (min 0, max 100).
+    loading. KEDA's own settings then take their defaults (scaler/scaledobject.py).
     """
+    # getattr: a stand-in history (a test's fake that only feeds a fake decide) may have no snapshot
     snapshot = getattr(history, "snapshot", None)
     snap = snapshot(now) if snapshot is not None else None
     if snap is None:
@@ -410,7 +411,7 @@ class ScalerService:
                                 f"seen yet (collection finds replicas by their `model` label)")
         return NoUsableData(f"no usable data for model {cfg.model!r} in namespace {key.namespace!r}, holding: {why}")
 
-    def _lookup(self, key: ScaledObjectKey, cfg: ScalerConfig) -> Any:
+    def _lookup(self, key: ScaledObjectKey, cfg: ScalerConfig) -> HistoryView | None:
         if self._history_for is not None:
             return self._history_for(key, cfg)
         return self._histories(key.namespace, cfg.model) if self._histories is not None else None
