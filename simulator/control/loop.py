@@ -38,7 +38,7 @@ class KedaHpaLoop:
     """One ScaledObject under KEDA and its HPA.
 
     `scaler`: the external scaler (one for all triggers, or one per trigger). `hpa`: the HPA config;
-    default `settings.hpa_config()` (cluster defaults: tolerance 0.1, 300 s down-stabilization, 15 s sync).
+    default `settings.hpa_config()` (the cluster defaults named in scaler/scaledobject.py).
     `initial_replicas`: the target's spec.replicas when the ScaledObject is created at `start`.
     """
 
