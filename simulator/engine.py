@@ -195,6 +195,8 @@ class Simulation:
         # Per pod, the engine's TTFT and ITL histograms' _sum/_count, from its finished requests (see
         # _count_latency): [ttft_sum_s, ttft_count, itl_sum_s, itl_count].
         self._latency: dict[str, list[float]] = {}
+        #: told of each engine step's finished requests, at the step's end (the demo's per-pod histograms)
+        self.on_finished: Callable[[SimReplica, list[Request]], None] | None = None
 
     # -- heap -------------------------------------------------------------------------------------
     def push(self, at: float, kind: int, obj: Any = None) -> None:
@@ -214,29 +216,58 @@ class Simulation:
         if t_ctl is not None:
             self.push(t_ctl, CONTROL)
 
+    def begin(self) -> None:
+        """The state at time 0: the controller's pods and first tick, the first observation and arrival."""
+        self._start_control()
+        if len(self.trace):
+            self.push(float(self._arr[0]), ARRIVAL)
+
+    def _handle(self, kind: int, obj: Any) -> None:
+        if kind == STEP:
+            self._on_step(obj)
+        elif kind == PHASE:
+            self._on_phase(obj)
+        elif kind == ARRIVAL:
+            self._on_arrival()
+        elif kind == OBSERVE:
+            self._on_observe()
+        else:
+            self._on_control()
+
+    def advance_to(self, t: float) -> None:
+        """Handle every event due at or before `t`, in the heap's order, then stand at `t` (never back).
+
+        For a caller that moves time itself (the demo steps the world to the wall clock): after `begin()`,
+        any sequence of calls handles the same events in the same order as `run()` up to that time."""
+        heap = self._heap
+        while heap and heap[0][0] <= t:
+            at, _, _, kind, obj = heapq.heappop(heap)
+            self.now = at
+            self._handle(kind, obj)
+        self.now = max(self.now, t)
+
+    @property
+    def arrived(self) -> int:
+        """Requests of the trace that have reached the gateway so far."""
+        return self._next_arrival
+
+    @property
+    def in_flight(self) -> int:
+        """Requests that arrived and were neither finished nor dropped (held at the gateway included)."""
+        return self._open
+
     def run(self) -> SimResult:
         n = len(self.trace)
         last = float(self._arr[-1]) if n else 0.0
         hard_end = last + self.config.tail_s
-        self._start_control()
-        if n:
-            self.push(float(self._arr[0]), ARRIVAL)
+        self.begin()
         end = hard_end
         while self._heap:
             at, _, _, kind, obj = heapq.heappop(self._heap)
             if at > hard_end:
                 break
             self.now = at
-            if kind == STEP:
-                self._on_step(obj)
-            elif kind == PHASE:
-                self._on_phase(obj)
-            elif kind == ARRIVAL:
-                self._on_arrival()
-            elif kind == OBSERVE:
-                self._on_observe()
-            else:
-                self._on_control()
+            self._handle(kind, obj)
             if self._next_arrival >= n and self._open == 0:
                 end = self.now
                 break
@@ -296,6 +327,8 @@ class Simulation:
         r.stepping = False
         if finished:
             self._count_latency(r.pod, finished)
+            if self.on_finished is not None:
+                self.on_finished(r, finished)
         r.outstanding -= len(finished)
         self._open -= len(finished)
         if r.engine.has_work:
