@@ -2,12 +2,15 @@
 
 What is real and what is simulated:
 - real: the exporter (scraping every replica's /metrics, discovering replicas from a pod list, reading
-  GPUs through NVML calls), the scaler (its exporters source, history, policy, gRPC ExternalScaler
-  server and HTTP side with POST /v1/activate), every HTTP and gRPC hop;
-- simulated: the engines (`demo_engine.DemoEngine`, vLLM-format /metrics, a cold start before the
-  port opens), the GPUs (a fake NVML), the Kubernetes Deployment (pods start, become ready, drain),
-  the request load, a small gateway, and KEDA + the HPA (`simulator.control`, the project's emulator),
-  which calls the scaler over real gRPC with KEDA's call pattern.
+  GPUs through NVML calls), the scaler (assembled as `keda-llm scaler` assembles it: its exporters
+  source, history, policy, gRPC ExternalScaler server and HTTP side with POST /v1/activate), every
+  HTTP and gRPC hop;
+- simulated, by the simulator the backtests run (`simulator.engine.Simulation`, advanced to the wall
+  clock): the Deployment's pods (cold start, readiness, the ReplicaSet's choice of pods to delete on
+  scale-down, draining), the engines (`simulator.replica.Replica`; each serves vLLM-format /metrics
+  derived from its state, `demo_engine`), the gateway that holds requests while no replica is ready,
+  the request load, and KEDA + the HPA (`simulator.controllers.KedaController` over the project's
+  emulator), which calls the real scaler over gRPC with KEDA's call pattern. The GPUs are a fake NVML.
 
 Timings are real seconds. The windows, intervals and the HPA sync are shortened so that a
 three-minute run shows scale up, scale down, scale to zero and back; `--duration` compresses or
@@ -17,7 +20,6 @@ stretches the whole script, the timings and the engine speed together.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import math
 import sys
@@ -25,7 +27,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -33,7 +34,21 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from keda_llm.demo_engine import DemoEngine, EngineRequest, EngineServer
+from keda_llm.demo_engine import EngineServer, Latency, render
+from keda_llm.scaler.assembly import ScalerSettings, ScalerThread, start_in_thread
+from keda_llm.scaler.model import WorkloadState
+from keda_llm.simulator.cluster import Phase as PodPhase
+from keda_llm.simulator.cluster import SimReplica
+from keda_llm.simulator.coldstart import ColdStartModel
+from keda_llm.simulator.coldstart import Phase as ColdStartPhase
+from keda_llm.simulator.control import parse_scaledobjects
+from keda_llm.simulator.control.grpc_scaler import GrpcExternalScaler
+from keda_llm.simulator.controllers import KedaController
+from keda_llm.simulator.engine import SimConfig, Simulation
+from keda_llm.simulator.inprocess import workload_state
+from keda_llm.simulator.perf import ConstantPerf
+from keda_llm.simulator.replica import ReplicaConfig, Request
+from keda_llm.simulator.traces import Trace
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 NAMESPACE = "demo"
@@ -173,35 +188,41 @@ def arrivals(sc: Scenario) -> list[Arrival]:
     return out
 
 
-# -------------------------------------------------------------------------------- the "cluster"
+# ------------------------------------------------------------------------------------ the world
+
+
+def demo_trace(sc: Scenario) -> Trace:
+    """The schedule as a simulator trace (arrival seconds from 0, prompt and output tokens)."""
+    sched = arrivals(sc)
+    return Trace("demo", np.array([a.at for a in sched], dtype=np.float64),
+                 np.array([a.prompt for a in sched], dtype=np.int32),
+                 np.array([a.output for a in sched], dtype=np.int32))
+
+
+def sim_config(sc: Scenario) -> SimConfig:
+    """The simulator's cluster for the demo: a small, slow vLLM-like replica and a fixed cold start.
+
+    Step time = (1 + 0.002 per token computed + 0.00005 per KV token read) / decode_tokens_per_s: a
+    lone sequence decodes at `decode_tokens_per_s` and a full batch of 600-token contexts about 1.5x
+    slower per step (decode is memory-bound); a 500-token prompt costs one more step."""
+    base = 1.0 / sc.decode_tokens_per_s
+    replica = ReplicaConfig(max_num_seqs=sc.max_num_seqs, max_num_batched_tokens=2048, kv_blocks=sc.num_blocks,
+                            block_size=sc.block_size, enable_prefix_caching=False)
+    cold = ColdStartModel("demo", (ColdStartPhase("loading", sc.cold_start, sc.cold_start),))
+    return SimConfig(replica, ConstantPerf(base_s=base, per_token_s=0.002 * base, per_kv_token_s=5e-5 * base), cold,
+                     collection_interval_s=1.0, max_wait_s=3600.0, seed=sc.seed, namespace=NAMESPACE, model=MODEL)
 
 
 @dataclass
 class Pod:
-    """One replica of the Deployment: an engine, its HTTP server, and where it is in its life."""
+    """The demo's view of one simulated replica: its name, its GPU, its /metrics server and histograms."""
 
     name: str
     gpu: int
-    engine: DemoEngine
     server: EngineServer
-    created: float  # demo clock
+    latency: Latency
     created_unix: float
-    ready_at: float | None = None
     draining: bool = False
-
-    @property
-    def phase(self) -> str:
-        if self.draining:
-            return "draining"
-        return "ready" if self.ready_at is not None else "starting"
-
-
-@dataclass
-class Held:
-    """A request at the gateway: no replica was ready when it arrived."""
-
-    rid: int
-    arrival: Arrival
 
 
 @dataclass
@@ -219,145 +240,24 @@ class Stats:
 Event = Callable[[str], None]
 
 
-class Cluster:
-    """The Deployment, its pods, the router and the gateway, on the demo clock. Guarded by `lock`."""
+class GatewayScaler(GrpcExternalScaler):
+    """KEDA's side of the real scaler over gRPC, and the gateway's POST /v1/activate over HTTP.
 
-    def __init__(self, sc: Scenario, event: Event, activate_url: str, gpus: list[Any]) -> None:
-        self.sc = sc
-        self.lock = threading.Lock()
-        self._event = event
+    The simulator's KedaController calls `activate` when its gateway holds a request (at most every
+    `gateway_retry`); the POST runs on its own thread and the push that follows comes back over
+    StreamIsActive, as in a cluster, so `activate` asks the emulator for no push of its own."""
+
+    def __init__(self, channel: Any, activate_url: str, stats: Stats, event: Event) -> None:
+        super().__init__(channel)
         self.activate_url = activate_url
-        self.gpus = gpus
-        self.pods: list[Pod] = []
-        self.spec_replicas = 0
-        self.gateway: deque[Held] = deque()
-        self._last_activation = -math.inf
-        self._next_pod = 1
-        self._next_rid = 1
-        self._in_flight: dict[int, Arrival] = {}
-        self.stats = Stats()
-        self.recent: deque[float] = deque()  # arrival times, for the load rate
-        self._last_step: float | None = None
-        self.pods_changed = threading.Event()
+        self._stats = stats
+        self._event = event
 
-    # -- what Kubernetes would say ------------------------------------------------------------
+    def activate(self, now: float) -> bool:
+        threading.Thread(target=self._post, args=(now,), name="gateway-activate", daemon=True).start()
+        return False
 
-    def pod_list(self) -> dict[str, Any]:
-        """A v1 PodList as the exporter's Kubernetes discovery reads it (annotated pods on NODE)."""
-        with self.lock:
-            pods = list(self.pods)
-        items = []
-        for p in pods:
-            started = datetime.fromtimestamp(p.created_unix, UTC).isoformat().replace("+00:00", "Z")
-            items.append({
-                "metadata": {"name": p.name, "namespace": NAMESPACE, "annotations": {
-                    "keda-llm.io/scrape": "true", "keda-llm.io/port": str(p.server.port),
-                    "keda-llm.io/max-running": str(self.sc.max_num_seqs)}},
-                "spec": {"nodeName": NODE, "containers": [{"name": "vllm", "ports": [
-                    {"containerPort": p.server.port}]}]},
-                "status": {"phase": "Running", "podIP": "127.0.0.1", "containerStatuses": [
-                    {"name": "vllm", "ready": p.phase == "ready", "state": {"running": {"startedAt": started}}}]},
-            })
-        return {"kind": "PodList", "apiVersion": "v1", "items": items}
-
-    def status(self) -> tuple[int, int]:
-        """(replicas, ready): the Deployment's status, terminating pods excluded as Kubernetes does."""
-        with self.lock:
-            live = [p for p in self.pods if not p.draining]
-            return len(live), sum(1 for p in live if p.ready_at is not None)
-
-    def counts(self) -> dict[str, int]:
-        with self.lock:
-            out = {"ready": 0, "starting": 0, "draining": 0}
-            for p in self.pods:
-                out[p.phase] += 1
-            out["gateway"] = len(self.gateway)
-            out["sent"] = self.stats.sent
-            out["in_flight"] = len(self._in_flight)
-            out["spec"] = self.spec_replicas
-            return out
-
-    # -- the Deployment controller --------------------------------------------------------------
-
-    def scale_to(self, replicas: int, now: float) -> None:
-        """Create pods or remove them: starting pods first (as a ReplicaSet does), then the least busy,
-        which drain: no new requests, the ones in flight finish."""
-        with self.lock:
-            self.spec_replicas = replicas
-            live = [p for p in self.pods if not p.draining]
-            changed = False
-            while len(live) < replicas:
-                pod = self._new_pod(now)
-                self.pods.append(pod)
-                live.append(pod)
-                self.stats.pods_started += 1
-                changed = True
-                self._event(f"pod {pod.name} created: loading the model ({self.sc.cold_start:.0f} s cold start)")
-            if len(live) > replicas:
-                victims = sorted(live, key=lambda p: (p.ready_at is not None, p.engine.outstanding()))
-                for p in victims[:len(live) - replicas]:
-                    p.draining = True
-                    changed = True
-                    busy = p.engine.outstanding()
-                    self._event(f"pod {p.name} terminating" + (f": draining {busy} requests" if busy else ""))
-        if changed:
-            self.pods_changed.set()
-
-    def warm_start(self, replicas: int) -> None:
-        """Pods that were running before the demo began: ready now, their start not seen by the exporter."""
-        with self.lock:
-            self.spec_replicas = replicas
-            for _ in range(replicas):
-                pod = self._new_pod(0.0)
-                pod.created_unix -= 3600.0
-                pod.server.start()
-                pod.ready_at = 0.0
-                self.pods.append(pod)
-                self._event(f"pod {pod.name} running (started before the demo)")
-        self.pods_changed.set()
-
-    def _new_pod(self, now: float) -> Pod:
-        used = {p.gpu for p in self.pods}
-        gpu = next(i for i in range(len(self.gpus) + self.sc.max_replicas + 1) if i not in used)
-        name = f"{NAME}-{self._next_pod}"
-        self._next_pod += 1
-        engine = DemoEngine(MODEL, max_num_seqs=self.sc.max_num_seqs, num_blocks=self.sc.num_blocks,
-                            block_size=self.sc.block_size, decode_tokens_per_s=self.sc.decode_tokens_per_s)
-        return Pod(name, gpu, engine, EngineServer(engine, self.lock), now, time.time())
-
-    # -- the router and the gateway -------------------------------------------------------------
-
-    def arrive(self, a: Arrival, now: float) -> None:
-        with self.lock:
-            rid = self._next_rid
-            self._next_rid += 1
-            self.stats.sent += 1
-            self.recent.append(a.at)
-            self._in_flight[rid] = a
-            if not self._route(rid, a, now):
-                self.gateway.append(Held(rid, a))
-                self.stats.held += 1
-                if len(self.gateway) == 1:
-                    self._event("gateway: no replica ready, holding requests")
-                if not self.pods:  # nothing even starting: wake the model (retried while that stays so)
-                    self._maybe_activate(now)
-
-    def _route(self, rid: int, a: Arrival, now: float) -> bool:
-        ready = [p for p in self.pods if p.phase == "ready"]
-        if not ready:
-            return False
-        pod = min(ready, key=lambda p: p.engine.outstanding())
-        pod.engine.submit(a.prompt, a.output, a.at, rid)
-        self.stats.max_gateway_wait = max(self.stats.max_gateway_wait, now - a.at)
-        return True
-
-    def _maybe_activate(self, now: float) -> None:
-        if now - self._last_activation < self.sc.gateway_retry:
-            return
-        self._last_activation = now
-        threading.Thread(target=self._post_activate, args=(now,), name="gateway-activate", daemon=True).start()
-
-    def _post_activate(self, now: float) -> None:
+    def _post(self, now: float) -> None:
         req = urllib.request.Request(self.activate_url, data=b"", method="POST")
         try:
             with urllib.request.urlopen(req, timeout=5) as resp:
@@ -366,75 +266,235 @@ class Cluster:
             status = e.code
         except OSError:
             status = 0
-        with self.lock:
-            self.stats.activations.append((now, status))
+        self._stats.activations.append((now, status))
         self._event(f"gateway: POST /v1/activate/{NAMESPACE}/{NAME} -> {status or 'no answer'}")
 
-    # -- time passes ----------------------------------------------------------------------------
 
-    def step(self, now: float) -> list[Pod]:
-        """Advance everything to `now`; returns pods that finished draining (the caller stops them)."""
-        gone: list[Pod] = []
+class DemoKeda(KedaController):
+    """The simulator's KEDA+HPA controller, counting the requests its gateway holds."""
+
+    held = 0
+
+    def gateway_hold(self, sim: Simulation) -> None:
+        self.held += 1
+        super().gateway_hold(sim)
+
+
+class World:
+    """The simulator's own world on the wall clock: `simulator.engine.Simulation` (its Cluster, Router and
+    gateway, Replica engines, pod lifecycle and scale-down rule, and a KedaController) advanced to the
+    demo's time by `advance(now)`; each simulated replica serves vLLM-format /metrics on loopback.
+
+    Everything here is guarded by `lock`. The scaler reads the Deployment from `workload` (published after
+    each step, read without the lock: KEDA's calls are made while the world holds it)."""
+
+    def __init__(self, sc: Scenario, event: Event, gpus: list[Any]) -> None:
+        self.sc = sc
+        self.lock = threading.Lock()
+        self._event = event
+        self.gpus = gpus
+        self.stats = Stats()
+        self.sim: Simulation | None = None
+        self.controller: KedaController | None = None
+        self.pods: dict[int, Pod] = {}  # by the simulated replica's index
+        self.workload: WorkloadState | None = None
+        self.pods_changed = threading.Event()
+        self._settings: Any = None
+        self._scaler: GatewayScaler | None = None
+        self._seen_events = 0
+        self._new_control: list[Any] = []
+        self._last: float | None = None
+        self._t0_unix = time.time()
+
+    # -- set up ----------------------------------------------------------------------------------
+
+    def begin(self, controller: Any, settings: Any = None, scaler: GatewayScaler | None = None) -> None:
+        """Make the simulation with `controller` and put it at time 0 (its initial pods ready, warm)."""
         with self.lock:
-            dt = 0.0 if self._last_step is None else now - self._last_step
-            self._last_step = now
-            if not self.pods and self.spec_replicas == 0:
-                self.stats.zero_seconds += dt
-            for p in self.pods:
-                if p.ready_at is None and not p.draining and now - p.created >= self.sc.cold_start:
-                    p.server.start()
-                    p.ready_at = now
-                    self._event(f"pod {p.name} ready after {now - p.created:.1f} s")
-            while self.gateway and self._route(self.gateway[0].rid, self.gateway[0].arrival, now):
-                self.gateway.popleft()
-            if self.gateway and all(p.draining for p in self.pods):
-                self._maybe_activate(now)
-            for p in self.pods:
-                if p.ready_at is not None:
-                    self._finish(p.engine.tick(now))
-            for p in self.pods:
-                if p.draining and p.engine.outstanding() == 0:
-                    gone.append(p)
-            if gone:
-                self.pods = [p for p in self.pods if p not in gone]
-            while self.recent and self.recent[0] < now - 5.0:
-                self.recent.popleft()
-            self._animate_gpus(dt)
-        for p in gone:
-            self._event(f"pod {p.name} stopped")
-        if gone:
-            self.pods_changed.set()
-        return gone
+            self.controller = controller if isinstance(controller, KedaController) else None
+            self._settings, self._scaler = settings, scaler
+            self.sim = Simulation(demo_trace(self.sc), sim_config(self.sc), controller)
+            self.sim.on_finished = self._finished
+            self.sim.begin()
+            self._t0_unix = time.time()
+            self._sync(0.0, warm=True)
 
-    def _finish(self, done: list[EngineRequest]) -> None:
-        for r in done:
-            if self._in_flight.pop(r.rid, None) is not None:
-                self.stats.served += 1
-                if r.first_token_at is not None:
-                    self.stats.ttft.append(r.first_token_at - r.arrived)
+    def close(self) -> None:
+        with self.lock:
+            pods, self.pods = list(self.pods.values()), {}
+        for p in pods:
+            p.server.stop()
+
+    # -- time passes -----------------------------------------------------------------------------
+
+    def advance(self, now: float) -> list[Any]:
+        """Run the simulation to `now`; returns the KEDA/HPA events of the step. A StreamIsActive message
+        that came in is acted on at once, as KEDA's push loop does (a controller tick of its own)."""
+        with self.lock:
+            sim = self.sim
+            assert sim is not None, "begin() first"
+            sim.advance_to(now)
+            if self.controller is not None and self._scaler is not None and self._scaler.wait_for_push(0):
+                self.controller.tick(sim)
+            self._sync(sim.now)
+            out, self._new_control = self._new_control, []
+            return out
+
+    def _finished(self, r: SimReplica, finished: list[Request]) -> None:
+        pod = self.pods.get(r.index)
+        if pod is not None:
+            pod.latency.add(finished)
+        for q in finished:
+            self.stats.served += 1
+            if q.first_token_s is not None:
+                self.stats.ttft.append(q.first_token_s - q.arrival_s)
+
+    def _sync(self, now: float, warm: bool = False) -> None:
+        """Bring the pods' servers, the GPUs and the published state in line with the simulation."""
+        sim = self.sim
+        assert sim is not None
+        changed = False
+        live = {r.index: r for r in sim.cluster.replicas}
+        for idx, r in live.items():
+            pod = self.pods.get(idx)
+            if pod is None:
+                pod = self.pods[idx] = self._new_pod(r, warm)
+                changed = True
+                self._event(f"pod {pod.name} running (started before the demo)" if warm else
+                            f"pod {pod.name} created: loading the model ({r.startup_seconds:.1f} s cold start)")
+            if r.phase is PodPhase.READY and not pod.server.serving:
+                pod.server.start()
+                changed = True
+                if not warm:
+                    self._event(f"pod {pod.name} ready after {r.startup_seconds:.1f} s")
+            if r.phase is PodPhase.DRAINING and not pod.draining:
+                pod.draining = True
+                self._event(f"pod {pod.name} terminating: draining {r.outstanding} requests")
+        for idx in [i for i in self.pods if i not in live]:
+            pod = self.pods.pop(idx)
+            changed = True
+            was = "stopped" if pod.draining else ("terminated" if pod.server.serving else "deleted while loading")
+            self._event(f"pod {pod.name} {was}")
+            threading.Thread(target=pod.server.stop, name="pod-stop", daemon=True).start()
+        if changed:
+            self.pods_changed.set()
+        if self.controller is not None:
+            events = self.controller.events
+            self._new_control.extend(events[self._seen_events:])
+            self._seen_events = len(events)
+        queue = sim.router.queue
+        if queue:
+            self.stats.max_gateway_wait = max(self.stats.max_gateway_wait, now - queue[0].arrival_s)
+        self.stats.sent = sim.arrived
+        if isinstance(self.controller, DemoKeda):
+            self.stats.held = self.controller.held
+        self.stats.pods_started = sim.cluster.stats.cold_starts
+        if self._settings is not None:
+            self.workload = workload_state(self._settings, sim)
+        self._animate_gpus(0.0 if self._last is None else now - self._last)
+        self._last = now
+
+    def _new_pod(self, r: SimReplica, warm: bool) -> Pod:
+        used = {p.gpu for p in self.pods.values()}
+        gpu = next(i for i in range(len(self.gpus) + self.sc.max_replicas + 1) if i not in used)
+        latency = Latency()
+        server = EngineServer(lambda: render(MODEL, r.engine, latency), self.lock)
+        created = self._t0_unix + r.created_at - (3600.0 if warm else 0.0)  # warm: started long before
+        return Pod(f"{NAME}-{r.index + 1}", gpu, server, latency, created)
 
     def _animate_gpus(self, dt: float) -> None:
-        by_gpu = {p.gpu: p for p in self.pods}
+        sim = self.sim
+        assert sim is not None
+        by_gpu = {p.gpu: r for r in sim.cluster.replicas if (p := self.pods.get(r.index)) is not None}
         for i, g in enumerate(self.gpus):
-            p = by_gpu.get(i)
-            if p is None:
+            r = by_gpu.get(i)
+            if r is None:
                 g.memory_used, g.utilization_gpu, g.power_mw = GIB // 2, 0, 70_000
-            elif p.ready_at is None:  # loading weights
+            elif r.starting:  # loading weights
                 g.memory_used, g.utilization_gpu, g.power_mw = 16 * GIB, 5, 120_000
             else:
-                busy = len(p.engine.running) / p.engine.max_num_seqs
-                g.memory_used = int((17 + 55 * p.engine.tokens_held() / p.engine.capacity_tokens) * GIB)
+                busy = r.engine.num_running / self.sc.max_num_seqs
+                g.memory_used = int((17 + 55 * r.engine.kv_usage) * GIB)
                 g.utilization_gpu = min(100, round(100 * busy))
                 g.power_mw = int(100_000 + 550_000 * busy)
             g.energy_mj += int(g.power_mw * dt)
 
+    def finish(self) -> None:
+        """The end of the run: time at zero counted up to now."""
+        with self.lock:
+            if self.sim is not None:
+                self.sim.cluster.close(self.sim.now)
+                self.stats.zero_seconds = self.sim.cluster.stats.zero_seconds
+
+    # -- what Kubernetes would say ------------------------------------------------------------
+
+    def pod_list(self) -> dict[str, Any]:
+        """A v1 PodList as the exporter's Kubernetes discovery reads it (annotated pods on NODE)."""
+        with self.lock:
+            pods = [(p, p.server.serving) for p in self.pods.values()]
+        items = []
+        for p, ready in pods:
+            started = datetime.fromtimestamp(p.created_unix, UTC).isoformat().replace("+00:00", "Z")
+            items.append({
+                "metadata": {"name": p.name, "namespace": NAMESPACE, "annotations": {
+                    "keda-llm.io/scrape": "true", "keda-llm.io/port": str(p.server.port),
+                    "keda-llm.io/max-running": str(self.sc.max_num_seqs)}},
+                "spec": {"nodeName": NODE, "containers": [{"name": "vllm", "ports": [
+                    {"containerPort": p.server.port}]}]},
+                "status": {"phase": "Running", "podIP": "127.0.0.1", "containerStatuses": [
+                    {"name": "vllm", "ready": ready and not p.draining,
+                     "state": {"running": {"startedAt": started}}}]},
+            })
+        return {"kind": "PodList", "apiVersion": "v1", "items": items}
+
+    def counts(self) -> dict[str, int]:
+        with self.lock:
+            sim = self.sim
+            out = {"ready": 0, "starting": 0, "draining": 0}
+            if sim is None:
+                return out
+            for r in sim.cluster.replicas:
+                out["ready" if r.phase is PodPhase.READY else "draining" if r.phase is PodPhase.DRAINING
+                    else "starting"] += 1
+            out.update(gateway=sim.router.pending, sent=sim.arrived, in_flight=sim.in_flight, spec=sim.desired)
+            return out
+
+    def load(self, now: float, window: float = 5.0) -> float:
+        """Requests per second over the last `window` seconds."""
+        with self.lock:
+            if self.sim is None:
+                return 0.0
+            n = 0
+            for q in reversed(self.sim.requests):
+                if q.arrival_s < now - window:
+                    break
+                n += 1
+        return n / min(window, max(now, 1.0))
+
     def in_flight(self) -> int:
         with self.lock:
-            return len(self._in_flight)
+            return 0 if self.sim is None else self.sim.in_flight
 
     def pod_of_gpu(self) -> dict[int, str]:
         with self.lock:
-            return {p.gpu: p.name for p in self.pods}
+            return {p.gpu: p.name for p in self.pods.values()}
+
+    # -- the Deployment's /scale, as the scaler's Kubernetes reader would give it ------------------
+
+    def start(self) -> None:
+        return None
+
+    def stop(self) -> None:
+        return None
+
+    def track(self, namespace: str, name: str) -> None:
+        return None
+
+    def untrack(self, namespace: str, name: str) -> None:
+        return None
+
+    def state(self, namespace: str, name: str) -> WorkloadState | None:
+        return self.workload if (namespace, name) == (NAMESPACE, NAME) else None
 
 
 # ---------------------------------------------------------------------------- the real components
@@ -444,15 +504,15 @@ class _PodGpus:
     """GPU source for the exporter: the real NVML collector over a fake NVML, with each GPU attributed to
     the pod that holds it (the kubelet's pod-resources API does this on a real node)."""
 
-    def __init__(self, nvml: Any, cluster: Cluster) -> None:
+    def __init__(self, nvml: Any, world: World) -> None:
         from keda_llm.exporter.nvml import NvmlCollector
 
         self._collector = NvmlCollector(nvml=nvml)
-        self._cluster = cluster
+        self._world = world
 
     def collect(self) -> list[Any]:
         gpus = self._collector.collect()
-        owners = self._cluster.pod_of_gpu()
+        owners = self._world.pod_of_gpu()
         for i, g in enumerate(gpus):
             if i in owners:
                 g.attribution = {"namespace": NAMESPACE, "pod": owners[i], "container": "vllm"}
@@ -463,9 +523,9 @@ class _PodGpus:
 
 
 class _Exporter:
-    """The real exporter: Collector + HTTP server, discovering pods from the cluster's pod list."""
+    """The real exporter: Collector + HTTP server, discovering pods from the world's pod list."""
 
-    def __init__(self, sc: Scenario, cluster: Cluster) -> None:
+    def __init__(self, sc: Scenario, world: World) -> None:
         from keda_llm.exporter.cli import build_collector
         from keda_llm.exporter.config import parse_config
         from keda_llm.exporter.fake_nvml import FakeNvml
@@ -476,8 +536,8 @@ class _Exporter:
             "kubernetes": {"enabled": True, "refresh_interval": 1.0},
             "gpu": {"nvml": True, "pod_resources_socket": ""},
         }, env={})
-        self.collector = build_collector(cfg, gpu_source=_PodGpus(FakeNvml(cluster.gpus), cluster),
-                                         list_pods=lambda node: cluster.pod_list())
+        self.collector = build_collector(cfg, gpu_source=_PodGpus(FakeNvml(world.gpus), world),
+                                         list_pods=lambda node: world.pod_list())
         self.server, port = create_server(cfg.listen_address, self.collector)
         self.url = f"http://127.0.0.1:{port}/metrics"
 
@@ -490,55 +550,11 @@ class _Exporter:
         self.collector.stop()
 
 
-class _Scaler:
-    """The real scaler: exporters source -> history -> decide, behind the gRPC and HTTP servers."""
-
-    def __init__(self, sc: Scenario, exporter_url: str, workload: Callable[[], Any]) -> None:
-        from keda_llm.scaler.activation import ActivationBus
-        from keda_llm.scaler.config import ConfigError
-        from keda_llm.scaler.decide import decide
-        from keda_llm.scaler.server import ScalerServer
-        from keda_llm.scaler.service import HistoryStore, ScalerService
-        from keda_llm.scaler.sources.exporters import ExportersSource, static_targets
-
-        self.store = HistoryStore()
-        self.source = ExportersSource(static_targets([exporter_url]), interval_s=sc.scaler_interval,
-                                      timeout_s=min(2.0, sc.scaler_interval))
-        self.source.subscribe(self.store.ingest)
-        # In a cluster the scaler reads the ScaledObject and the Deployment's /scale from the API
-        # server (scaler/kube.py); here the simulated Deployment answers the same questions.
-        self.service = ScalerService(
-            decide=decide, histories=self.store.get, history_lock=self.store.lock,
-            workloads=lambda key: workload(), bus=ActivationBus(), tick_s=sc.scaler_tick,
-            activation_hold_s=sc.activation_hold,
-            on_new=lambda key, cfg: self.source.watch(key.namespace, cfg.model))
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="scaler-loop", daemon=True)
-        self._thread.start()
-
-        async def make() -> ScalerServer:
-            server = ScalerServer(self.service, grpc_address="127.0.0.1:0", http_address=("127.0.0.1", 0),
-                                  config_error=ConfigError, demand_watch_s=1.0)
-            await server.start()
-            return server
-
-        self.server = asyncio.run_coroutine_threadsafe(make(), self.loop).result(30)
-        self.grpc_target = f"127.0.0.1:{self.server.grpc_port}"
-        self.http = f"http://127.0.0.1:{self.server.http_port}"
-        self.source.start()
-
-    def has_data(self) -> bool:
-        with self.store.lock:
-            h = self.store.get(NAMESPACE, MODEL)
-        return h is not None and h.last_at is not None
-
-    def stop(self) -> None:
-        try:
-            asyncio.run_coroutine_threadsafe(self.server.stop(0.5), self.loop).result(10)
-        finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(5)
-            self.source.stop()
+def scaler_settings(sc: Scenario) -> ScalerSettings:
+    """`keda-llm scaler`'s assembly on loopback with the demo's shortened intervals; decisions on the RPC path."""
+    return ScalerSettings(grpc_address="127.0.0.1:0", http_address=("127.0.0.1", 0), interval_s=sc.scaler_interval,
+                          scrape_timeout_s=min(2.0, sc.scaler_interval), tick_s=sc.scaler_tick,
+                          activation_hold_s=sc.activation_hold, refresh_s=None, demand_watch_s=1.0)
 
 
 SCALEDOBJECT = """\
@@ -633,11 +649,9 @@ def _model_values(fams: dict[str, list[tuple[dict[str, str], float]]], name: str
     return [v for labels, v in fams.get(name, []) if labels.get("model") == MODEL and math.isfinite(v)]
 
 
-def observe(t: float, sc: Scenario, cluster: Cluster, exporter_url: str, scaler_http: str) -> View:
-    with cluster.lock:
-        load = len(cluster.recent) / min(5.0, max(t, 1.0))
+def observe(t: float, sc: Scenario, world: World, exporter_url: str, scaler_http: str) -> View:
     phase = sc.phase_at(t).name if t < sc.duration else "finishing the requests in flight"
-    view = View(t, phase, load, counts=cluster.counts())
+    view = View(t, phase, world.load(t), counts=world.counts())
     ex = _families(exporter_url)
     up = _model_values(ex, "llm_engine_up")
     view.engines_up = int(sum(up))
@@ -749,7 +763,7 @@ class Demo:
         self._stop = threading.Event()
         self._t0 = time.monotonic()
         self._threads: list[threading.Thread] = []
-        self._keda_t: float | None = None
+        self.world: World | None = None
         self._last_desired: float | None = None
 
     def now(self) -> float:
@@ -773,51 +787,15 @@ class Demo:
         t.start()
         self._threads.append(t)
 
-    def _simulate(self, cluster: Cluster, schedule: list[Arrival], exporter: _Exporter) -> None:
-        """The world: arrivals, engines, pods starting and stopping, every 50 ms."""
-        i = 0
+    def _simulate(self, world: World, exporter: _Exporter) -> None:
+        """The world on the wall clock: the simulation advanced to now every 50 ms."""
         while not self._stop.wait(0.05):
-            now = self.now()
-            while i < len(schedule) and schedule[i].at <= now:
-                cluster.arrive(schedule[i], now)
-                i += 1
-            for pod in cluster.step(now):
-                threading.Thread(target=pod.server.stop, name="pod-stop", daemon=True).start()
-            if cluster.pods_changed.is_set():  # a pod came or went: the exporter re-lists at once
-                cluster.pods_changed.clear()
+            self._record(world.advance(self.now()))
+            if world.pods_changed.is_set():  # a pod came or went: the exporter re-lists at once
+                world.pods_changed.clear()
                 exporter.collector.refresh_discovery()
-            with cluster.lock:
-                self.report.max_pods = max(self.report.max_pods, len([p for p in cluster.pods if not p.draining]))
-
-    def _control(self, cluster: Cluster, scaler: _Scaler, exporter_url: str) -> None:
-        """KEDA and the HPA (the project's emulator), calling the real scaler over gRPC."""
-        import grpc
-
-        from keda_llm.simulator.control import KedaHpaLoop, WorkloadStatus, parse_scaledobjects
-        from keda_llm.simulator.control.grpc_scaler import GrpcExternalScaler
-
-        while not scaler.has_data() and not self._stop.wait(0.1):
-            pass  # KEDA would poll before this too and get UNAVAILABLE; waiting keeps the log clean
-        if self._stop.is_set():
-            return
-        settings = parse_scaledobjects(scaledobject_yaml(self.sc, scaler.grpc_target, exporter_url.split("/")[2]),
-                                       "demo ScaledObject")[0]
-        with grpc.insecure_channel(scaler.grpc_target) as channel:
-            ext = GrpcExternalScaler(channel)
-            start = self.now()
-            self._keda_t = start
-            loop = KedaHpaLoop(settings, ext, start=start, initial_replicas=self.sc.initial_replicas,
-                               hpa=settings.hpa_config(sync_period_s=self.sc.hpa_sync, configurable_tolerance=True))
-            self._record(loop.advance_to(start, WorkloadStatus(*cluster.status())))  # HPA created, first poll
-            ext.open_stream(loop.keda.refs[0])  # then KEDA's push loop opens the stream
-            try:
-                while not self._stop.wait(0.1):
-                    now = self.now()
-                    replicas, ready = cluster.status()
-                    self._record(loop.advance_to(now, WorkloadStatus(replicas, ready)))
-                    cluster.scale_to(loop.spec_replicas, now)
-            finally:
-                ext.close()
+            c = world.counts()
+            self.report.max_pods = max(self.report.max_pods, c["ready"] + c["starting"])
 
     def _record(self, events: list[Any]) -> None:
         for e in events:
@@ -830,10 +808,24 @@ class Demo:
             detail = f" ({e.detail})" if e.kind in ("hpa_created", "scaler_error") and e.detail else ""
             self.event(f"{words}{change}{detail}")
 
+    def _wait_for_data(self, scaler: ScalerThread, cfg: Any, timeout: float = 30.0) -> None:
+        """Until the scaler has collected the model once: KEDA would poll before this too and get
+        UNAVAILABLE; starting the clock after keeps the log clean."""
+        sources = scaler.scaler.sources
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self._stop.wait(0.1):
+            with sources.history_lock:
+                h = sources.history(NAMESPACE, cfg)
+                if h is not None and h.last_at is not None:
+                    return
+
     # -- the run ---------------------------------------------------------------------------------
 
     def run(self) -> Report:
+        import grpc
+
         from keda_llm.exporter.fake_nvml import fake_gpus
+        from keda_llm.scaler.config import parse_metadata
 
         collector = _LogCollector()
         root = logging.getLogger()
@@ -841,56 +833,63 @@ class Demo:
         root.handlers, root.level = [collector], logging.WARNING
         gpus = fake_gpus(self.sc.max_replicas, memory_used=GIB // 2, utilization_gpu=0, power_mw=70_000,
                          temperature_c=35)
-        cluster = Cluster(self.sc, self.event, "", gpus)
-        exporter = scaler = None
+        world = self.world = World(self.sc, self.event, gpus)
+        exporter: _Exporter | None = None
+        scaler: ScalerThread | None = None
+        channel: Any = None
+        ext: GatewayScaler | None = None
         interrupted = False
         try:
-            exporter = _Exporter(self.sc, cluster)
-            scaler = _Scaler(self.sc, exporter.url, lambda: self._workload(cluster))
-            cluster.activate_url = f"{scaler.http}/v1/activate/{NAMESPACE}/{NAME}"
+            exporter = _Exporter(self.sc, world)
+            scaler = start_in_thread(scaler_settings(self.sc), reader=world)
+            settings = parse_scaledobjects(scaledobject_yaml(self.sc, scaler.grpc_target, exporter.url.split("/")[2]),
+                                           "demo ScaledObject")[0]
+            cfg = parse_metadata(settings.triggers[0].metadata)
+            # what KEDA's first call would do: the scaler starts collecting the model from the exporter
+            scaler.scaler.sources.for_config(cfg).watch(NAMESPACE, cfg.model)
+            channel = grpc.insecure_channel(scaler.grpc_target)
+            ext = GatewayScaler(channel, f"{scaler.http_url}/v1/activate/{NAMESPACE}/{NAME}", world.stats, self.event)
+            keda = DemoKeda(NAME, settings, ext, initial_replicas=self.sc.initial_replicas,
+                            hpa=settings.hpa_config(sync_period_s=self.sc.hpa_sync, configurable_tolerance=True),
+                            gateway_activation_interval_s=self.sc.gateway_retry)
             self._header(exporter.url, scaler)
             self._t0 = time.monotonic()
-            cluster.warm_start(self.sc.initial_replicas)
+            world.begin(keda, settings, ext)
+            assert keda.loop is not None
+            ext.open_stream(keda.loop.keda.refs[0])  # KEDA's push loop opens the stream of an external-push trigger
             exporter.start()
-            self._spawn(lambda: self._simulate(cluster, arrivals(self.sc), exporter), "demo-world")
-            self._spawn(lambda: self._control(cluster, scaler, exporter.url), "demo-keda")
+            self._wait_for_data(scaler, cfg)
+            self._t0 = time.monotonic()  # the simulation's time 0
+            self._spawn(lambda: self._simulate(world, exporter), "demo-world")
             try:
-                self._show(cluster, exporter.url, scaler.http)
+                self._show(world, exporter.url, scaler.http_url)
             except KeyboardInterrupt:
                 interrupted = True
         finally:
             self._stop.set()
             for t in self._threads:
                 t.join(10)
-            with cluster.lock:
-                pods = list(cluster.pods)
-            for p in pods:
-                p.server.stop()
+            world.finish()
+            if ext is not None:
+                ext.close()
+            if channel is not None:
+                channel.close()
+            world.close()
             if exporter is not None:
                 exporter.stop()
             if scaler is not None:
                 scaler.stop()
             root.handlers, root.level = saved
         r = self.report
-        r.stats = cluster.stats
-        r.unfinished = cluster.in_flight()
+        r.stats = world.stats
+        r.unfinished = world.in_flight()
         r.log_errors = collector.errors
         self._summary(collector.warnings)
         lost = r.stats.sent - r.stats.served
         r.exit_code = 130 if interrupted else (0 if lost == 0 else 1)
         return r
 
-    def _workload(self, cluster: Cluster) -> Any:
-        from keda_llm.scaler.model import WorkloadState
-
-        _, ready = cluster.status()
-        with cluster.lock:
-            spec = cluster.spec_replicas
-        return WorkloadState(current_replicas=spec, ready_replicas=ready, min_replicas=0,
-                             max_replicas=self.sc.max_replicas, polling_interval_s=float(self.sc.polling_interval),
-                             cooldown_period_s=float(self.sc.cooldown))
-
-    def _show(self, cluster: Cluster, exporter_url: str, scaler_http: str) -> None:
+    def _show(self, world: World, exporter_url: str, scaler_http: str) -> None:
         """Refresh the view until the script ends and every request has finished (or a grace passes)."""
         grace = max(15.0, 0.15 * self.sc.duration)
         live: Any = None
@@ -905,11 +904,11 @@ class Demo:
         try:
             while True:
                 t = self.now()
-                if t >= self.sc.duration and (cluster.in_flight() == 0 or t >= self.sc.duration + grace):
+                if t >= self.sc.duration and (world.in_flight() == 0 or t >= self.sc.duration + grace):
                     break
                 if t >= next_at:
                     next_at += period
-                    view = observe(t, self.sc, cluster, exporter_url, scaler_http)
+                    view = observe(t, self.sc, world, exporter_url, scaler_http)
                     if view.running is not None:
                         self.report.exporter_running_series = True
                     if view.desired is not None and view.desired != self._last_desired:
@@ -963,19 +962,21 @@ class Demo:
         return Group(Panel(grid, title=f"keda-llm demo: {MODEL} in namespace {NAMESPACE}"),
                      Panel(events, title="events"))
 
-    def _header(self, exporter_url: str, scaler: _Scaler) -> None:
+    def _header(self, exporter_url: str, scaler: ScalerThread) -> None:
         sc = self.sc
         starts = " -> ".join(f"{p.start:.0f}s {p.name}" for p in sc.phases)
         lines = [
             f"keda-llm demo: {MODEL} (namespace {NAMESPACE}), {sc.duration:.0f} s of real time, all on loopback.",
             "  real      the keda-llm exporter and scaler, their HTTP and gRPC endpoints:",
             f"              exporter  {exporter_url}",
-            f"              scaler    gRPC {scaler.grpc_target} (KEDA ExternalScaler)   {scaler.http}/metrics",
-            f"                        POST {scaler.http}/v1/activate/{NAMESPACE}/{NAME}",
-            f"  simulated vLLM-like engines ({sc.max_num_seqs} sequences, {sc.num_blocks * sc.block_size} KV tokens "
-            f"each, {sc.cold_start:g} s cold start before the port opens), {sc.max_replicas} GPUs behind a fake NVML,",
-            "            the Deployment, the load and a gateway that holds requests while no replica is ready;",
-            "            KEDA + HPA emulated (simulator/control), calling the scaler over real gRPC as KEDA does.",
+            f"              scaler    gRPC {scaler.grpc_target} (KEDA ExternalScaler)   {scaler.http_url}/metrics",
+            f"                        POST {scaler.http_url}/v1/activate/{NAMESPACE}/{NAME}",
+            "  simulated by the simulator the backtests run, on the wall clock: the Deployment's pods, their engines",
+            f"            ({sc.max_num_seqs} sequences, {sc.num_blocks * sc.block_size} KV tokens each, "
+            f"{sc.cold_start:g} s cold start before the port opens, vLLM /metrics),",
+            "            the load, the gateway that holds requests while no replica is ready, and KEDA + the HPA",
+            "            (simulator/control), calling the scaler over real gRPC as KEDA does;"
+            f" {sc.max_replicas} GPUs behind a fake NVML.",
             f"  shortened pollingInterval {sc.polling_interval}s, cooldownPeriod {sc.cooldown}s, HPA sync "
             f"{sc.hpa_sync:g}s (Kubernetes: 15s), stableWindow {sc.stable_window:g}s, panicWindow "
             f"{sc.panic_window:g}s, idleTimeout {sc.idle_timeout:g}s",

@@ -1,8 +1,9 @@
 """`keda-llm demo`: one compressed run end to end, and the demo's own pieces.
 
 The end-to-end run is the real thing (exporter, scaler, gRPC, the KEDA+HPA emulator, simulated
-engines) in 45 s of wall time: it must lose no request, scale up, go to zero and come back through
-the gateway's activation. The other tests are small and exact.
+replicas) in 45 s of wall time: it must lose no request, scale up, go to zero and come back through
+the gateway's activation. The world is the simulator's (its Cluster, Router, engines and KEDA+HPA
+controller), advanced on the wall clock. The other tests are small and exact.
 """
 
 from __future__ import annotations
@@ -16,45 +17,47 @@ import urllib.request
 import pytest
 
 from keda_llm import demo
-from keda_llm.demo_engine import DemoEngine, EngineServer
+from keda_llm.demo_engine import EngineServer, Latency, render
 from keda_llm.exporter.discovery import pods_to_targets
 from keda_llm.exporter.engines import normalize
 from keda_llm.exporter.model import Target
+from keda_llm.simulator.cluster import Cluster
+from keda_llm.simulator.controllers import PodPlan, ScheduleController
+from keda_llm.simulator.engine import Simulation
+from keda_llm.simulator.perf import ConstantPerf
+from keda_llm.simulator.replica import Replica, ReplicaConfig, Request
 
 
-def test_engine_batches_decodes_and_reports_like_vllm() -> None:
-    # batch limit 2, 10 tokens/s per sequence; three requests of 10 prompt + 5 output tokens at t=0
-    e = DemoEngine("m", max_num_seqs=2, num_blocks=4, block_size=16, decode_tokens_per_s=10.0)
-    for rid in (1, 2, 3):
-        e.submit(10, 5, 0.0, rid)
-    assert e.tick(0.0) == []  # admits two, no time has passed
-    assert (len(e.running), len(e.waiting)) == (2, 1)
-    # 1 s at batch 2: 10 / (1 + 0.03 x 2) = 9.43 -> 9 whole steps, both 5-token outputs finish
-    assert [r.rid for r in e.tick(1.0)] == [1, 2]
-    # the third is admitted, 0.43 + 10 / 1.03 = 10.1 steps: it finishes too
-    assert [r.rid for r in e.tick(2.0)] == [3]
-    assert (e.finished_total, e.prompt_tokens_total, e.generation_tokens_total) == (3, 30, 15)
-    body = e.render()
-    assert 'vllm:time_to_first_token_seconds_bucket{engine="0",model_name="m",le="1.0"} 2.0' in body
-    assert 'vllm:time_to_first_token_seconds_bucket{engine="0",model_name="m",le="2.5"} 3.0' in body
-    assert 'vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 4.0' in body
+def test_replica_metrics_are_the_simulated_engine_in_vllm_format() -> None:
+    # one simulated replica, batch limit 2, 4 KV blocks of 16 tokens; three requests of 10 prompt + 5 output
+    engine = Replica(ReplicaConfig(max_num_seqs=2, max_num_batched_tokens=64, kv_blocks=4, block_size=16,
+                                   enable_prefix_caching=False), ConstantPerf(base_s=0.1))
+    reqs = [Request(rid, 0.0, 10, 5) for rid in (1, 2, 3)]
+    for r in reqs:
+        assert engine.add(r, 0.0)
+    engine.step(0.0)  # admits two, prefills them: each has its first token
+    latency = Latency()
+    body = render("m", engine, latency)
+    assert 'vllm:num_requests_running{engine="0",model_name="m"} 2.0' in body
+    assert 'vllm:num_requests_waiting{engine="0",model_name="m"} 1.0' in body
+    assert 'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5' in body  # 2 of 4 blocks
+    assert 'vllm:prompt_tokens_total{engine="0",model_name="m"} 20.0' in body
+    # finished requests feed the histograms with vLLM's semantics: TTFT per request, ITL per gap
+    done = Request(9, 0.0, 10, 5)
+    done.first_token_s, done.finish_s = 0.3, 0.7  # 4 gaps of 0.1 s
+    latency.add([done])
+    body = render("m", engine, latency)
+    assert 'vllm:time_to_first_token_seconds_bucket{engine="0",model_name="m",le="0.25"} 0.0' in body
+    assert 'vllm:time_to_first_token_seconds_bucket{engine="0",model_name="m",le="0.5"} 1.0' in body
+    assert 'vllm:inter_token_latency_seconds_count{engine="0",model_name="m"} 4.0' in body
     # the real vLLM adapter reads it: KV capacity from cache_config_info, 4 blocks x 16 tokens
     (m,) = normalize(body, Target(url="http://x/metrics"))
-    assert (m.engine, m.model, m.requests_running, m.kv_cache_capacity_tokens) == ("vllm", "m", 0.0, 64.0)
-    assert m.requests_finished_total == 3.0
-
-
-def test_engine_admits_only_what_fits_in_the_kv_budget() -> None:
-    e = DemoEngine("m", max_num_seqs=8, num_blocks=2, block_size=16)  # 32 tokens
-    e.submit(20, 5, 0.0)
-    e.submit(20, 5, 0.0)
-    e.tick(0.0)
-    assert (len(e.running), len(e.waiting)) == (1, 1)  # 25 held + 25 more > 32
-    assert 'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.625' in e.render()  # 20 / 32
+    assert (m.engine, m.model, m.requests_running, m.kv_cache_capacity_tokens) == ("vllm", "m", 2.0, 64.0)
+    assert m.time_to_first_token_seconds is not None and m.inter_token_latency_seconds is not None
 
 
 def test_engine_server_refuses_until_loaded() -> None:
-    server = EngineServer(DemoEngine("m"), threading.Lock())
+    server = EngineServer(lambda: 'vllm:num_requests_running{engine="0",model_name="m"} 0.0\n', threading.Lock())
     try:
         with pytest.raises(urllib.error.URLError):
             urllib.request.urlopen(server.url, timeout=2)
@@ -88,19 +91,27 @@ def test_arrivals_are_reproducible_from_the_seed() -> None:
     assert not [x for x in a if quiet.start <= x.at < quiet.end]
 
 
-def test_pod_list_is_what_the_exporter_discovers() -> None:
+def test_the_world_is_the_simulators_and_its_pods_are_what_the_exporter_discovers() -> None:
     sc = demo.Scenario()
-    cluster = demo.Cluster(sc, lambda msg: None, "http://127.0.0.1:1/", [])
-    cluster.scale_to(2, 0.0)
+    world = demo.World(sc, lambda msg: None, [])
+    # two pods that exist at time 0, under a fixed schedule (no KEDA needed for this)
+    world.begin(ScheduleController("two", [PodPlan(0.0, float("inf"), 0.0)] * 2))
     try:
-        targets = pods_to_targets(cluster.pod_list(), demo.NODE)
+        assert isinstance(world.sim, Simulation)
+        assert type(world.sim.cluster) is Cluster  # the simulator's pods, lifecycle and scale-down rule
+        targets = pods_to_targets(world.pod_list(), demo.NODE)
         assert [(t.namespace, t.pod, t.max_running) for t in targets] == [
             ("demo", "llama-8b-1", 16.0), ("demo", "llama-8b-2", 16.0)]
-        assert [t.url for t in targets] == [p.server.url for p in cluster.pods]
+        assert [t.url for t in targets] == [p.server.url for p in world.pods.values()]
         assert all(t.container_start is not None for t in targets)
+        with urllib.request.urlopen(targets[0].url, timeout=2) as resp:  # ready: its port is open
+            assert b"vllm:num_requests_running" in resp.read()
+        # the demo's clock moves the simulation: arrivals reach the simulated engines through its router
+        world.advance(sc.phases[1].end)
+        assert world.sim.arrived > 0 and world.counts()["sent"] == world.sim.arrived
+        assert world.stats.served > 0
     finally:
-        for p in cluster.pods:
-            p.server.stop()
+        world.close()
 
 
 def test_bad_duration_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
@@ -113,8 +124,10 @@ def test_bad_duration_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
 def test_compressed_demo_scales_up_down_to_zero_and_back_losing_nothing() -> None:
     sc = demo.Scenario().scaled(45.0)  # 45 s leaves a margin between reaching zero and the burst
     out = io.StringIO()
-    report = demo.Demo(sc, out, plain=True).run()
+    run = demo.Demo(sc, out, plain=True)
+    report = run.run()
     text = out.getvalue()
+    assert run.world is not None and type(run.world.sim.cluster) is Cluster  # the simulator's own world
     stats = report.stats
     assert report.exit_code == 0, text
     assert stats.sent > 100 and stats.served == stats.sent and report.unfinished == 0, text
