@@ -1,4 +1,4 @@
-"""scaler/kube.py against a fake API server on loopback speaking the real JSON (tests/fakekube_scaler.py)."""
+"""scaler/kube.py against a fake API server on loopback speaking the real JSON (tests/fakekube.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fakekube_scaler import FakeKube
+from fakekube import FakeKube
 
 from keda_llm.scaler.kube import (
     KubeClient,
