@@ -8,12 +8,14 @@ utilization and concurrency baselines, and the oracle, and prints SLO attainment
 as Markdown (plus the full table per trace). Not run by CI: it takes minutes. The Azure 2024 week is
 cut to a 6-hour window (the oracle simulates its schedule several times); --quick cuts every trace to
 its first 20 minutes, to check the script itself. --update-docs writes the tables into the marked blocks
-of docs/simulator-results.md (everything) and docs/simulator.md (the summary).
+of docs/simulator-results.md (everything) and docs/simulator.md (the summary); --check compares them
+with a fresh run instead (a refactoring must leave them identical but for the CPU seconds).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +61,8 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="also write the Markdown here")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--update-docs", action="store_true", help="write the tables into docs/ (marked blocks)")
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 if the docs' tables differ from a fresh run (the CPU-seconds figures aside)")
     args = ap.parse_args()
     bt = Backtest(get_preset(PRESET), cold_start="typical", slo=SLO)
     head = ["trace", "requests"] + [f"{p} SLO / GPU-h÷oracle" for p in POLICIES]
@@ -96,10 +100,29 @@ def main() -> None:
     print(text)
     if args.out:
         Path(args.out).write_text(text + "\n")
+    summary = "\n".join(text.split("\n")[:4 + len(summary_rows)])
+    if args.check:
+        blocks = ((DOCS / "simulator-results.md", "simulator-table", text),
+                  (DOCS / "simulator.md", "simulator-summary", summary))
+        stale = [f"{path.name}:{name}" for path, name, body in blocks
+                 if _without_cpu(read_block(path, name)) != _without_cpu(body.strip("\n"))]
+        print("docs tables: " + ("differ in " + ", ".join(stale) if stale else "identical to this run"))
+        raise SystemExit(1 if stale else 0)
     if args.update_docs:
-        summary = "\n".join(text.split("\n")[:4 + len(summary_rows)])
         replace_block(DOCS / "simulator-results.md", "simulator-table", text)
         replace_block(DOCS / "simulator.md", "simulator-summary", summary)
+
+
+def _without_cpu(text: str) -> str:
+    """The table with its one measured figure (CPU seconds per trace, never the same twice) blanked."""
+    return re.sub(r"\d+ CPU s\.", "N CPU s.", text)
+
+
+def read_block(path: Path, name: str) -> str:
+    """What lies between `<!-- generated:NAME -->` and `<!-- /generated:NAME -->` in `path`."""
+    start, end = f"<!-- generated:{name} -->", f"<!-- /generated:{name} -->"
+    doc = path.read_text()
+    return doc[doc.index(start) + len(start):doc.index(end)].strip("\n")
 
 
 def replace_block(path: Path, name: str, body: str) -> None:
