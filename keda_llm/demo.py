@@ -191,10 +191,10 @@ def arrivals(sc: Scenario) -> list[Arrival]:
 # ------------------------------------------------------------------------------------ the world
 
 
-def demo_trace(sc: Scenario) -> Trace:
-    """The schedule as a simulator trace (arrival seconds from 0, prompt and output tokens)."""
+def demo_trace(sc: Scenario, lead: float = 0.0) -> Trace:
+    """The schedule as a simulator trace (arrival seconds from 0, prompt and output tokens), `lead` later."""
     sched = arrivals(sc)
-    return Trace("demo", np.array([a.at for a in sched], dtype=np.float64),
+    return Trace("demo", np.array([a.at + lead for a in sched], dtype=np.float64),
                  np.array([a.prompt for a in sched], dtype=np.int32),
                  np.array([a.output for a in sched], dtype=np.int32))
 
@@ -286,10 +286,16 @@ class World:
     demo's time by `advance(now)`; each simulated replica serves vLLM-format /metrics on loopback.
 
     Everything here is guarded by `lock`. The scaler reads the Deployment from `workload` (published after
-    each step, read without the lock: KEDA's calls are made while the world holds it)."""
+    each step, read without the lock: KEDA's calls are made while the world holds it).
+
+    The simulation's clock runs `lead` (under one pollingInterval) ahead of the demo's: the ScaledObject
+    exists before the script starts, and the burst arrives midway between two of KEDA's polls, so that
+    the gateway's activation push, not a poll at the same instant, wakes the model."""
 
     def __init__(self, sc: Scenario, event: Event, gpus: list[Any]) -> None:
         self.sc = sc
+        p = sc.polling_interval
+        self.lead = (0.5 * p - sc.burst_at) % p  # the burst's first request lands half a poll after a poll
         self.lock = threading.Lock()
         self._event = event
         self.gpus = gpus
@@ -313,7 +319,7 @@ class World:
         with self.lock:
             self.controller = controller if isinstance(controller, KedaController) else None
             self._settings, self._scaler = settings, scaler
-            self.sim = Simulation(demo_trace(self.sc), sim_config(self.sc), controller)
+            self.sim = Simulation(demo_trace(self.sc, self.lead), sim_config(self.sc), controller)
             self.sim.on_finished = self._finished
             self.sim.begin()
             self._t0_unix = time.time()
@@ -333,7 +339,7 @@ class World:
         with self.lock:
             sim = self.sim
             assert sim is not None, "begin() first"
-            sim.advance_to(now)
+            sim.advance_to(now + self.lead)
             if self.controller is not None and self._scaler is not None and self._scaler.wait_for_push(0):
                 self.controller.tick(sim)
             self._sync(sim.now)
@@ -466,7 +472,7 @@ class World:
                 return 0.0
             n = 0
             for q in reversed(self.sim.requests):
-                if q.arrival_s < now - window:
+                if q.arrival_s < now + self.lead - window:
                     break
                 n += 1
         return n / min(window, max(now, 1.0))
@@ -798,8 +804,9 @@ class Demo:
             self.report.max_pods = max(self.report.max_pods, c["ready"] + c["starting"])
 
     def _record(self, events: list[Any]) -> None:
+        lead = self.world.lead if self.world is not None else 0.0
         for e in events:
-            self.report.control.append((e.at, e.kind, e.replicas_before, e.replicas_after))
+            self.report.control.append((e.at - lead, e.kind, e.replicas_before, e.replicas_after))
             if e.kind == "scaler_error":
                 self.report.scaler_errors += 1
             words = CONTROL_WORDS.get(e.kind, e.kind)
@@ -809,15 +816,16 @@ class Demo:
             self.event(f"{words}{change}{detail}")
 
     def _wait_for_data(self, scaler: ScalerThread, cfg: Any, timeout: float = 30.0) -> None:
-        """Until the scaler has collected the model once: KEDA would poll before this too and get
-        UNAVAILABLE; starting the clock after keeps the log clean."""
+        """Until the scaler has collected the model's replicas (one fresh, up replica): KEDA would poll
+        before this too and get UNAVAILABLE; starting the clock after keeps the log clean."""
         sources = scaler.scaler.sources
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and not self._stop.wait(0.1):
             with sources.history_lock:
                 h = sources.history(NAMESPACE, cfg)
-                if h is not None and h.last_at is not None:
-                    return
+                snap = h.snapshot(time.time()) if h is not None else None
+            if snap is not None and snap.fresh > 0:
+                return
 
     # -- the run ---------------------------------------------------------------------------------
 
