@@ -12,10 +12,22 @@ import re
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _NUMBER = re.compile(r"\d+(?:\.\d*)?|\.\d+")
 _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+#: Go's largest duration, 2^63-1 ns (about 292 years): `time.ParseDuration` refuses anything longer.
+MAX_SECONDS = (2**63 - 1) / 1e9
 
 
 def parse_duration(text: str) -> float:
-    """Seconds from Go duration syntax, or from a bare number of seconds. Surrounding blanks are ignored."""
+    """Seconds from Go duration syntax, or from a bare number of seconds. Surrounding blanks are ignored.
+
+    The result is finite and at most Go's limit: a 400-digit duration is an error here, not an infinity
+    that fails later in some int conversion."""
+    seconds = _parse(text)
+    if not seconds <= MAX_SECONDS:
+        raise ValueError("duration out of range: at most 2562047h47m16.854775807s (Go's limit)")
+    return seconds
+
+
+def _parse(text: str) -> float:
     s = text.strip()
     if not s:
         raise ValueError("empty duration")

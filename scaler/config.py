@@ -119,6 +119,14 @@ def one_of(*choices: str) -> Parser:
 
 
 # ---- range checks, applied after parsing ----
+# Every key has an upper bound too: a value that parses is finite and sane, so no later arithmetic (a
+# ceil, an int conversion, a window length in samples) meets an infinity or a 400-digit number.
+
+HOUR, DAY = 3600.0, 86400.0
+WEEK, YEAR = 7 * DAY, 365 * DAY
+MAX_REPLICAS = 2**31 - 1  # KEDA's min/maxReplicaCount are int32
+MAX_PER_REPLICA = 1e6  # requests or batch slots per replica: far above any engine's batch limit
+MAX_RATE = 1e6  # Knative's max-scale-up-rate default is 1000
 
 Check = Callable[[Any], str | None]  # None = fine, else the problem
 
@@ -135,6 +143,18 @@ def in_range(lo: float, hi: float, lo_open: bool = False) -> Check:
     def check(v: Any) -> str | None:
         ok = (v > lo if lo_open else v >= lo) and v <= hi
         return None if ok else f"must be in {'(' if lo_open else '['}{lo:g}, {hi:g}]"
+
+    return check
+
+
+def bounded(lo: float, hi: float, *, lo_open: bool = False, duration: bool = False) -> Check:
+    """A lower bound with the messages the open checks give, and an upper bound (`at most 1h`)."""
+    lower = positive if lo_open and lo == 0 else greater_than(lo) if lo_open else non_negative if lo == 0 else None
+    shown = format_duration(hi) if duration else f"{hi:g}"
+
+    def check(v: Any) -> str | None:
+        problem = lower(v) if lower is not None else (None if v >= lo else f"must be at least {lo:g}")
+        return problem or (None if v <= hi else f"must be at most {shown}")
 
     return check
 
@@ -197,10 +217,12 @@ class ScalerConfig:
     target_concurrency: float | None = _key(None, "targetConcurrency", parse_float,
                                             "Running+waiting requests per replica (`concurrency` policy); unset: "
                                             "`targetKVUtilization` x the batch limit the engine reports.", "24",
-                                            check=positive, shown_default="(batch limit x targetKVUtilization)")
+                                            check=bounded(0.0, MAX_PER_REPLICA, lo_open=True),
+                                            shown_default="(batch limit x targetKVUtilization)")
     target_queue_depth: float = _key(5.0, "targetQueueDepth", parse_float,
                                      "Waiting requests per replica (`queue` policy, the usual "
-                                     "`num_requests_waiting` rule).", "10", check=positive)
+                                     "`num_requests_waiting` rule).", "10",
+                                     check=bounded(0.0, MAX_PER_REPLICA, lo_open=True))
     aggregation: str = _key("weighted", "aggregation", one_of(*AGGREGATIONS),
                             "How the `kvCache` policy combines replicas' KV usage: `weighted` (by KV capacity), "
                             "`mean` (each replica alike) or `max` (the fullest replica).", "max")
@@ -215,23 +237,24 @@ class ScalerConfig:
                                   "(Knative 200%, range 1.1-10).", "3", check=in_range(1.1, 10.0))
     max_scale_up_rate: float = _key(1000.0, "maxScaleUpRate", parse_float,
                                     "At most ceil(ready x rate) replicas per decision (Knative default).", "10",
-                                    check=greater_than(1.0))
+                                    check=bounded(1.0, MAX_RATE, lo_open=True))
     max_scale_down_rate: float = _key(2.0, "maxScaleDownRate", parse_float,
                                       "At least floor(ready / rate) replicas per decision (Knative default).", "4",
-                                      check=greater_than(1.0))
+                                      check=bounded(1.0, MAX_RATE, lo_open=True))
     scale_to_zero: bool = _key(False, "scaleToZero", parse_bool,
                                "Allow zero: `IsActive` turns false after `idleTimeout` without demand. When false "
                                "`IsActive` is always true (KEDA's `minReplicaCount` defaults to 0).", "true")
     idle_timeout: float = _key(600.0, "idleTimeout", parse_duration,
                                "Time without demand (nothing running, waiting or upstream) before `IsActive` turns "
-                               "false; KEDA adds its `cooldownPeriod`.", "30m", check=non_negative)
+                               "false; KEDA adds its `cooldownPeriod`.", "30m", check=bounded(0.0, YEAR, duration=True))
     activation_query: str = _key("", "activationQuery", parse_text,
                                  "PromQL for demand that exists while no replica does (e.g. a gateway's pending "
                                  "requests); counted as waiting requests.",
                                  'sum(gateway_pending_requests{model="llama-8b"})', shown_default="(none)")
     cold_start: float | None = _key(None, "coldStart", parse_duration,
                                     "Replica start-up time (bounds the pending-replica guard); unset: the largest "
-                                    "`llm_engine_startup_seconds` seen, else 10m.", "3m", check=positive,
+                                    "`llm_engine_startup_seconds` seen, else 10m.", "3m",
+                                    check=bounded(0.0, DAY, lo_open=True, duration=True),
                                     shown_default="(measured)")
     scale_down_delay: float | None = _key(None, "scaleDownDelay", parse_duration,
                                           "Scale down only to the largest count decided within this window "
@@ -250,7 +273,8 @@ class ScalerConfig:
                      "alone.", "reactive")
     forecast_horizon: float | None = _key(None, "forecastHorizon", parse_duration,
                                           "How far ahead `proactive`/`hybrid` forecast; unset: `coldStart` + "
-                                          "KEDA's `pollingInterval` + the HPA's 15s sync.", "5m", check=positive,
+                                          "KEDA's `pollingInterval` + the HPA's 15s sync.", "5m",
+                                          check=bounded(0.0, WEEK, lo_open=True, duration=True),
                                           shown_default="(coldStart + poll + 15s)")
     forecast_max_ratio: float = _key(3.0, "forecastMaxRatio", parse_float,
                                      "Cap on the forecast: at most this many times the current reactive "
@@ -260,24 +284,28 @@ class ScalerConfig:
                           "Decide and record, but hand KEDA the current replica count.", "true")
     stale_after: float = _key(30.0, "staleAfter", parse_duration,
                               "A replica whose last successful scrape is older is excluded, and the data counts as "
-                              "stale (no scale-down). Raise it for slow Prometheus scrapes.", "1m", check=positive)
+                              "stale (no scale-down). Raise it for slow Prometheus scrapes.", "1m",
+                              check=bounded(0.0, DAY, lo_open=True, duration=True))
     min_replicas: int | None = _key(None, "minReplicas", parse_int,
                                     "Lower bound on the decided count; unset: the ScaledObject's `minReplicaCount`.",
-                                    "1", check=non_negative, shown_default="(ScaledObject's)")
+                                    "1", check=bounded(0, MAX_REPLICAS), shown_default="(ScaledObject's)")
     max_replicas: int | None = _key(None, "maxReplicas", parse_int,
                                     "Upper bound on the decided count; unset: the ScaledObject's `maxReplicaCount`.",
-                                    "8", check=positive, shown_default="(ScaledObject's)")
+                                    "8", check=bounded(0, MAX_REPLICAS, lo_open=True), shown_default="(ScaledObject's)")
     max_running: float | None = _key(None, "maxRunning", parse_float,
                                      "Batch limit per replica (max_num_seqs, slots) where the engine does not "
-                                     "report `llm_requests_max_running`, or to override it.", "256", check=positive,
+                                     "report `llm_requests_max_running`, or to override it.", "256",
+                                     check=bounded(0.0, MAX_PER_REPLICA, lo_open=True),
                                      shown_default="(reported)")
     target_ttft: float | None = _key(None, "targetTimeToFirstToken", parse_duration,
                                      "Latency SLO: mean time to first token to keep (the engines' TTFT histogram). "
                                      "Set, the count is at least ready x observed / target over the windows; "
-                                     "unset: off.", "2s", check=positive, shown_default="(off)")
+                                     "unset: off.", "2s", check=bounded(0.0, HOUR, lo_open=True, duration=True),
+                                     shown_default="(off)")
     target_itl: float | None = _key(None, "targetInterTokenLatency", parse_duration,
                                     "Latency SLO: mean inter-token latency to keep (the engines' ITL histogram), "
-                                    "as `targetTimeToFirstToken`; unset: off.", "100ms", check=positive,
+                                    "as `targetTimeToFirstToken`; unset: off.", "100ms",
+                                    check=bounded(0.0, HOUR, lo_open=True, duration=True),
                                     shown_default="(off)")
 
     def __post_init__(self) -> None:

@@ -137,6 +137,11 @@ BAD_METADATA = [
     ({"model": MODEL, "maxReplicas": "2.5"}, "maxReplicas"),  # not a whole number
     ({"model": MODEL, "panicWindow": "2m"}, "panicWindow"),  # rule between keys: > stableWindow
     ({"model": "  "}, "model"),  # empty
+    # absurd but parseable: 400 nines was an infinity that failed an int conversion (INTERNAL, every call)
+    ({"model": MODEL, "panicWindow": "9" * 400}, "panicWindow"),
+    ({"model": MODEL, "stableWindow": "9" * 400 + "h"}, "stableWindow"),
+    ({"model": MODEL, "maxScaleUpRate": "1e308"}, "maxScaleUpRate"),
+    ({"model": MODEL, "maxReplicas": "9" * 400}, "maxReplicas"),
 ]
 
 
