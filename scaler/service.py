@@ -123,7 +123,14 @@ def assumed_workload(history: HistoryView | None, now: float) -> WorkloadState:
 
 
 class NoUsableData(Exception):
-    """Nothing to decide on: KEDA must hold (gRPC UNAVAILABLE)."""
+    """Nothing to decide on: KEDA must hold (gRPC UNAVAILABLE).
+
+    `at_zero`: the Kubernetes API says the target runs no replica, so an activation may answer 1 (a
+    count that can only raise it); anywhere else the activation floor must not stand in for a count."""
+
+    def __init__(self, message: str, *, at_zero: bool = False) -> None:
+        super().__init__(message)
+        self.at_zero = at_zero
 
 
 @dataclass(frozen=True)
@@ -149,6 +156,7 @@ class _Entry:
     last_used: float = 0.0
     last_decision: Decision | None = None
     inputs: tuple[float | None, float | None] | None = None  # (history's last collection, last activation)
+    at_zero: bool = False  # the target ran no replica at the last decision (known, or as collection saw it)
 
 
 @dataclass
@@ -299,24 +307,31 @@ class ScalerService:
         return self._entry(key, metadata)
 
     def answer_for(self, entry: _Entry) -> Answer:
-        """`answer` for an entry from `entry()`."""
+        """`answer` for an entry from `entry()`: the policy's decision with a recent activation overlaid.
+
+        The activation is a floor, not an answer: without usable data it answers 1 only for a target the
+        Kubernetes API shows at zero; a running model on stale data stays UNAVAILABLE (KEDA holds)."""
         now = self.clock()
+        result = self._decided(entry, now)
+        activated = self._activated(entry.key, now)
+        if isinstance(result, NoUsableData):
+            if not (activated and result.at_zero):
+                raise result
+            return self._overlay(entry, Answer(entry.metric_name, Decision(1, Reason.ACTIVATION.value), True, True))
+        if activated:
+            return self._overlay(entry, result)
+        return result
+
+    def _decided(self, entry: _Entry, now: float) -> Answer | NoUsableData:
+        """The policy's own answer at `now` (re-decided when its tick is due), without any activation overlay."""
         tick = math.floor(now / self.tick_s) * self.tick_s
         if entry.result is None or (entry.tick != tick and not tick - entry.tick < self.reuse_s):
             with self._eval_lock:
                 if entry.tick != tick or entry.result is None:  # else: decided meanwhile, this tick
                     self._evaluate_into(entry, tick)
             self._maybe_sweep(now)
-        activated = self._activated(entry.key, now)
-        result = entry.result
-        if isinstance(result, NoUsableData):
-            if not activated:
-                raise result
-            return self._overlay(entry, Answer(entry.metric_name, Decision(1, Reason.ACTIVATION.value), True, True))
-        assert result is not None
-        if activated:
-            return self._overlay(entry, result)
-        return result
+        assert entry.result is not None
+        return entry.result
 
     def _inputs(self, entry: _Entry) -> tuple[float | None, float | None]:
         """What a decision of this entry rests on, besides the clock: its history's last collection and its
@@ -355,7 +370,7 @@ class ScalerService:
             # What watch_demand does for the answers it decides: demand woke an idle ScaledObject whose
             # stream is open, so push now rather than wait for KEDA's next poll.
             if (entry.key in watched and isinstance(before, Answer) and not before.active
-                    and isinstance(entry.result, Answer) and entry.result.active):
+                    and self._wakes(entry, now)):
                 self.activate(entry.key, source="demand")
         return done
 
@@ -369,6 +384,17 @@ class ScalerService:
         self.metrics.record(entry.key, entry.config.model, answer)
         return answer
 
+    def _wakes(self, entry: _Entry, now: float) -> bool:
+        """Whether the policy's own latest answer wakes a target at zero, so a push should tell KEDA now.
+
+        Only demand the policy saw counts, never an activation: that one pushed already, and read as
+        demand it would activate again and renew its own hold for ever. A target that runs replicas is
+        not woken (KEDA's next poll sees the activity before any cooldown ends), so a model first seen
+        running is not mistaken for one that demand woke."""
+        result = entry.result
+        return (isinstance(result, Answer) and result.active and entry.at_zero
+                and not self._activated(entry.key, now))
+
     def _activated(self, key: ScaledObjectKey, now: float) -> bool:
         last = self.bus.last_activation(key)
         return last is not None and now - last < self.activation_hold_s
@@ -381,6 +407,7 @@ class ScalerService:
         with self._history_lock:
             history = self._lookup(key, cfg)
             workload = known or assumed_workload(history, now)
+            entry.at_zero = workload.current_replicas == 0
             if history is not None:
                 state = entry.state
                 last = self.bus.last_activation(key)
@@ -408,8 +435,9 @@ class ScalerService:
         self.metrics.unavailable.labels(key.namespace, key.name, cfg.model).inc()
         if history is None:
             return NoUsableData(f"no replica of model {cfg.model!r} in namespace {key.namespace!r} has been "
-                                f"seen yet (collection finds replicas by their `model` label)")
-        return NoUsableData(f"no usable data for model {cfg.model!r} in namespace {key.namespace!r}, holding: {why}")
+                                f"seen yet (collection finds replicas by their `model` label)", at_zero=at_zero)
+        return NoUsableData(f"no usable data for model {cfg.model!r} in namespace {key.namespace!r}, holding: {why}",
+                            at_zero=at_zero)
 
     def _lookup(self, key: ScaledObjectKey, cfg: ScalerConfig) -> HistoryView | None:
         if self._history_for is not None:
@@ -421,7 +449,13 @@ class ScalerService:
         entry = self._entry(key, metadata)
         if not entry.config.scale_to_zero:
             return True
-        return self.answer_for(entry).active
+        now = self.clock()
+        result = self._decided(entry, now)
+        if self._activated(entry.key, now):
+            return True  # the activation hold keeps the model awake whatever the data says
+        if isinstance(result, NoUsableData):
+            raise result
+        return result.active
 
     def last_decision(self, key: ScaledObjectKey, metadata: Mapping[str, str]) -> Decision | None:
         entry = self._entries.get((key, metadata_key(metadata)))
@@ -451,7 +485,11 @@ class ScalerService:
                 if entry is None or not isinstance(entry.result, Answer) or entry.result.active:
                     continue
                 try:
-                    if self.answer(key, dict(mkey)).active:
+                    # The policy's own answer, never the overlaid one: an activation's hold read as demand
+                    # would activate again, renew the hold and keep an idle model from zero for ever.
+                    now = self.clock()
+                    self._decided(entry, now)
+                    if self._wakes(entry, now):
                         self.activate(key, source="demand")
                 except Exception as err:  # no data / bad config: the stream just waits
                     log.debug("demand check for %s: %s", key, err)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -163,8 +164,9 @@ def vllm_llama_exporter(clock: FakeClock) -> Exporter:
 
 def settings(name: str, metadata: Mapping[str, str], **kw: Any) -> KedaSettings:
     md = {"scalerAddress": "keda-llm-scaler.keda-llm:9090", **metadata}
-    return KedaSettings(name=name, namespace=NS, triggers=(Trigger(kw.pop("kind", "external"), md),),
-                        polling_interval_s=15, max_replicas=10, **kw)
+    kind = kw.pop("kind", "external")
+    return KedaSettings(name=name, namespace=NS, triggers=(Trigger(kind, md),),
+                        **{"polling_interval_s": 15, "max_replicas": 10, **kw})
 
 
 def clock_setter(clock: FakeClock) -> Callable[[float], None]:
@@ -387,3 +389,94 @@ def test_activation_query_wakes_a_model_whose_exporters_are_all_gone(world: Worl
         assert poll.active is True  # demand 1 s ago: within idleTimeout (10m)
     finally:
         prometheus.close()
+
+
+# ------------------------------------------------------------------------------- the zero path (regressions)
+
+def idle_vllm_exporter(clock: FakeClock) -> Exporter:
+    engines = {"vllm": FakeEngine(engine_body("vllm-0.32.0-cpu-idle.prom"))}
+    return Exporter(clock, engines, [{"url": engines["vllm"].url, "namespace": NS, "pod": "vllm-0"}])
+
+
+def test_an_idle_scaled_object_reaches_zero_with_keda_stream_open_throughout(world: World) -> None:
+    """KEDA holds StreamIsActive open for an `external-push` trigger the whole time. After one activation
+    the model stays idle: IsActive must turn false once the hold and idleTimeout have passed, KEDA then
+    scales to zero after its cooldown, and the stream carries no `true` beyond the activation's.
+    (The demand watcher used to judge the activation-overlaid answer: every hold renewed itself.)"""
+    exporter = idle_vllm_exporter(world.clock)
+    world.exporters.append(exporter)
+    pod = ScalerPod(world.clock, demand_watch_s=0.01)
+    world.pods.append(pod)
+    so = settings("chat", {"model": VLLM_MODEL, "exporters": exporter.address, "scaleToZero": "true",
+                           "idleTimeout": "30s"}, kind="external-push")
+    scaler = GrpcExternalScaler(pod.channel, clock=clock_setter(world.clock))
+    try:
+        loop = KedaHpaLoop(so, scaler, start=T0, initial_replicas=1)
+        scaler.open_stream(ScaledObjectRef(so.name, so.namespace, so.triggers[0].metadata))
+        world.step(T0 + 5, [loop])
+        status, _ = post_activate(pod, so.name)
+        assert status == 200
+        assert scaler.wait_for_push(10.0)
+        assert scaler.take_pushes() == [True]
+
+        def let_the_watcher_run(now: float) -> None:
+            if now % 5 == 0:
+                time.sleep(0.03)  # the demand watcher runs on the pod's own loop, in real time
+
+        world.step(T0 + 1200, [loop], after=let_the_watcher_run)
+        _, text = get(pod.http + "/metrics")
+        # nothing but the one POST activated it: no demand was ever seen, so no push beyond the first
+        assert metric_value(text, "keda_llm_scaler_activations_total", namespace=NS, scaledobject="chat",
+                            source="demand") is None
+        assert metric_value(text, "keda_llm_scaler_activations_total", namespace=NS, scaledobject="chat",
+                            source="http") == 1
+        assert scaler.take_pushes() == []
+        assert loop.spec_replicas == 0
+        poll = keda_poll(stub(pod.channel), pb.ScaledObjectRef(name=so.name, namespace=NS,
+                                                               scalerMetadata=dict(so.triggers[0].metadata)))
+        assert poll.active is False and poll.values[0][1:] == (0, 0.0)
+    finally:
+        scaler.close()
+
+
+def test_stale_data_never_lowers_the_count_even_just_after_an_activation(world: World) -> None:
+    """12 or more replicas serve; the model was activated a minute ago; then every exporter becomes
+    unreachable. GetMetrics must answer UNAVAILABLE (KEDA and the HPA hold the count), not the activation
+    floor of 1 (which scaled a 12-replica model down to 1 on stale data)."""
+    exporter = vllm_llama_exporter(world.clock)
+    world.exporters.append(exporter)
+    pod = ScalerPod(world.clock, demand_watch_s=0.01)
+    world.pods.append(pod)
+    # llama.cpp's load body: 4 processing + 12 deferred = 16 requests, one per replica
+    so = settings("chat", {"model": LLAMA_MODEL, "exporters": exporter.address, "scaleToZero": "true",
+                           "policy": "concurrency", "targetConcurrency": "1", "mode": "reactive"},
+                  kind="external-push", max_replicas=20)
+    scaler = GrpcExternalScaler(pod.channel, clock=clock_setter(world.clock))
+    try:
+        ref = pb.ScaledObjectRef(name=so.name, namespace=NS, scalerMetadata=dict(so.triggers[0].metadata))
+        client = stub(pod.channel)
+        client.GetMetricSpec(ref)  # the scaler starts this ScaledObject's collection on first contact
+        world.step(T0 + 2)  # and has data before the HPA's first sync
+        loop = KedaHpaLoop(so, scaler, start=world.clock.now, initial_replicas=12)
+        scaler.open_stream(ScaledObjectRef(so.name, so.namespace, so.triggers[0].metadata))
+        world.step(T0 + 10, [loop])
+        serving = loop.spec_replicas
+        assert serving >= 12
+        assert post_activate(pod, so.name)[0] == 200
+        world.exporters.remove(exporter)
+        exporter.stop()  # unreachable from now on: the scaler's data goes stale after staleAfter (30 s)
+        world.step(T0 + 90, [loop])
+        with pytest.raises(grpc.RpcError) as err:
+            client.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=ref, metricName=client.GetMetricSpec(
+                ref).metricSpecs[0].metricName))
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert client.IsActive(ref).result is True  # the activation still holds the model awake
+        assert loop.spec_replicas == serving  # the HPA held through the stale minute
+    finally:
+        scaler.close()
+
+
+def post_activate(pod: ScalerPod, name: str) -> tuple[int, dict[str, Any]]:
+    from scaler_harness import post
+
+    return post(f"{pod.http}/v1/activate/{NS}/{name}")
