@@ -125,12 +125,13 @@ def assumed_workload(history: HistoryView | None, now: float) -> WorkloadState:
 class NoUsableData(Exception):
     """Nothing to decide on: KEDA must hold (gRPC UNAVAILABLE).
 
-    `at_zero`: the Kubernetes API says the target runs no replica, so an activation may answer 1 (a
-    count that can only raise it); anywhere else the activation floor must not stand in for a count."""
+    `known_replicas`: the target's replica count as the Kubernetes API gave it (None: not known). While
+    an activation holds, the answer is then that count, at least 1: it wakes a target at zero and
+    holds a running one. Without it the activation floor must not stand in for a count."""
 
-    def __init__(self, message: str, *, at_zero: bool = False) -> None:
+    def __init__(self, message: str, *, known_replicas: int | None = None) -> None:
         super().__init__(message)
-        self.at_zero = at_zero
+        self.known_replicas = known_replicas
 
 
 @dataclass(frozen=True)
@@ -309,15 +310,16 @@ class ScalerService:
     def answer_for(self, entry: _Entry) -> Answer:
         """`answer` for an entry from `entry()`: the policy's decision with a recent activation overlaid.
 
-        The activation is a floor, not an answer: without usable data it answers 1 only for a target the
-        Kubernetes API shows at zero; a running model on stale data stays UNAVAILABLE (KEDA holds)."""
+        The activation is a floor, not an answer: without usable data it answers the count the Kubernetes
+        API gives (at least 1), which never lowers it; with no count known, UNAVAILABLE (KEDA holds)."""
         now = self.clock()
         result = self._decided(entry, now)
         activated = self._activated(entry.key, now)
         if isinstance(result, NoUsableData):
-            if not (activated and result.at_zero):
+            if not activated or result.known_replicas is None:
                 raise result
-            return self._overlay(entry, Answer(entry.metric_name, Decision(1, Reason.ACTIVATION.value), True, True))
+            held = max(1, result.known_replicas)
+            return self._overlay(entry, Answer(entry.metric_name, Decision(held, Reason.ACTIVATION.value), True, True))
         if activated:
             return self._overlay(entry, result)
         return result
@@ -433,11 +435,12 @@ class ScalerService:
             self.metrics.record(key, cfg.model, answer)
             return answer
         self.metrics.unavailable.labels(key.namespace, key.name, cfg.model).inc()
+        count = known.current_replicas if known is not None else None
         if history is None:
             return NoUsableData(f"no replica of model {cfg.model!r} in namespace {key.namespace!r} has been "
-                                f"seen yet (collection finds replicas by their `model` label)", at_zero=at_zero)
+                                f"seen yet (collection finds replicas by their `model` label)", known_replicas=count)
         return NoUsableData(f"no usable data for model {cfg.model!r} in namespace {key.namespace!r}, holding: {why}",
-                            at_zero=at_zero)
+                            known_replicas=count)
 
     def _lookup(self, key: ScaledObjectKey, cfg: ScalerConfig) -> HistoryView | None:
         if self._history_for is not None:

@@ -197,3 +197,37 @@ def test_activation_holds_is_active_for_the_hold_then_lets_go() -> None:
             assert client.IsActive(so).result is False
     finally:
         st.stop()
+
+
+@pytest.mark.parametrize(("known", "answer"), [(12, 12), (0, 1), (None, None)])
+def test_the_activation_floor_never_lowers_a_count_on_unusable_data(known: int | None, answer: int | None) -> None:
+    """No usable data, activated a minute ago: GetMetrics holds the count the Kubernetes API gives (at least
+    1, which wakes a target at zero) and, with no count known, answers UNAVAILABLE; never the floor of 1
+    for a model that runs 12."""
+    from keda_llm.scaler.externalscaler import externalscaler_pb2 as pb
+    from keda_llm.scaler.model import WorkloadState
+
+    clock = FakeClock()
+    workloads = None if known is None else (lambda _key: WorkloadState(current_replicas=known, ready_replicas=known))
+    st = ServerThread(make_service({("llm", MODEL): FakeHistory(desired=None)}, clock, activation_hold_s=300.0,
+                                   workloads=workloads))
+    so = ref("chat", model=MODEL)
+    try:
+        with grpc.insecure_channel(st.target) as channel:
+            client = stub(channel)
+            name = client.GetMetricSpec(so).metricSpecs[0].metricName
+            request = pb.GetMetricsRequest(scaledObjectRef=so, metricName=name)
+            with pytest.raises(grpc.RpcError) as err:
+                client.GetMetrics(request)  # not activated: KEDA and the HPA hold
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+            post(st.http + "/v1/activate/llm/chat")
+            clock.now += 60.0
+            if answer is None:
+                with pytest.raises(grpc.RpcError) as err:
+                    client.GetMetrics(request)
+                assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+            else:
+                assert client.GetMetrics(request).metricValues[0].metricValue == answer
+            assert client.IsActive(so).result is True
+    finally:
+        st.stop()
