@@ -6,19 +6,34 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import os
+import socket
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
+from keda_llm.common.durations import parse_duration
 from keda_llm.scaler.assembly import Scaler, ScalerSettings, Sources, WorkloadSource, host_port
 from keda_llm.scaler.assembly import build as assemble
-from keda_llm.scaler.server import ScalerServer, TLSFiles
+from keda_llm.scaler.server import ScalerServer, TLSFiles, address_family
 
 __all__ = ["Sources", "add_arguments", "build", "run", "settings_from_args"]
 
 log = logging.getLogger("keda_llm.scaler")
+
+
+def duration(text: str) -> float:
+    """A flag's duration, Go syntax or bare seconds (`2s`, `500ms`, `2`), as the exporter's config takes it."""
+    try:
+        seconds = parse_duration(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{text!r}: {err}") from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be greater than 0")
+    return seconds
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,7 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--tls-key", default=env("KEDA_LLM_TLS_KEY"), help="server private key (PEM file)")
     g.add_argument("--tls-client-ca", default=env("KEDA_LLM_TLS_CLIENT_CA"),
                    help="CA for client certificates: turns on mutual TLS")
-    g.add_argument("--grace", type=float, default=5.0, help="seconds to drain on SIGTERM (default 5)")
+    g.add_argument("--grace", type=duration, default=5.0,
+                   help="how long to drain on SIGTERM, a duration such as 5s (default 5s)")
     s = parser.add_argument_group("metric sources (defaults for ScaledObjects that do not name their own)")
     s.add_argument("--exporters-service", default=env("KEDA_LLM_EXPORTERS_SERVICE"),
                    help="headless Service DNS name of the exporters, host[:port] (port 9400 by default)")
@@ -40,7 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="static comma-separated exporters (host:port or URLs)")
     s.add_argument("--prometheus-address", default=env("KEDA_LLM_PROMETHEUS_ADDRESS"),
                    help="Prometheus base URL (metricsSource: prometheus, activationQuery)")
-    s.add_argument("--interval", type=float, default=2.0, help="collection interval in seconds (default 2)")
+    s.add_argument("--interval", type=duration, default=2.0,
+                   help="collection interval, a duration such as 2s or 500ms (default 2s)")
     k = parser.add_argument_group("Kubernetes and peers")
     k.add_argument("--no-kube", action="store_true",
                    help="do not read ScaledObjects and /scale (replicas listed by the exporters stand in)")
@@ -50,7 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     k.add_argument("--pod-ip", default=env("POD_IP", ""), help="this pod's IP, skipped among the peers")
     k.add_argument("--activation-token", default=env("KEDA_LLM_ACTIVATION_TOKEN"),
                    help="require `Authorization: Bearer <token>` on POST /v1/activate")
-    parser.add_argument("--log-level", default=env("KEDA_LLM_LOG_LEVEL", "INFO"))
+    parser.add_argument("--log-level", default=env("KEDA_LLM_LOG_LEVEL", "INFO"),
+                        help="DEBUG, INFO, WARNING or ERROR (default INFO)")
 
 
 def _host_port(text: str, default_port: int) -> tuple[str, int]:
@@ -63,10 +81,10 @@ def settings_from_args(args: argparse.Namespace, *, demand_watch_s: float | None
     tls = None
     if args.tls_cert or args.tls_key:
         if not (args.tls_cert and args.tls_key):
-            raise SystemExit("--tls-cert and --tls-key go together")
+            raise StartError("--tls-cert and --tls-key go together", "pass both, or neither for plaintext")
         tls = TLSFiles(args.tls_cert, args.tls_key, args.tls_client_ca)
     elif args.tls_client_ca:
-        raise SystemExit("--tls-client-ca needs --tls-cert and --tls-key")
+        raise StartError("--tls-client-ca needs --tls-cert and --tls-key", "mutual TLS is TLS first: pass all three")
     return ScalerSettings(
         grpc_address=args.grpc_address, http_address=host_port(args.http_address, 9091),
         exporters=tuple(e.strip() for e in args.exporters.split(",") if e.strip()),
@@ -97,6 +115,51 @@ def _assemble(args: argparse.Namespace, *, clock: Callable[[], float] = time.tim
     return assemble(settings, reader=reader, clock=clock, background=background)
 
 
+class StartError(Exception):
+    """An expected reason the scaler cannot start: one line and a hint for the user, never a traceback."""
+
+    def __init__(self, problem: str, hint: str) -> None:
+        super().__init__(f"{problem}; hint: {hint}")
+
+
+def start_error(err: BaseException, args: argparse.Namespace) -> StartError | None:
+    """The StartError an exception from start-up stands for, or None for a real bug (keep its traceback)."""
+    from keda_llm.scaler.kube import KubeError
+
+    if isinstance(err, StartError):
+        return err
+    if isinstance(err, KubeError):
+        return StartError(f"cannot use the Kubernetes API: {err}",
+                          "run it in a cluster with its ServiceAccount, or pass --no-kube (the exporters' "
+                          "replica lists then stand in for /scale)")
+    if isinstance(err, RuntimeError) and "Failed to bind" in str(err):
+        return StartError(f"cannot listen on --grpc-address {args.grpc_address}: address in use or not available",
+                          "choose another --grpc-address, or stop what holds the port")
+    if isinstance(err, OSError) and err.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
+        return StartError(f"cannot listen on --http-address {args.http_address}: {err.strerror}",
+                          "choose another --http-address, or stop what holds the port")
+    if isinstance(err, OSError) and err.filename is not None:
+        return StartError(f"cannot read {err.filename}: {err.strerror}", "check the path given to the --tls-* flags")
+    return None
+
+
+def probe_grpc_port(args: argparse.Namespace) -> None:
+    """Refuse a taken gRPC port up front: gRPC's core would first log its own multi-line error."""
+    try:
+        host, port = host_port(args.grpc_address, 9090)
+    except ValueError:
+        raise StartError(f"--grpc-address {args.grpc_address!r} is not host:port", "for example [::]:9090") from None
+    if port == 0:
+        return
+    with socket.socket(address_family(host), socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host.strip("[]") or "0.0.0.0", port))
+        except OSError as err:
+            raise StartError(f"cannot listen on --grpc-address {args.grpc_address}: {err.strerror}",
+                             "choose another --grpc-address, or stop what holds the port") from None
+
+
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -104,5 +167,13 @@ def run(args: argparse.Namespace) -> int:
     async def main() -> None:
         await _assemble(args).serve(grace=args.grace)
 
-    asyncio.run(main())
+    try:
+        probe_grpc_port(args)
+        asyncio.run(main())
+    except Exception as err:
+        known = start_error(err, args)
+        if known is None:
+            raise
+        print(f"keda-llm scaler: {known}", file=sys.stderr)
+        return 2
     return 0

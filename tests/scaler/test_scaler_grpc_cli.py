@@ -37,3 +37,60 @@ def test_scaler_command_serves_and_stops_gracefully_on_sigterm() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _scaler(*flags: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "keda_llm.cli", "scaler", *flags], capture_output=True, text=True,
+                          timeout=60, env=env)
+
+
+def _one_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_outside_a_cluster_without_no_kube_is_one_line_with_the_hint() -> None:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+    proc = _scaler("--grpc-address", "127.0.0.1:0", "--http-address", "127.0.0.1:0", env=env)
+    assert proc.returncode == 2
+    line = _one_line(proc.stderr)
+    assert line.startswith("keda-llm scaler: cannot use the Kubernetes API") and "--no-kube" in line
+
+
+def test_a_port_taken_is_one_line_naming_the_flag() -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for flag, other in (("--grpc-address", "--http-address"), ("--http-address", "--grpc-address")):
+            proc = _scaler("--no-kube", flag, f"127.0.0.1:{port}", other, "127.0.0.1:0")
+            assert proc.returncode == 2, proc.stderr
+            line = _one_line(proc.stderr)
+            assert f"cannot listen on {flag} 127.0.0.1:{port}" in line and "hint:" in line
+
+
+def test_tls_flags_that_do_not_go_together_and_a_missing_file_are_one_line(tmp_path: object) -> None:
+    proc = _scaler("--no-kube", "--tls-cert", "cert.pem", "--grpc-address", "127.0.0.1:0")
+    assert proc.returncode == 2 and "--tls-cert and --tls-key go together" in _one_line(proc.stderr)
+    proc = _scaler("--no-kube", "--tls-cert", "/nonexistent/cert.pem", "--tls-key", "/nonexistent/key.pem",
+                   "--grpc-address", "127.0.0.1:0", "--http-address", "127.0.0.1:0")
+    assert proc.returncode == 2 and "cannot read /nonexistent/" in _one_line(proc.stderr)
+
+
+def test_interval_and_grace_take_durations_like_the_exporter() -> None:
+    import argparse
+
+    from keda_llm.scaler.cli import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--interval", "500ms", "--grace", "10s"])
+    assert (args.interval, args.grace) == (0.5, 10.0)
+    assert parser.parse_args(["--interval", "3"]).interval == 3.0  # bare seconds still work
+    proc = _scaler("--interval", "0s")
+    assert proc.returncode == 2 and "must be greater than 0" in proc.stderr
