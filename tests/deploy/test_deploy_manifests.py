@@ -544,8 +544,9 @@ def scaled_objects() -> list[tuple[Path, JSON]]:
 
 def test_examples_hold_the_expected_scaled_objects() -> None:
     names = sorted((p.relative_to(DEPLOY / "examples").as_posix(), d["metadata"]["name"]) for p, d in scaled_objects())
-    assert names == [("llamacpp-dev.yaml", "smollm2"), ("sglang-scaledobject.yaml", "qwen-32b"),
-                     ("tls/vllm-scaledobject-tls.yaml", "llama-8b"), ("vllm-scaledobject.yaml", "llama-8b")]
+    assert names == [("keda-2.18/vllm-scaledobject.yaml", "llama-8b"), ("llamacpp-dev.yaml", "smollm2"),
+                     ("sglang-scaledobject.yaml", "qwen-32b"), ("tls/vllm-scaledobject-tls.yaml", "llama-8b"),
+                     ("vllm-scaledobject.yaml", "llama-8b")]
 
 
 @pytest.mark.parametrize("path_doc", scaled_objects(), ids=lambda pd: pd[0].name)
@@ -573,8 +574,13 @@ def test_example_scaled_object_is_valid_for_keda_and_the_scaler(path_doc: tuple[
             assert host in find(tls, "Certificate", "keda-llm-scaler-tls", NAMESPACE)["spec"]["dnsNames"]
 
 
+def example(relative: str) -> JSON:
+    (doc,) = [d for p, d in scaled_objects() if p == DEPLOY / "examples" / relative]
+    return doc
+
+
 def test_recommended_vllm_scaled_object() -> None:
-    (doc,) = [d for p, d in scaled_objects() if p.name == "vllm-scaledobject.yaml"]
+    doc = example("vllm-scaledobject.yaml")
     s = settings_from_manifest(doc)
     (trig,) = s.triggers
     cfg = parse_metadata(trig.metadata)
@@ -583,10 +589,16 @@ def test_recommended_vllm_scaled_object() -> None:
     assert cfg.idle_timeout == 900.0
     b = s.behavior
     assert b is not None and b.scale_up is not None and b.scale_down is not None
-    assert (b.scale_up.stabilization_window_seconds, b.scale_up.tolerance) == (0, 0.0)
-    assert (b.scale_down.stabilization_window_seconds, b.scale_down.tolerance) == (30, 0.0)
+    # no `tolerance` here: it validates on KEDA 2.17 and Kubernetes 1.27 (test_deploy_validate.py)
+    assert (b.scale_up.stabilization_window_seconds, b.scale_up.tolerance) == (0, None)
+    assert (b.scale_down.stabilization_window_seconds, b.scale_down.tolerance) == (30, None)
+    # the KEDA >= 2.18 variant is the same ScaledObject with the HPA's tolerance at 0
+    newer = example("keda-2.18/vllm-scaledobject.yaml")
+    rules = newer["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+    assert rules["scaleUp"].pop("tolerance") == rules["scaleDown"].pop("tolerance") == "0"
+    assert newer == doc
     # the TLS variant is the same ScaledObject plus TLS
-    (tls_doc,) = [d for p, d in scaled_objects() if p.name == "vllm-scaledobject-tls.yaml"]
+    tls_doc = example("tls/vllm-scaledobject-tls.yaml")
     tls_trig = tls_doc["spec"]["triggers"][0]
     plain = copy.deepcopy(tls_doc)
     plain["spec"]["triggers"][0] = {k: v for k, v in tls_trig.items() if k != "authenticationRef"}
@@ -595,7 +607,7 @@ def test_recommended_vllm_scaled_object() -> None:
 
 
 def test_sglang_example_uses_the_concurrency_policy() -> None:
-    (doc,) = [d for p, d in scaled_objects() if p.name == "sglang-scaledobject.yaml"]
+    doc = example("sglang-scaledobject.yaml")
     cfg = parse_metadata(settings_from_manifest(doc).triggers[0].metadata)
     assert (cfg.policy, cfg.target_concurrency, cfg.scale_to_zero) == ("concurrency", 48.0, False)
 
@@ -628,7 +640,7 @@ def test_example_engines_are_discovered_as_their_scaled_objects_expect() -> None
     assert (t.namespace, t.engine, t.model) == ("llm", "vllm", None)
     assert t.max_running == float(flag(c["args"], "--max-num-seqs")) == 128.0
     assert t.container_start is not None
-    (so,) = [d for p, d in scaled_objects() if p.name == "vllm-scaledobject.yaml"]
+    so = example("vllm-scaledobject.yaml")
     assert so["spec"]["triggers"][0]["metadata"]["model"] == flag(c["args"], "--served-model-name")
     assert so["spec"]["scaleTargetRef"]["name"] == "llama-8b" and so["metadata"]["namespace"] == "llm"
     assert "replicas" not in vllm["spec"]  # KEDA owns the count
@@ -639,7 +651,7 @@ def test_example_engines_are_discovered_as_their_scaled_objects_expect() -> None
     assert t is not None and t.url == "http://10.8.0.6:8080/metrics" and t.engine == "llamacpp"
     assert "--metrics" in c["args"]
     assert t.max_running == float(flag(c["args"], "--parallel")) == 4.0
-    (so,) = [d for p, d in scaled_objects() if p.name == "llamacpp-dev.yaml"]
+    so = example("llamacpp-dev.yaml")
     assert t.model == so["spec"]["triggers"][0]["metadata"]["model"] == flag(c["args"], "--alias")
     for d in deployments.values():
         assert selects(d["spec"]["selector"]["matchLabels"], d["spec"]["template"]["metadata"]["labels"])
