@@ -168,10 +168,12 @@ def parse_target(value: object, key: str, node: str) -> Target:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"{key}.url", url, "expected an http:// or https:// URL with a host")
-    engine = m.get("engine")
+    # An empty string means the default, as the README's commented config shows it (`engine: ""` detects,
+    # `pod: ""` takes the URL's host:port): YAML templates leave optional keys empty.
+    engine = m.get("engine") or None
     if engine is not None and engine not in ENGINES:
         raise ConfigError(f"{key}.engine", engine, f"expected one of {', '.join(ENGINES)}")
-    role = m.get("role")
+    role = m.get("role") or None
     if role is not None and role not in ROLES:
         raise ConfigError(f"{key}.role", role, f"expected one of {', '.join(ROLES)}")
     max_running = m.get("max_running")
@@ -183,7 +185,7 @@ def parse_target(value: object, key: str, node: str) -> Target:
     return Target(
         url=url,
         namespace=_str(m.get("namespace", ""), f"{key}.namespace"),
-        pod=_str(m.get("pod", parts.netloc), f"{key}.pod"),
+        pod=_str(m.get("pod") or parts.netloc, f"{key}.pod"),
         node=node,
         model=None if model is None else _str(model, f"{key}.model"),
         engine=engine,

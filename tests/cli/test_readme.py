@@ -43,3 +43,31 @@ def test_readme_scaledobject_examples_are_valid() -> None:
         for settings in parse_scaledobjects(block, "README.md"):
             for trigger in settings.triggers:
                 parse_metadata(trigger.metadata)
+
+
+def test_the_exporter_config_block_parses_as_written() -> None:
+    """The README's commented exporter config, exactly as shown: every key, the empty defaults included."""
+    import yaml
+
+    from keda_llm.exporter.config import parse_config
+
+    blocks = [b for b in re.findall(r"```yaml\n(.*?)```", README, re.S) if b.startswith("listen:")]
+    assert len(blocks) == 1, "the README lost its exporter config block"
+    cfg = parse_config(yaml.safe_load(blocks[0]), {"NODE_NAME": "gpu-node-1"})
+    (target,) = cfg.targets
+    assert target.engine is None and target.pod == "10.0.0.7:8000" and target.model == "llama-3-8b"
+
+
+def test_the_simulate_example_runs_as_written(tmp_path: Path) -> None:
+    """The console block under the simulator section, run from a folder holding the repository's deploy/."""
+    import shlex
+    import subprocess
+    import sys
+
+    (block,) = re.findall(r"```console\n\$ (keda-llm simulate .*?)```", README, re.S)
+    argv = shlex.split(block.replace("\\\n", " "))
+    (tmp_path / "deploy").symlink_to(ROOT / "deploy")
+    proc = subprocess.run([sys.executable, "-m", "keda_llm.cli", *argv[1:]], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "results" / "results.json").is_file() and (tmp_path / "results" / "replicas.png").is_file()
