@@ -714,7 +714,13 @@ class Report:
 
     exit_code: int = 0
     stats: Stats = field(default_factory=Stats)
-    unfinished: int = 0
+    unfinished: int = 0  # requests still held or being served when the run ended
+    interrupted: bool = False  # Ctrl-C: the unfinished requests were cut off by the user, not lost
+
+    @property
+    def lost(self) -> int:
+        """Requests sent and never served, less those a Ctrl-C cut off while in flight."""
+        return self.stats.sent - self.stats.served - (self.unfinished if self.interrupted else 0)
     events: list[tuple[float, str]] = field(default_factory=list)
     control: list[tuple[float, str, int, int]] = field(default_factory=list)  # KEDA/HPA events
     max_pods: int = 0
@@ -892,9 +898,9 @@ class Demo:
         r.stats = world.stats
         r.unfinished = world.in_flight()
         r.log_errors = collector.errors
+        r.interrupted = interrupted
         self._summary(collector.warnings)
-        lost = r.stats.sent - r.stats.served
-        r.exit_code = 130 if interrupted else (0 if lost == 0 else 1)
+        r.exit_code = 1 if r.lost else (130 if interrupted else 0)
         return r
 
     def _show(self, world: World, exporter_url: str, scaler_http: str) -> None:
@@ -1005,11 +1011,18 @@ class Demo:
 
         kinds = [k for _, k, _, _ in r.control]
         ok = [st for _, st in s.activations if st == 200]
-        lost = s.sent - s.served
+        lost = r.lost
+        cut = f", interrupted in flight {r.unfinished}" if r.interrupted else ""
+        if lost:
+            result = f"FAILED: {lost} requests not served"
+        elif r.interrupted:
+            result = f"stopped early (Ctrl-C): {r.unfinished} requests were in flight, none lost"
+        else:
+            result = "OK: no request lost"
         lines = [
             "",
             f"Summary ({self.now():.0f} s)",
-            f"  requests  sent {s.sent}, served {s.served}, lost {lost}",
+            f"  requests  sent {s.sent}, served {s.served}{cut}, lost {lost}",
             f"  latency   time to first token p50 {pct(0.5)}, p95 {pct(0.95)}, max {pct(1.0)} "
             "(from arrival, gateway wait included)",
             f"  gateway   held {s.held} requests while no replica was ready, longest wait {s.max_gateway_wait:.1f} s; "
@@ -1021,7 +1034,7 @@ class Demo:
             f"scaler errors seen by KEDA: {r.scaler_errors}",
             f"  logs      {len(r.log_errors)} errors, {warnings} warnings (scrapes of pods still loading are "
             "expected)" + (f"; first error: {r.log_errors[0]}" if r.log_errors else ""),
-            "  result    " + ("OK: no request lost" if lost == 0 else f"FAILED: {lost} requests not served"),
+            f"  result    {result}",
         ]
         print("\n".join(lines), file=self.out, flush=True)
 

@@ -162,3 +162,31 @@ def test_printed_scaledobject_is_valid_and_carries_the_scenario(capsys: pytest.C
     from keda_llm.scaler.config import parse_metadata
 
     assert parse_metadata(trigger.metadata).scale_to_zero is True  # the scaler accepts every key
+
+
+def test_ctrl_c_counts_requests_in_flight_as_interrupted_not_lost() -> None:
+    """The intro says Ctrl-C ends early with a summary: requests cut off in flight are not 'lost'."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "keda_llm.cli", "demo", "--duration", "60", "--plain"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # into the spike, when requests are surely in flight
+            if "] spike" in line:
+                break
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "Traceback" not in err, err
+    summary = out[out.index("Summary"):]
+    assert "lost 0" in summary and "FAILED" not in summary, summary
+    assert "stopped early (Ctrl-C)" in summary and "interrupted in flight" in summary, summary
+    assert proc.returncode == 130
