@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import hmac
 import json
 import logging
 import os
@@ -192,7 +193,8 @@ class _HTTPHandler(BaseHTTPRequestHandler):
             return
         owner = self.server.owner
         token = owner.activation_token
-        if token and self.headers.get("Authorization") != f"Bearer {token}":
+        given = (self.headers.get("Authorization") or "").encode()
+        if token and not hmac.compare_digest(given, f"Bearer {token}".encode()):  # constant time: no timing oracle
             self._json(401, {"error": "missing or wrong bearer token for activation"})
             return
         key = ScaledObjectKey(namespace, name)
