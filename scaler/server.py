@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import hmac
+import ipaddress
 import json
 import logging
 import os
