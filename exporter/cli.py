@@ -52,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--once", action="store_true",
                         help="run one collection cycle, print the exposition to stdout and exit "
                              "(exit status 1 if any target failed)")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="log verbosity (default INFO)")
 
 
 def build_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> ExporterConfig:

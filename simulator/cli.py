@@ -63,7 +63,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--cold-start", default="typical", choices=("typical", "fast"), help="cold start case [typical]")
     c.add_argument("--max-replicas", type=int, default=None,
                    help="upper bound for baselines and the oracle [the ScaledObject's maxReplicaCount, else 64]")
-    c.add_argument("--routing", default="least_outstanding", choices=("least_outstanding", "round_robin"))
+    c.add_argument("--routing", default="least_outstanding", choices=("least_outstanding", "round_robin"),
+                   help="how the gateway picks a replica (default least_outstanding)")
     c.add_argument("--max-wait", type=float, default=600.0,
                    help="seconds a request may wait at the gateway for a ready replica before it is dropped [600]")
 
