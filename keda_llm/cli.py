@@ -18,6 +18,7 @@ from keda_llm import __version__
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "exporter": ("keda_llm.exporter.cli", "per-node exporter: engine /metrics + NVML -> llm_* metrics"),
     "scaler": ("keda_llm.scaler.cli", "KEDA external scaler (gRPC) for LLM servers"),
+    "activator": ("keda_llm.activator.cli", "OpenAI-compatible proxy: holds requests at zero, wakes the model, routes"),
     "simulate": ("keda_llm.simulator.cli", "replay a request trace through a simulated GPU cluster"),
     "demo": ("keda_llm.demo", "live demo: simulated engines, exporter, scaler and a KEDA+HPA loop"),
 }

@@ -1,0 +1,73 @@
+"""`keda-llm activator`: config file and flags -> Activator, serve until SIGTERM, then drain."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+from keda_llm.activator.config import ActivatorConfig, ConfigError, load, with_flags
+from keda_llm.activator.proxy import Activator
+
+log = logging.getLogger("keda_llm.activator")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    env = os.environ.get
+    parser.add_argument("--config", default=env("KEDA_LLM_ACTIVATOR_CONFIG"),
+                        help="YAML file (docs/activator.md); flags below override it")
+    parser.add_argument("--listen", help="proxy listen host:port (default :8080)")
+    parser.add_argument("--admin-listen", default=env("KEDA_LLM_ACTIVATOR_ADMIN", ":9092"),
+                        help="/metrics, /healthz, /admin listen host:port (default :9092)")
+    parser.add_argument("--scaler", help="the scaler's HTTP base URL, for POST /v1/activate")
+    parser.add_argument("--activation-token-file", help="bearer token for the scaler's activation endpoint")
+    parser.add_argument("--admin-token-file", help="bearer token for /admin/* (off without one)")
+    parser.add_argument("--model", help="a single model's served name (with --upstream)")
+    parser.add_argument("--upstream", action="append", help="a static endpoint base URL (repeatable)")
+    parser.add_argument("--scaled-object", help="namespace/name of the single model's ScaledObject to wake")
+    parser.add_argument("--exporter", action="append", help="an exporter /metrics URL (repeatable)")
+    parser.add_argument("--max-held", help="held requests per model before 429 (default 1000)")
+    parser.add_argument("--max-wait", help="longest hold before 503, Go duration (default 5m)")
+    parser.add_argument("--max-body-bytes", help="request body cap (default 1MiB)")
+    parser.add_argument("--shutdown-grace", help="time in-flight requests get on SIGTERM (default 25s)")
+    parser.add_argument("--log-level", default=env("KEDA_LLM_LOG_LEVEL", "INFO"))
+
+
+def _host_port(text: str, key: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not port.isdigit() or int(port) > 65535:
+        raise ConfigError(key, f"not host:port: {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=str(args.log_level).upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = with_flags(load(args.config), vars(args))
+        admin = _host_port(args.admin_listen, "--admin-listen")
+        proxy = _host_port(cfg.listen, "listen")
+        return asyncio.run(_serve(cfg, proxy, admin))
+    except ConfigError as e:
+        print(f"keda-llm activator: {e}", file=sys.stderr)
+        return 2
+
+
+async def _serve(cfg: ActivatorConfig, proxy: tuple[str, int], admin: tuple[str, int]) -> int:
+    activator = Activator(cfg)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await activator.start(proxy, admin)
+    except ValueError as e:  # no API server for EndpointSlices
+        raise ConfigError("kubernetes.api_server", str(e).split(": ", 1)[-1]) from None
+    log.info("activator: proxy on :%d, admin on :%d, models %s", activator.ports["proxy"],
+             activator.ports.get("admin", 0), ", ".join(activator.models))
+    await stop.wait()
+    log.info("SIGTERM: draining")
+    await activator.stop()
+    return 0

@@ -1,0 +1,498 @@
+"""The activator's HTTP side (aiohttp): the proxy port and the admin port, around the rules of core.py.
+
+Proxy port: every request is forwarded to one ready endpoint of its model, the response streamed back
+chunk by chunk as it arrives (SSE included; nothing is buffered whole). The request body is read whole
+up to `max_body_bytes` (OpenAI request bodies are small JSON) to find its `model`. A model with no
+ready endpoint (or every endpoint at `routing.max_outstanding`) holds the request in its HeldQueue,
+wakes the model through the scaler (`POST {scaler}/v1/activate/{namespace}/{scaledobject}`) and
+releases it when an endpoint is ready; past the bound 429, past max_wait 503, both with Retry-After.
+A client that disconnects while held is removed from the queue (aiohttp cancels its handler) and never
+forwarded. A connection refused by an endpoint (a pod that just went away: the scale-down race) sets it
+aside and takes the request back to routing, held again if no endpoint is left; nothing was sent to
+the client yet, so it sees one answer.
+
+Admin port: /metrics (Prometheus), /healthz (200 while serving, 503 once stopping), and, with an admin
+token configured, GET /admin/queues (bearer token, constant-time compare).
+
+Shutdown (`stop`): health turns 503, held requests go to ready endpoints or are answered 503 with
+Retry-After at once, requests in flight get `shutdown_grace` to finish, then the listeners close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from yarl import URL
+
+from keda_llm.activator.config import ActivatorConfig, ModelConfig, read_token
+from keda_llm.activator.core import (
+    REJECT_STATUS,
+    Admitted,
+    EndpointLoad,
+    HeldQueue,
+    RejectReason,
+    Routing,
+    Ticket,
+    Waker,
+    retry_after,
+    route_by_body,
+    route_by_path,
+)
+from keda_llm.activator.endpoints import EndpointSet, SliceWatcher, probe_static
+from keda_llm.activator.loads import LoadTable
+
+log = logging.getLogger(__name__)
+
+#: Headers that belong to one connection, never forwarded (RFC 9110 7.6.1), and those aiohttp sets.
+HOP_BY_HOP = frozenset(h.lower() for h in (
+    "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection", "TE",
+    "Trailer", "Transfer-Encoding", "Upgrade", "Host", "Content-Length"))
+TICK_S = 0.1  # expiry, re-activation and set-aside endpoints coming back are checked this often
+WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+
+class _Rejected(Exception):
+    def __init__(self, reason: RejectReason, retry: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason: RejectReason = reason
+        self.retry = retry
+
+
+class _ConnectFailed(Exception):
+    """The endpoint refused or dropped the connection before answering: safe to try another."""
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.held = Gauge("keda_llm_activator_held_requests",
+                          "Requests held for a model with no ready endpoint (the scaler's activationQuery)",
+                          ["model"], registry=r)
+        self.wait = Histogram("keda_llm_activator_wait_seconds", "Time requests were held, by outcome",
+                              ["model", "outcome"], buckets=WAIT_BUCKETS, registry=r)
+        self.rejects = Counter("keda_llm_activator_rejects_total", "Requests answered by the activator itself",
+                               ["model", "reason"], registry=r)
+        self.forwarded = Counter("keda_llm_activator_forwarded_total", "Requests forwarded, by endpoint",
+                                 ["model", "endpoint"], registry=r)
+        self.ready = Gauge("keda_llm_activator_ready_endpoints", "Ready endpoints per model", ["model"], registry=r)
+        self.activations = Counter("keda_llm_activator_activations_total",
+                                   "Calls to the scaler's activation endpoint, by result", ["model", "result"],
+                                   registry=r)
+        self.retries = Counter("keda_llm_activator_connect_retries_total",
+                               "Connections an endpoint refused before answering (request routed again)",
+                               ["model"], registry=r)
+
+
+@dataclass
+class ModelState:
+    cfg: ModelConfig
+    queue: HeldQueue
+    waker: Waker
+    woken_at: float | None = None
+    outstanding: dict[str, int] = field(default_factory=dict)
+
+
+class Activator:
+    """The proxy and admin apps around the core rules. `await start()`, then `await stop()`."""
+
+    def __init__(self, cfg: ActivatorConfig, *, clock: Callable[[], float] = time.monotonic,
+                 endpoints: EndpointSet | None = None) -> None:
+        self.cfg = cfg
+        self.clock = clock
+        self.metrics = Metrics()
+        self.models: dict[str, ModelState] = {}
+        classes = max(1, len(cfg.priority_classes) + 1)
+        for m in cfg.models:
+            q = HeldQueue(m.name, max_held=m.max_held, max_wait=m.max_wait, classes=classes)
+            self.models[m.name] = ModelState(m, q, Waker(cfg.activation_interval))
+            self.metrics.held.labels(m.name).set(0)
+        self.names = {n: m.name for m in cfg.models for n in (m.name, *m.aliases)}
+        self.prefixes = [(m.path_prefix, m.name) for m in cfg.models if m.path_prefix]
+        self.classes = {c.lower(): i for i, c in enumerate(cfg.priority_classes)}
+        self.routing = Routing(cfg.routing)
+        self._uncapped = Routing(replace(cfg.routing, max_outstanding=0))  # shutdown drains past the cap
+        self.endpoints = endpoints or EndpointSet(clock=clock)
+        self.endpoints.on_change = self._endpoints_changed
+        self.loads = LoadTable(cfg.exporters, max_age=cfg.metrics_max_age, clock=clock)
+        self.activation_token = read_token(cfg.activation_token_file, "activation_token_file")
+        self.admin_token = read_token(cfg.admin_token_file, "admin_token_file")
+        self.stopping = False
+        self.inflight = 0
+        self._idle = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._runners: list[web.AppRunner] = []
+        self._session: aiohttp.ClientSession | None = None
+        self.ports: dict[str, int] = {}
+
+    # ---- lifecycle ----
+
+    async def start(self, proxy: tuple[str, int], admin: tuple[str, int] | None) -> None:
+        self._idle.set()
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=10), auto_decompress=False,
+            timeout=aiohttp.ClientTimeout(total=None))
+        for name, (host, port), app in (("proxy", proxy, self._proxy_app()),
+                                        *((("admin", admin, self._admin_app()),) if admin else ())):
+            runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
+                                   shutdown_timeout=self.cfg.shutdown_grace)
+            await runner.setup()
+            site = web.TCPSite(runner, host or None, port, backlog=4096)
+            await site.start()
+            self._runners.append(runner)
+            self.ports[name] = int(runner.addresses[-1][1]) if runner.addresses else port
+        watcher = SliceWatcher(self.cfg.kubernetes, self.cfg.models, self.endpoints)
+        self._tasks = [asyncio.create_task(self._ticker()),
+                       asyncio.create_task(probe_static(self.cfg, self.endpoints, self._session, self._stop)),
+                       asyncio.create_task(watcher.run(self._stop))]
+        if self.cfg.exporters:
+            self._tasks.append(asyncio.create_task(self.loads.run(self.cfg.exporters_interval, self._stop)))
+
+    async def stop(self) -> None:
+        """Graceful shutdown (see the module docstring)."""
+        if self.stopping:
+            return
+        self.stopping = True
+        for st in self.models.values():
+            for ticket in st.queue.take_all():  # release order: premium first onto what is ready
+                ep = self._reserve(st, ignore_cap=True)
+                if not self._settle(ticket, ep if ep is not None else _Rejected("shutdown", self._retry(st))) \
+                        and ep is not None:
+                    self._release(st, ep)
+            self._gauge(st)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), self.cfg.shutdown_grace)
+        self._stop.set()
+        for runner in self._runners:
+            await runner.cleanup()
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._session is not None:
+            await self._session.close()
+
+    # ---- apps ----
+
+    def _proxy_app(self) -> web.Application:
+        app = web.Application(client_max_size=self.cfg.max_body_bytes)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        return app
+
+    def _admin_app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/admin/queues", self._queues)
+        return app
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        for name, st in self.models.items():
+            self.metrics.ready.labels(name).set(len(self.endpoints.ready(name)))
+            self._gauge(st)
+        body = generate_latest(self.metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "stopping" if self.stopping else "ok"},
+                                 status=503 if self.stopping else 200)
+
+    async def _queues(self, request: web.Request) -> web.Response:
+        if not self.admin_token:
+            return web.json_response({"error": "admin endpoints are off (no admin_token_file)"}, status=404)
+        given = request.headers.get("Authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {self.admin_token}".encode()):
+            return web.json_response({"error": "missing or wrong bearer token"}, status=401,
+                                     headers={"WWW-Authenticate": "Bearer"})
+        now = self.clock()
+        return web.json_response({name: {
+            "held": len(st.queue),
+            "oldest_held_seconds": None if (o := st.queue.oldest()) is None else round(now - o, 3),
+            "ready": [e.url for e in self.endpoints.ready(name)],
+            "outstanding": dict(st.outstanding),
+            "woken_seconds_ago": None if st.woken_at is None else round(now - st.woken_at, 3),
+        } for name, st in self.models.items()})
+
+    # ---- the proxy ----
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        self.inflight += 1
+        self._idle.clear()
+        try:
+            return await self._proxy(request)
+        finally:
+            self.inflight -= 1
+            if self.inflight == 0:
+                self._idle.set()
+
+    async def _proxy(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return self._reject(None, _Rejected("bad_request"), status=413,
+                                message=f"request body over {self.cfg.max_body_bytes} bytes")
+        route = route_by_path(request.path, self.prefixes) if self.prefixes else None
+        if route is None:
+            body_model = _body_model(body)
+            route = route_by_body(request.path, body_model, self.names, self.cfg.default_model)
+            if route is None:
+                return self._reject(None, _Rejected("unknown_model"),
+                                    message=f"model {body_model!r} is not served here")
+        st = self.models[route.model]
+        priority = self._priority(request)
+        path_qs = route.path + (f"?{request.query_string}" if request.query_string else "")
+        first_held: float | None = None  # set once the request was admitted to the queue
+        while True:
+            try:
+                endpoint, first_held = await self._endpoint_for(st, priority, first_held)
+            except _Rejected as rej:
+                return self._reject(st, rej)
+            try:
+                return await self._forward(request, st, endpoint, path_qs, body)
+            except _ConnectFailed as e:
+                # nothing reached the client: route it again (held again, keeping its place and its
+                # first arrival for max_wait, when no other endpoint is left)
+                log.info("%s refused a request for %s (%s): routing it again", endpoint, route.model, e)
+                self.metrics.retries.labels(st.cfg.name).inc()
+                self.endpoints.suspect(endpoint)
+                if first_held is None:
+                    first_held = self.clock()
+            finally:
+                self._release(st, endpoint)
+
+    def _priority(self, request: web.Request) -> int:
+        if not self.classes:
+            return 0
+        value = request.headers.get(self.cfg.priority_header, "").strip().lower()
+        return self.classes.get(value, len(self.classes))
+
+    async def _endpoint_for(self, st: ModelState, priority: int, first_held: float | None) -> tuple[str, float | None]:
+        """A reserved endpoint (and when the request was first held, if it was): at once if the queue is
+        empty and an endpoint can take it, else after a hold. `first_held` set: a request coming back
+        from a refused connection, held again at the head of its class."""
+        now = self.clock()
+        if first_held is not None and now - first_held >= st.queue.max_wait:
+            raise _Rejected("max_wait", self._retry(st))
+        if not len(st.queue):
+            ep = self._reserve(st)
+            if ep is not None:
+                return ep, first_held
+        if self.stopping:
+            raise _Rejected("shutdown", self._retry(st))
+        if first_held is None:
+            offer = st.queue.offer(priority, now, self._retry(st))
+            if not isinstance(offer, Admitted):
+                raise _Rejected(offer.reason, offer.retry_after)
+            ticket = offer.ticket
+        else:
+            ticket = st.queue.requeue(priority, first_held)
+        fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        ticket.handle = fut
+        self._gauge(st)
+        self._wake(st)
+        self._dispatch(st)  # e.g. a set-aside endpoint is back: no need to wait for the tick
+        outcome = "forwarded"
+        try:
+            return await fut, ticket.arrived
+        except _Rejected as rej:
+            outcome = rej.reason
+            raise
+        except asyncio.CancelledError:  # the client went away while held
+            outcome = "disconnected"
+            if not st.queue.cancel(ticket) and fut.done() and not fut.cancelled() and fut.exception() is None:
+                self._release(st, fut.result())  # released to an endpoint at the same moment
+            raise
+        finally:
+            self._gauge(st)
+            self.metrics.wait.labels(st.cfg.name, outcome).observe(self.clock() - ticket.arrived)
+
+    def _reserve(self, st: ModelState, *, ignore_cap: bool = False) -> str | None:
+        ready = self.endpoints.ready(st.cfg.name)
+        if not ready:
+            return None
+        loads = []
+        for e in ready:
+            pl = self.loads.get(st.cfg.name, e.pod) if self.cfg.exporters else None
+            loads.append(EndpointLoad(e.url, st.outstanding.get(e.url, 0),
+                                      pl.kv_usage if pl else None, pl.waiting if pl else None))
+        url = self.routing.pick(loads) if not ignore_cap else self._uncapped.pick(loads)
+        if url is not None:
+            st.outstanding[url] = st.outstanding.get(url, 0) + 1
+        return url
+
+    def _release(self, st: ModelState, url: str) -> None:
+        n = st.outstanding.get(url, 0) - 1
+        if n > 0:
+            st.outstanding[url] = n
+        else:
+            st.outstanding.pop(url, None)
+        if len(st.queue) and self.cfg.routing.max_outstanding:
+            self._dispatch(st)
+
+    def _settle(self, ticket: Ticket, result: str | _Rejected) -> bool:
+        """Hand a ticket taken out of a queue its endpoint or refusal; False if its client had left
+        (the reserved endpoint, if any, is then given back by the caller)."""
+        fut = ticket.handle
+        assert isinstance(fut, asyncio.Future)
+        if fut.done():
+            return False
+        if isinstance(result, _Rejected):
+            fut.set_exception(result)
+        else:
+            fut.set_result(result)
+        return True
+
+    def _dispatch(self, st: ModelState) -> None:
+        """Release held requests, in priority order, while an endpoint can take them."""
+        while len(st.queue):
+            ep = self._reserve(st)
+            if ep is None:
+                return
+            ticket = st.queue.pop()
+            if ticket is None or not self._settle(ticket, ep):
+                self._release(st, ep)
+        self._gauge(st)
+
+    def _endpoints_changed(self, model: str) -> None:
+        st = self.models.get(model)
+        if st is None:
+            return
+        ready = self.endpoints.ready(model)
+        self.metrics.ready.labels(model).set(len(ready))
+        if ready:
+            st.waker.reset()
+            st.woken_at = None
+            self._dispatch(st)
+        for url in list(st.outstanding):  # forget counts of endpoints gone (their requests still end)
+            if url not in {e.url for e in ready} and st.outstanding[url] <= 0:
+                del st.outstanding[url]
+
+    async def _ticker(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            now = self.clock()
+            for st in self.models.values():
+                if not len(st.queue):
+                    continue
+                for ticket in st.queue.expire(now):
+                    self._settle(ticket, _Rejected("max_wait", self._retry(st)))
+                self._dispatch(st)
+                self._wake(st)
+                self._gauge(st)
+
+    def _gauge(self, st: ModelState) -> None:
+        self.metrics.held.labels(st.cfg.name).set(len(st.queue))
+
+    def _retry(self, st: ModelState) -> int:
+        return retry_after(self.clock(), st.woken_at, st.cfg.cold_start)
+
+    # ---- waking ----
+
+    def _wake(self, st: ModelState) -> None:
+        now = self.clock()
+        if not st.waker.due(now, len(st.queue), len(self.endpoints.ready(st.cfg.name))):
+            return
+        st.waker.sent(now)
+        if st.woken_at is None:
+            st.woken_at = now
+        if self.cfg.scaler and st.cfg.scaled_object:
+            self._tasks.append(asyncio.create_task(self._activate(st)))
+            self._tasks = [t for t in self._tasks if not t.done()]
+
+    async def _activate(self, st: ModelState) -> None:
+        m = st.cfg
+        url = f"{self.cfg.scaler}/v1/activate/{m.namespace}/{m.scaled_object}"
+        headers = {"Authorization": f"Bearer {self.activation_token}"} if self.activation_token else {}
+        assert self._session is not None
+        try:
+            async with self._session.post(url, headers=headers, timeout=aiohttp.ClientTimeout(total=5)) as r:
+                text = await r.text()
+                if r.status != 200:
+                    raise ValueError(f"HTTP {r.status}: {text[:200]}")
+            self.metrics.activations.labels(m.name, "ok").inc()
+            log.info("woke %s/%s for model %s", m.namespace, m.scaled_object, m.name)
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError) as e:
+            self.metrics.activations.labels(m.name, "error").inc()
+            log.warning("activation of %s/%s failed: %s (retrying)", m.namespace, m.scaled_object, e)
+            st.waker.last = self.clock() - st.waker.interval + min(2.0, st.waker.interval)
+
+    # ---- forwarding ----
+
+    async def _forward(self, request: web.Request, st: ModelState, endpoint: str, path_qs: str,
+                       body: bytes) -> web.StreamResponse:
+        assert self._session is not None
+        headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP)
+        peer = request.remote or ""
+        prior = request.headers.get("X-Forwarded-For")
+        headers["X-Forwarded-For"] = f"{prior}, {peer}" if prior else peer
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.cfg.connect_timeout,
+                                        sock_read=self.cfg.read_timeout)
+        try:
+            up = await self._session.request(request.method, URL(endpoint + path_qs, encoded=True),
+                                             data=body or None, headers=headers, timeout=timeout,
+                                             allow_redirects=False)
+        except aiohttp.ServerTimeoutError as e:
+            return self._reject(st, _Rejected("upstream"), status=504, message=f"upstream: {e}")
+        except aiohttp.ClientConnectionError as e:  # refused, reset or closed before an answer began
+            raise _ConnectFailed(str(e) or type(e).__name__) from e
+        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            return self._reject(st, _Rejected("upstream"), status=504 if isinstance(e, asyncio.TimeoutError)
+                                else 502, message=f"upstream: {type(e).__name__}")
+        self.metrics.forwarded.labels(st.cfg.name, endpoint).inc()
+        async with up:
+            resp = web.StreamResponse(status=up.status, reason=up.reason)
+            for k, v in up.headers.items():
+                if k.lower() not in HOP_BY_HOP:
+                    resp.headers.add(k, v)
+            if up.content_length is not None and "chunked" not in up.headers.get("Transfer-Encoding", ""):
+                resp.content_length = up.content_length
+            await resp.prepare(request)
+            try:
+                async for chunk in up.content.iter_any():
+                    await resp.write(chunk)
+            except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+                # the endpoint broke off mid-answer: cut the client's connection so it sees a short answer
+                log.warning("%s broke off an answer for %s: %s", endpoint, st.cfg.name, e)
+                if request.transport is not None:
+                    request.transport.close()
+                return resp
+            await resp.write_eof()
+        return resp
+
+    def _reject(self, st: ModelState | None, rej: _Rejected, *, status: int | None = None,
+                message: str = "") -> web.Response:
+        model = st.cfg.name if st else ""
+        self.metrics.rejects.labels(model, rej.reason).inc()
+        headers = {"Retry-After": str(rej.retry)} if rej.retry is not None else {}
+        text = message or {
+            "queue_full": f"model {model!r} is starting and its queue is full",
+            "max_wait": f"model {model!r} did not become ready in time",
+            "shutdown": "the activator is shutting down",
+        }.get(rej.reason, rej.reason)
+        code = status or REJECT_STATUS[rej.reason]
+        err: dict[str, Any] = {"error": {"message": text, "type": rej.reason, "code": code}}
+        return web.Response(status=code, headers=headers, content_type="application/json",
+                            text=json.dumps(err))
+
+
+def _body_model(body: bytes) -> str | None:
+    """The body's `model` field (OpenAI requests), or None when absent or not a JSON object."""
+    if not body:
+        return None
+    try:
+        obj = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    model = obj.get("model") if isinstance(obj, dict) else None
+    return model if isinstance(model, str) else None
