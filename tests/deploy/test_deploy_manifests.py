@@ -40,7 +40,8 @@ TLS = DEPLOY / "overlays" / "tls"
 PROM_OP = DEPLOY / "overlays" / "prometheus-operator"
 KUSTOMIZATIONS = [BASE, TLS, PROM_OP]
 EXAMPLE_FILES = sorted((DEPLOY / "examples").rglob("*.yaml"))
-NAMESPACE = "keda-llm"
+NAMESPACE = "keda-llm"  # the scaler's (Pod Security restricted)
+EXPORTER_NS = "keda-llm-exporter"  # the exporter's own (privileged: a hostPath, root)
 
 JSON = dict[str, Any]
 
@@ -247,12 +248,13 @@ def test_build_has_well_formed_unique_objects(directory: Path) -> None:
 def test_base_contents_and_namespace(base: list[JSON]) -> None:
     assert sorted(identity(o) for o in base) == sorted([
         ("Namespace", "", NAMESPACE),
-        ("ServiceAccount", NAMESPACE, "keda-llm-exporter"),
+        ("Namespace", "", EXPORTER_NS),
+        ("ServiceAccount", EXPORTER_NS, "keda-llm-exporter"),
         ("ClusterRole", "", "keda-llm-exporter"),
         ("ClusterRoleBinding", "", "keda-llm-exporter"),
-        ("ConfigMap", NAMESPACE, "keda-llm-exporter"),
-        ("DaemonSet", NAMESPACE, "keda-llm-exporter"),
-        ("Service", NAMESPACE, "keda-llm-exporter"),
+        ("ConfigMap", EXPORTER_NS, "keda-llm-exporter"),
+        ("DaemonSet", EXPORTER_NS, "keda-llm-exporter"),
+        ("Service", EXPORTER_NS, "keda-llm-exporter"),
         ("ServiceAccount", NAMESPACE, "keda-llm-scaler"),
         ("ClusterRole", "", "keda-llm-scaler"),
         ("ClusterRoleBinding", "", "keda-llm-scaler"),
@@ -260,6 +262,10 @@ def test_base_contents_and_namespace(base: list[JSON]) -> None:
         ("Service", NAMESPACE, "keda-llm-scaler"),
         ("Service", NAMESPACE, "keda-llm-scaler-peers"),
         ("PodDisruptionBudget", NAMESPACE, "keda-llm-scaler"),
+        ("NetworkPolicy", NAMESPACE, "default-deny"),
+        ("NetworkPolicy", NAMESPACE, "keda-llm-scaler"),
+        ("NetworkPolicy", EXPORTER_NS, "default-deny"),
+        ("NetworkPolicy", EXPORTER_NS, "keda-llm-exporter"),
     ])
 
 
@@ -284,7 +290,7 @@ def test_workload_selectors_match_their_templates_and_services_select_pods(direc
 
 
 def test_exporter_config_parses_with_the_real_parser(base: list[JSON]) -> None:
-    cm = find(base, "ConfigMap", "keda-llm-exporter", NAMESPACE)
+    cm = find(base, "ConfigMap", "keda-llm-exporter", EXPORTER_NS)
     cfg = parse_config(yaml.safe_load(cm["data"]["exporter.yaml"]), {"NODE_NAME": "gpu-node-7"})
     assert cfg.node_name == "gpu-node-7"
     assert cfg.listen_address == ("", 9400)
@@ -296,7 +302,7 @@ def test_exporter_config_parses_with_the_real_parser(base: list[JSON]) -> None:
 
 
 def test_exporter_daemonset_args_env_ports_and_mounts(base: list[JSON], tmp_path: Path) -> None:
-    ds = find(base, "DaemonSet", "keda-llm-exporter", NAMESPACE)
+    ds = find(base, "DaemonSet", "keda-llm-exporter", EXPORTER_NS)
     pod = ds["spec"]["template"]["spec"]
     c = container(ds, "exporter")
     args = parse_cli(exporter_cli.add_arguments, c["args"], "exporter")
@@ -307,7 +313,7 @@ def test_exporter_daemonset_args_env_ports_and_mounts(base: list[JSON], tmp_path
     config_dir = PurePosixPath(args.config).parent
     (config_mount,) = [m for m in mounts.values() if PurePosixPath(m["mountPath"]) == config_dir]
     assert volumes[config_mount["name"]]["configMap"]["name"] == "keda-llm-exporter"
-    cm = find(base, "ConfigMap", "keda-llm-exporter", NAMESPACE)
+    cm = find(base, "ConfigMap", "keda-llm-exporter", EXPORTER_NS)
     assert PurePosixPath(args.config).name in cm["data"]
 
     # the whole command line, file included, through the exporter's own build_config
@@ -336,8 +342,8 @@ def test_exporter_daemonset_args_env_ports_and_mounts(base: list[JSON], tmp_path
 
 
 def test_exporter_service_is_headless_on_the_metrics_port(base: list[JSON]) -> None:
-    svc = find(base, "Service", "keda-llm-exporter", NAMESPACE)
-    c = container(find(base, "DaemonSet", "keda-llm-exporter", NAMESPACE), "exporter")
+    svc = find(base, "Service", "keda-llm-exporter", EXPORTER_NS)
+    c = container(find(base, "DaemonSet", "keda-llm-exporter", EXPORTER_NS), "exporter")
     assert svc["spec"]["clusterIP"] == "None"
     port = service_port(svc, "metrics")
     assert port["port"] == 9400 and port["targetPort"] == "metrics" and container_port(c, "metrics") == 9400
@@ -450,12 +456,12 @@ def test_rbac_is_read_only_everywhere() -> None:
                     assert "*" not in rule[field], f"{role['metadata']['name']}: wildcard in {field}"
 
 
-def granted(objects: list[JSON], service_account: str) -> set[tuple[str, str, str]]:
+def granted(objects: list[JSON], service_account: str, namespace: str = NAMESPACE) -> set[tuple[str, str, str]]:
     """(verb, apiGroup, resource) the ServiceAccount holds through ClusterRoleBindings in the build."""
     out: set[tuple[str, str, str]] = set()
-    find(objects, "ServiceAccount", service_account, NAMESPACE)
+    find(objects, "ServiceAccount", service_account, namespace)
     for b in (o for o in objects if o["kind"] in ("RoleBinding", "ClusterRoleBinding")):
-        if {"kind": "ServiceAccount", "name": service_account, "namespace": NAMESPACE} not in b["subjects"]:
+        if {"kind": "ServiceAccount", "name": service_account, "namespace": namespace} not in b["subjects"]:
             continue
         assert b["kind"] == "ClusterRoleBinding", "reads span every namespace: a RoleBinding would not do"
         role = find(objects, b["roleRef"]["kind"], b["roleRef"]["name"])
@@ -522,13 +528,14 @@ def test_exporter_rbac_grants_exactly_what_discovery_reads(base: list[JSON], rec
     assert (listed["kind"], listed["items"]) == ("PodList", [])
     needed = {rbac_request(r.path, r.query) for r in recording_api.requests}
     assert needed == {("list", "", "pods")}
-    assert granted(base, "keda-llm-exporter") == needed
+    assert granted(base, "keda-llm-exporter", EXPORTER_NS) == needed
 
 
 def test_workloads_run_as_their_bound_service_accounts(base: list[JSON]) -> None:
-    for kind, name in (("DaemonSet", "keda-llm-exporter"), ("Deployment", "keda-llm-scaler")):
-        sa = find(base, kind, name, NAMESPACE)["spec"]["template"]["spec"]["serviceAccountName"]
-        assert granted(base, sa), f"{name} runs as {sa}, which no binding grants anything"
+    for kind, name, ns in (("DaemonSet", "keda-llm-exporter", EXPORTER_NS),
+                           ("Deployment", "keda-llm-scaler", NAMESPACE)):
+        sa = find(base, kind, name, ns)["spec"]["template"]["spec"]["serviceAccountName"]
+        assert granted(base, sa, ns), f"{name} runs as {sa}, which no binding grants anything"
 
 
 # ------------------------------------------------------------------------------- examples
@@ -679,14 +686,14 @@ def test_prometheus_rule_carries_exactly_the_rules_file(prom_op: list[JSON]) -> 
 
 
 def test_monitors_select_the_exporter_service_and_scaler_pods(prom_op: list[JSON]) -> None:
-    sm = find(prom_op, "ServiceMonitor", "keda-llm-exporter", NAMESPACE)
+    sm = find(prom_op, "ServiceMonitor", "keda-llm-exporter", EXPORTER_NS)
     svcs = [o for o in prom_op if o["kind"] == "Service" and selects(sm["spec"]["selector"]["matchLabels"],
                                                                      o["metadata"]["labels"])]
     assert [s["metadata"]["name"] for s in svcs] == ["keda-llm-exporter"]
     (endpoint,) = sm["spec"]["endpoints"]
     assert endpoint["honorLabels"] is True and endpoint["path"] == "/metrics"
     service_port(svcs[0], endpoint["port"])
-    assert sm["spec"]["namespaceSelector"]["matchNames"] == [NAMESPACE]
+    assert sm["spec"]["namespaceSelector"]["matchNames"] == [EXPORTER_NS] == [sm["metadata"]["namespace"]]
 
     pm = find(prom_op, "PodMonitor", "keda-llm-scaler", NAMESPACE)
     dep = find(prom_op, "Deployment", "keda-llm-scaler", NAMESPACE)
