@@ -35,6 +35,7 @@ from keda_llm.exporter.discovery import Discovery, DiscoveryError, KubeClient
 from keda_llm.exporter.model import GpuMetrics
 from keda_llm.exporter.render import render
 from keda_llm.exporter.server import create_server
+from keda_llm.exporter.warm import Warmer
 
 log = logging.getLogger("exporter")
 
@@ -166,7 +167,8 @@ def _run_once(collector: Collector) -> int:
 
 def _serve(cfg: ExporterConfig, collector: Collector) -> int:
     try:
-        server, port = create_server(cfg.listen_address, collector)
+        warmer = Warmer(cfg.warm) if cfg.warm.enabled else None
+        server, port = create_server(cfg.listen_address, collector, warmer)
     except OSError as e:
         print(f"keda-llm exporter: cannot listen on {cfg.listen}: {e.strerror}", file=sys.stderr)
         return 2

@@ -22,6 +22,7 @@ import yaml
 from keda_llm.common.durations import parse_duration as _go_duration
 from keda_llm.common.vocabulary import ENGINES, ROLES
 from keda_llm.exporter.model import Target
+from keda_llm.exporter.warm import WarmConfig
 
 #: Where Kubernetes mounts a pod's service-account credentials.
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -78,14 +79,16 @@ class ExporterConfig:
     targets: tuple[Target, ...] = ()
     kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
     gpu: GpuConfig = field(default_factory=GpuConfig)
+    warm: WarmConfig = field(default_factory=WarmConfig)
 
     @property
     def listen_address(self) -> tuple[str, int]:
         return parse_listen(self.listen, "listen")
 
 
-_SIZE = re.compile(r"^\s*(\d+)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$")
-_SIZE_UNIT = {None: 1, "B": 1, "KB": 1000, "KiB": 1024, "MB": 1000**2, "MiB": 1024**2, "GB": 1000**3, "GiB": 1024**3}
+_SIZE = re.compile(r"^\s*(\d+)\s*(B|KB|KiB|MB|MiB|GB|GiB|TB|TiB)?\s*$")
+_SIZE_UNIT = {None: 1, "B": 1, "KB": 1000, "KiB": 1024, "MB": 1000**2, "MiB": 1024**2, "GB": 1000**3, "GiB": 1024**3,
+              "TB": 1000**4, "TiB": 1024**4}
 
 
 def parse_duration(value: object, key: str) -> float:
@@ -199,7 +202,7 @@ def parse_config(data: object, env: Mapping[str, str] | None = None) -> Exporter
     env = os.environ if env is None else env
     d = ExporterConfig()
     top = _mapping(data, "", {"listen", "interval", "timeout", "max_body_bytes", "node_name", "targets",
-                              "kubernetes", "gpu"})
+                              "kubernetes", "gpu", "warm"})
     listen = _str(top.get("listen", d.listen), "listen")
     parse_listen(listen, "listen")
     interval = parse_duration(top.get("interval", d.interval), "interval")
@@ -223,6 +226,7 @@ def parse_config(data: object, env: Mapping[str, str] | None = None) -> Exporter
         targets=targets,
         kubernetes=kube,
         gpu=_gpu(top.get("gpu")),
+        warm=_warm(top.get("warm")),
     )
 
 
@@ -258,6 +262,24 @@ def _gpu(value: object) -> GpuConfig:
         nvml=_bool(g.get("nvml", d.nvml), "gpu.nvml"),
         pod_resources_socket=_str(g.get("pod_resources_socket", d.pod_resources_socket), "gpu.pod_resources_socket"),
     )
+
+
+def _warm(value: object) -> WarmConfig:
+    d = WarmConfig()
+    w = _mapping(value, "warm", {"directories", "token_file", "max_bytes", "max_concurrent"})
+    dirs = w.get("directories", [])
+    if not isinstance(dirs, list) or not all(isinstance(x, str) and x.startswith("/") for x in dirs):
+        raise ConfigError("warm.directories", dirs, "expected a list of absolute paths")
+    token_file = _str(w.get("token_file", d.token_file), "warm.token_file")
+    if dirs and not token_file:
+        raise ConfigError("warm.token_file", token_file, "required with warm.directories: /v1/warm reads files on "
+                          "request and must not be open to any pod (mount the token from a Secret)")
+    concurrent = w.get("max_concurrent", d.max_concurrent)
+    if isinstance(concurrent, bool) or not isinstance(concurrent, int) or not 1 <= concurrent <= 64:
+        raise ConfigError("warm.max_concurrent", concurrent, "expected a whole number from 1 to 64")
+    return WarmConfig(directories=tuple(dirs), token_file=token_file,
+                      max_bytes=parse_size(w.get("max_bytes", d.max_bytes), "warm.max_bytes"),
+                      max_concurrent=concurrent)
 
 
 def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> ExporterConfig:

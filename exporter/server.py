@@ -1,4 +1,5 @@
-"""HTTP edge: `/metrics` (the last rendered cycle) and `/healthz`, on a threaded server.
+"""HTTP edge: `/metrics` (the last rendered cycle), `/healthz` and, when configured, `POST /v1/warm`
+(exporter/warm.py), on a threaded server.
 
 Handlers only read what the collector already rendered, so a scrape costs a memory copy no matter
 how many engines are slow. `create_server` binds (port 0 in tests) apart from serving, and
@@ -7,11 +8,14 @@ how many engines are slow. `create_server` binds (port 0 in tests) apart from se
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Protocol
+from typing import Any, Protocol
+
+from keda_llm.exporter.warm import Warmer, WarmError
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +46,17 @@ class _Handler(BaseHTTPRequestHandler):
         elif path in ("/healthz", "/readyz", "/livez"):
             ok = source.healthy()
             self._send(200 if ok else 503, b"ok\n" if ok else b"no collection cycle completed recently\n")
+        elif path == WARM_PATH:
+            warmer = self.server.warmer
+            if warmer is None or not warmer.config.enabled:
+                self._json(404, {"error": "warm is not configured on this exporter"})
+                return
+            try:
+                warmer.authorize(self.headers.get("Authorization"))
+            except WarmError as err:
+                self._json(err.status, {"error": str(err)})
+                return
+            self._json(200, {"jobs": warmer.jobs()})
         elif path == "/":
             self._send(200, b'<html><body><a href="/metrics">/metrics</a> <a href="/healthz">/healthz</a>'
                        b"</body></html>\n", "text/html; charset=utf-8")
@@ -50,6 +65,35 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_HEAD(self) -> None:
         self.do_GET()
+
+    def do_POST(self) -> None:
+        path = self.path.split("?", 1)[0]
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_REQUEST_BYTES:
+            self.close_connection = True
+            self._json(413, {"error": f"request body over {MAX_REQUEST_BYTES} bytes"})
+            return
+        body = self.rfile.read(length) if length else b""
+        if path != WARM_PATH:
+            self._json(404, {"error": f"no such path {path!r}"})
+            return
+        warmer = self.server.warmer
+        try:
+            if warmer is None:
+                raise WarmError(404, "warm is not configured on this exporter (warm.directories)")
+            try:
+                request = json.loads(body or b"{}")
+            except ValueError:
+                request = None
+            requested = request.get("path") if isinstance(request, dict) else None
+            job = warmer.submit(self.headers.get("Authorization"), requested)
+        except WarmError as err:
+            self._json(err.status, {"error": str(err)})
+            return
+        self._json(202, job.as_json())
+
+    def _json(self, code: int, obj: Any) -> None:
+        self._send(code, (json.dumps(obj, sort_keys=True) + "\n").encode(), "application/json")
 
     def _send(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8", gzipped: bool = False) -> None:
         self.send_response(code)
@@ -65,12 +109,17 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("%s " + format, self.address_string(), *args)
 
 
+WARM_PATH = "/v1/warm"
+MAX_REQUEST_BYTES = 64 * 1024
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], source: Source) -> None:
+    def __init__(self, address: tuple[str, int], source: Source, warmer: Warmer | None = None) -> None:
         self.source = source
+        self.warmer = warmer
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
@@ -79,8 +128,8 @@ class _Server(ThreadingHTTPServer):
 class MetricsServer:
     """A bound server; `start()` serves in a thread, `stop()` shuts it down."""
 
-    def __init__(self, address: tuple[str, int], source: Source) -> None:
-        self._httpd = _Server(address, source)
+    def __init__(self, address: tuple[str, int], source: Source, warmer: Warmer | None = None) -> None:
+        self._httpd = _Server(address, source, warmer)
         self._thread: threading.Thread | None = None
 
     @property
@@ -98,8 +147,9 @@ class MetricsServer:
             self._thread.join(5.0)
 
 
-def create_server(address: tuple[str, int], source: Source) -> tuple[MetricsServer, int]:
+def create_server(address: tuple[str, int], source: Source,
+                  warmer: Warmer | None = None) -> tuple[MetricsServer, int]:
     """Bind `address` (port 0 picks a free one); returns the server and its port."""
-    server = MetricsServer(address, source)
+    server = MetricsServer(address, source, warmer)
     return server, server.port
 
