@@ -163,6 +163,11 @@ class _HTTPHandler(BaseHTTPRequestHandler):
     def _json(self, status: int, obj: Any) -> None:
         self._send(status, (json.dumps(obj, sort_keys=True) + "\n").encode())
 
+    def _reject(self, reason: str, status: int, message: str) -> None:
+        """A refused activation: counted by reason (keda_llm_scaler_activations_rejected_total), then answered."""
+        self.server.owner.service.metrics.activations_rejected.labels(reason).inc()
+        self._json(status, {"error": message})
+
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
@@ -182,20 +187,20 @@ class _HTTPHandler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         parts = path[len(ACTIVATE_PATH) + 1:].split("/") if path.startswith(ACTIVATE_PATH + "/") else []
         if len(parts) != 2:
-            self._json(404, {"error": f"expected POST {ACTIVATE_PATH}/<namespace>/<scaledobject>, got {path!r}"})
+            self._reject("bad_path", 404, f"expected POST {ACTIVATE_PATH}/<namespace>/<scaledobject>, got {path!r}")
             return
         namespace, name = parts
         if not _NAMESPACE.match(namespace):
-            self._json(400, {"error": f"bad namespace {namespace!r}: not a Kubernetes namespace name"})
+            self._reject("bad_name", 400, f"bad namespace {namespace!r}: not a Kubernetes namespace name")
             return
         if not _OBJECT_NAME.match(name):
-            self._json(400, {"error": f"bad ScaledObject name {name!r}: not a Kubernetes object name"})
+            self._reject("bad_name", 400, f"bad ScaledObject name {name!r}: not a Kubernetes object name")
             return
         owner = self.server.owner
         token = owner.activation_token
         given = (self.headers.get("Authorization") or "").encode()
         if token and not hmac.compare_digest(given, f"Bearer {token}".encode()):  # constant time: no timing oracle
-            self._json(401, {"error": "missing or wrong bearer token for activation"})
+            self._reject("unauthorized", 401, "missing or wrong bearer token for activation")
             return
         key = ScaledObjectKey(namespace, name)
         forwarded = self.headers.get(FORWARDED_HEADER) is not None

@@ -185,6 +185,9 @@ class ServiceMetrics:
                                    "Evaluations that had no usable data (answered UNAVAILABLE)", labels, registry=r)
         self.activations = Counter("keda_llm_scaler_activations_total", "Activations received",
                                    ["namespace", "scaledobject", "source"], registry=r)
+        # by reason only: the namespace and name come from the URL, and anyone who can reach the port sends them
+        self.activations_rejected = Counter("keda_llm_scaler_activations_rejected", "POST /v1/activate refused",
+                                            ["reason"], registry=r)
         self.rpcs = Counter("keda_llm_scaler_rpcs_total", "gRPC calls answered", ["method", "code"], registry=r)
         self.streams = Gauge("keda_llm_scaler_streams_open", "StreamIsActive streams held", registry=r)
         self._reasons: dict[tuple[str, str, str], str] = {}

@@ -179,6 +179,11 @@ def test_activation_token_is_required_when_configured() -> None:
         assert st.service.bus.last_activation(KEY) is None
         assert post(st.http + "/v1/activate/llm/chat", {"Authorization": "Bearer s3cret"})[0] == 200
         assert st.service.bus.last_activation(KEY) == 1_000_000.0
+        assert post(st.http + "/v1/activate/Bad_NS/chat", {"Authorization": "Bearer s3cret"})[0] == 400
+        _, text = get(st.http + "/metrics")
+        # refusals counted by reason only (the URL's names are whatever a caller sent)
+        assert metric_value(text, "keda_llm_scaler_activations_rejected_total", reason="unauthorized") == 2
+        assert metric_value(text, "keda_llm_scaler_activations_rejected_total", reason="bad_name") == 1
     finally:
         st.stop()
 
