@@ -33,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-wait", help="longest hold before 503, Go duration (default 5m)")
     parser.add_argument("--max-body-bytes", help="request body cap (default 1MiB)")
     parser.add_argument("--shutdown-grace", help="time in-flight requests get on SIGTERM (default 25s)")
-    parser.add_argument("--log-level", default=env("KEDA_LLM_LOG_LEVEL", "INFO"))
+    parser.add_argument("--log-level", default=env("KEDA_LLM_LOG_LEVEL", "INFO"),
+                        help="DEBUG, INFO, WARNING or ERROR (default INFO)")
 
 
 def _host_port(text: str, key: str) -> tuple[str, int]:
