@@ -54,6 +54,7 @@ class Summary:
     cold_starts: int
     zero_seconds: float
     duration_s: float
+    gpu_hours_vs_bound: float | None = None  # over the lower bound on GPU-hours (simulator.oracle.lower_bound)
 
 
 def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
@@ -93,12 +94,16 @@ def summarize(result: SimResult, slo: Slo) -> Summary:
     )
 
 
-def with_oracle_ratio(summaries: Sequence[Summary]) -> list[Summary]:
-    """Fill GPU-hours / oracle's GPU-hours where an oracle run is among them."""
-    oracle = next((s for s in summaries if s.policy == "oracle"), None)
+def with_oracle_ratio(summaries: Sequence[Summary], bound_gpu_hours: float | None = None) -> list[Summary]:
+    """Fill GPU-hours / oracle's GPU-hours where an oracle run is among them, and GPU-hours / the lower bound
+    when one is given (`OraclePlan.bound.gpu_hours`)."""
+    out = list(summaries)
+    if bound_gpu_hours is not None and bound_gpu_hours > 0:
+        out = [replace(s, gpu_hours_vs_bound=s.gpu_hours / bound_gpu_hours) for s in out]
+    oracle = next((s for s in out if s.policy == "oracle"), None)
     if oracle is None or oracle.gpu_hours <= 0:
-        return list(summaries)
-    return [replace(s, gpu_hours_vs_oracle=s.gpu_hours / oracle.gpu_hours) for s in summaries]
+        return out
+    return [replace(s, gpu_hours_vs_oracle=s.gpu_hours / oracle.gpu_hours) for s in out]
 
 
 def _fmt_s(v: float) -> str:
@@ -109,10 +114,11 @@ def _fmt_s(v: float) -> str:
 
 def table_rows(summaries: Sequence[Summary]) -> tuple[list[str], list[list[str]]]:
     head = ["policy", "served", "dropped", "SLO met", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "GPU-h",
-            "/ oracle", "scalings", "cold starts", "at zero"]
+            "/ oracle", "/ bound", "scalings", "cold starts", "at zero"]
     rows = [[s.policy, f"{s.served}", f"{s.dropped}", f"{100 * s.slo_attainment:.1f}%", _fmt_s(s.ttft_p50_s),
              _fmt_s(s.ttft_p99_s), _fmt_s(s.itl_p50_s), _fmt_s(s.itl_p99_s), f"{s.gpu_hours:.2f}",
-             "-" if s.gpu_hours_vs_oracle is None else f"{s.gpu_hours_vs_oracle:.2f}x", f"{s.scale_events}",
+             "-" if s.gpu_hours_vs_oracle is None else f"{s.gpu_hours_vs_oracle:.2f}x",
+             "-" if s.gpu_hours_vs_bound is None else f"{s.gpu_hours_vs_bound:.2f}x", f"{s.scale_events}",
              f"{s.cold_starts}", f"{s.zero_seconds / 60:.0f} min"] for s in summaries]
     return head, rows
 

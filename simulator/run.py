@@ -133,7 +133,8 @@ def run_policies(trace: Trace, backtest: Backtest, policies: Sequence[str],
         bucket = backtest.oracle_bucket_s or (60.0 if trace.duration_s <= 7200 else 300.0)
         oracle = plan_oracle(trace, lambda ctl: simulate(trace, backtest, ctl, mode, prog("oracle")), p.perf(),
                              p.replica_config(), p.cold_start(backtest.cold_start), backtest.slo, bucket_s=bucket,
-                             target=backtest.oracle_target, seed=backtest.seed, max_replicas=backtest.max_replicas)
+                             target=backtest.oracle_target, seed=backtest.seed, max_replicas=backtest.max_replicas,
+                             gpus_per_replica=p.tp)
     static_n = int(oracle.counts.max()) if oracle is not None and len(oracle.counts) else 1
     target = concurrency_target(trace, backtest)
     cold_p90 = p.cold_start(backtest.cold_start).quantile(0.9)
