@@ -11,6 +11,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 
 from keda_llm import __version__
 
@@ -24,6 +25,29 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+#: What the [sim] extra installs: a sub-command that needs one of these says so in one line.
+SIM_ONLY = frozenset({"numba", "matplotlib", "rich", "jsonschema", "llvmlite"})
+
+
+def _missing_extra(name: str, err: ModuleNotFoundError) -> bool:
+    """One line naming the extra a sub-command needs, when `err` is one of its modules; else False."""
+    if (err.name or "").split(".")[0] not in SIM_ONLY:
+        return False
+    print(f"keda-llm {name}: needs the simulator's dependencies ({err.name} is not installed); "
+          f"hint: pip install 'keda-llm[sim]'", file=sys.stderr)
+    return True
+
+
+def _load(name: str, module: str) -> ModuleType | None:
+    """The sub-command's module, or None after one line saying which extra it needs."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        if not _missing_extra(name, err):
+            raise
+        return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="keda-llm", description="Autoscale LLM servers through KEDA.")
@@ -33,13 +57,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, (module, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == chosen:
-            importlib.import_module(module).add_arguments(p)
+            loaded = _load(name, module)
+            if loaded is None:
+                return 2
+            loaded.add_arguments(p)
     args = parser.parse_args(args_list)
     if args.command is None:
         parser.print_help()
         return 2
-    mod = importlib.import_module(SUBCOMMANDS[args.command][0])
-    return int(mod.run(args))
+    mod = _load(args.command, SUBCOMMANDS[args.command][0])
+    if mod is None:
+        return 2
+    try:
+        return int(mod.run(args))
+    except ModuleNotFoundError as err:  # the simulator and the demo import their heavy parts late
+        if not _missing_extra(args.command, err):
+            raise
+        return 2
 
 
 if __name__ == "__main__":
