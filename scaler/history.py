@@ -354,8 +354,14 @@ class ModelHistory:
     def ingest(self, obs: Observation) -> None:
         """Add one collection cycle. Observations must come in time order; an older one only fills gaps."""
         if self._latest is not None and obs.at < self._latest.at:
-            self._add_row(obs)  # late: into the buckets it belongs to, the latest snapshot stays
-            return
+            if self._latest.at - obs.at <= max(self.stale_after, 60.0):
+                self._add_row(obs)  # late: into the buckets it belongs to, the latest snapshot stays
+                return
+            # Far older than the newest: the clock stepped back. Follow the new clock: counter rates start
+            # over (their time deltas would be negative) and the idle timer counts from the step at most.
+            self._replicas = {}
+            if self._last_demand_at is not None and self._last_demand_at > obs.at:
+                self._last_demand_at = obs.at
         for s in obs.replicas:
             track = self._replicas.get(s.pod)
             if track is None:

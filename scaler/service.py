@@ -330,7 +330,7 @@ class ScalerService:
     def _decided(self, entry: _Entry, now: float) -> Answer | NoUsableData:
         """The policy's own answer at `now` (re-decided when its tick is due), without any activation overlay."""
         tick = math.floor(now / self.tick_s) * self.tick_s
-        if entry.result is None or (entry.tick != tick and not tick - entry.tick < self.reuse_s):
+        if entry.result is None or (entry.tick != tick and not 0 <= tick - entry.tick < self.reuse_s):
             with self._eval_lock:
                 if entry.tick != tick or entry.result is None:  # else: decided meanwhile, this tick
                     self._evaluate_into(entry, tick)
@@ -345,7 +345,14 @@ class ScalerService:
         return getattr(history, "last_at", None), self.bus.last_activation(entry.key)
 
     def _evaluate_into(self, entry: _Entry, tick: float) -> None:
-        """Decide `entry` at `tick` (caller holds the evaluation lock)."""
+        """Decide `entry` at `tick` (caller holds the evaluation lock).
+
+        A tick before the entry's last one is a step of the clock backwards (ticks only move forward
+        otherwise): the policy state's times (windows, panic, idle and delay timers) then lie in the
+        future, so it starts over, as on a restart; the history rebases itself on the next collection."""
+        if tick < entry.tick:
+            log.warning("clock stepped back %.0f s for %s: its policy state starts over", entry.tick - tick, entry.key)
+            entry.state = PolicyState()
         inputs = self._inputs(entry)
         entry.result = self._evaluate(entry, tick)
         entry.tick = tick
@@ -364,7 +371,7 @@ class ScalerService:
                 continue
             inputs = self._inputs(entry)
             if entry.result is not None and inputs == entry.inputs and inputs[0] is not None and (
-                    tick - entry.tick < self.reuse_s / 2):
+                    0 <= tick - entry.tick < self.reuse_s / 2):
                 continue
             with self._eval_lock:
                 if entry.tick == tick:
@@ -402,7 +409,9 @@ class ScalerService:
 
     def _activated(self, key: ScaledObjectKey, now: float) -> bool:
         last = self.bus.last_activation(key)
-        return last is not None and now - last < self.activation_hold_s
+        # 0 <=: an activation stamped after `now` is from before a backward clock step; holding it would
+        # stretch the hold by the whole step
+        return last is not None and 0 <= now - last < self.activation_hold_s
 
     def _evaluate(self, entry: _Entry, now: float) -> Answer | NoUsableData:
         cfg = entry.config

@@ -50,13 +50,6 @@ def test_without_a_jump_an_idle_model_reaches_zero_after_its_idle_timeout(world:
     assert world.poll(so) == (0, False)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "defect: after the scaler's clock steps back, its decisions freeze until the clock passes the time "
-    "they were last made: ScalerService._decided and refresh() treat a tick earlier than the cached one "
-    "as already decided (tick - entry.tick < reuse_s holds for any negative difference), and "
-    "ModelHistory files every observation stamped before its newest one as late, so new data is not "
-    "seen either. An hour's step back keeps the last answer (16 replicas, active) for the whole hour "
-    "although the engine went idle."))
 def test_a_backward_jump_keeps_following_the_data(world: LoopbackWorld) -> None:
     so = world.ref(scaleToZero="true", idleTimeout="60s")
     world.client.GetMetricSpec(so)
@@ -68,10 +61,6 @@ def test_a_backward_jump_keeps_following_the_data(world: LoopbackWorld) -> None:
     assert world.poll(so) == (0, False)  # what the same timeline gives without the jump (test above)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "defect: an activation is held while now - last_activation < activation_hold_s "
-    "(ScalerService._activated); after the clock steps back, the difference is negative, so the 5 min "
-    "hold lasts for the whole step plus 5 min (an hour's step keeps an idle model awake for 65 min)."))
 def test_a_backward_jump_does_not_stretch_an_activation_hold() -> None:
     clock = FakeClock()
     server = ServerThread(make_service({("llm", "llama"): FakeHistory(desired=0, active=False)}, clock))
