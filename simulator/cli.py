@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -171,8 +172,9 @@ def execute(trace: Trace, bt: Any, policies: list[str], *, out: str | None, quie
     from keda_llm.simulator.run import run_policies
 
     console = Console()
-    if not console.is_terminal:
-        console = Console(width=160)  # a pipe or file gets the whole table, not 80 columns of ellipses
+    if not console.is_terminal:  # a pipe or file gets the whole table (or $COLUMNS), not 80 columns of ellipses
+        columns = os.environ.get("COLUMNS", "")
+        console = Console(width=int(columns) if columns.isdigit() else 160)
     err_console = Console(stderr=True)
     mode = bt.resolved_mode(trace)
     err_console.print(f"trace {trace.name}: {len(trace)} requests over {trace.duration_s / 3600:.2f} h; "
@@ -188,12 +190,13 @@ def execute(trace: Trace, bt: Any, policies: list[str], *, out: str | None, quie
 
     with progress:
         results, oracle = run_policies(trace, bt, policies, progress=tick)
-    summaries = with_oracle_ratio([summarize(r, bt.slo) for r in results])
-    console.print(render_table(summaries, title=f"{trace.name} on {bt.preset.name} (SLO: TTFT <= {bt.slo.ttft_s:g}s, "
-                                                f"ITL <= {bt.slo.itl_s:g}s)"))
-    if oracle is not None and not oracle.met_target:
-        err_console.print(f"note: the oracle's schedule did not reach {100 * bt.oracle_target:g}% attainment on the "
-                          f"requests that can meet the SLO within {oracle.rounds} rounds")
+    summaries = with_oracle_ratio([summarize(r, bt.slo) for r in results],
+                                  bound_gpu_hours=oracle.bound.gpu_hours if oracle is not None else None)
+    title = f"{trace.name} on {bt.preset.name} (SLO: TTFT <= {bt.slo.ttft_s:g}s, ITL <= {bt.slo.itl_s:g}s)"
+    for table in render_table(summaries, title=title, width=console.width):
+        console.print(table)
+    if oracle is not None:
+        err_console.print(f"oracle: {oracle.status()}")
     if out:
         d = Path(out)
         d.mkdir(parents=True, exist_ok=True)

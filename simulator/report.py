@@ -123,17 +123,32 @@ def table_rows(summaries: Sequence[Summary]) -> tuple[list[str], list[list[str]]
     return head, rows
 
 
-def render_table(summaries: Sequence[Summary], title: str = "") -> Any:
-    """A rich Table (print it with a rich Console)."""
+#: The columns of the cost table when the terminal is too narrow for one (the rest go in a second).
+COST_COLUMNS = ("policy", "served", "dropped", "SLO met", "GPU-h", "/ oracle", "/ bound")
+#: One table needs about this many columns; narrower terminals get two tables, never cut numbers.
+ONE_TABLE_WIDTH = 150
+
+
+def render_table(summaries: Sequence[Summary], title: str = "", width: int = ONE_TABLE_WIDTH) -> list[Any]:
+    """rich Tables to print with a rich Console: one when `width` fits it, else the cost columns (served,
+    SLO, GPU-hours and their ratios) and then the latency and scaling columns, each under 100 columns."""
     from rich.table import Table
 
     head, rows = table_rows(summaries)
-    table = Table(title=title or None)
-    for i, h in enumerate(head):
-        table.add_column(h, justify="left" if i == 0 else "right")
-    for row in rows:
-        table.add_row(*row)
-    return table
+    if width >= ONE_TABLE_WIDTH:
+        groups = [list(range(len(head)))]
+    else:
+        cost = [head.index(c) for c in COST_COLUMNS]
+        groups = [cost, [0] + [i for i in range(1, len(head)) if i not in cost]]
+    tables = []
+    for n, group in enumerate(groups):
+        table = Table(title=(title or None) if n == 0 else None)
+        for i in group:
+            table.add_column(head[i], justify="left" if i == 0 else "right")
+        for row in rows:
+            table.add_row(*(row[i] for i in group))
+        tables.append(table)
+    return tables
 
 
 def markdown_table(summaries: Sequence[Summary]) -> str:

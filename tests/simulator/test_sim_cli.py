@@ -92,3 +92,23 @@ def test_impossible_preset_is_refused() -> None:
         get_preset("llama-3.1-8b/h100").with_changes(kv_blocks_override=10**9)
     with pytest.raises(ConfigError, match="max_num_seqs must be >= 1, got 0"):
         get_preset("llama-3.1-8b/h100").with_changes(max_num_seqs=0)
+
+
+@pytest.mark.parametrize("columns", [100, 120])
+def test_the_table_fits_the_terminal_and_never_cuts_the_main_numbers(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, columns: int) -> None:
+    """A 100- or 120-column terminal gets two tables (cost, then latency and scaling), every cell whole."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    trace = _csv(tmp_path, [(i * 0.5, 200, 20) for i in range(120)])
+    rc = main(["simulate", "--trace", str(trace), "--time-column", "t", "--prompt-column", "in",
+               "--output-column", "out", "--scaledobject", str(FIXTURES / "vllm-external.yaml"),
+               "--policies", "ours,static,oracle", "--cold-start", "fast", "--quiet"])
+    assert rc == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert max(len(line) for line in lines) <= columns
+    assert "…" not in captured.out  # nothing cut to an ellipsis
+    ours = [line for line in lines if line.startswith("│ ours")]
+    assert len(ours) == 2 and "120" in ours[0] and "x" in ours[0]  # served and the GPU-h ratios, whole
+    assert "GPU-h" in captured.out and "TTFT p99" in captured.out and "/ bound" in captured.out
+    assert "oracle: target met" in captured.err
