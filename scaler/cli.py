@@ -47,6 +47,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--tls-key", default=env("KEDA_LLM_TLS_KEY"), help="server private key (PEM file)")
     g.add_argument("--tls-client-ca", default=env("KEDA_LLM_TLS_CLIENT_CA"),
                    help="CA for client certificates: turns on mutual TLS")
+    g.add_argument("--tls-client-san", default=env("KEDA_LLM_TLS_CLIENT_SAN", ""),
+                   help="with --tls-client-ca: serve only client certificates naming one of these subject "
+                        "alternative names (comma-separated DNS names, URIs or IPs), e.g. "
+                        "keda-operator.keda.svc")
     g.add_argument("--grace", type=duration, default=5.0,
                    help="how long to drain on SIGTERM, a duration such as 5s (default 5s)")
     s = parser.add_argument_group("metric sources (defaults for ScaledObjects that do not name their own)")
@@ -82,8 +86,12 @@ def settings_from_args(args: argparse.Namespace, *, demand_watch_s: float | None
     if args.tls_cert or args.tls_key:
         if not (args.tls_cert and args.tls_key):
             raise StartError("--tls-cert and --tls-key go together", "pass both, or neither for plaintext")
-        tls = TLSFiles(args.tls_cert, args.tls_key, args.tls_client_ca)
-    elif args.tls_client_ca:
+        sans = tuple(n.strip() for n in (args.tls_client_san or "").split(",") if n.strip())
+        if sans and not args.tls_client_ca:
+            raise StartError("--tls-client-san needs --tls-client-ca", "client identities come from client "
+                             "certificates: pass the CA that signs them")
+        tls = TLSFiles(args.tls_cert, args.tls_key, args.tls_client_ca, sans)
+    elif args.tls_client_ca or args.tls_client_san:
         raise StartError("--tls-client-ca needs --tls-cert and --tls-key", "mutual TLS is TLS first: pass all three")
     return ScalerSettings(
         grpc_address=args.grpc_address, http_address=host_port(args.http_address, 9091),

@@ -64,11 +64,15 @@ _OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 @dataclass(frozen=True)
 class TLSFiles:
-    """PEM files for the gRPC port. `client_ca` set = mutual TLS (client certificates required)."""
+    """PEM files for the gRPC port. `client_ca` set = mutual TLS (client certificates required);
+    `client_sans` set = of those, only a certificate naming one of these subject alternative names
+    (DNS name, URI such as a SPIFFE ID, or IP) is served: a CA shared with other workloads (a cluster
+    issuer) then still does not let every certificate it signed call the scaler."""
 
     cert: str
     key: str
     client_ca: str | None = None
+    client_sans: tuple[str, ...] = ()
 
 
 class _ReloadingCredentials:
@@ -269,7 +273,8 @@ class ScalerServer:
         whole process (see SWITCH_INTERVAL_S); None leaves the interpreter's as it is."""
         self.service = service
         self._switch_interval_s = switch_interval_s
-        self.servicer = ExternalScalerServicer(service, config_error=config_error)
+        self.servicer = ExternalScalerServicer(service, config_error=config_error,
+                                               client_sans=tls.client_sans if tls is not None else ())
         self.grpc_server, self.grpc_port, self.health = create_server(
             self.servicer, grpc_address, tls=tls, extra_handlers=extra_handlers)
         self.forwarder = forwarder

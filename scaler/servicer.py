@@ -15,7 +15,7 @@ an idle coroutine, not a thread: thousands of streams cannot starve the unary ca
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, NoReturn
 
 import grpc
@@ -39,9 +39,22 @@ def _key(ref: pb.ScaledObjectRef) -> ScaledObjectKey:
 class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
     """One instance per server; stateless apart from the ScalerService it asks."""
 
-    def __init__(self, service: ScalerService, config_error: type[Exception] = ValueError) -> None:
+    def __init__(self, service: ScalerService, config_error: type[Exception] = ValueError,
+                 client_sans: Sequence[str] = ()) -> None:
         self.service = service
         self._config_error = config_error
+        self._client_sans = frozenset(client_sans)
+
+    def _check_peer(self, context: grpc.aio.ServicerContext) -> None:
+        """With pinned client identities, refuse a peer whose certificate names none of them."""
+        if not self._client_sans:
+            return
+        auth = context.auth_context() or {}
+        names = {v.decode(errors="replace") for v in auth.get("x509_subject_alternative_name", [])}
+        if not names & self._client_sans:
+            shown = ", ".join(sorted(names)) or "none"
+            raise protocol.StatusError("UNAUTHENTICATED", f"client certificate names {shown}; this scaler serves "
+                                       f"only {', '.join(sorted(self._client_sans))} (--tls-client-san)")
 
     async def _fail(self, context: grpc.aio.ServicerContext, method: str, err: Exception) -> NoReturn:
         """Abort the call with the protocol's status for `err` (INTERNAL for anything unexpected)."""
@@ -58,6 +71,7 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
 
     async def IsActive(self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext) -> pb.IsActiveResponse:
         try:
+            self._check_peer(context)
             active = protocol.is_active(self.service, _key(request), request.scalerMetadata,
                                         config_error=self._config_error)
         except Exception as err:
@@ -68,6 +82,7 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
     async def GetMetricSpec(self, request: pb.ScaledObjectRef,
                             context: grpc.aio.ServicerContext) -> pb.GetMetricSpecResponse:
         try:
+            self._check_peer(context)
             answer = protocol.get_metric_spec(self.service, _key(request), request.scalerMetadata,
                                               config_error=self._config_error)
         except Exception as err:
@@ -82,6 +97,7 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
         ref = request.scaledObjectRef
         metadata: Mapping[str, str] = ref.scalerMetadata
         try:
+            self._check_peer(context)
             answer = protocol.get_metrics(self.service, _key(ref), metadata, request.metricName,
                                           config_error=self._config_error)
         except Exception as err:
@@ -107,6 +123,7 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
         key = _key(request)
         metadata: dict[str, str] = dict(request.scalerMetadata)
         try:
+            self._check_peer(context)
             protocol.open_stream(self.service, key, metadata, config_error=self._config_error)
         except Exception as err:
             await self._fail(context, "StreamIsActive", err)

@@ -36,8 +36,9 @@ def make_ca(folder: Path, name: str) -> Pair:
     return pair
 
 
-def make_leaf(folder: Path, name: str, ca: Pair, *, server: bool) -> Pair:
-    """A certificate signed by `ca`: for a server (SAN localhost, 127.0.0.1) or a client."""
+def make_leaf(folder: Path, name: str, ca: Pair, *, server: bool, san: str | None = None) -> Pair:
+    """A certificate signed by `ca`: for a server (SAN localhost, 127.0.0.1) or a client (`san`, e.g.
+    "DNS:keda-operator.keda.svc", when given)."""
     pair = Pair(folder / f"{name}.crt", folder / f"{name}.key")
     csr = folder / f"{name}.csr"
     ext = folder / f"{name}.ext"
@@ -45,6 +46,8 @@ def make_leaf(folder: Path, name: str, ca: Pair, *, server: bool) -> Pair:
     lines = ["basicConstraints=CA:FALSE", "keyUsage=critical,digitalSignature", f"extendedKeyUsage={usage}"]
     if server:
         lines.append("subjectAltName=DNS:localhost,IP:127.0.0.1")
+    elif san:
+        lines.append(f"subjectAltName={san}")
     ext.write_text("\n".join(lines) + "\n")
     _run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", str(pair.key),
          "-out", str(csr), "-subj", f"/CN={name}")

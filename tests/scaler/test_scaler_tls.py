@@ -29,6 +29,10 @@ class PKI:
         self.ca = make_ca(folder, "ca")
         self.server = make_leaf(folder, "server", self.ca, server=True)
         self.client = make_leaf(folder, "client", self.ca, server=False)
+        self.keda = make_leaf(folder, "keda", self.ca, server=False, san="DNS:keda-operator.keda.svc")
+        self.spiffe = make_leaf(folder, "spiffe", self.ca, server=False,
+                                san="URI:spiffe://cluster.local/ns/keda/sa/keda-operator")
+        self.neighbour = make_leaf(folder, "neighbour", self.ca, server=False, san="DNS:some-app.default.svc")
         self.rogue_ca = make_ca(folder, "rogue-ca")
         self.rogue_client = make_leaf(folder, "rogue-client", self.rogue_ca, server=False)
 
@@ -113,3 +117,34 @@ def test_rotated_certificate_files_are_served_to_new_connections(pki: PKI, tmp_p
             is_active(st.target, pki.ca)
     finally:
         st.stop()
+
+
+def test_pinned_client_identities_serve_only_certificates_naming_one(pki: PKI) -> None:
+    """Same CA for everyone (a cluster issuer): only the pinned subject alternative names get answers."""
+    st = serve(TLSFiles(cert=str(pki.server.cert), key=str(pki.server.key), client_ca=str(pki.ca.cert),
+                        client_sans=("keda-operator.keda.svc", "spiffe://cluster.local/ns/keda/sa/keda-operator")))
+    try:
+        assert is_active(st.target, pki.ca, pki.keda) is True
+        assert is_active(st.target, pki.ca, pki.spiffe) is True
+        for other in (pki.neighbour, pki.client):  # signed by the same CA, naming someone else or nothing
+            with pytest.raises(grpc.RpcError) as err:
+                is_active(st.target, pki.ca, other)
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert "keda-operator.keda.svc" in (err.value.details() or "")
+    finally:
+        st.stop()
+
+
+def test_client_san_without_client_ca_is_refused_at_start() -> None:
+    import argparse
+
+    from keda_llm.scaler.cli import StartError, add_arguments, settings_from_args
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--tls-cert", "c", "--tls-key", "k", "--tls-client-san", "keda-operator.keda.svc"])
+    with pytest.raises(StartError, match="--tls-client-san needs --tls-client-ca"):
+        settings_from_args(args)
+    args = parser.parse_args(["--tls-cert", "c", "--tls-key", "k", "--tls-client-ca", "ca",
+                              "--tls-client-san", "a.svc, b.svc"])
+    assert settings_from_args(args).tls == TLSFiles("c", "k", "ca", ("a.svc", "b.svc"))
