@@ -20,7 +20,7 @@ from typing import Any, TypeVar, cast
 import numba
 import numpy as np
 
-from keda_llm.simulator.perf import ConstantPerf, PerfModel, PhysicsPerf
+from keda_llm.simulator.perf import N_COEF, PerfModel
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -56,27 +56,22 @@ RULE_LEAST, RULE_ROUND_ROBIN = 0, 1
 
 
 def coefficients(perf: PerfModel) -> np.ndarray:
-    """The perf model as 7 numbers, `step_time`'s form: max(c0 + c1 kv, c2 new + c3 pairs) + c4 + c5 new + c6 kv.
-    PhysicsPerf (memory- or compute-bound, plus overhead and tensor-parallel all-reduces) and ConstantPerf
-    both fit it; a test holds it to their `step_times`."""
-    if isinstance(perf, PhysicsPerf):
-        m, tp, eff, gpu = perf.model, perf.tp, perf.eff, perf.gpu
-        bw = gpu.hbm_bandwidth * eff.bandwidth
-        peak = gpu.peak_flops(m.bytes_per_param) * eff.mfu * tp
-        ring = m.hidden * 2.0 * 2.0 * (tp - 1) / tp / gpu.interconnect_bandwidth  # per token, per all-reduce
-        fixed = eff.step_overhead_s + (0.0 if tp == 1 else 2 * m.n_layers * eff.allreduce_latency_s)
-        per_tok = 0.0 if tp == 1 else 2 * m.n_layers * ring
-        return np.array([m.streamed_weight_bytes / tp / bw, m.kv_bytes_per_token / tp / bw,
-                         2.0 * m.streamed_params / peak, m.attention_flops_per_pair / peak, fixed, per_tok, 0.0])
-    if isinstance(perf, ConstantPerf):
-        return np.array([0.0, 0.0, 0.0, 0.0, perf.base_s, perf.per_token_s, perf.per_kv_token_s])
-    raise ValueError(f"the fluid mode needs PhysicsPerf or ConstantPerf, got {type(perf).__name__}")
+    """The perf model's own coefficients (`PerfModel.coefficients`, the form of perf.N_COEF); the kernel
+    compiles that one form and never looks at the model's type. A test holds it to the model's `step_times`."""
+    get = getattr(perf, "coefficients", None)
+    coef = None if get is None else np.ascontiguousarray(get(), dtype=np.float64)
+    if coef is None or coef.shape != (N_COEF,):
+        raise ValueError(f"the fluid mode needs a perf model with coefficients() of {N_COEF} numbers "
+                         f"(simulator/perf.py), got {type(perf).__name__}")
+    return coef
 
 
 @_jit
 def step_time(c: np.ndarray, new: float, kv: float, pairs: float) -> float:
     """One engine iteration: `new` tokens computed, `kv` tokens of cache read, `pairs` attention pairs."""
-    out: float = max(c[0] + kv * c[1], c[2] * new + c[3] * pairs) + (c[4] + c[5] * new + c[6] * kv)
+    a = c[0] + c[1] * kv + c[2] * new + c[3] * pairs
+    b = c[4] + c[5] * kv + c[6] * new + c[7] * pairs
+    out: float = max(a, b) + (c[8] + c[9] * new + c[10] * kv + c[11] * pairs)
     return out
 
 

@@ -24,6 +24,7 @@ class GPU:
     memory_bytes: float
     interconnect_bandwidth: float  # bytes/s per GPU, one direction (NVLink; PCIe where no NVLink)
     source: str
+    arch: str = ""  # the architecture (hopper, ampere, ada): an engine's kernels reach a different share of each
 
     def __post_init__(self) -> None:
         for key in ("peak_bf16_flops", "hbm_bandwidth", "memory_bytes", "interconnect_bandwidth"):
@@ -41,6 +42,7 @@ class GPU:
 # "with sparsity" (dense is half), GPU memory 80 GB, bandwidth 3.35 TB/s, NVLink 900 GB/s (bidirectional).
 H100_SXM_80GB = GPU(
     name="H100-80GB-SXM",
+    arch="hopper",
     peak_bf16_flops=989.5 * TERA,
     peak_fp8_flops=1979 * TERA,
     hbm_bandwidth=3.35 * TERA,
@@ -53,6 +55,7 @@ H100_SXM_80GB = GPU(
 # 80 GB HBM2e at 2,039 GB/s, NVLink 600 GB/s (bidirectional). No FP8 tensor cores.
 A100_SXM_80GB = GPU(
     name="A100-80GB-SXM",
+    arch="ampere",
     peak_bf16_flops=312 * TERA,
     peak_fp8_flops=None,
     hbm_bandwidth=2.039 * TERA,
@@ -65,6 +68,7 @@ A100_SXM_80GB = GPU(
 # Same datasheet, A100 40GB SXM column: 40 GB HBM2 at 1,555 GB/s. Used by the validation only.
 A100_SXM_40GB = GPU(
     name="A100-40GB-SXM",
+    arch="ampere",
     peak_bf16_flops=312 * TERA,
     peak_fp8_flops=None,
     hbm_bandwidth=1.555 * TERA,
@@ -77,6 +81,7 @@ A100_SXM_40GB = GPU(
 # half), 24 GB GDDR6 at 300 GB/s, PCIe Gen4 x16 64 GB/s (bidirectional), no NVLink.
 L4 = GPU(
     name="L4",
+    arch="ada",
     peak_bf16_flops=121 * TERA,
     peak_fp8_flops=242.5 * TERA,
     hbm_bandwidth=300 * GIGA,

@@ -1,5 +1,9 @@
 """Named replica presets: a model on a GPU type with vLLM's limits, KV capacity and cold starts.
 
+Each preset's timing stands for one engine version, the one its efficiencies were fitted on
+(`Preset.engine`; today vLLM 0.6.0 with multi-step scheduling, perf.FITTED); the limits are the current
+vLLM serving defaults below, and the scheduler the replica models is vLLM V1's (simulator/replica.py).
+
 KV capacity is derived the way vLLM sizes its cache: per GPU,
 (GPU memory x gpu_memory_utilization - weights / TP - activation reserve) / (KV bytes per token / TP),
 in blocks of 16 tokens. Impossible configurations fail here, with the numbers in the message.
@@ -96,6 +100,11 @@ class Preset:
     @property
     def kv_capacity_tokens(self) -> int:
         return self.kv_blocks * self.block_size
+
+    @property
+    def engine(self) -> str:
+        """The engine version the timing stands for (what its efficiencies were fitted on)."""
+        return self.efficiency.engine
 
     def replica_config(self) -> ReplicaConfig:
         return ReplicaConfig(

@@ -1,15 +1,17 @@
-"""The roofline model, model/hardware arithmetic and presets, against hand-computed numbers."""
+"""The performance model, model/hardware arithmetic and presets, against hand-computed numbers."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from keda_llm.simulator.hardware import A100_SXM_80GB, H100_SXM_80GB, L4
 from keda_llm.simulator.models import LLAMA_3_1_8B, LLAMA_3_1_70B
-from keda_llm.simulator.perf import ConstantPerf, Efficiency, PhysicsPerf, step_time
+from keda_llm.simulator.perf import N_COEF, ConstantPerf, Efficiency, PhysicsPerf, coefficient_step_times, step_time
 from keda_llm.simulator.presets import PRESETS, ConfigError, Preset, get_preset
 
-EFF = Efficiency(bandwidth=0.5, mfu=0.5, step_overhead_s=0.001, allreduce_latency_s=13e-6, frontend_latency_s=0.0)
+EFF = Efficiency(bandwidth=0.5, mfu=0.5, step_overhead_s=0.001, allreduce_latency_s=13e-6, frontend_latency_s=0.0,
+                 kv_bandwidth=0.5)
 
 
 def test_model_sizes_match_published_parameter_counts() -> None:
@@ -24,36 +26,77 @@ def test_model_sizes_match_published_parameter_counts() -> None:
     assert LLAMA_3_1_8B.streamed_weight_bytes == 16_060_522_496 - 2 * 128_256 * 4096 == 15_009_849_344
 
 
-def test_decode_step_is_memory_bound_by_hand() -> None:
+def test_decode_step_by_hand() -> None:
     perf = PhysicsPerf(H100_SXM_80GB, LLAMA_3_1_8B, 1, EFF)
-    # one sequence, empty context: 15,009,849,344 B / (3.35e12 B/s x 0.5) = 8.961104 ms, + 1 ms overhead.
-    # Compute would be 2 x 7.505e9 FLOP / (989.5e12 x 0.5) = 0.030 ms: memory wins.
-    assert step_time(perf, 1, 0, 1) == pytest.approx(0.009961104085970149, rel=1e-12)
-    # 1000 tokens of context add 1000 x 131,072 B: (15,009,849,344 + 131,072,000) / 1.675e12 = 9.039356 ms
-    assert step_time(perf, 1, 1000, 1001) == pytest.approx(0.009039356026268658 + 0.001, rel=1e-12)
+    # one sequence, empty context: weights 15,009,849,344 B / (3.35e12 B/s x 0.5) = 8.961104 ms, + linear
+    # 2 x 7,504,924,672 FLOP / (989.5e12 x 0.5) = 0.030338 ms, + attention of one pair (~1e-9 s), + 1 ms
+    assert step_time(perf, 1, 0, 1) == pytest.approx(0.009991443395989352, rel=1e-12)
+    # 1000 tokens of context: attention reads 1000 x 131,072 B at 1.675e12 B/s = 0.078252 ms more
+    assert step_time(perf, 1, 1000, 1001) == pytest.approx(0.010069694276584978, rel=1e-9)
+
+
+def test_decode_step_grows_with_the_batch_and_the_context_held() -> None:
+    perf = PhysicsPerf(H100_SXM_80GB, LLAMA_3_1_8B, 1, EFF)
+    one = step_time(perf, 1, 300, 301)
+    # 256 sequences of 300 tokens: the GEMMs' math (256 x 0.030 ms) and the KV reads (256 x 300 x 131 kB)
+    # add to the weights: +7.8 ms + 6.0 ms, where a max(memory, compute) roofline would add 6 ms
+    batch = step_time(perf, 256, 256 * 300, 256 * 301)
+    assert batch - one == pytest.approx(255 * 3.0338250316321375e-05 + 255 * 300 * 131_072 / 1.675e12, rel=1e-6)
+    longer = step_time(perf, 256, 256 * 1000, 256 * 1001)
+    assert longer - batch == pytest.approx(256 * 700 * 131_072 / 1.675e12, rel=1e-6)
 
 
 def test_prefill_is_compute_bound_by_hand() -> None:
     perf = PhysicsPerf(H100_SXM_80GB, LLAMA_3_1_8B, 1, EFF)
     # 2048-token prompt: 2 x 7,504,924,672 x 2048 + 4 x 32 layers x 32 heads x 128 x (2048 x 2049 / 2) pairs
-    # = 31,840,219,955,200 FLOP / (989.5e12 x 0.5) = 64.356 ms (memory would be 8.96 ms)
+    # = 31,840,219,955,200 FLOP / (989.5e12 x 0.5) = 64.356 ms, + the weights streamed once (8.961 ms) + 1 ms
     pairs = 2048 * 2049 / 2
-    assert step_time(perf, 2048, 0, pairs) == pytest.approx(0.06435617979828195 + 0.001, rel=1e-12)
+    assert step_time(perf, 2048, 0, pairs) == pytest.approx(0.07431728388425211, rel=1e-12)
 
 
-def test_mixed_step_sums_the_work() -> None:
+def test_a_mixed_step_costs_what_chunked_prefill_costs() -> None:
+    # a 2048-token chunk beside 10 decodes of 500 tokens: the weights once, the linear layers for all 2058
+    # tokens, attention for both (the chunk's pairs; the decodes' KV reads): the two iterations apart
+    # minus one pass over the weights
     perf = PhysicsPerf(H100_SXM_80GB, LLAMA_3_1_8B, 1, EFF)
-    mixed = step_time(perf, 2048 + 10, 5000, 2048 * 2049 / 2 + 5010)
-    prefill_only = step_time(perf, 2048, 0, 2048 * 2049 / 2)
-    assert mixed > prefill_only
+    chunk, decodes = (2048, 0, 2048 * 2049 / 2), (10, 5000, 5010)
+    mixed = step_time(perf, chunk[0] + decodes[0], chunk[1] + decodes[1], chunk[2] + decodes[2])
+    weights_and_overhead = 0.008961104085970149 + 0.001
+    apart = step_time(perf, *chunk) + step_time(perf, *decodes)
+    # attention is max(KV reads, FLOPs) over the iteration: the chunk's FLOPs hide the decodes' reads
+    assert apart - weights_and_overhead - 5000 * 131_072 / 1.675e12 <= mixed <= apart - weights_and_overhead
+    assert mixed > step_time(perf, *chunk)
 
 
 def test_tensor_parallel_divides_work_and_adds_allreduces() -> None:
     perf = PhysicsPerf(H100_SXM_80GB, LLAMA_3_1_70B, 4, EFF)
     # comm: 2 all-reduces x 80 layers x (13 us + 8192 x 2 B x 2 x 3/4 / 450e9 B/s) = 2.0887 ms
-    # memory: 70,553,706,496 - 1,050,673,152 (embedding) = 69,503,033,344 params x 2 B / 4 GPUs / 1.675e12
+    # weights: 70,553,706,496 - 1,050,673,152 (embedding) = 69,503,033,344 params x 2 B / 4 GPUs / 1.675e12;
+    # linear: 2 x 69,503,033,344 / 4 / 494.75e12
     mem = 69_503_033_344 * 2 / 4 / 1.675e12
-    assert step_time(perf, 1, 0, 1) == pytest.approx(mem + 0.001 + 0.0020887381333333332, rel=1e-9)
+    lin = 2 * 69_503_033_344 / 4 / 494.75e12
+    assert step_time(perf, 1, 0, 1) == pytest.approx(mem + lin + 0.001 + 0.0020887381333333332, rel=1e-6)
+
+
+def test_the_mfu_can_differ_by_gpu_architecture() -> None:
+    eff = Efficiency(mfu=0.5, mfu_by_arch=(("ampere", 0.8),))
+    assert eff.mfu_on(A100_SXM_80GB) == 0.8 and eff.mfu_on(H100_SXM_80GB) == 0.5
+    with pytest.raises(ValueError, match="mfu_by_arch"):
+        Efficiency(mfu_by_arch=(("ampere", 1.5),))
+
+
+def test_every_preset_names_the_engine_version_it_was_fitted_on() -> None:
+    for p in PRESETS.values():
+        assert p.engine.startswith("vLLM 0.6.0")
+
+
+def test_coefficients_are_the_step_times() -> None:
+    cases = np.array([[1, 100, 101], [300, 5e5, 5e5 + 300], [8192, 1e4, 3e7]], dtype=np.float64)
+    for perf in (PhysicsPerf(H100_SXM_80GB, LLAMA_3_1_70B, 4, EFF), ConstantPerf(0.01, 1e-5, 1e-8)):
+        want = perf.step_times(cases[:, 0], cases[:, 1], cases[:, 2])
+        got = coefficient_step_times(perf.coefficients(), cases[:, 0], cases[:, 1], cases[:, 2])
+        assert got.tolist() == pytest.approx(want.tolist(), rel=1e-12)
+    assert len(ConstantPerf().coefficients()) == N_COEF
 
 
 def test_fp8_uses_fp8_peak_only_where_the_gpu_has_it() -> None:
@@ -74,6 +117,7 @@ def test_constant_perf_is_exact() -> None:
         ({"bandwidth": 0.0}, "bandwidth"),
         ({"bandwidth": 1.2}, "bandwidth"),
         ({"mfu": 0.0}, "mfu"),
+        ({"kv_bandwidth": 0.0}, "kv_bandwidth"),
         ({"step_overhead_s": -1.0}, "step_overhead_s"),
     ],
 )
