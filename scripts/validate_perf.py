@@ -1,11 +1,14 @@
 """Fit the performance model's efficiencies on public vLLM measurements and validate on others.
 
-Run:  python scripts/validate_perf.py            (prints the Markdown tables for docs/simulator.md)
+Run:  python scripts/validate_perf.py            (prints the Markdown tables for docs/simulator.md; minutes)
       python scripts/validate_perf.py --no-fit   (uses simulator.perf.FITTED as is)
 
 Every measurement is replayed through the same Replica the simulator uses, with the benchmark's own
-requests (token counts) and load (all at once, or a closed loop of C clients), and the metric the
-source reports is computed from the simulated requests the way the benchmark computes it.
+requests (token counts) and load (all at once, a closed loop of C clients, or a Poisson QPS sweep of
+ShareGPT-like requests: simulator/calibration.py), and the metric the source reports is computed from the
+simulated requests the way the benchmark computes it. The fit takes the small-batch fit rows and the
+loaded curves L1-L3 together (one engine version, vLLM 0.6.0 with multi-step scheduling): their mean TPOT
+at every finite QPS and their throughput at QPS = inf.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from keda_llm.simulator import calibration as cal
 from keda_llm.simulator.hardware import A100_SXM_40GB, A100_SXM_80GB, GPU, H100_SXM_80GB
 from keda_llm.simulator.models import LLAMA_3_1_8B, LLAMA_3_1_70B, ModelSpec
 from keda_llm.simulator.perf import FITTED, Efficiency, PhysicsPerf
@@ -154,28 +158,59 @@ def perf_for(p: Point, eff: Efficiency) -> PhysicsPerf:
     return PhysicsPerf(p.gpu, p.model, p.tp, eff)
 
 
-def loss(eff: Efficiency, points: list[Point]) -> float:
-    return sum(math.log(metric(p, perf_for(p, eff)) / p.measured) ** 2 for p in points)
+@dataclass(frozen=True)
+class LoadedRow:
+    """One published number of a loaded curve (L1-L3) and the model's value for it."""
+
+    curve: cal.LoadedCurve
+    qps: float
+    metric: str  # "mean_tpot_ms" | "req_s"
+    measured: float
+    fitted: bool  # part of the fit (finite-QPS TPOT, QPS = inf throughput); the QPS = inf TPOT is reported only
+
+    def model(self, eff: Efficiency) -> float:
+        c = self.curve
+        perf = PhysicsPerf(c.gpu, c.model, c.tp, eff)
+        r = cal.replay(perf, cal.v060_config(c.gpu, c.model, c.tp), self.qps,
+                       scheduler_steps=cal.V060_SCHEDULER_STEPS)
+        return r.mean_tpot_ms if self.metric == "mean_tpot_ms" else r.req_s
+
+
+LOADED_ROWS: list[LoadedRow] = [
+    row
+    for c in cal.LOADED
+    for row in [LoadedRow(c, q, "mean_tpot_ms", t, not math.isinf(q)) for q, t in c.tpot_ms]
+    + [LoadedRow(c, math.inf, "req_s", c.inf_req_s, True)]
+]
+
+
+def loss(eff: Efficiency, points: list[Point], loaded: list[LoadedRow] | None = None) -> float:
+    small = sum(math.log(metric(p, perf_for(p, eff)) / p.measured) ** 2 for p in points)
+    rows = LOADED_ROWS if loaded is None else loaded
+    return small + sum(math.log(r.model(eff) / r.measured) ** 2 for r in rows if r.fitted)
 
 
 def fit(points: list[Point], start: Efficiency) -> Efficiency:
-    """Nelder-Mead on log-parameters (bandwidth, MFU, step overhead, all-reduce latency)."""
+    """Nelder-Mead on log-parameters (bandwidth, MFU, step overhead, all-reduce latency, front-end latency,
+    KV bandwidth, the Ampere MFU)."""
 
     def unpack(x: np.ndarray) -> Efficiency | None:
-        bw, mfu, oh, ar, fe = np.exp(x)
-        if bw > 1 or mfu > 1:
+        bw, mfu, oh, ar, fe, kv, mfu_a = np.exp(x)
+        if bw > 1 or mfu > 1 or kv > 1 or mfu_a > 1:
             return None
-        return Efficiency(float(bw), float(mfu), float(oh), float(ar), float(fe))
+        return Efficiency(float(bw), float(mfu), float(oh), float(ar), float(fe), float(kv), start.engine,
+                          (("ampere", float(mfu_a)),))
 
     def f(x: np.ndarray) -> float:
         e = unpack(x)
         return 1e9 if e is None else loss(e, points)
 
+    ampere = dict(start.mfu_by_arch).get("ampere", start.mfu)
     x0 = np.log([start.bandwidth, start.mfu, start.step_overhead_s, start.allreduce_latency_s,
-                 max(start.frontend_latency_s, 1e-3)])
-    simplex = [x0] + [x0 + 0.3 * np.eye(5)[i] for i in range(5)]
+                 max(start.frontend_latency_s, 1e-3), start.kv_bandwidth, ampere])
+    simplex = [x0] + [x0 + 0.2 * np.eye(7)[i] for i in range(7)]
     vals = [f(x) for x in simplex]
-    for _ in range(600):
+    for _ in range(250):
         order = np.argsort(vals)
         simplex = [simplex[i] for i in order]
         vals = [vals[i] for i in order]
@@ -217,6 +252,20 @@ def table(eff: Efficiency) -> str:
     return "\n".join(rows)
 
 
+def _qps(q: float) -> str:
+    return "inf" if math.isinf(q) else f"{q:g}"
+
+
+def loaded_table(eff: Efficiency) -> str:
+    rows = ["| point | QPS | metric | published | model | error | role |", "|---|---|---|---|---|---|---|"]
+    for r in LOADED_ROWS:
+        got = r.model(eff)
+        role = "fit" if r.fitted else "reported"
+        rows.append(f"| {r.curve.key} {r.curve.label} | {_qps(r.qps)} | {r.metric} | {r.measured:g} | {got:.3g} | "
+                    f"{100 * (got / r.measured - 1):+.0f}% | {role} |")
+    return "\n".join(rows)
+
+
 def sources() -> str:
     seen: dict[str, str] = {}
     for p in POINTS:
@@ -232,8 +281,10 @@ def main() -> None:
     eff = FITTED if args.no_fit else fit([p for p in POINTS if p.role == "fit"], FITTED)
     print(f"Efficiency: bandwidth={eff.bandwidth:.3f} mfu={eff.mfu:.3f} "
           f"step_overhead_s={eff.step_overhead_s:.5f} allreduce_latency_s={eff.allreduce_latency_s:.2e} "
-          f"frontend_latency_s={eff.frontend_latency_s:.4f}\n")
+          f"frontend_latency_s={eff.frontend_latency_s:.4f} kv_bandwidth={eff.kv_bandwidth:.3f} "
+          f"mfu_by_arch={eff.mfu_by_arch}\n")
     print(table(replace(eff)))
+    print("\n" + loaded_table(eff))
     print("\nSources:\n" + sources())
 
 
