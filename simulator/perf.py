@@ -163,6 +163,6 @@ VLLM_0_6_0 = "vLLM 0.6.0 (V0 engine, --num-scheduler-steps 10)"
 # Fitted by scripts/validate_perf.py on the fitting set in docs/simulator.md (small-batch points and the loaded
 # curves L1-L3, all vLLM 0.6.0 with multi-step scheduling); re-run it to refit.
 FITTED = Efficiency(
-    bandwidth=0.748, mfu=0.581, step_overhead_s=0.00085, allreduce_latency_s=2.25e-05, frontend_latency_s=0.0191,
-    kv_bandwidth=0.866, engine=VLLM_0_6_0, mfu_by_arch=(("ampere", 0.75),),
+    bandwidth=0.743, mfu=0.571, step_overhead_s=0.00113, allreduce_latency_s=1.82e-05, frontend_latency_s=0.0218,
+    kv_bandwidth=0.739, engine=VLLM_0_6_0, mfu_by_arch=(("ampere", 0.745),),
 )

@@ -69,13 +69,14 @@ V1_ALPHA_SEQS, V1_ALPHA_TOKENS = 256, 2048
 ])
 def test_l4_latency_is_flat_at_low_load_and_rises_past_the_knee(preset: str,
                                                                 points: tuple[tuple[float, float], ...]) -> None:
+    # 2000 requests: 500 arrive within 7 s at 70 QPS, too short a run for a queue to show past the knee
     p = get_preset(preset)
     cfg = ReplicaConfig(V1_ALPHA_SEQS, V1_ALPHA_TOKENS, p.kv_blocks)
-    lat = [cal.replay(p.perf(), cfg, q).mean_latency_s for q, _ in points]
+    lat = [cal.replay(p.perf(), cfg, q, n=2000).mean_latency_s for q, _ in points]
     # published: +18% (8B, 1 -> 20 QPS) and +21% (70B, 1 -> 10 QPS) at the second point
     assert lat[1] < 1.4 * lat[0]
-    # and the latency keeps rising to the last published point (7.9x and 5.2x the low-load latency there)
-    assert lat == sorted(lat) and lat[-1] > 2.0 * lat[0]
+    # and rises past the published knee (7.9x and 5.2x the low-load latency at the last point)
+    assert lat == sorted(lat) and lat[-1] > 2.5 * lat[0]
 
 
 def test_l5_tpot_rises_with_concurrency_and_throughput_with_it() -> None:
