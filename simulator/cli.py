@@ -191,7 +191,7 @@ def execute(trace: Trace, bt: Any, policies: list[str], *, out: str | None, quie
     with progress:
         results, oracle = run_policies(trace, bt, policies, progress=tick)
     summaries = with_oracle_ratio([summarize(r, bt.slo) for r in results],
-                                  bound_gpu_hours=oracle.bound.gpu_hours if oracle is not None else None)
+                                  bound_gpu_hours=oracle.bound.gpu_hours if oracle and oracle.bound else None)
     title = f"{trace.name} on {bt.preset.name} (SLO: TTFT <= {bt.slo.ttft_s:g}s, ITL <= {bt.slo.itl_s:g}s)"
     for table in render_table(summaries, title=title, width=console.width):
         console.print(table)
