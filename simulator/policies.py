@@ -2,20 +2,24 @@
 
 `ours` runs a ScaledObject (the user's, or the default below) with the scaler's own service;
 `ours-zero` is the default with scale to zero. Baselines: `static`, `queue`, `gpu`, `concurrency`,
-and `oracle` (simulator.oracle), each documented where it is built.
+and `oracle` (simulator.oracle), each documented where it is built; the field's autoscalers (`knative-kpa`,
+`aibrix-kpa`, `aibrix-apa`, `llmd-wva`, `llmd-wva-tokens`, `dynamo-load`, `dynamo-sla`, `hpa-kv`,
+`ray-serve`) are in simulator.anchors. A policy name may carry its knob as `name@value` (for example
+`knative-kpa@35`): see `parse_policy`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from keda_llm.simulator.anchors import ANCHORS, AnchorContext, build_anchor
 from keda_llm.simulator.baselines import concurrency_baseline, gpu_baseline, queue_baseline
 from keda_llm.simulator.control import KedaSettings, Trigger
 from keda_llm.simulator.controllers import KedaController, PodPlan, ScheduleController
 from keda_llm.simulator.engine import Controller, Simulation
 from keda_llm.simulator.inprocess import ServiceScaler, workload_state
 
-POLICIES = ("ours", "ours-zero", "static", "queue", "gpu", "concurrency", "oracle")
+POLICIES = ("ours", "ours-zero", "static", "queue", "gpu", "concurrency", "oracle", *ANCHORS)
 DEFAULT_POLICIES = ("ours", "static", "queue", "gpu", "concurrency", "oracle")
 ITL_TARGET_FRACTION = 0.5  # ours' targetInterTokenLatency, as a fraction of the backtest's ITL SLO
 
@@ -52,6 +56,32 @@ def default_scaledobject(model: str, *, scale_to_zero: bool = False, max_replica
                         behavior=behavior)
 
 
+def parse_policy(name: str) -> tuple[str, float | None]:
+    """`name` or `name@knob` -> (policy, knob or None); only the anchors (and `concurrency`) take a knob."""
+    base, sep, value = name.partition("@")
+    if base not in POLICIES:
+        raise ValueError(f"unknown policy {base!r}; known: {', '.join(POLICIES)}")
+    if not sep:
+        return base, None
+    if base not in ANCHORS and base != "concurrency":
+        raise ValueError(f"policy {base!r} takes no knob (got {name!r})")
+    try:
+        knob = float(value)
+    except ValueError:
+        raise ValueError(f"policy {name!r}: the knob after @ must be a number") from None
+    if not knob > 0:
+        raise ValueError(f"policy {name!r}: the knob must be > 0")
+    return base, knob
+
+
+def is_policy(name: str) -> bool:
+    try:
+        parse_policy(name)
+    except ValueError:
+        return False
+    return True
+
+
 @dataclass
 class _SimRef:
     sim: Simulation | None = None
@@ -83,7 +113,7 @@ class OursController(KedaController):
 def build_controller(policy: str, *, model: str, max_replicas: int, concurrency_target: float,
                      static_replicas: int, settings: KedaSettings | None = None,
                      oracle_plan: list[PodPlan] | None = None, cold_start_s: float | None = None,
-                     slo: tuple[float, float] | None = None) -> Controller:
+                     slo: tuple[float, float] | None = None, anchor: AnchorContext | None = None) -> Controller:
     """The controller for one policy name (see POLICIES); `slo` (TTFT s, ITL s) sets ours' ITL target to
     ITL_TARGET_FRACTION of the ITL SLO.
 
@@ -95,7 +125,16 @@ def build_controller(policy: str, *, model: str, max_replicas: int, concurrency_
     -> 82.8% but 1.49x -> 3.55x (docs/simulator-results.md: prefill chunks of long prompts keep the mean ITL
     near the target however many replicas run).
     Only the ITL target: with the TTFT target too, mooncake-conv cost 235 GPU-h for 82.6% of the SLO
-    against 92.7 GPU-h for 80.0% with the ITL target alone."""
+    against 92.7 GPU-h for 80.0% with the ITL target alone.
+
+    `policy` may be `name@knob` (parse_policy). The anchors read `anchor` (the replica cap, SLO and the
+    replica's performance model); without it they get the cap and SLO given here."""
+    policy, knob = parse_policy(policy)
+    if policy in ANCHORS:
+        ctx = anchor or AnchorContext(max_replicas, *(slo or (None, None)))
+        return build_anchor(policy, ctx, knob)
+    if knob is not None:
+        concurrency_target = knob
     if policy in ("ours", "ours-zero"):
         so = settings if (settings is not None and policy == "ours") else default_scaledobject(
             model, scale_to_zero=policy == "ours-zero", max_replicas=max_replicas, cold_start_s=cold_start_s,

@@ -15,10 +15,11 @@ from typing import Any, Literal
 
 import numpy as np
 
+from keda_llm.simulator.anchors import AnchorContext
 from keda_llm.simulator.control import KedaSettings
 from keda_llm.simulator.engine import Controller, SimConfig, SimResult, Simulation
 from keda_llm.simulator.oracle import OraclePlan, plan_oracle, sustainable_batch
-from keda_llm.simulator.policies import POLICIES, build_controller
+from keda_llm.simulator.policies import POLICIES, build_controller, is_policy
 from keda_llm.simulator.presets import Preset
 from keda_llm.simulator.report import Slo
 from keda_llm.simulator.router import RoutingRule
@@ -117,7 +118,7 @@ def concurrency_target(trace: Trace, backtest: Backtest) -> float:
 def run_policies(trace: Trace, backtest: Backtest, policies: Sequence[str],
                  progress: Progress | None = None) -> tuple[list[SimResult], OraclePlan | None]:
     """Every policy on the trace, in the order given (the oracle's own run is reused as its result)."""
-    unknown = [p for p in policies if p not in POLICIES]
+    unknown = [p for p in policies if not is_policy(p)]
     if unknown:
         raise ValueError(f"unknown policy {unknown[0]!r}; known: {', '.join(POLICIES)}")
     mode = backtest.resolved_mode(trace)
@@ -147,6 +148,8 @@ def run_policies(trace: Trace, backtest: Backtest, policies: Sequence[str],
         ctl = build_controller(name, model=p.model.name, max_replicas=backtest.max_replicas,
                                concurrency_target=target, static_replicas=max(1, static_n),
                                settings=backtest.scaledobject, cold_start_s=cold_p90,
-                               slo=(backtest.slo.ttft_s, backtest.slo.itl_s))
+                               slo=(backtest.slo.ttft_s, backtest.slo.itl_s),
+                               anchor=AnchorContext(backtest.max_replicas, backtest.slo.ttft_s, backtest.slo.itl_s,
+                                                    p.perf(), p.replica_config()))
         results.append(simulate(trace, backtest, ctl, mode, prog(name)))
     return results, oracle
