@@ -1,0 +1,214 @@
+"""The field's autoscalers (simulator.anchors): each decision rule worked by hand on small inputs, then one
+short run each on a shipped trace window."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sim_helpers import config, run, trace
+
+from keda_llm.simulator.anchors import ANCHORS, AnchorContext, build_anchor
+from keda_llm.simulator.anchors.aibrix import apa_desired
+from keda_llm.simulator.anchors.base import Signals
+from keda_llm.simulator.anchors.dynamo import ConstantPredictor, DynamoPlanner, KalmanPredictor
+from keda_llm.simulator.anchors.keda_driven import KvUsageScaler, wva_v1_target, wva_v2_target
+from keda_llm.simulator.anchors.knative import KnativeKpa, KpaDecider
+from keda_llm.simulator.anchors.ray_serve import RayServe, ray_desired
+from keda_llm.simulator.perf import ConstantPerf
+from keda_llm.simulator.policies import POLICIES, build_controller, parse_policy
+from keda_llm.simulator.replica import ReplicaConfig
+
+
+def _sig(running: list[float], waiting: list[float], kv: list[float], pending: float = 0.0) -> Signals:
+    return Signals(0.0, tuple(f"p{i}" for i in range(len(running))), tuple(running), tuple(waiting), tuple(kv),
+                   1000.0, pending)
+
+
+# -- Knative KPA --------------------------------------------------------------------------------------
+def test_kpa_panics_at_twice_the_target_and_never_decreases_while_panicking() -> None:
+    d = KpaDecider(target=10.0)
+    # 2 ready pods, panic-window concurrency 30 -> dppc 3, 3 / 2 = 1.5 < 2: stable, dspc = ceil(20 / 10) = 2
+    assert d.desired(0.0, stable=20.0, panic=30.0, ready=2) == 2 and not d.panicking
+    # panic 40 -> dppc 4, 4 / 2 = 2.0 >= 200%: panic; max(dspc 2, dppc 4) = 4
+    assert d.desired(2.0, stable=20.0, panic=40.0, ready=2) == 4 and d.panicking
+    # load falls (dppc 1, clamped to floor(4 / 2) = 2): still panicking, never below the panic peak 4
+    assert d.desired(4.0, stable=5.0, panic=5.0, ready=4) == 4
+    # a full stable window (60 s) after the last over-threshold tick (t=2): back to the stable count
+    assert d.desired(61.0, stable=5.0, panic=5.0, ready=4) == 4
+    assert d.desired(62.0, stable=5.0, panic=5.0, ready=4) == 2 and not d.panicking  # max(ceil(0.5), floor(4/2))
+
+
+def test_kpa_scale_rates_clamp() -> None:
+    d = KpaDecider(target=1.0, max_scale_up_rate=2.0, max_scale_down_rate=2.0)
+    assert d.desired(0.0, stable=100.0, panic=1.0, ready=3) == 6  # at most ready x 2
+    d = KpaDecider(target=1.0)
+    assert d.desired(0.0, stable=0.0, panic=0.0, ready=8) == 4  # at least floor(8 / 2)
+    assert d.desired(0.0, stable=0.0, panic=0.0, ready=1) == 0  # floor(1 / 2): the decider may reach 0
+
+
+def test_knative_scales_to_zero_after_stable_window_and_grace_then_activator_wakes_it() -> None:
+    # 4 requests at 0 finish by ~6 s (1 s iterations, 5 tokens). The 60 s stable window is all zeros from
+    # about t=66; the last pod goes 30 s (grace) later. A request at 300 finds no pod: the activator holds
+    # it and pokes the autoscaler, which asks for one pod at once (cold start 60 s); it is served.
+    ctl = KnativeKpa(target=70.0)
+    res = run(trace([0.0] * 4 + [300.0]), config(max_num_seqs=4), ctl)
+    zero = [e for e in ctl.events if e[3] == 0]
+    assert len(zero) == 1 and 90.0 <= zero[0][0] <= 100.0
+    wake = [e for e in ctl.events if e[2] == 0]
+    assert wake[0][0] == 300.0 and wake[0][3] == 1 and wake[0][4] == "activator"
+    assert not res.dropped_timeout and all(r.finish_s is not None for r in res.requests)
+    assert res.zero_seconds > 150.0
+
+
+# -- AIBrix -----------------------------------------------------------------------------------------
+def test_apa_tolerance_band_and_rates() -> None:
+    assert apa_desired(4, 0.54, 0.5) == 4  # r = 1.08, inside [0.9, 1.1]: no change
+    assert apa_desired(4, 0.46, 0.5) == 4  # r = 0.92
+    assert apa_desired(4, 0.56, 0.5) == 5  # r = 1.12 -> ceil(4.48)
+    assert apa_desired(4, 0.40, 0.5) == 4  # r = 0.8 -> ceil(3.2) = 4
+    assert apa_desired(4, 0.30, 0.5) == 3  # r = 0.6 -> ceil(2.4)
+    assert apa_desired(4, 2.0, 0.5) == 8  # r = 4 -> 16, capped at 4 x 2
+    assert apa_desired(4, 0.05, 0.5) == 2  # r = 0.1 -> 1, floored at 4 / 2
+
+
+# -- llm-d WVA --------------------------------------------------------------------------------------------
+def test_wva_v1_one_step_up_when_spare_kv_low_and_safe_step_down() -> None:
+    assert wva_v1_target([0.75, 0.75], [0, 0], 2) == 3  # spare KV 0.05 < 0.10
+    assert wva_v1_target([0.2, 0.2], [3, 3], 2) == 3  # spare queue 2 < 3
+    assert wva_v1_target([0.85], [0], 1) == 2  # every pod saturated (KV >= 0.80)
+    assert wva_v1_target([0.1, 0.1, 0.1], [0, 0, 0], 3) == 2  # 0.3 over 2 pods: spare 0.65, queue 5: safe
+    assert wva_v1_target([0.4, 0.4], [0, 0], 2) == 2  # 0.8 on one pod leaves no spare: hold
+    assert wva_v1_target([0.1], [0], 1) == 1  # never below one by scale-down (needs >= 2 non-saturated)
+    assert wva_v1_target([0.75, 0.75], [0, 0], 2, kv_threshold=0.9) == 2  # the knob: spare 0.15
+
+
+def test_wva_v2_token_capacity() -> None:
+    # demand 900 tokens against 1000 per pod: 900 / 0.85 - 1000 = 58.8 > 0 -> one more pod
+    assert wva_v2_target(900.0, 0.0, 0.0, 1, 1000.0) == 2
+    # queue counts at the mean input: 500 + 10 x 100 = 1500 -> 1765 - 1000 -> +1
+    assert wva_v2_target(500.0, 10.0, 100.0, 1, 1000.0) == 2
+    # 100 tokens on 3 pods: spare 3000 - 143 >= 1000 -> one fewer
+    assert wva_v2_target(100.0, 0.0, 0.0, 3, 1000.0) == 2
+    assert wva_v2_target(1500.0, 0.0, 0.0, 3, 1000.0) == 3  # spare 3000 - 2143 < 1000: hold
+
+
+# -- HPA on KV usage ---------------------------------------------------------------------------------------
+def test_hpa_kv_reports_the_sum_at_its_scrape_interval() -> None:
+    from keda_llm.scaler.model import Observation, ReplicaSample
+    from keda_llm.simulator.engine import ObservedState
+
+    def state(at: float, kv: float) -> ObservedState:
+        obs = Observation("d", "m", at, (ReplicaSample("a", at, kv_usage_ratio=kv, running=1, waiting=0),
+                                          ReplicaSample("b", at, kv_usage_ratio=kv, running=1, waiting=0)))
+        return ObservedState(obs, (), 0)
+
+    s = KvUsageScaler(target=0.8)
+    s.observe(state(0.0, 0.5), None)  # type: ignore[arg-type]
+    assert s.value() == 1.0
+    s.observe(state(5.0, 0.9), None)  # type: ignore[arg-type]
+    assert s.value() == 1.0  # the next scrape is at 15 s
+    s.observe(state(15.0, 0.9), None)  # type: ignore[arg-type]
+    assert s.value() == pytest.approx(1.8)  # the HPA: ceil(1.8 / 0.8) = 3 pods
+
+
+# -- Dynamo ---------------------------------------------------------------------------------------------
+def test_dynamo_predictors() -> None:
+    c, k = ConstantPredictor(), KalmanPredictor()
+    for v in (0.0, 0.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0):
+        c.add(v)
+        k.add(v)
+    assert c.predict() == 60.0
+    assert 65.0 <= k.predict() <= 72.0  # the linear trend continues (leading zeros skipped)
+    short = KalmanPredictor()
+    for v in (5.0, 7.0, 9.0):
+        short.add(v)
+    assert short.predict() == 9.0  # fewer than 5 points: the last value
+
+
+def _planner(mode: str = "load", **kw: float) -> DynamoPlanner:
+    cfg = ReplicaConfig(max_num_seqs=4, max_num_batched_tokens=64, kv_blocks=10_000, block_size=16,
+                        enable_prefix_caching=False)
+    return DynamoPlanner(mode, perf=ConstantPerf(base_s=1.0), config=cfg, **kw)  # type: ignore[arg-type]
+
+
+def test_dynamo_load_rule_all_engines() -> None:
+    # ConstantPerf: every iteration 1 s, prefill 1/64 s per token. ITL estimate 1 s per engine.
+    p = _planner(ttft_sla_s=5.0, itl_sla_s=2.0)
+    assert p.load_step(_sig([2, 2], [0, 0], [0.1, 0.1]), 2, isl=10) == -1  # all under 80% of both SLAs
+    p = _planner(ttft_sla_s=5.0, itl_sla_s=0.5)
+    assert p.load_step(_sig([2, 2], [0, 0], [0.1, 0.1]), 2, isl=10) == 1  # every engine's ITL 1 s > 0.5
+    p = _planner(ttft_sla_s=1.5, itl_sla_s=2.0)
+    # TTFT: (waiting + 1) x 64 tokens / 64 per s + 1 s: engine a 2 s > 1.5, engine b 9 s: all over -> +1
+    assert p.load_step(_sig([1, 1], [0, 7], [0.1, 0.1]), 2, isl=64) == 1
+    p = _planner(ttft_sla_s=2.5, itl_sla_s=2.0)
+    assert p.load_step(_sig([1, 1], [0, 7], [0.1, 0.1]), 2, isl=64) == 0  # only one engine over: hold
+
+
+def test_dynamo_adjustment_interval_and_pending_guard() -> None:
+    # ITL SLA far below the 1 s iteration: every allowed load tick adds one pod. Ticks are every 5 s; a step
+    # waits for the previous pods to be ready (cold start 10 + 50 s), so +1 at 0, then at 60, 120.
+    ctl = _planner(ttft_sla_s=100.0, itl_sla_s=0.01)
+    run(trace(list(np.arange(0.0, 150.0, 0.5)), output=20), config(max_num_seqs=4), ctl)
+    ups = [(e[0], e[2], e[3]) for e in ctl.events]
+    assert ups[:3] == [(0.0, 1, 2), (60.0, 2, 3), (120.0, 3, 4)]
+    assert all(t % 5.0 == 0.0 for t, _, _ in ups)
+
+
+def test_dynamo_sla_throughput_floor() -> None:
+    p = _planner("sla", ttft_sla_s=10.0, itl_sla_s=2.0)
+    # 360 requests in 180 s = 2/s; prefill 64 tokens at 64 tok/s -> 2 engine-s/s; decode 16 tokens at the
+    # best batch within 2 s (4 seqs per 1 s step: 4 tok/s) -> 8 engine-s/s; ceil(2 + 8) = 10 replicas
+    assert p.throughput_replicas(360.0, 64.0, 16.0) == 10
+    assert p.throughput_replicas(0.0, 64.0, 16.0) == 1
+
+
+# -- Ray Serve ------------------------------------------------------------------------------------------------
+def test_ray_serve_formula() -> None:
+    assert ray_desired(10.0, 2, 2.0) == 5
+    assert ray_desired(10.0, 2, 2.0, smoothing=0.5) == 4  # ceil(2 x (1 + 1.5 x 0.5))
+    assert ray_desired(1.0, 4, 2.0) == 1
+    assert ray_desired(3.0, 0, 2.0) == 1
+
+
+def test_ray_serve_upscale_delay() -> None:
+    # 20 requests at 0, 1 s iterations, batch 4: ongoing 20 against 2 per replica wants 10. The decision
+    # must hold for upscale_delay_s 30 s: the first scale-up is at 30.
+    ctl = RayServe(target=2.0, max_replicas=16)
+    run(trace([0.0] * 20, output=40), config(max_num_seqs=4), ctl)
+    assert ctl.events[0][0] == 30.0 and ctl.events[0][2] == 1 and ctl.events[0][3] == 10
+
+
+# -- registry ---------------------------------------------------------------------------------------------------
+def test_names_and_knobs() -> None:
+    assert set(ANCHORS) <= set(POLICIES)
+    assert parse_policy("knative-kpa@35") == ("knative-kpa", 35.0)
+    with pytest.raises(ValueError, match="takes no knob"):
+        parse_policy("static@3")
+    with pytest.raises(ValueError, match="unknown policy"):
+        parse_policy("kpa")
+    ctl = build_controller("knative-kpa@35", model="m", max_replicas=4, concurrency_target=8, static_replicas=1)
+    assert isinstance(ctl, KnativeKpa) and ctl.decider.target == 35.0
+    with pytest.raises(ValueError, match="performance model"):
+        build_anchor("dynamo-sla", AnchorContext(4))
+
+
+# -- one short run each on a shipped trace ------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def window() -> object:
+    from keda_llm.simulator.traces import load_shipped
+
+    return load_shipped("azure2023-conv", seed=0).window(0, 600)
+
+
+@pytest.mark.parametrize("name", ANCHORS)
+def test_anchor_on_a_shipped_window(name: str, window: object) -> None:
+    """The first 10 minutes of the Azure 2023 conversation trace on Llama-3.1-8B / L4 (one L4 cannot carry
+    it): every request is served and every anchor scales up."""
+    from keda_llm.simulator.presets import get_preset
+    from keda_llm.simulator.run import Backtest, run_policies
+
+    (res,), _ = run_policies(window, Backtest(get_preset("llama-3.1-8b/l4"), max_replicas=16), [name])  # type: ignore[arg-type]
+    tab = res.request_table()
+    assert int(np.isfinite(tab.ttft_s).sum()) == len(tab.ttft_s)
+    assert max(res.timeline.desired) > 1
+    assert res.timeline.desired[0] == 1
