@@ -25,17 +25,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from keda_llm.scaler.activation import ActivationBus, PeerForwarder, Peers, ScaledObjectKey
+from keda_llm.scaler.activation import PeerForwarder, Peers, ScaledObjectKey
 from keda_llm.scaler.config import ConfigError, ScalerConfig
 from keda_llm.scaler.decide import decide
 from keda_llm.scaler.history import ModelHistory
+from keda_llm.scaler.levers import LeverDecide, WarmingBus
 from keda_llm.scaler.model import WorkloadState
+from keda_llm.scaler.phases import PhaseTracker, PodTimes
 from keda_llm.scaler.server import ScalerServer, TLSFiles
-from keda_llm.scaler.service import HistoryStore, ScalerService
+from keda_llm.scaler.service import HistoryStore, ScalerService, ServiceMetrics
 from keda_llm.scaler.sources.common import MetricSource
-from keda_llm.scaler.sources.exporters import DEFAULT_PORT, ExportersSource, dns_targets, static_targets
+from keda_llm.scaler.sources.exporters import DEFAULT_PORT, ExportersSource, Resolver, dns_targets, static_targets
 from keda_llm.scaler.sources.prometheus import PrometheusSource
 from keda_llm.scaler.sources.promql import PrometheusClient
+from keda_llm.scaler.warm import WarmPlanner
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,9 @@ class ScalerSettings:
     activation_hold_s: float = 300.0
     refresh_s: float | None = 1.0
     demand_watch_s: float | None = 1.0
+    warm_token_file: str | None = None
+    warm_max_nodes: int = 4
+    warm_scan_s: float = 60.0
 
 
 class WorkloadSource(Protocol):
@@ -172,16 +178,35 @@ class Sources:
         raise ConfigError("exportersService", None, "no exporters: set exportersService or exporters "
                           "(or start the scaler with --exporters-service)")
 
+    def exporters(self, cfg: ScalerConfig) -> Resolver | None:
+        """The exporters' /metrics URLs for this config (warming talks to them), or None: a Prometheus
+        source, or no exporters to be found (warming is then off for it)."""
+        try:
+            kind, where, _ = self.key(cfg)
+        except ConfigError:
+            return None
+        if kind == "prometheus":
+            s = self._settings
+            if s.exporters:
+                return static_targets(s.exporters)
+            if s.exporters_service:
+                return self._resolver("exporters-dns", s.exporters_service)
+            return None
+        return self._resolver(kind, where)
+
+    @staticmethod
+    def _resolver(kind: str, where: str) -> Resolver:
+        if kind == "exporters-static":
+            return static_targets([u.strip() for u in where.split(",") if u.strip()])
+        host, port = host_port(where, DEFAULT_PORT)
+        return dns_targets(host, port)
+
     def _make(self, key: SourceKey) -> MetricSource:
         kind, where, prom = key
         s = self._settings
         if kind == "prometheus":
             return PrometheusSource(self._prometheus(where), interval_s=max(s.interval_s, 1.0), clock=self._clock)
-        if kind == "exporters-static":
-            resolver = static_targets([u.strip() for u in where.split(",") if u.strip()])
-        else:
-            host, port = host_port(where, DEFAULT_PORT)
-            resolver = dns_targets(host, port)
+        resolver = self._resolver(kind, where)
         return ExportersSource(resolver, interval_s=s.interval_s, timeout_s=s.scrape_timeout_s,
                                activation=self._prometheus(prom) if prom else None, clock=self._clock)
 
@@ -201,6 +226,9 @@ class Scaler:
     server: ScalerServer
     sources: Sources
     reader: WorkloadSource | None
+    planner: WarmPlanner | None = None
+    phases: PhaseTracker | None = None
+    levers: LeverDecide | None = None
 
     @property
     def grpc_target(self) -> str:
@@ -214,6 +242,8 @@ class Scaler:
     async def start(self) -> None:
         if self.reader is not None:
             self.reader.start()
+        if self.planner is not None:
+            self.planner.start()
         await self.server.start()
 
     async def stop(self, grace: float = 5.0) -> None:
@@ -224,17 +254,23 @@ class Scaler:
             self.sources.stop()
             if self.reader is not None:
                 self.reader.stop()
+            if self.planner is not None:
+                self.planner.stop()
 
     async def serve(self, grace: float = 5.0) -> None:
         """Serve until SIGTERM/SIGINT, then stop gracefully (`keda-llm scaler`)."""
         if self.reader is not None:
             self.reader.start()
+        if self.planner is not None:
+            self.planner.start()
         try:
             await self.server.serve(grace=grace)
         finally:
             self.sources.stop()
             if self.reader is not None:
                 self.reader.stop()
+            if self.planner is not None:
+                self.planner.stop()
 
 
 def build(settings: ScalerSettings, *, reader: WorkloadSource | None = None, clock: Callable[[], float] = time.time,
@@ -248,22 +284,44 @@ def build(settings: ScalerSettings, *, reader: WorkloadSource | None = None, clo
     before an RPC decides on the spot (scaler/service.py). `extra_handlers`: more gRPC services on the
     same server (the benchmark's baseline)."""
     sources = Sources(settings, clock=clock, background=background)
+    # the cold-start levers (scaler/levers.py): measured phases -> horizon, warmCapacity, weight warming
+    metrics = ServiceMetrics()
+    phases = PhaseTracker(metrics.registry)
+    planner = WarmPlanner(token_file=settings.warm_token_file, registry=metrics.registry, clock=clock,
+                          max_nodes=settings.warm_max_nodes, scan_interval_s=settings.warm_scan_s,
+                          background=background)
+    levers = LeverDecide(decide, phases=phases, planner=planner, resolver=sources.exporters)
+    bus = WarmingBus(levers, clock=clock)
 
     def on_new(key: ScaledObjectKey, cfg: ScalerConfig) -> None:
         sources.for_config(cfg).watch(key.namespace, cfg.model, cfg.activation_query or None)
+        bus.track(key, cfg)
+        resolve = sources.exporters(cfg) if cfg.warm_path else None
+        if resolve is not None:
+            planner.watch((key.namespace, cfg.model), resolve)
         if reader is not None:
             reader.track(key.namespace, key.name)
 
     def on_forget(key: ScaledObjectKey, cfg: ScalerConfig) -> None:
+        bus.untrack(key)
         if reader is not None:
             reader.untrack(key.namespace, key.name)
 
+    def on_pods(namespace: str, name: str, pods: list[PodTimes]) -> None:
+        cfg = bus.config(ScaledObjectKey(namespace, name))
+        if cfg is not None and cfg.answer == "replicas":  # a warmCapacity target's pods are placeholders
+            phases.observe(namespace, cfg.model, pods)
+
+    observe = getattr(reader, "observe_pods", None)
+    if observe is not None:
+        observe(on_pods)
+
     refresh_s = settings.refresh_s
     service = ScalerService(
-        decide=decide, history_for=lambda key, cfg: sources.history(key.namespace, cfg),
+        decide=levers, history_for=lambda key, cfg: sources.history(key.namespace, cfg),
         history_lock=sources.history_lock,
         workloads=(lambda k: reader.state(k.namespace, k.name)) if reader is not None else None,
-        bus=ActivationBus(clock=clock), clock=clock, on_new=on_new, on_forget=on_forget,
+        bus=bus, clock=clock, on_new=on_new, on_forget=on_forget, metrics=metrics,
         tick_s=settings.tick_s, activation_hold_s=settings.activation_hold_s,
         reuse_s=2 * (settings.interval_s + refresh_s) if refresh_s else 0.0,
     )
@@ -274,7 +332,7 @@ def build(settings: ScalerSettings, *, reader: WorkloadSource | None = None, clo
                           tls=settings.tls, forwarder=PeerForwarder(peers), activation_token=settings.activation_token,
                           config_error=ConfigError, extra_handlers=extra_handlers,
                           demand_watch_s=settings.demand_watch_s, refresh_s=refresh_s if background else None)
-    return Scaler(service, server, sources, reader)
+    return Scaler(service, server, sources, reader, planner, phases, levers)
 
 
 class ScalerThread:

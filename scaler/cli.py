@@ -36,6 +36,16 @@ def duration(text: str) -> float:
     return seconds
 
 
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: not a whole number") from None
+    if not 1 <= value <= 1024:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be in [1, 1024]")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     env = os.environ.get
     g = parser.add_argument_group("listeners")
@@ -71,6 +81,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     k.add_argument("--pod-ip", default=env("POD_IP", ""), help="this pod's IP, skipped among the peers")
     k.add_argument("--activation-token", default=env("KEDA_LLM_ACTIVATION_TOKEN"),
                    help="require `Authorization: Bearer <token>` on POST /v1/activate")
+    w = parser.add_argument_group("cold-start warming (ScaledObjects with warmPath)")
+    w.add_argument("--warm-token-file", default=env("KEDA_LLM_WARM_TOKEN_FILE"),
+                   help="file holding the exporters' POST /v1/warm bearer token (a mounted Secret; re-read when "
+                        "it changes); unset: no warm call is made (counted as result no_token)")
+    w.add_argument("--warm-max-nodes", type=positive_int, default=4,
+                   help="at most this many nodes warmed per cold start, whatever warmNodes says (default 4)")
+    w.add_argument("--warm-scan-interval", type=duration, default=60.0,
+                   help="how often the exporters are scanned for the nodes each warmed model runs on, so a "
+                        "wake from zero prefers them (default 60s)")
     parser.add_argument("--log-level", default=env("KEDA_LLM_LOG_LEVEL", "INFO"),
                         help="DEBUG, INFO, WARNING or ERROR (default INFO)")
 
@@ -99,7 +118,8 @@ def settings_from_args(args: argparse.Namespace, *, demand_watch_s: float | None
         exporters_service=args.exporters_service or None, prometheus_address=args.prometheus_address or None,
         interval_s=args.interval, tls=tls, peers=tuple(p for p in args.peers.split(",") if p.strip()),
         peers_service=args.peers_service or None, pod_ip=args.pod_ip, activation_token=args.activation_token,
-        refresh_s=refresh_s, demand_watch_s=demand_watch_s)
+        refresh_s=refresh_s, demand_watch_s=demand_watch_s, warm_token_file=args.warm_token_file or None,
+        warm_max_nodes=args.warm_max_nodes, warm_scan_s=args.warm_scan_interval)
 
 
 def build(args: argparse.Namespace, *, clock: Callable[[], float] = time.time, background: bool = True,

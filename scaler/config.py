@@ -27,6 +27,9 @@ POLICIES = ("tokens", "concurrency", "kvCache", "queue")
 METRICS_SOURCES = ("exporters", "prometheus")
 AGGREGATIONS = ("weighted", "mean", "max")
 MODES = ("reactive", "proactive", "hybrid")
+ANSWERS = ("replicas", "warmCapacity")
+MAX_WARM_NODES = 64  # warm calls per cold start: the scaler caps it again (--warm-max-nodes)
+MAX_PATH = 4096  # PATH_MAX on Linux
 
 
 class ConfigError(ValueError):
@@ -106,6 +109,22 @@ def parse_url(text: str) -> str:
     if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", s):
         raise ValueError("not an http:// or https:// URL")
     return s.rstrip("/")
+
+
+def parse_abs_path(text: str) -> str:
+    s = text.strip()
+    if not s.startswith("/") or any(c.isspace() or c == "\x00" for c in s) or len(s) > MAX_PATH:
+        raise ValueError(f"an absolute path (starting with /, no spaces, at most {MAX_PATH} characters)")
+    if ".." in s.split("/"):
+        raise ValueError("must not contain a .. component")
+    return s
+
+
+def parse_label(text: str) -> str:
+    s = parse_text(text)
+    if len(s) > 128:
+        raise ValueError("at most 128 characters")
+    return s
 
 
 def one_of(*choices: str) -> Parser:
@@ -252,8 +271,9 @@ class ScalerConfig:
                                  "requests); counted as waiting requests.",
                                  'sum(gateway_pending_requests{model="llama-8b"})', shown_default="(none)")
     cold_start: float | None = _key(None, "coldStart", parse_duration,
-                                    "Replica start-up time (bounds the pending-replica guard); unset: the largest "
-                                    "`llm_engine_startup_seconds` seen, else 10m.", "3m",
+                                    "Replica start-up time (bounds the pending-replica guard, sets the forecast "
+                                    "horizon); unset: the p90 of the target's pods' measured cold starts (creation "
+                                    "to Ready), else the largest `llm_engine_startup_seconds` seen, else 10m.", "3m",
                                     check=bounded(0.0, DAY, lo_open=True, duration=True),
                                     shown_default="(measured)")
     scale_down_delay: float | None = _key(None, "scaleDownDelay", parse_duration,
@@ -307,6 +327,27 @@ class ScalerConfig:
                                     "as `targetTimeToFirstToken`; unset: off.", "100ms",
                                     check=bounded(0.0, HOUR, lo_open=True, duration=True),
                                     shown_default="(off)")
+    answer: str = _key("replicas", "answer", one_of(*ANSWERS),
+                       "`replicas`: the model's replica count; `warmCapacity`: placeholder replicas to keep for "
+                       "the model (the decided count beyond the replicas running, at most `warmCapacityMax`, 0 "
+                       "when idle), for a second ScaledObject on a placeholder Deployment so the cluster "
+                       "autoscaler brings nodes ahead of the forecast (deploy/examples/warm-capacity.yaml).",
+                       "warmCapacity")
+    warm_capacity_max: int = _key(2, "warmCapacityMax", parse_int,
+                                  "`answer: warmCapacity`: at most this many placeholder replicas.", "4",
+                                  check=bounded(0, 1024))
+    warm_path: str = _key("", "warmPath", parse_abs_path,
+                          "Weights to warm: on a forecast scale-up or a wake from zero the scaler asks the "
+                          "exporters of the nodes likely to get the pod (`POST /v1/warm`) to read this path into "
+                          "their page cache; empty: off.", "/models/llama-3.1-8b", shown_default="(off)")
+    warm_nodes: int = _key(2, "warmNodes", parse_int,
+                           "`warmPath`: at most this many nodes per cold start, those that ran the model most "
+                           "recently first, then those with the most free GPUs.", "3",
+                           check=bounded(1.0, MAX_WARM_NODES))
+    warm_gpu_model: str = _key("", "warmGpuModel", parse_label,
+                               "`warmPath`: the GPU kind the model requests, as the exporters' `gpu_model` label "
+                               "says it; unset: the kind its replicas were seen on (any kind before that).",
+                               "NVIDIA H100 80GB HBM3", shown_default="(learned)")
 
     def __post_init__(self) -> None:
         """Rules between keys: the messages name both keys and both values."""

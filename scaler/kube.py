@@ -8,7 +8,9 @@ tracked ScaledObject this reads, with the pod's service-account token:
   defaults filled in): scaleTargetRef, pollingInterval, cooldownPeriod, min/maxReplicaCount,
   advanced.horizontalPodAutoscalerConfig.behavior, fallback, triggers;
 - the target's `/scale` subresource (autoscaling/v1 Scale): spec.replicas, status.replicas;
-- the target object itself for status.readyReplicas (a Scale carries no readiness).
+- the target object itself for status.readyReplicas (a Scale carries no readiness);
+- `read_phases`: the target's pods (list, by /scale's selector) and the namespace's kubelet `Pulled`
+  events (list), for the cold-start phases each pod went through (scaler/phases.py).
 
 Reads run in the background; an API error keeps the last known value, with its age and the error
 (never an exception into an RPC handler).
@@ -17,6 +19,7 @@ Reads run in the background; an API error keeps the last known value, with its a
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 import time
@@ -29,7 +32,10 @@ import requests
 
 from keda_llm.common.periodic import Periodic
 from keda_llm.scaler.model import WorkloadState
+from keda_llm.scaler.phases import PodTimes, matches, pod_times, pulled_times
 from keda_llm.scaler.scaledobject import ScaledObject, ScaledObjectFormatError, scaledobject_from_dict
+
+log = logging.getLogger(__name__)
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 SA_TOKEN = f"{SA_DIR}/token"
@@ -101,12 +107,12 @@ class KubeClient:
                 raise KubeError(f"service-account token {self.config.token_path}: {exc}") from exc
         return self._token[1]
 
-    def get(self, path: str) -> JSON:
+    def get(self, path: str, params: Mapping[str, str] | None = None) -> JSON:
         url = self.config.base_url.rstrip("/") + path
         try:
             resp = self._session.get(
                 url, headers={"Authorization": f"Bearer {self._bearer()}", "Accept": "application/json"},
-                timeout=self.config.timeout_s, verify=self._verify,
+                timeout=self.config.timeout_s, verify=self._verify, params=dict(params) if params else None,
             )
         except requests.RequestException as exc:
             raise KubeError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
@@ -223,6 +229,27 @@ def scaled_object_path(namespace: str, name: str) -> str:
     return f"/apis/{KEDA_GROUP_VERSION}/namespaces/{namespace}/scaledobjects/{name}"
 
 
+def pods_path(namespace: str) -> str:
+    return f"/api/v1/namespaces/{namespace}/pods"
+
+
+def events_path(namespace: str) -> str:
+    return f"/api/v1/namespaces/{namespace}/events"
+
+
+#: The events the phases need: the kubelet's image pulls, of pods (a server-side field selector).
+PULLED_EVENTS = "involvedObject.kind=Pod,reason=Pulled"
+#: Pods listed per read at most (the API server pages; a target's pods fit in one page).
+POD_LIMIT = "500"
+
+
+def _items(doc: Mapping[str, Any], where: str) -> list[Mapping[str, Any]]:
+    items = doc.get("items")
+    if not isinstance(items, list):
+        raise KubeError(f"{where}: items is {type(items).__name__}, expected a list")
+    return [i for i in items if isinstance(i, dict)]
+
+
 # -- the cache ------------------------------------------------------------------------------------
 
 
@@ -257,8 +284,11 @@ class WorkloadReader:
         refresh_s: float = 15.0,
         max_workers: int = 4,
         clock: Callable[[], float] = time.time,
+        on_pods: Callable[[str, str, list[PodTimes]], None] | None = None,
     ) -> None:
         self._client = client
+        self._on_pods = on_pods
+        self.phase_errors = 0  # failed pod/event reads (the ScaledObject reading itself is unaffected)
         self._clock = clock
         self._lock = threading.Lock()
         self._entries: dict[tuple[str, str], _Entry] = {}
@@ -267,6 +297,10 @@ class WorkloadReader:
 
     def start(self) -> None:
         self._loop.start()
+
+    def observe_pods(self, on_pods: Callable[[str, str, list[PodTimes]], None] | None) -> None:
+        """After each refresh, hand every tracked ScaledObject's pods' times to `on_pods(ns, name, pods)`."""
+        self._on_pods = on_pods
 
     def stop(self) -> None:
         self._loop.stop()
@@ -296,6 +330,31 @@ class WorkloadReader:
         with self._lock:
             keys = sorted(self._entries)
         list(self._pool.map(lambda k: self.read(*k), keys))
+        if self._on_pods is not None:
+            for key in keys:
+                pods = self.read_phases(*key)
+                if pods is not None:
+                    self._on_pods(key[0], key[1], pods)
+
+    def read_phases(self, namespace: str, name: str) -> list[PodTimes] | None:
+        """The lifecycle times of the pods of this ScaledObject's target (by the selector its last /scale
+        read gave), from a list of the namespace's pods and of its `Pulled` events. None when no selector
+        is known yet or a list failed (counted in `phase_errors`, logged at debug: phases are optional)."""
+        reading = self.get(namespace, name)
+        selector = reading.scale.selector if reading is not None and reading.scale is not None else ""
+        if not selector:
+            return None
+        try:
+            pods = _items(self._client.get(pods_path(namespace), {"labelSelector": selector, "limit": POD_LIMIT}),
+                          pods_path(namespace))
+            pods = [p for p in pods if matches(selector, (p.get("metadata") or {}).get("labels") or {})]
+            events = self._client.get(events_path(namespace), {"fieldSelector": PULLED_EVENTS})
+            pulled = pulled_times(_items(events, events_path(namespace)))
+        except KubeError as exc:
+            self.phase_errors += 1
+            log.debug("cold-start phases of %s/%s: %s", namespace, name, exc)
+            return None
+        return [pod_times(p, pulled) for p in pods]
 
     def read(self, namespace: str, name: str) -> WorkloadReading:
         """Read one ScaledObject and its target now; keep the last good values on error."""

@@ -502,12 +502,14 @@ def test_scaler_rbac_grants_exactly_what_the_scaler_reads(base: list[JSON], reco
         "a new scale-target kind: add its API version to KIND_OF_RESOURCE in tests/fakekube.py"
     token = tmp_path / "token"
     token.write_text("t")
+    recording_api.objects["/api/v1/namespaces/llm/events"] = {"kind": "EventList", "apiVersion": "v1", "items": []}
     reader = WorkloadReader(KubeClient(KubeConfig(base_url=recording_api.url, token_path=str(token), ca_path=None)))
     try:
         for kind in RESOURCE_OF_KIND:
             reading = reader.read("llm", f"so-{kind.lower()}")
             assert reading.error is None and reading.state is not None, reading.error
             assert (reading.state.current_replicas, reading.state.ready_replicas) == (2, 1)
+            assert reader.read_phases("llm", f"so-{kind.lower()}") is not None  # pods and events: cold-start phases
     finally:
         reader.stop()
     needed = {rbac_request(r.path, r.query) for r in recording_api.requests}
