@@ -47,3 +47,37 @@ def test_bad_parameters() -> None:
         cold_start_model(1e9, "slow")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="cold start case"):
         get_preset("llama-3.1-8b/a100").cold_start("slow")
+
+
+def test_the_levers_change_only_their_own_phase() -> None:
+    # 70B on 4 GPUs: 141_107_412_992 / 4 bytes per GPU; storage 500e6 B/s, page cache 5.4e9 B/s (vllm PR #17122:
+    # 14.99 GiB in 2.95 s); no free node adds 120 s of provisioning to the 5 s of scheduling
+    per_gpu = 141_107_412_992 / 4
+    medians = {}
+    for node_free in (True, False):
+        for warm in (False, True):
+            m = cold_start_model(per_gpu, "typical", node_free=node_free, weights_warm=warm)
+            medians[(node_free, warm)] = {p.name: p.median_s for p in m.phases}
+    cold = medians[(False, False)]
+    assert cold == pytest.approx({"scheduling": 125.0, "image_pull": 10e9 / 150e6, "weight_load": per_gpu / 500e6,
+                                  "warmup": 45.0})
+    assert medians[(False, True)] == pytest.approx({**cold, "weight_load": per_gpu / 5.4e9})  # 6.53 s, not 70.55 s
+    assert medians[(True, False)] == pytest.approx({**cold, "scheduling": 5.0})  # placeholder: no provisioning
+    assert medians[(True, True)] == pytest.approx({**cold, "scheduling": 5.0, "weight_load": per_gpu / 5.4e9})
+    # the defaults are today's typical case, named as before (presets and the docs tables are unchanged)
+    plain = cold_start_model(per_gpu, "typical")
+    assert plain.case == "typical" and {p.name: p.median_s for p in plain.phases} == medians[(True, False)]
+    assert cold_start_model(per_gpu, "typical", node_free=False, weights_warm=True).case == \
+        "typical+provision+warm-weights"
+    # both levers: 120 s + (70.55 - 6.53) s = 184.0 s off the sum of medians
+    both = cold_start_model(per_gpu, "typical", weights_warm=True)
+    none = cold_start_model(per_gpu, "typical", node_free=False)
+    assert none.median_sum_s - both.median_sum_s == pytest.approx(120.0 + per_gpu / 500e6 - per_gpu / 5.4e9)
+    assert none.median_sum_s - both.median_sum_s == pytest.approx(184.0, abs=0.1)
+
+
+def test_fast_case_levers() -> None:
+    # fast: node-local NVMe at 5e9 already; warm weights read at the faster of it and the page cache
+    m = cold_start_model(5.4e9, "fast", weights_warm=True, node_free=False)
+    assert {p.name: p.median_s for p in m.phases} == pytest.approx(
+        {"scheduling": 121.0, "image_pull": 0.0, "weight_load": 1.0, "warmup": 4.0})
