@@ -206,9 +206,10 @@ def _url(host: str, port: int, key: ScaledObjectKey) -> str:
 class PeerForwarder:
     """Passes an activation to every peer at once (one thread each), waiting at most `timeout` s."""
 
-    def __init__(self, peers: Peers, timeout: float = 1.0, max_workers: int = 8) -> None:
+    def __init__(self, peers: Peers, timeout: float = 1.0, max_workers: int = 8, token: str | None = None) -> None:
         self._peers = peers
         self._timeout = timeout
+        self._token = token  # the pods share one activation token: a peer refuses a relay without it
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max_workers,
                                                            thread_name_prefix="activation-peer")
 
@@ -225,7 +226,10 @@ class PeerForwarder:
         return results
 
     def _post(self, url: str) -> str:
-        req = urllib.request.Request(url, data=b"", method="POST", headers={FORWARDED_HEADER: "1"})
+        headers = {FORWARDED_HEADER: "1"}
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        req = urllib.request.Request(url, data=b"", method="POST", headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=self._timeout) as resp:
                 return "ok" if 200 <= resp.status < 300 else f"error: HTTP {resp.status}"

@@ -328,8 +328,11 @@ def build(settings: ScalerSettings, *, reader: WorkloadSource | None = None, clo
     http_port = settings.http_address[1] if settings.http_address is not None else 9091
     peers = Peers(static=list(settings.peers), dns_name=settings.peers_service, port=http_port,
                   self_addresses=[settings.pod_ip] if settings.pod_ip else [])
+    exists = getattr(reader, "exists", None)  # the Kubernetes reader can tell; another reader cannot
     server = ScalerServer(service, grpc_address=settings.grpc_address, http_address=settings.http_address,
-                          tls=settings.tls, forwarder=PeerForwarder(peers), activation_token=settings.activation_token,
+                          tls=settings.tls, forwarder=PeerForwarder(peers, token=settings.activation_token),
+                          activation_token=settings.activation_token,
+                          scaled_object_exists=(lambda k: exists(k.namespace, k.name)) if exists else None,
                           config_error=ConfigError, extra_handlers=extra_handlers,
                           demand_watch_s=settings.demand_watch_s, refresh_s=refresh_s if background else None)
     return Scaler(service, server, sources, reader, planner, phases, levers)

@@ -320,6 +320,18 @@ class WorkloadReader:
         entry = self._entries.get((namespace, name))
         return None if entry is None else entry.reading
 
+    def exists(self, namespace: str, name: str) -> bool | None:
+        """Whether the ScaledObject exists: True when tracked (KEDA asked about it), else one API read;
+        None when the API cannot tell (down, forbidden): a caller must then not refuse on it."""
+        with self._lock:
+            if (namespace, name) in self._entries:
+                return True
+        try:
+            self._client.get(scaled_object_path(namespace, name))
+        except KubeError as err:
+            return False if err.status == 404 else None
+        return True
+
     def state(self, namespace: str, name: str) -> WorkloadState | None:
         """The last known WorkloadState (possibly old: see `get(...).age(now)`), None before a first read."""
         reading = self.get(namespace, name)

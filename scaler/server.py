@@ -27,7 +27,7 @@ import re
 import socket
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -207,6 +207,11 @@ class _HTTPHandler(BaseHTTPRequestHandler):
             self._reject("unauthorized", 401, "missing or wrong bearer token for activation")
             return
         key = ScaledObjectKey(namespace, name)
+        # Refused only on the API's word: without an API (--no-kube) or with the API unreachable the
+        # activation is kept, since losing a wake costs more than recording one for nothing.
+        if owner.scaled_object_exists is not None and owner.scaled_object_exists(key) is False:
+            self._reject("unknown", 404, f"no ScaledObject {name!r} in namespace {namespace!r}")
+            return
         forwarded = self.headers.get(FORWARDED_HEADER) is not None
         woken = owner.service.activate(key, source="peer" if forwarded else "http")
         peers: dict[str, str] = {}
@@ -262,6 +267,7 @@ class ScalerServer:
         tls: TLSFiles | None = None,
         forwarder: PeerForwarder | None = None,
         activation_token: str | None = None,
+        scaled_object_exists: Callable[[ScaledObjectKey], bool | None] | None = None,
         config_error: type[Exception] = ValueError,
         extra_handlers: Sequence[Any] = (),
         demand_watch_s: float | None = 1.0,
@@ -279,6 +285,8 @@ class ScalerServer:
             self.servicer, grpc_address, tls=tls, extra_handlers=extra_handlers)
         self.forwarder = forwarder
         self.activation_token = activation_token
+        #: the Kubernetes API's word on a ScaledObject (None: cannot tell); None here: no API (--no-kube)
+        self.scaled_object_exists = scaled_object_exists
         self.serving = False
         self._demand_watch_s = demand_watch_s
         self._tasks: list[asyncio.Task[None]] = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -236,3 +237,66 @@ def test_the_activation_floor_never_lowers_a_count_on_unusable_data(known: int |
             assert client.IsActive(so).result is True
     finally:
         st.stop()
+
+
+def test_with_an_activation_token_the_relay_to_the_peer_carries_it() -> None:
+    """Both pods require the token: A's relay to B must present it, or B refuses and its stream never hears."""
+    a = ServerThread(make_service(idle(), FakeClock()), activation_token="s3cret")
+    b = ServerThread(make_service(idle(), FakeClock()), activation_token="s3cret")
+    a.server.forwarder = PeerForwarder(Peers(static=[f"127.0.0.1:{b.server.http_port}"]), token="s3cret")
+    b.server.forwarder = PeerForwarder(Peers(static=[f"127.0.0.1:{a.server.http_port}"]), token="s3cret")
+    try:
+        so = ref("chat", model=MODEL, scaleToZero="true")
+        with grpc.insecure_channel(b.target) as channel:
+            client = stub(channel)
+            reader = StreamReader(client.StreamIsActive(so))
+            wait_for_streams(b, 1)
+            status, body = post(a.http + "/v1/activate/llm/chat", {"Authorization": "Bearer s3cret"})
+            assert status == 200 and body["peers"] == {f"127.0.0.1:{b.server.http_port}": "ok"}
+            assert reader.next() is True
+            reader.call.cancel()
+    finally:
+        a.stop()
+        b.stop()
+
+
+@pytest.mark.parametrize(("api_says", "status"), [(False, 404), (True, 200), (None, 200)])
+def test_an_activation_for_a_scaled_object_the_api_does_not_have_is_404(api_says: bool | None,
+                                                                         status: int) -> None:
+    """Refused only on the API's word; an API that cannot tell (down) never blocks a wake."""
+    asked: list[ScaledObjectKey] = []
+
+    def exists(key: ScaledObjectKey) -> bool | None:
+        asked.append(key)
+        return api_says
+
+    st = ServerThread(make_service(idle(), FakeClock()), scaled_object_exists=exists)
+    try:
+        code, body = post(st.http + "/v1/activate/llm/typo")
+        assert code == status and asked == [ScaledObjectKey("llm", "typo")]
+        if status == 404:
+            assert "no ScaledObject 'typo' in namespace 'llm'" in body["error"]
+            assert st.service.bus.last_activation(ScaledObjectKey("llm", "typo")) is None
+            _, text = get(st.http + "/metrics")
+            assert metric_value(text, "keda_llm_scaler_activations_rejected_total", reason="unknown") == 1
+    finally:
+        st.stop()
+
+
+def test_the_kubernetes_reader_says_whether_a_scaled_object_exists(tmp_path: Path) -> None:
+    from fakekube import FakeKube
+
+    from keda_llm.scaler.kube import KubeClient, KubeConfig, WorkloadReader
+
+    token = tmp_path / "token"
+    token.write_text("t")
+    with FakeKube(token="t") as api:
+        api.put_scaled_object("llm", "chat", {"scaleTargetRef": {"name": "chat"}})
+        reader = WorkloadReader(KubeClient(KubeConfig(base_url=api.url, token_path=str(token), ca_path=None,
+                                                      timeout_s=2.0)))
+        assert reader.exists("llm", "chat") is True
+        assert reader.exists("llm", "typo") is False
+        reader.track("llm", "tracked")  # KEDA asked about it: known without a read
+        assert reader.exists("llm", "tracked") is True
+        api.fail_with = 503
+        assert reader.exists("llm", "other") is None  # the API cannot tell
