@@ -1,6 +1,8 @@
 """The docs table: every baseline and our reactive policy on each shipped trace, typical cold starts.
 
     .venv/bin/python scripts/simulator_table.py [--update-docs] [--out FILE] [--quick]
+    .venv/bin/python scripts/simulator_table.py --frontier [--quick] [--update-docs] [--traces NAME ...]
+                                                [--workers N | --ray ADDRESS]
 
 For each trace it runs ours (the scaler's tokens policy through KEDA+HPA, keda-llm's recommended
 ScaledObject), static provisioning at the oracle's peak, the queue (num_requests_waiting > 5), GPU
@@ -14,16 +16,27 @@ with a fresh run instead (a refactoring must leave them identical but for the CP
 --oracle-check runs only the oracle and the bound on every trace (full length unless --quick) and exits 1
 unless each oracle meets its target or says why not, and each bound is at or below its oracle's GPU-hours:
 the opt-in slow counterpart of tests/simulator/test_sim_oracle_traces.py.
+
+--frontier sweeps every policy that has a knob (ours, queue, gpu, concurrency and the nine anchors) over
+it on each trace (simulator.frontier: from the documented default toward more capacity until it meets
+99% or costs more than static at the oracle's peak) and prints one table per trace: the cost to reach 99%
+or "never (best X%)", the knob there and every point tried; with --update-docs it writes the traces it ran
+into the `frontier` block of docs/simulator-results.md (one section per trace, the others kept) and one
+plot per trace to docs/img/frontier-<trace>.png. --quick: the first 20 minutes, 3 points per policy.
+Points run in --workers processes (default: every core), or on a Ray cluster with --ray ADDRESS (`auto`:
+a local instance; needs `pip install 'keda-llm[ray]'`).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from keda_llm.simulator.frontier import SWEPT, TraceFrontier, frontier
 from keda_llm.simulator.oracle import OraclePlan
 from keda_llm.simulator.presets import get_preset
 from keda_llm.simulator.report import Slo, Summary, markdown_table, summarize, with_oracle_ratio
@@ -71,10 +84,21 @@ def main() -> None:
     ap.add_argument("--oracle-check", action="store_true",
                     help="run only the oracle and the lower bound; exit 1 unless each meets its target or says why "
                          "and each bound is at or below the oracle's GPU-hours")
+    ap.add_argument("--frontier", action="store_true",
+                    help="sweep every policy's knob; the frontier table and plot per trace (--update-docs: into docs)")
+    ap.add_argument("--traces", nargs="*", default=None, help="--frontier: only these traces (default: all)")
+    ap.add_argument("--points", type=int, default=None,
+                    help=f"--frontier: points per policy at most (default {FRONTIER_POINTS}, --quick {QUICK_POINTS})")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="--frontier: processes for the points")
+    ap.add_argument("--ray", default=None, metavar="ADDRESS",
+                    help="--frontier: run the points on this Ray cluster (`auto`: a local one)")
     args = ap.parse_args()
     bt = Backtest(get_preset(PRESET), cold_start="typical", slo=SLO)
     if args.oracle_check:
         raise SystemExit(oracle_check(bt, args.quick))
+    if args.frontier:
+        run_frontier(bt, args)
+        return
     head = (["trace", "requests"] + [f"{p} SLO / GPU-h÷oracle / ÷bound" for p in POLICIES]
             + ["oracle GPU-h", "bound GPU-h", "oracle target"])
     summary_rows: list[str] = []
@@ -121,6 +145,139 @@ def main() -> None:
     if args.update_docs:
         replace_block(DOCS / "simulator-results.md", "simulator-table", text)
         replace_block(DOCS / "simulator.md", "simulator-summary", summary)
+
+
+FRONTIER_POINTS = 6
+QUICK_POINTS = 3
+#: the frontier's policies: every one with a knob (static and the oracle are its reference points)
+FRONTIER_POLICIES = list(SWEPT)
+IMG = DOCS / "img"
+
+
+def case_title(case: Case, quick: bool) -> str:
+    name = case.trace + (f" ({case.note})" if case.note else "")
+    return name + (" first 20 minutes" if quick else "")
+
+
+def run_frontier(bt: Backtest, args: argparse.Namespace) -> None:
+    """--frontier: every case (or --traces), a section and a plot each; --update-docs writes them."""
+    cases = [c for c in CASES if args.traces is None or c.trace in args.traces]
+    if args.traces:
+        missing = set(args.traces) - {c.trace for c in cases}
+        if missing:
+            known = ", ".join(c.trace for c in CASES)
+            raise SystemExit(f"unknown trace(s): {', '.join(sorted(missing))}; known: {known}")
+    points = args.points or (QUICK_POINTS if args.quick else FRONTIER_POINTS)
+    sections: dict[str, str] = {}
+    for case in cases:
+        tr = load(case, args.quick)
+        title = case_title(case, args.quick)
+        t0 = time.time()
+        tf = frontier(tr, bt, FRONTIER_POLICIES, points=points, workers=args.workers, ray_address=args.ray,
+                      progress=lambda pol, pt: print(f"  {pol}@{pt.knob:g}: {100 * pt.attainment:.1f}% "
+                                                     f"{pt.gpu_hours:.2f} GPU-h", flush=True))
+        img = f"frontier-{case.trace}{'-quick' if args.quick else ''}.png"
+        sections[title] = frontier_section(title, tf, points, img, time.time() - t0)
+        print(sections[title], flush=True)
+        if args.update_docs:
+            plot_frontier(tf, title, IMG / img)
+    if args.update_docs:
+        path = DOCS / "simulator-results.md"
+        old = parse_sections(read_block(path, "frontier")) if "generated:frontier" in path.read_text() else {}
+        replace_block(path, "frontier", merge_sections(old, sections))
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def frontier_section(title: str, tf: TraceFrontier, points: int, img: str | None, wall_s: float) -> str:
+    """One trace's frontier as Markdown: a header line, the table, the plot."""
+    n_points = sum(len(f.points) for f in tf.frontiers)
+    tgt = _pct(tf.target)
+    lines = [
+        f"### {title}", "",
+        f"{tf.requests} requests, {_pct(tf.feasible_share)} of them can meet the SLO at all; target {tgt} of all "
+        f"requests. Oracle {tf.oracle.gpu_hours:.2f} GPU-h at {_pct(tf.oracle.attainment)}; static at its peak "
+        f"(the cap) {tf.static.gpu_hours:.2f} GPU-h at {_pct(tf.static.attainment)}; lower bound "
+        f"{tf.bound_gpu_hours:.2f} GPU-h. Mode {tf.mode}; at most {points} points per policy, {n_points} run; "
+        f"{tf.points_cpu_s / max(1, n_points):.1f} CPU s per point, {tf.reference_cpu_s:.0f} CPU s for the oracle "
+        f"and static; {wall_s:.0f} s wall.", "",
+        f"| policy | knob | default | cost to reach {tgt} | ÷ oracle | knob there | stop "
+        "| points tried (knob: SLO / GPU-h) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for f in tf.frontiers:
+        r = f.reached
+        tried = "; ".join(f"{p.knob:g}: {_pct(p.attainment)} / {p.gpu_hours:.2f}" for p in f.points)
+        ratio = f"{r.gpu_hours / tf.oracle.gpu_hours:.2f}x" if r is not None and tf.oracle.gpu_hours > 0 else ""
+        lines.append(f"| {f.policy} | {f.knob_name} | {f.default:g} | {f.cost()} | {ratio} | "
+                     f"{'' if r is None else f'{r.knob:g}'} | {f.stop} | {tried} |")
+    if img:
+        lines += ["", f"![{title}: SLO attainment vs GPU-hours](img/{img})"]
+    return "\n".join(lines)
+
+
+SECTION = re.compile(r"^### (.+)$", re.M)
+
+
+def parse_sections(block: str) -> dict[str, str]:
+    """The frontier block -> {title: section text}; text before the first section is dropped."""
+    heads = list(SECTION.finditer(block))
+    return {m.group(1): block[m.start():(heads[i + 1].start() if i + 1 < len(heads) else len(block))].strip("\n")
+            for i, m in enumerate(heads)}
+
+
+def parse_frontier_table(section: str) -> list[dict[str, str]]:
+    """A section's table rows as {column: cell}."""
+    rows = [ln for ln in section.splitlines() if ln.startswith("|")]
+    head = [c.strip() for c in rows[0].strip("|").split("|")]
+    return [dict(zip(head, (c.strip() for c in ln.strip("|").split("|")), strict=True)) for ln in rows[2:]]
+
+
+FRONTIER_INTRO = ("Generated by `scripts/simulator_table.py --frontier --update-docs` (all traces, full length; "
+                  "`--quick`: first 20 minutes, 3 points; `--traces NAME`: one trace). Each section is one run; "
+                  "a run replaces only the sections of the traces it ran.")
+
+
+def merge_sections(old: dict[str, str], new: dict[str, str]) -> str:
+    """The block: the full-length sections in CASES order, then the quick ones."""
+    merged = {**old, **new}
+    order = [case_title(c, q) for q in (False, True) for c in CASES]
+    keys = sorted(merged, key=lambda k: order.index(k) if k in order else len(order))
+    return "\n\n".join([FRONTIER_INTRO, *(merged[k] for k in keys)])
+
+
+def plot_frontier(tf: TraceFrontier, title: str, path: Path) -> None:
+    """SLO attainment vs GPU-hours, one line per policy; the oracle, static and the lower bound marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=80)
+    cmap = plt.get_cmap("tab20")
+    for i, f in enumerate(tf.frontiers):
+        xs = [p.gpu_hours for p in f.points]
+        ys = [100 * p.attainment for p in f.points]
+        ax.plot(xs, ys, marker="o", ms=3, lw=1.2, color=cmap(i % 20), label=f.policy)
+    ax.plot([tf.oracle.gpu_hours], [100 * tf.oracle.attainment], marker="*", ms=14, color="black", ls="",
+            label="oracle")
+    ax.plot([tf.static.gpu_hours], [100 * tf.static.attainment], marker="s", ms=8, color="gray", ls="",
+            label="static (cap)")
+    ax.axvline(tf.bound_gpu_hours, color="black", ls=":", lw=1, label="lower bound")
+    ax.axhline(100 * tf.target, color="red", ls="--", lw=0.8, label=f"target {_pct(tf.target)}")
+    ax.axhline(100 * tf.feasible_share, color="green", ls="-.", lw=0.8, label="can meet SLO at all")
+    ax.set_xscale("log")
+    ax.set_xlabel("GPU-hours (log)")
+    ax.set_ylabel("SLO attainment, % of all requests")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6.5, ncol=1, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
 
 
 def short_status(oracle: OraclePlan) -> str:
