@@ -122,6 +122,10 @@ def assumed_workload(history: HistoryView | None, now: float) -> WorkloadState:
     return WorkloadState(current_replicas=ready + snap.loading, ready_replicas=ready)
 
 
+#: Why POST /v1/activate was refused (scaler/server.py): the `reason` label of the rejected counter.
+ACTIVATION_REJECT_REASONS = ("unauthorized", "bad_name", "bad_path", "unknown")
+
+
 class NoUsableData(Exception):
     """Nothing to decide on: KEDA must hold (gRPC UNAVAILABLE).
 
@@ -188,6 +192,9 @@ class ServiceMetrics:
         # by reason only: the namespace and name come from the URL, and anyone who can reach the port sends them
         self.activations_rejected = Counter("keda_llm_scaler_activations_rejected", "POST /v1/activate refused",
                                             ["reason"], registry=r)
+        # every reason exported at 0 from the start: a first refusal is then a rise Prometheus' rate() sees
+        for reason in ACTIVATION_REJECT_REASONS:
+            self.activations_rejected.labels(reason)
         self.rpcs = Counter("keda_llm_scaler_rpcs_total", "gRPC calls answered", ["method", "code"], registry=r)
         self.streams = Gauge("keda_llm_scaler_streams_open", "StreamIsActive streams held", registry=r)
         self._reasons: dict[tuple[str, str, str], str] = {}

@@ -115,9 +115,12 @@ class PrometheusServer:
         pytest.fail(f"Prometheus never answered {promql!r} acceptably within {timeout_s}s; last: {result}")
 
 
-def _config(jobs: Sequence[Job], scrape_interval: str) -> str:
+def _config(jobs: Sequence[Job], scrape_interval: str, rule_files: Sequence[Path] = ()) -> str:
     lines = ["global:", f"  scrape_interval: {scrape_interval}", f"  scrape_timeout: {scrape_interval}",
-             "scrape_configs:"]
+             f"  evaluation_interval: {scrape_interval}"]
+    if rule_files:
+        lines += ["rule_files:", *(f"  - {json.dumps(str(p))}" for p in rule_files)]
+    lines.append("scrape_configs:")
     for job in jobs:
         lines += [f"  - job_name: {job.name}", f"    honor_labels: {str(job.honor_labels).lower()}",
                   "    static_configs:", f"      - targets: {json.dumps(list(job.targets))}"]
@@ -127,12 +130,14 @@ def _config(jobs: Sequence[Job], scrape_interval: str) -> str:
 
 
 @contextmanager
-def running_prometheus(workdir: Path, jobs: Sequence[Job], scrape_interval: str = "1s") -> Iterator[PrometheusServer]:
-    """A real Prometheus on 127.0.0.1 scraping `jobs`; stopped (and its TSDB removed with workdir) on exit."""
+def running_prometheus(workdir: Path, jobs: Sequence[Job], scrape_interval: str = "1s",
+                       rule_files: Sequence[Path] = ()) -> Iterator[PrometheusServer]:
+    """A real Prometheus on 127.0.0.1 scraping `jobs` (and evaluating `rule_files` at the scrape interval);
+    stopped (and its TSDB removed with workdir) on exit."""
     binary = prometheus_binary()
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "prometheus.yml"
-    config.write_text(_config(jobs, scrape_interval))
+    config.write_text(_config(jobs, scrape_interval, rule_files))
     port = free_port()
     log = (workdir / "prometheus.log").open("w")
     proc = subprocess.Popen(
