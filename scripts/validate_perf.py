@@ -71,22 +71,8 @@ def closed_loop(
     """`concurrency` clients, each sending its next request when the last one finishes (--max-concurrency)."""
 
     def go(perf: PhysicsPerf) -> tuple[list[Request], float]:
-        rep = Replica(ReplicaConfig(256, 2048, kv_blocks=100_000), perf)
-        reqs = [Request(i, 0.0, prompt, output) for i in range(n)]
-        sent = 0
-        for _ in range(min(concurrency, n)):
-            rep.add(reqs[sent], 0.0)
-            sent += 1
-        now = 0.0
-        while rep.has_work:
-            res = rep.step(now)
-            now += res.duration
-            for _ in res.finished:
-                if sent < n:
-                    reqs[sent].arrival_s = now
-                    rep.add(reqs[sent], now)
-                    sent += 1
-        return reqs, now
+        config = ReplicaConfig(256, 2048, kv_blocks=100_000)
+        return cal.closed_loop_requests(perf, config, concurrency, prompt, output, n)
 
     return go
 

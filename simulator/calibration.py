@@ -156,9 +156,10 @@ def replay(perf: PerfModel, config: ReplicaConfig, qps: float, n: int = 500, see
     )
 
 
-def closed_loop(perf: PerfModel, config: ReplicaConfig, concurrency: int, prompt: int, output: int,
-                n: int) -> tuple[float, float]:
-    """`concurrency` clients each sending the next request when its last one finishes: (output tok/s, TPOT p50 ms)."""
+def closed_loop_requests(perf: PerfModel, config: ReplicaConfig, concurrency: int, prompt: int, output: int,
+                         n: int) -> tuple[list[Request], float]:
+    """`concurrency` clients each sending the next request when its last one finishes (a benchmark's
+    --max-concurrency): the requests as served, and the time the last one finished."""
     reqs = [Request(i, 0.0, prompt, output) for i in range(n)]
     rep = Replica(config, perf)
     sent = 0
@@ -174,6 +175,13 @@ def closed_loop(perf: PerfModel, config: ReplicaConfig, concurrency: int, prompt
                 reqs[sent].arrival_s = now
                 rep.add(reqs[sent], now)
                 sent += 1
+    return reqs, now
+
+
+def closed_loop(perf: PerfModel, config: ReplicaConfig, concurrency: int, prompt: int, output: int,
+                n: int) -> tuple[float, float]:
+    """closed_loop_requests summarized: (output tok/s, TPOT p50 ms)."""
+    reqs, now = closed_loop_requests(perf, config, concurrency, prompt, output, n)
     tpot = float(np.median([r.tpot_s for r in reqs if r.tpot_s is not None]))
     return n * output / now, 1000.0 * tpot
 
