@@ -6,10 +6,7 @@ million inputs), and hypothesis properties over generated exposition text and co
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
-
+from conftest import load_script
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,19 +14,9 @@ from keda_llm.exporter.config import ConfigError, parse_config
 from keda_llm.exporter.errors import ScrapeError
 from keda_llm.exporter.parse import parse
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _fuzzer() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fuzz_exporter", ROOT / "scripts" / "fuzz_exporter.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_thirty_thousand_mutated_bodies_and_configs_raise_only_the_documented_errors() -> None:
-    ran, failures = _fuzzer().run(30_000, seed=20261124)
+    ran, failures = load_script("fuzz_exporter").run(30_000, seed=20261124)
     assert ran == 30_000
     assert failures == []
 

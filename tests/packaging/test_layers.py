@@ -5,24 +5,17 @@ CI runs scripts/lint_imports.py; this runs the same import-linter on a link tree
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _linktree() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("linktree", ROOT / "scripts" / "linktree.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _lint(tree: Path) -> subprocess.CompletedProcess[str]:
@@ -34,7 +27,7 @@ def _lint(tree: Path) -> subprocess.CompletedProcess[str]:
 
 
 def _with_import(tmp_path: Path, module: str, line: str) -> Path:
-    tree = _linktree().build(ROOT, tmp_path / "tree")
+    tree = load_script("linktree").build(ROOT, tmp_path / "tree")
     path = tree / Path(*module.split("."))
     path = path.with_suffix(".py")
     text = path.read_text()
@@ -44,7 +37,7 @@ def _with_import(tmp_path: Path, module: str, line: str) -> Path:
 
 
 def test_the_tree_keeps_the_contract(tmp_path: Path) -> None:
-    result = _lint(_linktree().build(ROOT, tmp_path / "tree"))
+    result = _lint(load_script("linktree").build(ROOT, tmp_path / "tree"))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 kept, 0 broken" in result.stdout
 
