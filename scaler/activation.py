@@ -8,6 +8,13 @@ forwards again (no loops, no storms).
 
 Thread model: the HTTP side runs in threads and the gRPC side on an asyncio loop, so `activate()` is
 thread-safe and wakes stream waiters with `loop.call_soon_threadsafe`.
+
+TLS on the HTTP port (`--http-tls-cert`/`--http-tls-key`): relays go to the peers over https, verified
+against `--http-tls-ca` and nothing else (not the system's CAs), without a hostname check: peers are
+dialled by pod IP from the headless Service, which a cert-manager Certificate cannot name (it does not
+know pod IPs). That is acceptable because the CA is our own private one, so a peer must hold a key it
+signed, and the relay carries the activation token, which a peer checks in turn.
+`ReloadingContext` serves both ends: an `ssl.SSLContext` re-made when its files change on disk.
 """
 
 from __future__ import annotations
@@ -17,7 +24,9 @@ import collections
 import concurrent.futures
 import contextlib
 import logging
+import os
 import socket
+import ssl
 import threading
 import time
 import urllib.error
@@ -196,27 +205,107 @@ def _resolve_all(host: str, port: int) -> list[str]:
     return sorted({str(info[4][0]) for info in infos})
 
 
-def _url(host: str, port: int, key: ScaledObjectKey) -> str:
+def _url(host: str, port: int, key: ScaledObjectKey, scheme: str = "http") -> str:
     hostpart = f"[{host}]" if ":" in host else host
     ns = urllib.parse.quote(key.namespace, safe="")
     name = urllib.parse.quote(key.name, safe="")
-    return f"http://{hostpart}:{port}{ACTIVATE_PATH}/{ns}/{name}"
+    return f"{scheme}://{hostpart}:{port}{ACTIVATE_PATH}/{ns}/{name}"
+
+
+class ReloadingContext:
+    """An `ssl.SSLContext` made by `make()` from `paths`, made again when one of them changed on disk.
+
+    `get()` costs one `stat` per file (mtime, size, inode: a Secret volume's atomic swap gives new
+    inodes), so it runs at each new connection and a cert-manager rotation needs no restart. A change
+    that does not load (a half-written pair mid-rotation) is logged and the current context kept; it is
+    tried again at the next connection. The first load raises (a bad file at start is a start error).
+    """
+
+    def __init__(self, paths: Sequence[str], make: Callable[[], ssl.SSLContext], what: str = "TLS") -> None:
+        self._paths = tuple(paths)
+        self._make = make
+        self._what = what
+        self._lock = threading.Lock()
+        self._stamp = self._stat()
+        self._context = make()
+        self.reloads = 0
+
+    def _stat(self) -> tuple[tuple[int, int, int], ...]:
+        out = []
+        for path in self._paths:
+            st = os.stat(path)
+            out.append((st.st_mtime_ns, st.st_size, st.st_ino))
+        return tuple(out)
+
+    def get(self) -> ssl.SSLContext:
+        try:
+            stamp = self._stat()
+        except OSError as err:  # a file briefly gone during a rotation: keep the current context
+            log.warning("%s files unreadable, keeping the current ones: %s", self._what, err)
+            return self._context
+        if stamp == self._stamp:
+            return self._context
+        with self._lock:
+            if stamp != self._stamp:
+                try:
+                    context = self._make()
+                except (OSError, ValueError) as err:  # ssl.SSLError is an OSError
+                    log.warning("%s reload failed, keeping the current certificate: %s", self._what, err)
+                    return self._context
+                self._context, self._stamp = context, stamp
+                self.reloads += 1
+                log.info("%s certificate files changed: reloaded", self._what)
+        return self._context
+
+
+def server_context(cert: str, key: str) -> ReloadingContext:
+    """The HTTP port's server side: TLS 1.2 or newer, the certificate chain and key from PEM files."""
+
+    def make() -> ssl.SSLContext:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_cert_chain(cert, key)
+        ctx.set_alpn_protocols(["http/1.1"])
+        return ctx
+
+    return ReloadingContext([cert, key], make, what="HTTP TLS")
+
+
+def peer_client_context(ca: str) -> ReloadingContext:
+    """The relays' client side: a peer's chain must lead to `ca` (only that CA, not the system's);
+    no hostname check, since peers are dialled by pod IP (see the module's docstring)."""
+
+    def make() -> ssl.SSLContext:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.load_verify_locations(cafile=ca)
+        return ctx
+
+    return ReloadingContext([ca], make, what="peer CA")
 
 
 class PeerForwarder:
-    """Passes an activation to every peer at once (one thread each), waiting at most `timeout` s."""
+    """Passes an activation to every peer at once (one thread each), waiting at most `timeout` s.
 
-    def __init__(self, peers: Peers, timeout: float = 1.0, max_workers: int = 8, token: str | None = None) -> None:
+    `ca`: the peers' HTTP ports speak TLS; relays go over https, verified against this CA file (re-read
+    when it changes). None: plain http."""
+
+    def __init__(self, peers: Peers, timeout: float = 1.0, max_workers: int = 8, token: str | None = None,
+                 ca: str | None = None) -> None:
         self._peers = peers
         self._timeout = timeout
         self._token = token  # the pods share one activation token: a peer refuses a relay without it
+        self._tls = peer_client_context(ca) if ca else None
+        self.scheme = "https" if ca else "http"
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max_workers,
                                                            thread_name_prefix="activation-peer")
 
     def forward(self, key: ScaledObjectKey) -> dict[str, str]:
         """{peer: "ok" | error text} for each peer."""
         addresses = self._peers.addresses()
-        futures = {f"{h}:{p}": self._pool.submit(self._post, _url(h, p, key)) for h, p in addresses}
+        futures = {f"{h}:{p}": self._pool.submit(self._post, _url(h, p, key, self.scheme)) for h, p in addresses}
         results: dict[str, str] = {}
         for peer, fut in futures.items():
             try:
@@ -231,7 +320,8 @@ class PeerForwarder:
             headers["Authorization"] = f"Bearer {self._token}"
         req = urllib.request.Request(url, data=b"", method="POST", headers=headers)
         try:
-            with urllib.request.urlopen(req, timeout=self._timeout) as resp:
+            context = self._tls.get() if self._tls is not None else None
+            with urllib.request.urlopen(req, timeout=self._timeout, context=context) as resp:
                 return "ok" if 200 <= resp.status < 300 else f"error: HTTP {resp.status}"
         except urllib.error.HTTPError as err:
             return f"error: HTTP {err.code}"

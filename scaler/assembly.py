@@ -32,7 +32,7 @@ from keda_llm.scaler.history import ModelHistory
 from keda_llm.scaler.levers import LeverDecide, WarmingBus
 from keda_llm.scaler.model import WorkloadState
 from keda_llm.scaler.phases import PhaseTracker, PodTimes
-from keda_llm.scaler.server import ScalerServer, TLSFiles
+from keda_llm.scaler.server import HTTPTLSFiles, ScalerServer, TLSFiles
 from keda_llm.scaler.service import HistoryStore, ScalerService, ServiceMetrics
 from keda_llm.scaler.sources.common import MetricSource
 from keda_llm.scaler.sources.exporters import DEFAULT_PORT, ExportersSource, Resolver, dns_targets, static_targets
@@ -59,6 +59,7 @@ class ScalerSettings:
     interval_s: float = 2.0
     scrape_timeout_s: float = 2.0
     tls: TLSFiles | None = None
+    http_tls: HTTPTLSFiles | None = None
     peers: tuple[str, ...] = ()
     peers_service: str | None = None
     pod_ip: str = ""
@@ -237,7 +238,7 @@ class Scaler:
 
     @property
     def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.http_port}"
+        return f"{self.server.http_scheme}://127.0.0.1:{self.server.http_port}"
 
     async def start(self) -> None:
         if self.reader is not None:
@@ -330,7 +331,9 @@ def build(settings: ScalerSettings, *, reader: WorkloadSource | None = None, clo
                   self_addresses=[settings.pod_ip] if settings.pod_ip else [])
     exists = getattr(reader, "exists", None)  # the Kubernetes reader can tell; another reader cannot
     server = ScalerServer(service, grpc_address=settings.grpc_address, http_address=settings.http_address,
-                          tls=settings.tls, forwarder=PeerForwarder(peers, token=settings.activation_token),
+                          tls=settings.tls, http_tls=settings.http_tls,
+                          forwarder=PeerForwarder(peers, token=settings.activation_token,
+                                                  ca=settings.http_tls.peer_ca if settings.http_tls else None),
                           activation_token=settings.activation_token,
                           scaled_object_exists=(lambda k: exists(k.namespace, k.name)) if exists else None,
                           config_error=ConfigError, extra_handlers=extra_handlers,

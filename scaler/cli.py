@@ -10,6 +10,7 @@ import errno
 import logging
 import os
 import socket
+import ssl
 import sys
 import time
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from typing import Any
 from keda_llm.common.durations import parse_duration
 from keda_llm.scaler.assembly import Scaler, ScalerSettings, Sources, WorkloadSource, host_port
 from keda_llm.scaler.assembly import build as assemble
-from keda_llm.scaler.server import ScalerServer, TLSFiles, address_family
+from keda_llm.scaler.server import HTTPTLSFiles, ScalerServer, TLSFiles, address_family
 
 __all__ = ["Sources", "add_arguments", "build", "run", "settings_from_args"]
 
@@ -61,6 +62,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="with --tls-client-ca: serve only client certificates naming one of these subject "
                         "alternative names (comma-separated DNS names, URIs or IPs), e.g. "
                         "keda-operator.keda.svc")
+    g.add_argument("--http-tls-cert", default=env("KEDA_LLM_HTTP_TLS_CERT"),
+                   help="serve the HTTP port over TLS (1.2+) with this certificate (PEM file; re-read when it "
+                        "changes); may be the gRPC side's --tls-cert. No client certificates: POST /v1/activate "
+                        "is authenticated by --activation-token")
+    g.add_argument("--http-tls-key", default=env("KEDA_LLM_HTTP_TLS_KEY"),
+                   help="private key for --http-tls-cert (PEM file)")
+    g.add_argument("--http-tls-ca", default=env("KEDA_LLM_HTTP_TLS_CA"),
+                   help="with --http-tls-cert: CA that signs the peers' certificates; activations are relayed "
+                        "to peers over https verified against it (chain only, as peers are dialled by pod IP)")
     g.add_argument("--grace", type=duration, default=5.0,
                    help="how long to drain on SIGTERM, a duration such as 5s (default 5s)")
     s = parser.add_argument_group("metric sources (defaults for ScaledObjects that do not name their own)")
@@ -114,12 +124,32 @@ def settings_from_args(args: argparse.Namespace, *, demand_watch_s: float | None
         raise StartError("--tls-client-ca needs --tls-cert and --tls-key", "mutual TLS is TLS first: pass all three")
     return ScalerSettings(
         grpc_address=args.grpc_address, http_address=host_port(args.http_address, 9091),
+        http_tls=http_tls_from_args(args),
         exporters=tuple(e.strip() for e in args.exporters.split(",") if e.strip()),
         exporters_service=args.exporters_service or None, prometheus_address=args.prometheus_address or None,
         interval_s=args.interval, tls=tls, peers=tuple(p for p in args.peers.split(",") if p.strip()),
         peers_service=args.peers_service or None, pod_ip=args.pod_ip, activation_token=args.activation_token,
         refresh_s=refresh_s, demand_watch_s=demand_watch_s, warm_token_file=args.warm_token_file or None,
         warm_max_nodes=args.warm_max_nodes, warm_scan_s=args.warm_scan_interval)
+
+
+def http_tls_from_args(args: argparse.Namespace) -> HTTPTLSFiles | None:
+    """--http-tls-cert/--http-tls-key/--http-tls-ca as HTTPTLSFiles, or a StartError for a combination
+    that cannot work."""
+    cert, key, ca = args.http_tls_cert, args.http_tls_key, args.http_tls_ca
+    if not (cert or key):
+        if ca:
+            raise StartError("--http-tls-ca needs --http-tls-cert and --http-tls-key",
+                             "the CA verifies peers' HTTPS ports: turn on TLS for this pod's HTTP port too, or "
+                             "drop --http-tls-ca")
+        return None
+    if not (cert and key):
+        raise StartError("--http-tls-cert and --http-tls-key go together", "pass both, or neither for plain HTTP")
+    if not ca and (args.peers.strip() or args.peers_service):
+        raise StartError("with --http-tls-cert, activations are relayed to peers over https and need "
+                         "--http-tls-ca", "pass the CA that signs the peers' certificates (the cert-manager "
+                         "secret's ca.crt)")
+    return HTTPTLSFiles(cert, key, ca or None)
 
 
 def build(args: argparse.Namespace, *, clock: Callable[[], float] = time.time, background: bool = True,
@@ -156,6 +186,10 @@ def start_error(err: BaseException, args: argparse.Namespace) -> StartError | No
 
     if isinstance(err, StartError):
         return err
+    if isinstance(err, ssl.SSLError):  # an OSError: before the errno checks below, whose numbers it may share
+        return StartError(f"cannot load the HTTP TLS certificate: {err}",
+                          "--http-tls-cert and --http-tls-key must be a matching PEM certificate and key, and "
+                          "--http-tls-ca a PEM CA certificate")
     if isinstance(err, KubeError):
         return StartError(f"cannot use the Kubernetes API: {err}",
                           "run it in a cluster with its ServiceAccount, or pass --no-kube (the exporters' "
@@ -167,7 +201,8 @@ def start_error(err: BaseException, args: argparse.Namespace) -> StartError | No
         return StartError(f"cannot listen on --http-address {args.http_address}: {err.strerror}",
                           "choose another --http-address, or stop what holds the port")
     if isinstance(err, OSError) and err.filename is not None:
-        return StartError(f"cannot read {err.filename}: {err.strerror}", "check the path given to the --tls-* flags")
+        return StartError(f"cannot read {err.filename}: {err.strerror}",
+                          "check the path given to the --tls-* and --http-tls-* flags")
     return None
 
 

@@ -8,7 +8,12 @@ at each new TLS handshake), so cert-manager rotations need no restart; connectio
 the certificate they were made with.
 
 HTTP: GET /metrics (the scaler's own Prometheus metrics), GET /healthz, and
-POST /v1/activate/<namespace>/<scaledobject> (see scaler/activation.py).
+POST /v1/activate/<namespace>/<scaledobject> (see scaler/activation.py); plain, or TLS 1.2+ with
+`HTTPTLSFiles`. Its files are checked at each new connection too and re-read when they changed. No client
+certificates there: the activation endpoint is authenticated by its bearer token, and /metrics and
+/healthz are read by Prometheus and the kubelet. The TLS handshake runs on the connection's own
+thread (with a deadline), never on the accepting one, so a client that stalls mid-handshake holds up
+no one else; a failed handshake (a plaintext client, say) is closed and logged at debug level.
 
 Shutdown (SIGTERM): health goes NOT_SERVING first, then `stop(grace)` lets unary calls finish and
 cancels the streams; KEDA reconnects them to the peer pod.
@@ -25,6 +30,7 @@ import logging
 import os
 import re
 import socket
+import ssl
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -37,7 +43,14 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from keda_llm.scaler.activation import ACTIVATE_PATH, FORWARDED_HEADER, PeerForwarder, ScaledObjectKey
+from keda_llm.scaler.activation import (
+    ACTIVATE_PATH,
+    FORWARDED_HEADER,
+    PeerForwarder,
+    ReloadingContext,
+    ScaledObjectKey,
+    server_context,
+)
 from keda_llm.scaler.service import DecisionRefresher, ScalerService
 from keda_llm.scaler.servicer import SERVICE_NAME, ExternalScalerServicer, add_to_server
 
@@ -60,6 +73,8 @@ SWITCH_INTERVAL_S = 0.0005
 # RFC 1123 names as Kubernetes allows for namespaces (label) and ScaledObjects (subdomain).
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+#: How long a new HTTPS connection may take to finish its TLS handshake.
+HANDSHAKE_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -73,6 +88,17 @@ class TLSFiles:
     key: str
     client_ca: str | None = None
     client_sans: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class HTTPTLSFiles:
+    """PEM files for the HTTP port (`--http-tls-cert`/`--http-tls-key`). `peer_ca` (`--http-tls-ca`): the
+    CA the peers' certificates must chain to, for relaying activations to them over https (the
+    certificate is not checked against the peer's address: see scaler/activation.py)."""
+
+    cert: str
+    key: str
+    peer_ca: str | None = None
 
 
 class _ReloadingCredentials:
@@ -243,10 +269,35 @@ class _ScalerHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     owner: ScalerServer
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
+                 tls: ReloadingContext | None = None) -> None:
         host, port = address
         self.address_family = address_family(host)
+        self.tls = tls
         super().__init__((host.strip("[]"), port), handler)
+
+    def get_request(self) -> tuple[Any, Any]:
+        """Accept; with TLS, wrap in the newest context (files checked now) but leave the handshake to
+        the connection's thread (`finish_request`)."""
+        sock, addr = super().get_request()
+        if self.tls is None:
+            return sock, addr
+        try:
+            return self.tls.get().wrap_socket(sock, server_side=True, do_handshake_on_connect=False), addr
+        except (OSError, ValueError):
+            sock.close()
+            raise OSError("TLS wrap failed") from None  # socketserver drops the connection, keeps serving
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        if isinstance(request, ssl.SSLSocket):
+            request.settimeout(HANDSHAKE_TIMEOUT_S)
+            try:
+                request.do_handshake()
+            except (OSError, ValueError) as err:  # plaintext or wrong-CA client, timeout, reset
+                log.debug("http %s: TLS handshake failed: %s", client_address[0], err)
+                return
+            request.settimeout(None)
+        super().finish_request(request, client_address)
 
     def server_bind(self) -> None:
         if self.address_family == socket.AF_INET6 and self.server_address[0] == "::":
@@ -265,6 +316,7 @@ class ScalerServer:
         grpc_address: str = "[::]:9090",
         http_address: tuple[str, int] | None = ("0.0.0.0", 9091),
         tls: TLSFiles | None = None,
+        http_tls: HTTPTLSFiles | None = None,
         forwarder: PeerForwarder | None = None,
         activation_token: str | None = None,
         scaled_object_exists: Callable[[ScaledObjectKey], bool | None] | None = None,
@@ -276,7 +328,8 @@ class ScalerServer:
     ) -> None:
         """`refresh_s`: run a DecisionRefresher that often (decisions made off the RPC path; the service
         needs a `reuse_s` then, see scaler/service.py). `switch_interval_s`: set on `start()` for the
-        whole process (see SWITCH_INTERVAL_S); None leaves the interpreter's as it is."""
+        whole process (see SWITCH_INTERVAL_S); None leaves the interpreter's as it is. `http_tls`: serve
+        the HTTP port over TLS (the forwarder is made separately: give it the peer CA)."""
         self.service = service
         self._switch_interval_s = switch_interval_s
         self.servicer = ExternalScalerServicer(service, config_error=config_error,
@@ -292,8 +345,11 @@ class ScalerServer:
         self._tasks: list[asyncio.Task[None]] = []
         self.http: _ScalerHTTPServer | None = None
         self.http_port = 0
+        #: the HTTP port's certificate, re-read when its files change (None: plain HTTP)
+        self.http_tls = server_context(http_tls.cert, http_tls.key) if http_tls is not None else None
+        self.http_scheme = "https" if self.http_tls is not None else "http"
         if http_address is not None:
-            self.http = _ScalerHTTPServer(http_address, _HTTPHandler)
+            self.http = _ScalerHTTPServer(http_address, _HTTPHandler, tls=self.http_tls)
             self.http.owner = self
             self.http_port = int(self.http.server_address[1])
         self._http_thread: threading.Thread | None = None
@@ -314,7 +370,7 @@ class ScalerServer:
             self._http_thread = threading.Thread(target=self.http.serve_forever, args=(0.1,), name="scaler-http",
                                                  daemon=True)
             self._http_thread.start()
-        log.info("scaler serving gRPC on :%d, HTTP on :%d", self.grpc_port, self.http_port)
+        log.info("scaler serving gRPC on :%d, %s on :%d", self.grpc_port, self.http_scheme.upper(), self.http_port)
 
     async def stop(self, grace: float = 5.0) -> None:
         """NOT_SERVING first (so health checks and load balancers move away), then drain and close."""

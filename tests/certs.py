@@ -37,15 +37,15 @@ def make_ca(folder: Path, name: str) -> Pair:
 
 
 def make_leaf(folder: Path, name: str, ca: Pair, *, server: bool, san: str | None = None) -> Pair:
-    """A certificate signed by `ca`: for a server (SAN localhost, 127.0.0.1) or a client (`san`, e.g.
-    "DNS:keda-operator.keda.svc", when given)."""
+    """A certificate signed by `ca`: for a server (SAN `san`, by default localhost and 127.0.0.1) or a
+    client (`san`, e.g. "DNS:keda-operator.keda.svc", when given)."""
     pair = Pair(folder / f"{name}.crt", folder / f"{name}.key")
     csr = folder / f"{name}.csr"
     ext = folder / f"{name}.ext"
     usage = "serverAuth" if server else "clientAuth"
     lines = ["basicConstraints=CA:FALSE", "keyUsage=critical,digitalSignature", f"extendedKeyUsage={usage}"]
     if server:
-        lines.append("subjectAltName=DNS:localhost,IP:127.0.0.1")
+        lines.append(f"subjectAltName={san or 'DNS:localhost,IP:127.0.0.1'}")
     elif san:
         lines.append(f"subjectAltName={san}")
     ext.write_text("\n".join(lines) + "\n")
