@@ -38,7 +38,8 @@ DEPLOY = ROOT / "deploy"
 BASE = DEPLOY / "base"
 TLS = DEPLOY / "overlays" / "tls"
 PROM_OP = DEPLOY / "overlays" / "prometheus-operator"
-KUSTOMIZATIONS = [BASE, TLS, PROM_OP]
+PROM_OP_TLS = PROM_OP / "tls"  # overlays/tls plus the monitors, the scaler scraped over https
+KUSTOMIZATIONS = [BASE, TLS, PROM_OP, PROM_OP_TLS]
 EXAMPLE_FILES = sorted((DEPLOY / "examples").rglob("*.yaml"))
 NAMESPACE = "keda-llm"  # the scaler's (Pod Security restricted)
 EXPORTER_NS = "keda-llm-exporter"  # the exporter's own (privileged: a hostPath, root)
@@ -182,6 +183,11 @@ def tls() -> list[JSON]:
 @pytest.fixture(scope="module")
 def prom_op() -> list[JSON]:
     return build(PROM_OP)
+
+
+@pytest.fixture(scope="module")
+def prom_op_tls() -> list[JSON]:
+    return build(PROM_OP_TLS)
 
 
 @pytest.fixture(autouse=True)
@@ -365,6 +371,7 @@ def test_scaler_deployment_args_ports_and_services_agree(base: list[JSON]) -> No
     env = {e["name"]: e for e in c["env"]}
     assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     assert (args.tls_cert, args.tls_key, args.tls_client_ca, args.no_kube) == (None, None, None, False)
+    assert (args.http_tls_cert, args.http_tls_key, args.http_tls_ca) == (None, None, None)
 
     grpc_port = int(args.grpc_address.rpartition(":")[2])
     http_port = int(args.http_address.rpartition(":")[2])
@@ -402,27 +409,33 @@ def test_scaler_pods_spread_over_nodes(base: list[JSON]) -> None:
     assert pod["spec"]["serviceAccountName"] == "keda-llm-scaler"
 
 
-def test_tls_overlay_serves_the_cert_manager_secret_and_probes_over_http(base: list[JSON], tls: list[JSON]) -> None:
+def test_tls_overlay_serves_the_cert_manager_secret_and_probes_over_https(base: list[JSON], tls: list[JSON]) -> None:
     dep = find(tls, "Deployment", "keda-llm-scaler", NAMESPACE)
     c, args = scaler_args(tls)
     _, base_args = scaler_args(base)
     # everything but the TLS flags is the base's (the patch repeats the whole list)
     def without_tls(ns: argparse.Namespace) -> dict[str, Any]:
-        return {k: v for k, v in vars(ns).items() if not k.startswith("tls_")}
+        return {k: v for k, v in vars(ns).items() if not k.startswith(("tls_", "http_tls_"))}
 
     assert without_tls(args) == without_tls(base_args)
     mounts = {m["name"]: m for m in c["volumeMounts"]}
     volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
     cert = find(tls, "Certificate", "keda-llm-scaler-tls", NAMESPACE)
-    for path, key in ((args.tls_cert, "tls.crt"), (args.tls_key, "tls.key"), (args.tls_client_ca, "ca.crt")):
+    for path, key in ((args.tls_cert, "tls.crt"), (args.tls_key, "tls.key"), (args.tls_client_ca, "ca.crt"),
+                      (args.http_tls_cert, "tls.crt"), (args.http_tls_key, "tls.key"), (args.http_tls_ca, "ca.crt")):
         p = PurePosixPath(path)
         assert p.name == key
         (mount,) = [m for m in mounts.values() if PurePosixPath(m["mountPath"]) == p.parent]
         assert mount["readOnly"] is True
         assert volumes[mount["name"]]["secret"]["secretName"] == cert["spec"]["secretName"]
-    # the kubelet's gRPC probe speaks plaintext only: no gRPC probe may remain against a TLS port
+    # the HTTP port is TLS too, and relays to peers (found by the headless Service) go over https with the CA
+    settings = scaler_cli.settings_from_args(args)
+    assert settings.http_tls is not None and settings.peers_service
+    assert settings.http_tls.peer_ca == args.http_tls_ca
+    # the kubelet's gRPC probe speaks plaintext only: no gRPC probe may remain against a TLS port; the
+    # HTTP probes speak HTTPS (the kubelet does not verify the certificate)
     for probe in ("readinessProbe", "livenessProbe"):
-        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "http"}
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "http", "scheme": "HTTPS"}
         assert "grpc" not in c[probe]
         assert container_port(c, "http") == int(args.http_address.rpartition(":")[2])
     assert "server auth" in cert["spec"]["usages"]
@@ -683,8 +696,8 @@ def test_prometheus_rule_carries_exactly_the_rules_file(prom_op: list[JSON]) -> 
     assert rule["spec"]["groups"] == rules["groups"], (
         "prometheusrule.yaml is stale: python deploy/overlays/prometheus-operator/sync_rules.py")
     sync = _sync_rules_module()
-    assert (PROM_OP / "prometheusrule.yaml").read_text() == sync.render((DEPLOY / "prometheus" / "rules.yaml")
-                                                                         .read_text())
+    rendered = sync.render((DEPLOY / "prometheus" / "rules.yaml").read_text())
+    assert (PROM_OP / "monitors" / "prometheusrule.yaml").read_text() == rendered
 
 
 def test_monitors_select_the_exporter_service_and_scaler_pods(prom_op: list[JSON]) -> None:
@@ -703,3 +716,36 @@ def test_monitors_select_the_exporter_service_and_scaler_pods(prom_op: list[JSON
     (pod_endpoint,) = pm["spec"]["podMetricsEndpoints"]
     assert container_port(container(dep, "scaler"), pod_endpoint["port"]) == 9091
     assert pod_endpoint["path"] == "/metrics"
+
+
+def test_tls_monitors_scrape_the_scaler_over_https_with_its_ca(prom_op: list[JSON], prom_op_tls: list[JSON],
+                                                                 tls: list[JSON]) -> None:
+    """overlays/prometheus-operator/tls: overlays/tls as it is, the same monitors, the scaler's PodMonitor
+    on https verified against the CA in the scaler's own secret under a name its certificate carries."""
+    assert find(prom_op_tls, "Deployment", "keda-llm-scaler", NAMESPACE) == find(tls, "Deployment",
+                                                                                   "keda-llm-scaler", NAMESPACE)
+    assert find(prom_op_tls, "ServiceMonitor", "keda-llm-exporter", EXPORTER_NS) == find(
+        prom_op, "ServiceMonitor", "keda-llm-exporter", EXPORTER_NS)  # the exporter's port stays plain
+    assert find(prom_op_tls, "PrometheusRule", "keda-llm", NAMESPACE) == find(prom_op, "PrometheusRule", "keda-llm",
+                                                                               NAMESPACE)
+    plain = find(prom_op, "PodMonitor", "keda-llm-scaler", NAMESPACE)
+    pm = find(prom_op_tls, "PodMonitor", "keda-llm-scaler", NAMESPACE)
+    (endpoint,) = pm["spec"]["podMetricsEndpoints"]
+    (plain_endpoint,) = plain["spec"]["podMetricsEndpoints"]
+    assert endpoint["scheme"] == "https" and "scheme" not in plain_endpoint
+    tls_config = endpoint["tlsConfig"]
+    # the patch replaces the endpoint list whole: everything else must still be the plain one's
+    assert {k: v for k, v in endpoint.items() if k not in ("scheme", "tlsConfig")} == plain_endpoint
+    assert {k: v for k, v in pm["spec"].items() if k != "podMetricsEndpoints"} == {
+        k: v for k, v in plain["spec"].items() if k != "podMetricsEndpoints"}
+    cert = find(prom_op_tls, "Certificate", "keda-llm-scaler-tls", NAMESPACE)
+    # the Prometheus Operator reads tlsConfig secrets from the monitor's own namespace
+    assert pm["metadata"]["namespace"] == cert["metadata"]["namespace"]
+    assert tls_config["ca"] == {"secret": {"name": cert["spec"]["secretName"], "key": "ca.crt"}}
+    assert tls_config["serverName"] in cert["spec"]["dnsNames"]
+    assert not tls_config.get("insecureSkipVerify")
+    assert set(tls_config) == {"ca", "serverName"}  # no client certificate: /metrics needs none
+    dep = find(prom_op_tls, "Deployment", "keda-llm-scaler", NAMESPACE)
+    assert container_port(container(dep, "scaler"), endpoint["port"]) == 9091
+    _, args = scaler_args(prom_op_tls)
+    assert args.http_tls_cert and args.http_tls_key  # the port it scrapes over https does speak TLS

@@ -139,3 +139,38 @@ def test_scrape_configs_match_the_monitors_and_the_alerts_jobs() -> None:
     assert jobs["keda-llm-scaler"]["kubernetes_sd_configs"][0]["namespaces"]["names"] == ["keda-llm"]
     assert jobs["keda-llm-exporter"]["relabel_configs"][0]["regex"] == "metrics"
     assert jobs["keda-llm-scaler"]["relabel_configs"][0]["regex"] == "http"
+
+
+def test_scrape_configs_tls_variant_for_overlays_tls(tmp_path: Path) -> None:
+    """The commented `# overlays/tls` lines, uncommented, make the scaler job scrape over https with the
+    CA and the Service name the TLS overlay's certificate carries; promtool accepts the result (Debian's
+    promtool has no Kubernetes discovery, so the check swaps it for a static target)."""
+    import yaml
+
+    text = (DEPLOY / "prometheus" / "scrape-configs.yaml").read_text()
+    marked = [line for line in text.splitlines() if line.rstrip().endswith("# overlays/tls")]
+    assert len(marked) == 4
+    tls_text = "\n".join(line.replace("# ", "", 1).split("  #")[0] if line in marked else line
+                         for line in text.splitlines()) + "\n"
+    job = {j["job_name"]: j for j in yaml.safe_load(tls_text)["scrape_configs"]}["keda-llm-scaler"]
+    assert job["scheme"] == "https"
+    assert job["tls_config"]["ca_file"].endswith("/ca.crt")
+    plain = {j["job_name"]: j for j in yaml.safe_load(text)["scrape_configs"]}["keda-llm-scaler"]
+    assert {k: v for k, v in job.items() if k not in ("scheme", "tls_config")} == plain and "scheme" not in plain
+    cert = next(d for d in yaml.safe_load_all((DEPLOY / "overlays" / "tls" / "certificates.yaml").read_text())
+                if d["metadata"]["name"] == "keda-llm-scaler-tls")
+    assert job["tls_config"]["server_name"] in cert["spec"]["dnsNames"]
+    assert "insecure_skip_verify" not in job["tls_config"]
+
+    ca = tmp_path / "ca.crt"
+    ca.write_text("")  # promtool checks that the file exists, not what it holds
+    cfg = yaml.safe_load(tls_text)
+    for j in cfg["scrape_configs"]:
+        j.pop("kubernetes_sd_configs")
+        j["static_configs"] = [{"targets": ["127.0.0.1:9091"]}]
+        if "tls_config" in j:
+            j["tls_config"]["ca_file"] = str(ca)
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(cfg))
+    out = subprocess.run([_promtool(), "check", "config", str(path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
