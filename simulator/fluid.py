@@ -6,9 +6,11 @@ Here each replica advances `dt` seconds at a time over its requests (the loops a
 simulator/fluid_kernel.py):
 
 - admission at the start of a slice, FIFO, while the batch limit and the KV cache allow (the KV check
-  counts tokens already computed plus the new prompt; preemption is not modelled: admission waits),
+  counts tokens already computed, the prompts admitted and one slice of decoding, plus the new prompt),
   and while the slice, or else the next iteration, has prompt-token budget for it (vLLM fills each
-  iteration from its queue up to `max_num_batched_tokens`);
+  iteration from its queue up to `max_num_batched_tokens`); a replica whose cache would overflow within
+  the slice preempts its latest requests first (vLLM's recompute: back to the queue's head, prefilled
+  again with what they generated);
 - within the slice, mixed iterations (every decoding request + a chunk of `budget - decoding` prompt
   tokens, FIFO) until the admitted prompts are prefilled, then pure decode iterations; each phase's
   iteration time comes from the same PerfModel as the detailed engine, at the slice's batch and KV;
@@ -18,11 +20,13 @@ simulator/fluid_kernel.py):
   TTFT and TPOT are not rounded to the slice; a replica idle at the slice's start is busy (GPU
   utilization) from its first request's arrival, and idle after its last completion.
 
-Not modelled here: KV preemption and prefix caching (so `auto` keeps traces with prefix hashes in the
-detailed mode). Arrivals in a slice are routed at its start in arrival order with the same rules (least
-outstanding or round robin); a request cannot get its first token before its arrival plus its own
-prefill. Pods, gateway queue, observations and the controllers are the detailed mode's (events keep
-their exact times). tests/simulator/test_sim_fluid.py holds it to the detailed mode on the one-hour traces.
+Not modelled here: prefix caching (so `auto` keeps traces with prefix hashes in the detailed mode).
+Arrivals in a slice are routed at its start in arrival order with the same rules (least outstanding or
+round robin); a request cannot get its first token before its arrival plus its own prefill, nor (on a
+busy replica) before the iteration in flight at its arrival ends. Pods, gateway queue, observations and
+the controllers are the detailed mode's (events keep their exact times). tests/simulator/test_sim_fluid.py
+holds it to the detailed mode on the one-hour traces and a short window per preset;
+scripts/fluid_agreement.py runs the full matrix.
 """
 
 from __future__ import annotations
@@ -91,6 +95,7 @@ class FluidSimulation(Simulation):
         self._run_f = np.zeros((3, _START_ROWS))
         self._gain = np.zeros(_START_ROWS)
         self._wait_i = np.zeros((2, _START_ROWS), dtype=np.int64)
+        self._wait_f = np.zeros((2, _START_ROWS))  # per waiting row: tokens generated before a preemption, first token
         self._slots = np.zeros((k.N_SLOT_ROWS, _START_SLOTS))
         self._scratch = np.zeros((k.N_SCRATCH, _START_SLOTS))
         self._slot: dict[int, int] = {}  # SimReplica.index -> slot
@@ -147,12 +152,14 @@ class FluidSimulation(Simulation):
                 self._free.append(s)
 
     def _room(self, more: int) -> None:
-        """Grow the row pools so that `more` requests can join the waiting pool and all of it be admitted."""
-        need_wait = int(self._ints[k.N_WAIT]) + more
-        need_run = int(self._ints[k.N_RUN]) + need_wait
+        """Grow the row pools so that `more` requests can join the waiting pool and all of it be admitted (or
+        every running request be preempted back to it)."""
+        need_run = int(self._ints[k.N_RUN]) + int(self._ints[k.N_WAIT]) + more
+        need_wait = need_run
         if need_wait > self._wait_i.shape[1]:
             cap = max(need_wait, 2 * self._wait_i.shape[1])
             self._wait_i = np.concatenate([self._wait_i, np.zeros((2, cap - self._wait_i.shape[1]), np.int64)], 1)
+            self._wait_f = np.concatenate([self._wait_f, np.zeros((2, cap - self._wait_f.shape[1]))], 1)
         if need_run > self._run_i.shape[1]:
             cap = max(need_run, 2 * self._run_i.shape[1])
             extra = cap - self._run_i.shape[1]
@@ -201,8 +208,8 @@ class FluidSimulation(Simulation):
             t, reason, flags, at = k.advance(
                 t, self.dt, t_event, hard_end, self._held_n, ready, self._rule, self._budget,
                 self._seqs, self._kv_cap, self._lat, self._coef, ints, self._run_i, self._run_f, self._wait_i,
-                self._gain, self._slots, self._scratch, len(self._by_slot), self._p64, self._o64, self._arr64,
-                self._own_prefill, self._ttft, self._tpot)
+                self._wait_f, self._gain, self._slots, self._scratch, len(self._by_slot), self._p64, self._o64,
+                self._arr64, self._own_prefill, self._ttft, self._tpot)
             self._sync_replicas()
             if self._progress is not None and ints[k.NEXT] >= next_progress:
                 self._progress(int(ints[k.NEXT]), n)
@@ -254,7 +261,8 @@ class FluidSimulation(Simulation):
             self._held_n += len(idx)
             return
         self._room(len(idx))
-        k.route(idx, ready, self._rule, self._ints, self._wait_i, self._slots, self._p64, self._o64, self._kv_cap)
+        k.route(idx, ready, self._rule, self._ints, self._wait_i, self._wait_f, self._slots, self._p64, self._o64,
+                self._kv_cap)
         self._sync_replicas()
 
     def _drop_late(self) -> None:

@@ -124,6 +124,7 @@ class Engines:
         self.run_i = np.zeros((2, 64), dtype=np.int64)
         self.run_f = np.zeros((3, 64))
         self.wait_i = np.zeros((2, 64), dtype=np.int64)
+        self.wait_f = np.zeros((2, 64))
         self.gain = np.zeros(64)
         self.slots = np.zeros((k.N_SLOT_ROWS, slots))
         self.sc = np.zeros((k.N_SCRATCH, slots))
@@ -133,19 +134,19 @@ class Engines:
     def route(self, idx: list[int], ready: list[int], rule: int = k.RULE_LEAST) -> None:
         self.ints[k.OPEN] += len(idx)
         k.route(np.array(idx, dtype=np.int64), np.array(ready, dtype=np.int64), rule, self.ints, self.wait_i,
-                self.slots, self.p, self.o, self.kv_cap)
+                self.wait_f, self.slots, self.p, self.o, self.kv_cap)
 
     def step(self, t: float, dt: float = 0.25) -> bool:
         return bool(k.step_slice(t, dt, self.budget, self.seqs, self.kv_cap, 0.0, self.coef, self.ints, self.run_i,
-                                 self.run_f, self.wait_i, self.gain, self.slots, self.sc, self.slots.shape[1], self.p,
-                                 self.o, self.arr, self.own, self.ttft, self.tpot))
+                                 self.run_f, self.wait_i, self.wait_f, self.gain, self.slots, self.sc,
+                                 self.slots.shape[1], self.p, self.o, self.arr, self.own, self.ttft, self.tpot))
 
     def advance(self, t: float, t_event: float, ready: list[int], held_n: int = 0,
                 dt: float = 0.25) -> tuple[float, int, int, float]:
         out: tuple[float, int, int, float] = k.advance(
             t, dt, t_event, 1e9, held_n, np.array(ready, dtype=np.int64), k.RULE_LEAST, self.budget, self.seqs,
-            self.kv_cap, 0.0, self.coef, self.ints, self.run_i, self.run_f, self.wait_i, self.gain, self.slots,
-            self.sc, self.slots.shape[1], self.p, self.o, self.arr, self.own, self.ttft, self.tpot)
+            self.kv_cap, 0.0, self.coef, self.ints, self.run_i, self.run_f, self.wait_i, self.wait_f, self.gain,
+            self.slots, self.sc, self.slots.shape[1], self.p, self.o, self.arr, self.own, self.ttft, self.tpot)
         return out
 
     def waiting(self) -> list[int]:
@@ -240,6 +241,7 @@ def test_advance_stops_for_events_held_arrivals_room_and_the_end() -> None:
     assert e.ttft[1] == pytest.approx(0.01) and e.ttft[0] == np.inf
     small = Engines([(0.0, 10, 10)] * 100)
     small.run_i, small.run_f, small.wait_i = np.zeros((2, 8), np.int64), np.zeros((3, 8)), np.zeros((2, 8), np.int64)
+    small.wait_f = np.zeros((2, 8))
     assert small.advance(0.0, np.inf, [0])[1] == k.GROW and small.ints[k.NEXT] == 0
 
 
@@ -361,3 +363,63 @@ def test_requests_held_for_a_replica_get_no_first_token_before_it_is_ready() -> 
     e.step(0.0)
     assert e.ttft[0] == pytest.approx(0.21)
     assert e.slots[k.BUSY, 0] == pytest.approx(0.02)
+
+
+def test_a_replica_out_of_kv_preempts_its_latest_request_and_recomputes_it_later() -> None:
+    # KV 250 tokens, 10 ms iterations, 0.25 s slices (25 iterations). Two decoding requests hold 100 + 20 and
+    # 100 + 10 tokens: with one slice of decoding (25 tokens each) they need 280 > 250, so the later one is
+    # preempted (vLLM recompute: to the head of the queue, first token and its 10 tokens kept); beside the
+    # first (120 held + 25 growing) its 110 to recompute do not fit, so it waits. The first finishes its 39
+    # tokens at 0.19 s; in the next slice the second recomputes 110 tokens (one 10 ms iteration, which gives
+    # its next token) and decodes 24 more.
+    e = Engines([(0.0, 100, 40), (0.0, 100, 100)], kv_cap=250.0)
+    e.run_i[:, :2] = [[0, 1], [0, 0]]
+    e.run_f[:, 0] = (0.0, 20.0, -0.5)  # first tokens before this slice
+    e.run_f[:, 1] = (0.0, 10.0, -0.4)
+    e.ints[k.N_RUN] = 2
+    e.ints[k.OPEN] = 2
+    e.slots[k.OUTSTANDING, 0] = 2.0
+    e.step(0.0)
+    assert e.ints[k.PREEMPTED] == 1 and e.running() == [] and e.waiting() == [1]
+    assert e.wait_f[:, 0].tolist() == [10.0, pytest.approx(-0.4)]
+    assert e.ttft[0] == pytest.approx(-0.5) and e.tpot[0] == pytest.approx((0.19 + 0.5) / 39)
+    e.step(0.25)
+    assert e.running() == [1] and e.ints[k.N_WAIT] == 0
+    assert e.run_f[:, 0].tolist() == pytest.approx([0.0, 10.0 + 1.0 + 24.0, -0.4])
+    assert e.slots[k.PROMPT_TOK, 0] == pytest.approx(110.0)  # the recomputation counts as prompt tokens (vLLM)
+
+
+def test_admission_leaves_the_kv_that_a_slice_of_decoding_takes() -> None:
+    # one request decoding with 200 tokens held grows by 25 in the slice: a 30-token prompt fits the 250-token
+    # cache now (230) but not beside that growth (255), so it waits instead of being preempted a slice later
+    e = Engines([(0.0, 190, 100), (0.0, 30, 10)], kv_cap=250.0)
+    e.run_i[:, 0] = (0, 0)
+    e.run_f[:, 0] = (0.0, 10.0, 0.0)
+    e.ints[k.N_RUN] = 1
+    e.ints[k.OPEN] = 1
+    e.slots[k.OUTSTANDING, 0] = 1.0
+    e.route([1], [0])
+    e.step(0.0)
+    assert e.running() == [0] and e.waiting() == [1] and e.ints[k.PREEMPTED] == 0
+
+
+def test_a_request_arriving_at_a_busy_replica_waits_for_the_iteration_in_flight() -> None:
+    # one request decodes in iterations of 0.01 + 1e-4 x 1 = 0.0101 s from the slice's start; a 100-token prompt
+    # arriving at 0.1 s waits for the iteration ending at 0.101 s (the 10th), then shares one with the decode:
+    # 0.01 + 1e-4 x 101 = 0.0201 s, first token at 0.1211 s (the detailed engine's time), where prefilling it
+    # alone at its arrival gave 0.12 s
+    e = Engines([(-2.0, 10, 1000), (0.1, 100, 50)], per_token_s=1e-4)
+    e.run_i[:, 0] = (0, 0)
+    e.run_f[:, 0] = (0.0, 5.0, -1.0)
+    e.ints[k.N_RUN] = 1
+    e.ints[k.OPEN] = 1
+    e.slots[k.OUTSTANDING, 0] = 1.0
+    e.route([1], [0])
+    e.step(0.0)
+    assert e.running() == [0, 1]
+    assert e.run_f[2, 1] == pytest.approx(0.1211)
+    # an idle replica: the prompt starts at its arrival, alone (0.02 s)
+    idle = Engines([(0.1, 100, 50)], per_token_s=1e-4)
+    idle.route([0], [0])
+    idle.step(0.0)
+    assert idle.run_f[2, 0] == pytest.approx(0.12)

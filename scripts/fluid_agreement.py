@@ -1,0 +1,170 @@
+"""Fluid vs detailed, the full matrix: every policy of the docs table on every preset and trace window.
+
+    .venv/bin/python scripts/fluid_agreement.py [--presets P,...] [--traces T,...] [--policies ...]
+        [--minutes M] [--shifts N] [--jobs J] [--out FILE]
+
+For each preset and trace window it plans the oracle once (in the fluid mode; `static` is its peak, kept
+all the time, as in run_policies), then runs each policy in both modes and prints fluid minus detailed:
+GPU-hours relative (target: within 5%) and SLO attainment in points (target: within 1). The oracle row
+replays the one planned schedule in both modes, so it compares the modes, not two plans.
+
+Trace windows: the one-hour Azure 2023 code and conversation traces, and the busiest hour of the Azure
+2024 code week (by request count, rolling by the minute; `peak_hour`). `--minutes` cuts every window to
+its first M minutes (the peak hour to its busiest M minutes). `--shifts N` also runs each case with the
+arrivals shifted by 0.5, 1.0, ... s against the control loop's phase and reports the detailed mode's own
+spread: where that spread is wider than the tolerance the single run is not determined within it, and the
+means are what the modes must agree on. Not run by CI (tests/simulator/test_sim_fluid.py holds a short
+window per preset); results are in docs/simulator-results.md, "Fluid vs detailed".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from keda_llm.simulator.anchors import AnchorContext
+from keda_llm.simulator.controllers import ScheduleController
+from keda_llm.simulator.engine import Controller
+from keda_llm.simulator.oracle import OraclePlan, plan_oracle
+from keda_llm.simulator.policies import build_controller
+from keda_llm.simulator.presets import get_preset
+from keda_llm.simulator.report import Slo, summarize
+from keda_llm.simulator.run import Backtest, concurrency_target, simulate
+from keda_llm.simulator.traces import Trace, load_shipped
+
+SLO = Slo(ttft_s=2.0, itl_s=0.1)
+PRESETS = ("llama-3.1-8b/h100", "llama-3.1-8b/a100", "llama-3.1-8b/l4", "llama-3.1-70b/h100-tp4")
+TRACES = ("azure2023-code", "azure2023-conv", "azure2024-code-peak")
+POLICIES = ("ours", "static", "queue", "gpu", "concurrency", "oracle")
+GPU_H_TOL, SLO_TOL = 0.05, 0.01
+
+
+def peak_start_minute(trace: Trace, minutes: int) -> int:
+    """The first minute of the `minutes`-long window with the most arrivals (rolling by the minute)."""
+    per_min = np.bincount(np.floor(trace.arrival_s / 60.0).astype(np.int64))
+    sums = np.convolve(per_min, np.ones(minutes, dtype=np.int64), "valid")
+    return int(np.argmax(sums))
+
+
+@lru_cache(maxsize=4)
+def load_window(name: str, minutes: int | None) -> Trace:
+    """A trace window by name (see the module docstring); `minutes` cuts it to its first (busiest) M."""
+    if name == "azure2024-code-peak":
+        week = load_shipped("azure2024-code")
+        hour = peak_start_minute(week, 60)
+        start = hour
+        if minutes is not None and minutes < 60:
+            start = hour + peak_start_minute(week.window(hour * 60.0, (hour + 60) * 60.0), minutes)
+        return week.window(start * 60.0, (start + (minutes or 60)) * 60.0)
+    tr = load_shipped(name)
+    return tr if minutes is None else tr.window(0.0, minutes * 60.0)
+
+
+def shifted(trace: Trace, by_s: float) -> Trace:
+    return Trace(trace.name, trace.arrival_s + by_s, trace.prompt_tokens, trace.output_tokens)
+
+
+def controller(policy: str, trace: Trace, bt: Backtest, plan: OraclePlan | None) -> Controller:
+    """The controller run_policies builds for `policy` (the oracle's schedule replayed)."""
+    p = bt.preset
+    if policy == "oracle":
+        assert plan is not None
+        return ScheduleController("oracle", plan.pods)
+    static_n = int(plan.counts.max()) if plan is not None and len(plan.counts) else 1
+    return build_controller(policy, model=p.model.name, max_replicas=bt.max_replicas,
+                            concurrency_target=concurrency_target(trace, bt), static_replicas=max(1, static_n),
+                            cold_start_s=p.cold_start(bt.cold_start).quantile(0.9), slo=(bt.slo.ttft_s, bt.slo.itl_s),
+                            anchor=AnchorContext(bt.max_replicas, bt.slo.ttft_s, bt.slo.itl_s, p.perf(),
+                                                 p.replica_config()))
+
+
+def plan(trace: Trace, bt: Backtest) -> OraclePlan:
+    p = bt.preset
+    bucket = bt.oracle_bucket_s or (60.0 if trace.duration_s <= 7200 else 300.0)
+    return plan_oracle(trace, lambda ctl: simulate(trace, bt, ctl, "fluid"), p.perf(), p.replica_config(),
+                       p.cold_start(bt.cold_start), bt.slo, bucket_s=bucket, target=bt.oracle_target, seed=bt.seed,
+                       max_replicas=bt.max_replicas, gpus_per_replica=p.tp)
+
+
+@dataclass
+class Row:
+    preset: str
+    trace: str
+    policy: str
+    shift_s: float
+    detailed_gpu_h: float
+    fluid_gpu_h: float
+    detailed_slo: float
+    fluid_slo: float
+    detailed_cpu_s: float
+    fluid_cpu_s: float
+
+    @property
+    def gpu_rel(self) -> float:
+        return (self.fluid_gpu_h - self.detailed_gpu_h) / self.detailed_gpu_h
+
+    @property
+    def slo_pts(self) -> float:
+        return 100.0 * (self.fluid_slo - self.detailed_slo)
+
+
+def run_case(preset: str, trace_name: str, policy: str, minutes: int | None, shift_s: float,
+             plan_: OraclePlan | None) -> Row:
+    tr = load_window(trace_name, minutes)
+    if shift_s:
+        tr = shifted(tr, shift_s)
+    bt = Backtest(get_preset(preset), cold_start="typical", slo=SLO)
+    out: dict[str, tuple[float, float, float]] = {}
+    for mode in ("detailed", "fluid"):
+        t0 = time.process_time()
+        s = summarize(simulate(tr, bt, controller(policy, tr, bt, plan_), mode), SLO)  # type: ignore[arg-type]
+        out[mode] = (s.gpu_hours, s.slo_attainment, time.process_time() - t0)
+    (dg, ds, dc), (fg, fs, fc) = out["detailed"], out["fluid"]
+    return Row(preset, trace_name, policy, shift_s, dg, fg, ds, fs, dc, fc)
+
+
+def plan_for(preset: str, trace_name: str, minutes: int | None) -> OraclePlan:
+    return plan(load_window(trace_name, minutes), Backtest(get_preset(preset), cold_start="typical", slo=SLO))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--presets", default=",".join(PRESETS))
+    ap.add_argument("--traces", default=",".join(TRACES))
+    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--minutes", type=int, default=None, help="cut each window to its first (busiest) M minutes")
+    ap.add_argument("--shifts", type=int, default=1, help="runs per case, arrivals shifted by 0, 0.5, ... s")
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--json", default=None, help="write the rows here")
+    args = ap.parse_args()
+    presets, traces, policies = (a.split(",") for a in (args.presets, args.traces, args.policies))
+    needs_plan = any(p in ("static", "oracle") for p in policies)
+    with ProcessPoolExecutor(args.jobs) as pool:
+        plans = {(p, t): pool.submit(plan_for, p, t, args.minutes) for p in presets for t in traces} \
+            if needs_plan else {}
+        futs = [pool.submit(run_case, p, t, pol, args.minutes, 0.5 * k,
+                            plans[(p, t)].result() if (p, t) in plans else None)
+                for p in presets for t in traces for pol in policies for k in range(args.shifts)]
+        rows = [f.result() for f in futs]
+    print("| preset | trace | policy | GPU-h detailed | GPU-h fluid | GPU-h | SLO detailed | SLO fluid | SLO pts |"
+          " CPU s d/f |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        flag = " **" if abs(r.gpu_rel) > GPU_H_TOL or abs(r.slo_pts) > 100 * SLO_TOL else ""
+        print(f"| {r.preset} | {r.trace}{f' +{r.shift_s:g}s' if r.shift_s else ''} | {r.policy} | "
+              f"{r.detailed_gpu_h:.3f} | {r.fluid_gpu_h:.3f} | {100 * r.gpu_rel:+.1f}% | {100 * r.detailed_slo:.2f} | "
+              f"{100 * r.fluid_slo:.2f} | {r.slo_pts:+.2f}{flag} | {r.detailed_cpu_s:.0f}/{r.fluid_cpu_s:.0f} |",
+              flush=True)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump([asdict(r) for r in rows], fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
