@@ -269,6 +269,10 @@ def plot_frontier(tf: TraceFrontier, title: str, path: Path) -> None:
     ax.axhline(100 * tf.target, color="red", ls="--", lw=0.8, label=f"target {_pct(tf.target)}")
     ax.axhline(100 * tf.feasible_share, color="green", ls="-.", lw=0.8, label="can meet SLO at all")
     ax.set_xscale("log")
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("GPU-hours (log)")
     ax.set_ylabel("SLO attainment, % of all requests")
     ax.set_title(title, fontsize=10)
