@@ -417,17 +417,23 @@ def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, l
         gen = run_f[1, j]
         g = gain[j]
         decoding = run_f[0, j] <= 0.0
+        g_dec = 0.0
         if decoding and sc[_B2, s] > 0.0:
             first = run_f[2, j]
             start = t + sc[_T1, s] if np.isnan(first) else max(first - lat, t + sc[_T1, s])
-            g += max(0.0, t + dt - start) / sc[_TAU2, s]
+            g_dec = max(0.0, t + dt - start) / sc[_TAU2, s]
+            g += g_dec
         need = out - 1.0 - gen
         gen += g
         if decoding and gen >= out - 1.0 - 1e-9:
             any_fin = True
             first = run_f[2, j]
-            tau_last = sc[_TAU2, s] if sc[_TAU2, s] > 0.0 else sc[_TAU1, s]
-            t_fin = max(t + sc[_BUSY, s] - (gen - (out - 1.0)) * tau_last, first - lat) + lat
+            # the last token: back from the slice's end over the tokens past the output, at the decode phase's
+            # pace, then (a request done before it) at the prefill phase's, back from that phase's end
+            over = gen - (out - 1.0)
+            in_dec = over <= g_dec
+            t_last = t + dt - over * sc[_TAU2, s] if in_dec else t + sc[_T1, s] - (over - g_dec) * sc[_TAU1, s]
+            t_fin = max(t_last, first - lat) + lat
             ttft[i] = first - arr[i]
             tpot[i] = (t_fin - first) / (out - 1.0) if out >= 2.0 else np.nan
             sc[_TTFTS, s] += first - arr[i]

@@ -23,7 +23,7 @@ from keda_llm.simulator.perf import ConstantPerf
 from keda_llm.simulator.policies import build_controller
 from keda_llm.simulator.presets import get_preset
 from keda_llm.simulator.report import Slo, summarize
-from keda_llm.simulator.run import Backtest, simulate
+from keda_llm.simulator.run import Backtest, concurrency_target, simulate
 from keda_llm.simulator.traces import Trace, load_shipped
 
 SLO = Slo(ttft_s=2.0, itl_s=0.1)
@@ -423,3 +423,90 @@ def test_a_request_arriving_at_a_busy_replica_waits_for_the_iteration_in_flight(
     idle.route([0], [0])
     idle.step(0.0)
     assert idle.run_f[2, 0] == pytest.approx(0.12)
+
+
+# -- a short window per preset (the full matrix: scripts/fluid_agreement.py, docs/simulator-results.md) -----
+
+def _busiest(trace: Trace, minutes: int) -> Trace:
+    per_min = np.bincount(np.floor(trace.arrival_s / 60.0).astype(np.int64))
+    start = int(np.argmax(np.convolve(per_min, np.ones(minutes, dtype=np.int64), "valid")))
+    return trace.window(start * 60.0, (start + minutes) * 60.0)
+
+
+_WEEK_PEAK: list[Trace] = []
+
+
+def _peak_10_minutes() -> Trace:
+    """The busiest 10 minutes of the Azure 2024 code week (52k requests, 87 per second)."""
+    if not _WEEK_PEAK:
+        _WEEK_PEAK.append(_busiest(load_shipped("azure2024-code"), 10))
+    return _WEEK_PEAK[0]
+
+
+def _run_on(preset: str, trace: Trace, ctl: Controller, mode: str) -> tuple[float, float]:
+    bt = Backtest(get_preset(preset), slo=SLO)
+    s = summarize(simulate(trace, bt, ctl, mode), SLO)  # type: ignore[arg-type]
+    return s.gpu_hours, s.slo_attainment
+
+
+# static at a count that keeps the replicas loaded (83-99% of the SLO in the fluid mode): the engine model
+# under load, with no control loop to turn a small difference into another path. L4 cannot serve the week's
+# peak with 64 replicas: it gets the conversation trace's first 20 minutes.
+STATIC_CASES = (("llama-3.1-8b/h100", "peak", 10), ("llama-3.1-8b/a100", "peak", 24),
+                ("llama-3.1-8b/l4", "conv", 24), ("llama-3.1-70b/h100-tp4", "peak", 24))
+# Open (docs/simulator-results.md, "Fluid vs detailed"): under the week's peak load the fluid mode's decode is
+# slower than the detailed engine's (one replica at 1/24 of the load on 8B A100: mean TPOT 0.062 s against
+# 0.045 s; 0.050 s at 0.05 s slices), 1.3 to 3.5 SLO points low. Strict: these fail loudly once fixed.
+_OPEN_UNDER_LOAD = pytest.mark.xfail(strict=True, reason="fluid decode slower under the 2024 peak (open)")
+STATIC_PARAMS = [pytest.param(*c, marks=_OPEN_UNDER_LOAD) if c[1] == "peak" else c for c in STATIC_CASES]
+
+
+@pytest.mark.parametrize("preset, window, replicas", STATIC_PARAMS)
+def test_fluid_agrees_with_detailed_under_load_on_every_preset(preset: str, window: str, replicas: int) -> None:
+    tr = _peak_10_minutes() if window == "peak" else load_shipped("azure2023-conv").window(0.0, 1200.0)
+    res = [_run_on(preset, tr, ScheduleController("static", [PodPlan(0.0, math.inf, 0.0)] * replicas), mode)
+           for mode in ("detailed", "fluid")]
+    (d_gpu_h, d_slo), (f_gpu_h, f_slo) = res
+    assert abs(f_gpu_h - d_gpu_h) <= 0.05 * d_gpu_h
+    assert abs(f_slo - d_slo) <= 0.01
+
+
+# Open: on L4 (a 30,816-token KV cache) concurrency runs its replicas out of KV; the detailed engine preempts
+# more often than the fluid mode (which keeps a slice of decoding free) and the path moves (-15% GPU-h).
+AUTOSCALER_PARAMS = [pytest.param(p, pol, marks=pytest.mark.xfail(strict=True, reason="KV-bound L4 (open)"))
+                     if (p, pol) == ("llama-3.1-8b/l4", "concurrency") else (p, pol)
+                     for pol in ("concurrency", "ours") for p in (c[0] for c in STATIC_CASES)]
+
+
+@pytest.mark.parametrize("preset, policy", AUTOSCALER_PARAMS)
+def test_fluid_agrees_with_detailed_for_autoscalers_on_every_preset(preset: str, policy: str) -> None:
+    # the first 20 minutes of the conversation trace, each policy as run_policies builds it
+    tr = load_shipped("azure2023-conv").window(0.0, 1200.0)
+    bt = Backtest(get_preset(preset), slo=SLO)
+    p = bt.preset
+
+    def ctl() -> Controller:
+        return build_controller(policy, model=p.model.name, max_replicas=64,
+                                concurrency_target=concurrency_target(tr, bt), static_replicas=1,
+                                cold_start_s=p.cold_start(bt.cold_start).quantile(0.9), slo=(SLO.ttft_s, SLO.itl_s))
+
+    (d_gpu_h, d_slo), (f_gpu_h, f_slo) = (_run_on(preset, tr, ctl(), m) for m in ("detailed", "fluid"))
+    assert abs(f_gpu_h - d_gpu_h) <= 0.05 * d_gpu_h
+    assert abs(f_slo - d_slo) <= 0.01
+
+
+def test_a_request_done_inside_the_prefill_phase_finishes_at_its_mixed_iteration() -> None:
+    # 0.5 s slices, budget 1000: a decoding request needing its last token beside a 2500-token prompt (chunks of
+    # 999 beside it, 0.01 + 1e-4 x 1000 = 0.11 s each) gets it at the end of the first mixed iteration, 0.11 s;
+    # the slice then goes on to decode (0.0102 s iterations). Placing it back from the slice's end at the decode
+    # pace put it at 0.26 s.
+    e = Engines([(-1.0, 10, 10), (0.0, 2500, 50)], budget=1000.0, per_token_s=1e-4)
+    e.run_i[:, 0] = (0, 0)
+    e.run_f[:, 0] = (0.0, 8.0, -0.9)
+    e.ints[k.N_RUN] = 1
+    e.ints[k.OPEN] = 1
+    e.slots[k.OUTSTANDING, 0] = 1.0
+    e.route([1], [0])
+    e.step(0.0, dt=0.5)
+    assert e.ttft[0] == pytest.approx(0.1)  # first token at -0.9 s
+    assert e.tpot[0] == pytest.approx((0.11 + 0.9) / 9)
