@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
@@ -116,6 +117,14 @@ MAX_REQUEST_BYTES = 64 * 1024
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A scraper that went away mid-answer is routine: a debug line, not a traceback on stderr."""
+        err = sys.exc_info()[1]
+        if isinstance(err, ConnectionError | TimeoutError):
+            log.debug("http %s: client went away: %s", client_address[0], err)
+            return
+        log.exception("http %s: request failed", client_address[0])
 
     def __init__(self, address: tuple[str, int], source: Source, warmer: Warmer | None = None) -> None:
         self.source = source

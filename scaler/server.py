@@ -299,6 +299,15 @@ class _ScalerHTTPServer(ThreadingHTTPServer):
             request.settimeout(None)
         super().finish_request(request, client_address)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-answer (a scrape cut short, Ctrl-C on a poller) is routine: one debug
+        line, not socketserver's traceback on stderr. Anything else is logged with its traceback."""
+        err = sys.exc_info()[1]
+        if isinstance(err, ConnectionError | TimeoutError):
+            log.debug("http %s: client went away: %s", client_address[0], err)
+            return
+        log.exception("http %s: request failed", client_address[0])
+
     def server_bind(self) -> None:
         if self.address_family == socket.AF_INET6 and self.server_address[0] == "::":
             with contextlib.suppress(OSError, AttributeError):  # no dual stack here: IPv6 only
