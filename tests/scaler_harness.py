@@ -7,6 +7,7 @@ where a test needs exact control: the history lookup and, for some tests, `decid
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import queue
@@ -19,6 +20,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from keda_llm.scaler import cli as scaler_cli
 from keda_llm.scaler.activation import ActivationBus
 from keda_llm.scaler.config import ConfigError, ScalerConfig
 from keda_llm.scaler.externalscaler import externalscaler_pb2 as pb
@@ -186,3 +188,44 @@ def wait_for_streams(server: ServerThread, n: int) -> None:
             await asyncio.sleep(0.01)
 
     server.call(until(), timeout=30)
+
+
+class ScalerPod:
+    """`scaler.cli.build` on its own event loop thread, collection left to `collect()`."""
+
+    def __init__(self, clock: FakeClock, *flags: str, demand_watch_s: float | None = None) -> None:
+        parser = argparse.ArgumentParser()
+        scaler_cli.add_arguments(parser)
+        args = parser.parse_args(["--grpc-address", "127.0.0.1:0", "--http-address", "127.0.0.1:0", "--no-kube",
+                                  "--exporters", "", *flags])
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="scaler-pod", daemon=True)
+        self._thread.start()
+
+        async def make() -> tuple[ScalerServer, scaler_cli.Sources]:
+            server, sources, _ = scaler_cli.build(args, clock=clock, background=False, demand_watch_s=demand_watch_s)
+            await server.start()
+            return server, sources
+
+        self.server, self.sources = asyncio.run_coroutine_threadsafe(make(), self.loop).result(30)
+        self.target = f"127.0.0.1:{self.server.grpc_port}"
+        self.http = f"http://127.0.0.1:{self.server.http_port}"
+        self.channel = grpc.insecure_channel(self.target)
+
+    def collect(self) -> None:
+        """One collection cycle, then the decisions on it, as the scaler's background threads do them."""
+        self.sources.collect_once()
+        self.server.service.refresh()
+
+    def metric(self, name: str, so: str, model: str, namespace: str = "llm") -> float | None:
+        status, text = get(self.http + "/metrics")
+        assert status == 200
+        return metric_value(text, name, namespace=namespace, scaledobject=so, model=model)
+
+    def stop(self) -> None:
+        self.channel.close()
+        asyncio.run_coroutine_threadsafe(self.server.stop(0.1), self.loop).result(30)
+        self.sources.stop()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()

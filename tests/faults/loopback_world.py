@@ -7,20 +7,14 @@ asks the scaler over real gRPC with KEDA's call pattern.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import threading
-from typing import Any
-
 import grpc
 from conftest import engine_body
 from fakeengine import FakeEngine
-from scaler_harness import FakeClock, keda_poll, stub
+from scaler_harness import FakeClock, ScalerPod, keda_poll, stub
 
 from keda_llm.exporter.cli import build_collector
 from keda_llm.exporter.config import parse_config
 from keda_llm.exporter.server import create_server
-from keda_llm.scaler import cli as scaler_cli
 from keda_llm.scaler.externalscaler import externalscaler_pb2 as pb
 
 T0 = 1_800_000_000.0
@@ -42,22 +36,9 @@ class LoopbackWorld:
         self.exporter, port = create_server(cfg.listen_address, self.collector)
         self.exporter.start()
         self.exporter_address = f"127.0.0.1:{port}"
-        parser = argparse.ArgumentParser()
-        scaler_cli.add_arguments(parser)
-        args = parser.parse_args(["--grpc-address", "127.0.0.1:0", "--http-address", "127.0.0.1:0", "--no-kube",
-                                  "--exporters", "", *flags])
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="fault-scaler", daemon=True)
-        self._thread.start()
-
-        async def make() -> Any:
-            server, sources, _ = scaler_cli.build(args, clock=self.clock, background=False, demand_watch_s=None)
-            await server.start()
-            return server, sources
-
-        self.server, self.sources = asyncio.run_coroutine_threadsafe(make(), self.loop).result(30)
-        self.http = f"http://127.0.0.1:{self.server.http_port}"
-        self.channel = grpc.insecure_channel(f"127.0.0.1:{self.server.grpc_port}")
+        self.pod = ScalerPod(self.clock, *flags, demand_watch_s=None)
+        self.server, self.sources, self.http, self.channel = (self.pod.server, self.pod.sources, self.pod.http,
+                                                              self.pod.channel)
         self.client = stub(self.channel)
 
     def ref(self, name: str = "chat", **metadata: str) -> pb.ScaledObjectRef:
@@ -85,12 +66,7 @@ class LoopbackWorld:
         return p.values[0][1], p.active
 
     def close(self) -> None:
-        self.channel.close()
-        asyncio.run_coroutine_threadsafe(self.server.stop(0.1), self.loop).result(30)
-        self.sources.stop()
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-        self.loop.close()
+        self.pod.stop()
         self.exporter.stop()
         self.collector.stop()
         self.engine.stop()

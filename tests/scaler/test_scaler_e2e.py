@@ -22,9 +22,6 @@ Numbers derived by hand from the bodies and scaler/policy.py `tokens`:
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,14 +32,12 @@ import pytest
 from conftest import engine_body
 from fakeengine import FakeEngine
 from prometheus_server import BodyServer, json_body, refused_address
-from scaler_harness import FakeClock, get, keda_poll, metric_value, stub
+from scaler_harness import FakeClock, ScalerPod, get, keda_poll, metric_value, stub
 
 from keda_llm.exporter.cli import build_collector
 from keda_llm.exporter.config import parse_config
 from keda_llm.exporter.server import MetricsServer, create_server
-from keda_llm.scaler import cli as scaler_cli
 from keda_llm.scaler.externalscaler import externalscaler_pb2 as pb
-from keda_llm.scaler.server import ScalerServer
 from keda_llm.simulator.control import KedaHpaLoop, KedaSettings, ScaledObjectRef, Trigger
 from keda_llm.simulator.control.grpc_scaler import GrpcExternalScaler
 
@@ -78,47 +73,6 @@ class Exporter:
         self.collector.stop()
         for engine in self.engines.values():
             engine.stop()
-
-
-class ScalerPod:
-    """`scaler.cli.build` on its own event loop thread, collection left to `collect()`."""
-
-    def __init__(self, clock: FakeClock, *flags: str, demand_watch_s: float | None = None) -> None:
-        parser = argparse.ArgumentParser()
-        scaler_cli.add_arguments(parser)
-        args = parser.parse_args(["--grpc-address", "127.0.0.1:0", "--http-address", "127.0.0.1:0", "--no-kube",
-                                  "--exporters", "", *flags])
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="scaler-pod", daemon=True)
-        self._thread.start()
-
-        async def make() -> tuple[ScalerServer, scaler_cli.Sources]:
-            server, sources, _ = scaler_cli.build(args, clock=clock, background=False, demand_watch_s=demand_watch_s)
-            await server.start()
-            return server, sources
-
-        self.server, self.sources = asyncio.run_coroutine_threadsafe(make(), self.loop).result(30)
-        self.target = f"127.0.0.1:{self.server.grpc_port}"
-        self.http = f"http://127.0.0.1:{self.server.http_port}"
-        self.channel = grpc.insecure_channel(self.target)
-
-    def collect(self) -> None:
-        """One collection cycle, then the decisions on it, as the scaler's background threads do them."""
-        self.sources.collect_once()
-        self.server.service.refresh()
-
-    def metric(self, name: str, so: str, model: str) -> float | None:
-        status, text = get(self.http + "/metrics")
-        assert status == 200
-        return metric_value(text, name, namespace=NS, scaledobject=so, model=model)
-
-    def stop(self) -> None:
-        self.channel.close()
-        asyncio.run_coroutine_threadsafe(self.server.stop(0.1), self.loop).result(30)
-        self.sources.stop()
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-        self.loop.close()
 
 
 @dataclass
