@@ -24,11 +24,10 @@ from keda_llm.scaler.config import ScalerConfig
 from keda_llm.scaler.forecast import desired_series, forecast, horizon_seconds
 from keda_llm.scaler.history import HistoryView, Load, Snapshot
 from keda_llm.scaler.model import Decision, NoData, PolicyState, Reason, WorkloadState
-from keda_llm.scaler.policy import NoSignal, demand
+from keda_llm.scaler.policy import NoSignal, cold_start_of, demand
 from keda_llm.scaler.slo import LatencyDesired, from_window
 from keda_llm.scaler.windows import KpaResult, ceil_replicas, initial_panic, kpa_step, scale_down_delay
 
-DEFAULT_COLD_START = 600.0  # pending-guard bound when coldStart is unset and no engine reported its start-up
 PENDING_GUARD_FACTOR = 2.0  # the guard lets go after this many cold starts: pods stuck pending get help
 DELAY_FACTOR_MAX = 4.0  # the default scale-down delay grows to at most this many cold starts
 DELAY_FACTOR_QUIET = 8.0  # cold starts without a regretted release before the delay halves again
@@ -238,7 +237,7 @@ def _pending_guard(x: _Inputs, step: _Step, kpa: KpaResult | None, state: Policy
 
 def _cold_start(x: _Inputs) -> float:
     """The replica start-up time: `coldStart`, else the slowest start the engines reported, else 10 min."""
-    return x.config.cold_start or x.snap.max_startup_seconds or DEFAULT_COLD_START
+    return cold_start_of(x.config, x.snap)
 
 
 def _default_delay(x: _Inputs) -> bool:

@@ -300,6 +300,7 @@ class Snapshot:
     latest: Load  # the aggregate over the fresh replicas, judged at now
     max_startup_seconds: float | None  # the largest llm_engine_startup_seconds reported
     lifetime_prompt_per_request: float | None  # Σ prompt tokens / Σ finished requests since the engines started
+    prefill_rate: float | None = None  # one queueing replica's prompt tokens/s (`saturated_prefill_rate`)
 
 
 class HistoryView(Protocol):
@@ -418,7 +419,23 @@ class ModelHistory:
             if total_f > 0:
                 lifetime = math.fsum(p for p in prompts if p is not None) / total_f
         return Snapshot(obs.at, fresh, loading, stale, now - newest if fresh else math.inf, latest,
-                        self._max_startup, lifetime)
+                        self._max_startup, lifetime, self.saturated_prefill_rate())
+
+    def saturated_prefill_rate(self) -> float | None:
+        """The measured prefill throughput of one replica: the median prompt-token rate over the retained
+        samples (about 5 minutes) of replicas that had requests waiting. A replica with a queue prefills
+        as fast as it can, so its prompt rate then is its capacity for the mix it serves; an idle or
+        lightly loaded replica's rate says only what it was asked. None when no replica queued lately."""
+        rates: list[npt.NDArray[np.float64]] = []
+        for t in self._replicas.values():
+            if t.size == 0:
+                continue
+            ring = t.ring[:t.size] if t.size < REPLICA_RING else t.ring
+            busy = ring[:, RF["waiting"]] > 0  # NaN > 0 is False
+            rate = ring[busy, RF["prompt_rate"]]
+            rates.append(rate[np.isfinite(rate) & (rate > 0)])
+        saturated = np.concatenate(rates) if rates else np.empty(0)
+        return float(np.median(saturated)) if saturated.size else None
 
     def window(self, now: float, seconds: float) -> Load:
         """Means over (now - seconds, now], read from the finest tier that spans the window.
