@@ -142,7 +142,7 @@ def parse_cron(text: str) -> Cron:
     expanded = _MACROS.get(s.lower(), s)
     if expanded.startswith("@"):
         raise ValueError(f"unknown macro {s!r} (known: {', '.join(_MACROS)})")
-    parts = expanded.split(" ")
+    parts = expanded.split()
     if len(parts) != 5:
         raise ValueError(f"{s!r} has {len(parts)} fields; a cron expression has 5: minute hour day-of-month "
                          "month day-of-week (no seconds, no year)")
@@ -312,7 +312,10 @@ def _seconds(item: dict[Any, Any], key: str, lo_open: bool, hi: float) -> float 
     text = _text(item, key)
     if text is None:
         return None
-    v = parse_duration(text)
+    try:
+        v = parse_duration(text)
+    except ValueError as e:
+        raise ValueError(f"{key} {text!r}: {e}") from None
     if not math.isfinite(v) or v < 0 or (lo_open and v == 0) or v > hi:
         raise ValueError(f"{key} {text!r} must be {'more than 0' if lo_open else 'at least 0'} and at most "
                          f"{hi / 86400:g} days")
