@@ -1,0 +1,98 @@
+"""A warm window over real gRPC: the real server, HistoryStore and decide, on an injected clock.
+
+The model sits at zero (`scaleToZero`, nothing reports). A window opens Monday 6 July 2026 09:00-10:00
+Europe/Berlin (CEST, UTC+2: 07:00Z-08:00Z) with leadTime 10m and desiredReplicas 3. Expected, by hand:
+- before 06:50Z: GetMetrics 0, IsActive false, and KEDA's open StreamIsActive stays silent;
+- at 06:50Z (the lead): the decision refresh wakes it, the stream pushes `true`, GetMetrics answers 3;
+- three replicas then report, idle: held at 3 up to 07:59:59Z although nothing runs;
+- at 08:00Z the window is over and no demand was ever seen: GetMetrics 0, IsActive false, no push.
+"""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Iterator
+from datetime import datetime, timezone
+
+import grpc
+import pytest
+from scaler_harness import FakeClock, ServerThread, StreamReader, keda_poll, ref, stub, wait_for_streams
+
+from keda_llm.scaler.activation import ActivationBus, ScaledObjectKey
+from keda_llm.scaler.decide import decide
+from keda_llm.scaler.model import Observation, ReplicaSample
+from keda_llm.scaler.service import HistoryStore, ScalerService
+
+MODEL = "launch-8b"
+START = datetime(2026, 7, 6, 7, tzinfo=timezone.utc).timestamp()
+OPENS, END = START - 600.0, START + 3600.0
+KEY = ScaledObjectKey("llm", "launch")
+META = {"model": MODEL, "policy": "concurrency", "targetConcurrency": "10", "mode": "reactive",
+        "scaleToZero": "true", "idleTimeout": "60s",
+        "warmWindows": "- start: '0 9 * * MON'\n  end: '0 10 * * MON'\n  timezone: Europe/Berlin\n"
+                       "  desiredReplicas: 3\n  leadTime: 10m\n"}
+
+
+class World:
+    def __init__(self) -> None:
+        self.clock = FakeClock(OPENS - 120.0)
+        self.store = HistoryStore()
+        self.service = ScalerService(decide=decide, histories=self.store.get, history_lock=self.store.lock,
+                                     bus=ActivationBus(clock=self.clock), clock=self.clock)
+        self.server = ServerThread(self.service)
+        self.replicas = 0
+
+    def step_to(self, until: float) -> None:
+        """One collection every 5 s (the replicas running report idle), then the decision refresh."""
+        while self.clock.now < until:
+            self.clock.now = min(until, self.clock.now + 5.0)
+            samples = tuple(ReplicaSample(f"{MODEL}-{i}", self.clock.now, running=0.0, waiting=0.0)
+                            for i in range(self.replicas))
+            self.store.ingest(Observation("llm", MODEL, self.clock.now, samples))
+            self.service.refresh()
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    w = World()
+    yield w
+    w.server.stop()
+
+
+def test_a_window_wakes_a_model_at_zero_holds_the_floor_and_releases_it(world: World) -> None:
+    so = ref("launch", **META)
+    with grpc.insecure_channel(world.server.target) as channel:
+        client = stub(channel)
+        world.step_to(OPENS - 60.0)
+        poll = keda_poll(client, so)
+        assert poll.active is False and poll.values[0][1:] == (0, 0.0)
+        stream = StreamReader(client.StreamIsActive(so))
+        wait_for_streams(world.server, 1)
+        world.step_to(OPENS - 1.0)
+        with pytest.raises(queue.Empty):
+            stream.next(timeout=0.2)  # idle at zero: nothing pushed
+
+        world.step_to(OPENS)
+        assert stream.next() is True  # the refresh that first saw the window open pushed at once
+        poll = keda_poll(client, so)
+        assert poll.active is True and poll.values[0][1:] == (3, 3.0)
+        d = world.service.last_decision(KEY, so.scalerMetadata)
+        assert d is not None and (d.replicas, d.reason) == (3, "warm_window")
+        assert (d.details["warm_window_starts_at"], d.details["warm_window_ends_at"]) == (START, END)
+
+        world.replicas = 3  # KEDA and the HPA brought them up; they serve nothing yet
+        world.step_to(START + 1800.0)
+        poll = keda_poll(client, so)
+        assert poll.active is True and poll.values[0][1:] == (3, 3.0)
+        world.step_to(END - 1.0)
+        poll = keda_poll(client, so)
+        assert poll.active is True and poll.values[0][1:] == (3, 3.0)
+
+        world.step_to(END)
+        poll = keda_poll(client, so)
+        assert poll.active is False and poll.values[0][1:] == (0, 0.0)
+        d = world.service.last_decision(KEY, so.scalerMetadata)
+        assert d is not None and d.reason == "idle_zero" and "warm_window" not in d.details
+        with pytest.raises(queue.Empty):
+            stream.next(timeout=0.2)  # only the one push, at the window's opening
+        stream.call.cancel()
