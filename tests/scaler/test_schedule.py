@@ -29,9 +29,9 @@ from keda_llm.scaler.schedule import (
 BERLIN, NEW_YORK, UTC = ZoneInfo("Europe/Berlin"), ZoneInfo("America/New_York"), ZoneInfo("UTC")
 
 
-def z(*args: int) -> float:
+def z(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0) -> float:
     """Epoch seconds of a UTC wall time."""
-    return datetime(*args, tzinfo=timezone.utc).timestamp()  # type: ignore[misc]
+    return datetime(year, month, day, hour, minute, second, tzinfo=timezone.utc).timestamp()
 
 
 # ---- the grammar ----
