@@ -34,7 +34,7 @@ import math
 import re
 from bisect import bisect_right
 from calendar import monthrange
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from functools import lru_cache
@@ -180,6 +180,30 @@ def _instant(day: date, hour: int, minute: int, zone: ZoneInfo) -> float:
     return float(hi)
 
 
+_EPOCH_DAY = date(1970, 1, 1).toordinal()
+
+
+@lru_cache(maxsize=4096)
+def _day_offset(key: str, ordinal: int) -> float | None:
+    """The zone's UTC offset in seconds throughout local day `ordinal`, or None if it changes that day."""
+    zone = ZoneInfo(key)
+    d = date.fromordinal(ordinal)
+    midnight = datetime(d.year, d.month, d.day, tzinfo=zone)
+    offset = midnight.utcoffset()
+    after = datetime.fromtimestamp(midnight.timestamp() + 86400.0, zone).utcoffset()
+    return None if offset is None or offset != after else offset.total_seconds()
+
+
+def _clock(day: date, zone: ZoneInfo) -> Callable[[tuple[int, int]], float]:
+    """(hour, minute) on `day` -> the instant it fires. Most days keep one offset, so plain arithmetic
+    (a decision per second per ScaledObject runs this); a day with a change takes `_instant`."""
+    offset = _day_offset(zone.key, day.toordinal())
+    if offset is None:
+        return lambda hm: _instant(day, hm[0], hm[1], zone)
+    base = (day.toordinal() - _EPOCH_DAY) * 86400.0 - offset
+    return lambda hm: base + hm[0] * 3600.0 + hm[1] * 60.0
+
+
 def _local_day(t: float, zone: ZoneInfo) -> date:
     return datetime.fromtimestamp(t, zone).date()
 
@@ -189,12 +213,16 @@ def prev_fire(cron: Cron, zone: ZoneInfo, t: float) -> float | None:
     times = cron.times
     try:
         day = _local_day(t, zone) + timedelta(days=1)  # a fall-back across midnight repeats a date
-        for _ in range(SCAN_DAYS):
+        stop = day - timedelta(days=SCAN_DAYS)
+        while day > stop:
+            if day.month not in cron.months:
+                day = day.replace(day=1) - timedelta(days=1)  # the last day of the month before
+                continue
             if cron.matches_day(day):
-                d = day
-                i = bisect_right(times, t, key=lambda hm: _instant(d, hm[0], hm[1], zone))
+                at = _clock(day, zone)
+                i = bisect_right(times, t, key=at)
                 if i:
-                    return _instant(day, *times[i - 1], zone)
+                    return at(times[i - 1])
             day -= timedelta(days=1)
     except (OverflowError, ValueError):  # past year 1 or 9999
         return None
@@ -206,12 +234,16 @@ def next_fire(cron: Cron, zone: ZoneInfo, t: float) -> float | None:
     times = cron.times
     try:
         day = _local_day(t, zone) - timedelta(days=1)
-        for _ in range(SCAN_DAYS):
+        stop = day + timedelta(days=SCAN_DAYS)
+        while day < stop:
+            if day.month not in cron.months:
+                day = (day.replace(day=28) + timedelta(days=4)).replace(day=1)  # the 1st of the next month
+                continue
             if cron.matches_day(day):
-                d = day
-                i = bisect_right(times, t, key=lambda hm: _instant(d, hm[0], hm[1], zone))
+                at = _clock(day, zone)
+                i = bisect_right(times, t, key=at)
                 if i < len(times):
-                    return _instant(day, *times[i], zone)
+                    return at(times[i])
             day += timedelta(days=1)
     except (OverflowError, ValueError):
         return None

@@ -129,6 +129,17 @@ def test_leap_day_fires_every_four_years() -> None:
     assert next_fire(c, UTC, z(2097, 1, 1)) == z(2104, 2, 29, 12)
 
 
+def test_months_outside_the_cron_are_skipped_across_years() -> None:
+    c = parse_cron("0 6 15 MAR,SEP *")
+    assert next_fire(c, UTC, z(2026, 4, 1)) == z(2026, 9, 15, 6)
+    assert prev_fire(c, UTC, z(2026, 9, 15, 5, 59)) == z(2026, 3, 15, 6)
+    assert next_fire(c, UTC, z(2026, 9, 15, 6)) == z(2027, 3, 15, 6)
+    new_year = parse_cron("0 0 1 JAN *")
+    assert prev_fire(new_year, UTC, z(2026, 6, 1)) == z(2026, 1, 1)
+    assert next_fire(new_year, UTC, z(2026, 6, 1)) == z(2027, 1, 1)
+    assert prev_fire(parse_cron("59 23 31 DEC *"), UTC, z(2026, 12, 31, 23, 58)) == z(2025, 12, 31, 23, 59)
+
+
 def test_spring_forward_a_skipped_time_fires_at_the_change() -> None:
     c = parse_cron("30 2 * * *")
     # Berlin 29 March: 02:30 does not exist; the clocks jump 02:00 -> 03:00 at 01:00Z, which is when it fires
@@ -314,3 +325,22 @@ def test_bad_windows_are_a_config_error_naming_the_key(value: str, says: str) ->
         parse_metadata({"model": "m", "warmWindows": value})
     assert info.value.key == "warmWindows"
     assert says in info.value.problem
+
+
+@pytest.mark.parametrize("zone", ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "America/Santiago",
+                                  "America/Havana", "Asia/Kolkata", "UTC"])
+def test_the_arithmetic_clock_agrees_with_the_exact_conversion_every_day(zone: str) -> None:
+    """`_clock` does plain arithmetic on days that keep one offset (the fast path every decision takes):
+    over a whole year it must agree with `_instant`, which converts each wall time through zoneinfo. Lord
+    Howe shifts by 30 minutes; Santiago and Havana change their clocks at midnight."""
+    from datetime import date, timedelta
+
+    from keda_llm.scaler.schedule import _clock, _instant
+
+    tz = ZoneInfo(zone)
+    day = date(2026, 1, 1)
+    for _ in range(365):
+        at = _clock(day, tz)
+        for h, m in ((0, 0), (0, 30), (1, 30), (2, 0), (2, 30), (3, 0), (12, 0), (23, 0), (23, 59)):
+            assert at((h, m)) == _instant(day, h, m, tz), (day, h, m)
+        day += timedelta(days=1)
