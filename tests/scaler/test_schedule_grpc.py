@@ -16,7 +16,17 @@ from datetime import datetime, timezone
 
 import grpc
 import pytest
-from scaler_harness import FakeClock, ServerThread, StreamReader, keda_poll, ref, stub, wait_for_streams
+from scaler_harness import (
+    FakeClock,
+    ServerThread,
+    StreamReader,
+    get,
+    keda_poll,
+    metric_value,
+    ref,
+    stub,
+    wait_for_streams,
+)
 
 from keda_llm.scaler.activation import ActivationBus, ScaledObjectKey
 from keda_llm.scaler.decide import decide
@@ -79,6 +89,10 @@ def test_a_window_wakes_a_model_at_zero_holds_the_floor_and_releases_it(world: W
         d = world.service.last_decision(KEY, so.scalerMetadata)
         assert d is not None and (d.replicas, d.reason) == (3, "warm_window")
         assert (d.details["warm_window_starts_at"], d.details["warm_window_ends_at"]) == (START, END)
+        status, text = get(world.server.http + "/metrics")
+        assert status == 200
+        assert metric_value(text, "keda_llm_scaler_decision_reason", namespace="llm", scaledobject="launch",
+                            model=MODEL, reason="warm_window") == 1
 
         world.replicas = 3  # KEDA and the HPA brought them up; they serve nothing yet
         world.step_to(START + 1800.0)
