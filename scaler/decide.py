@@ -394,3 +394,20 @@ def decide(history: HistoryView, config: ScalerConfig, state: PolicyState, workl
                         {**details, "would_be_replicas": step.replicas}, would_be=decision)
         return held, replace(state, active=held_active, last_replicas=x.current)
     return decision, state
+
+
+def warm_at_zero(config: ScalerConfig, workload: WorkloadState, now: float) -> Decision | None:
+    """A model at zero that the scaler has nothing to decide on (no collection yet, or no exporter reachable:
+    a GPU node pool scaled to zero runs none) is idle, except while a warm window is open: then step 5a's
+    floor, within step 5's bounds, wakes it. None when no window is open. The lead's cold start is
+    `coldStart`, else the 10-minute default (no engine has reported one). With no data the count never
+    drops below the replicas Kubernetes says run."""
+    details: dict[str, float] = {}
+    lead = horizon_seconds(config.cold_start or DEFAULT_COLD_START, workload.polling_interval_s)
+    floor = warm_floor(config.warm_windows, now, lead, details)
+    if floor == 0:
+        return None
+    hi = config.max_replicas if config.max_replicas is not None else workload.max_replicas
+    lo = config.min_replicas if config.min_replicas is not None else workload.min_replicas
+    return Decision(max(min(max(floor, workload.current_replicas), hi), lo, 1), Reason.WARM_WINDOW.value, True,
+                    details)

@@ -86,3 +86,24 @@ def test_a_model_at_zero_wakes_to_the_floor_and_sleeps_after_the_window() -> Non
     assert once(md, idle, three, END - 1).replicas == 3
     done = once(md, idle, three, END)  # no demand was ever seen: idle past idleTimeout, so to zero at once
     assert (done.replicas, done.reason, done.active) == (0, "idle_zero", False)
+
+
+def test_with_nothing_to_decide_on_an_open_window_still_wakes_a_model_at_zero() -> None:
+    """The service's path for a model at zero it has no data for (no exporter reachable): warm_at_zero."""
+    from keda_llm.scaler.decide import warm_at_zero
+
+    cfg = parse_metadata({**META, "scaleToZero": "true"})
+    zero = WorkloadState(current_replicas=0, ready_replicas=0)
+    assert warm_at_zero(cfg, zero, START - 601) is None
+    d = warm_at_zero(cfg, zero, START - 600)
+    assert d is not None and (d.replicas, d.reason, d.active) == (3, "warm_window", True)
+    assert d.details["warm_window_ends_at"] == END
+    assert warm_at_zero(cfg, zero, END) is None
+    # no data never lowers what runs, and maxReplicas still caps the floor
+    assert (warm_at_zero(cfg, WorkloadState(5, 5), START) or Decision(0, "")).replicas == 5
+    capped = warm_at_zero(parse_metadata({**META, "scaleToZero": "true", "maxReplicas": "2"}), zero, START)
+    assert capped is not None and capped.replicas == 2
+    # no leadTime: coldStart unset and nothing reported, so 10 minutes + 30 s poll + 15 s sync = 645 s early
+    bare = parse_metadata({**META, "scaleToZero": "true", "warmWindows": WINDOW.replace(", leadTime: 10m", "")})
+    assert warm_at_zero(bare, zero, START - 646) is None
+    assert warm_at_zero(bare, zero, START - 645) is not None

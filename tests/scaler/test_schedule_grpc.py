@@ -16,8 +16,10 @@ from datetime import datetime, timezone
 
 import grpc
 import pytest
+from prometheus_server import refused_address
 from scaler_harness import (
     FakeClock,
+    ScalerPod,
     ServerThread,
     StreamReader,
     get,
@@ -110,3 +112,51 @@ def test_a_window_wakes_a_model_at_zero_holds_the_floor_and_releases_it(world: W
         with pytest.raises(queue.Empty):
             stream.next(timeout=0.2)  # only the one push, at the window's opening
         stream.call.cancel()
+
+
+def test_a_window_wakes_a_model_no_exporter_reports_for() -> None:
+    """The scaler as `keda-llm scaler` builds it (ScalerPod), for a model whose GPU node pool is at zero: no
+    exporter answers, so nothing is ever collected and there is nothing to decide on. An open window must
+    still wake it (GetMetrics answers the floor, 2, and the open stream gets `true`), and before the window it
+    is idle at zero as without one."""
+    clock = FakeClock(OPENS - 30.0)
+    pod = ScalerPod(clock)
+    so = ref("cold", model="cold-70b", exporters=refused_address(), scaleToZero="true",
+             warmWindows="[{start: '0 9 * * MON', duration: 1h, timezone: Europe/Berlin, desiredReplicas: 2, "
+                         "leadTime: 10m}]")
+    try:
+        client = stub(pod.channel)
+        poll = keda_poll(client, so)
+        assert poll.active is False and poll.values[0][1:] == (0, 0.0)
+        stream = StreamReader(client.StreamIsActive(so))
+        wait_for_streams_of(pod, 1)
+        for _ in range(29):
+            clock.now += 1.0
+            pod.collect()
+        with pytest.raises(queue.Empty):
+            stream.next(timeout=0.2)
+        clock.now = OPENS  # 08:50 CEST, the lead before 09:00
+        pod.collect()
+        assert stream.next() is True
+        poll = keda_poll(client, so)
+        assert poll.active is True and poll.values[0][1:] == (2, 2.0)
+        _, text = get(pod.http + "/metrics")
+        assert metric_value(text, "keda_llm_scaler_decision_reason", namespace="llm", scaledobject="cold",
+                            model="cold-70b", reason="warm_window") == 1
+        clock.now = START + 3600.0  # the window is over: idle at zero again
+        pod.collect()
+        poll = keda_poll(client, so)
+        assert poll.active is False and poll.values[0][1:] == (0, 0.0)
+        stream.call.cancel()
+    finally:
+        pod.stop()
+
+
+def wait_for_streams_of(pod: ScalerPod, n: int) -> None:
+    import asyncio
+
+    async def until() -> None:
+        while pod.server.service.bus.streams() < n:
+            await asyncio.sleep(0.01)
+
+    asyncio.run_coroutine_threadsafe(until(), pod.loop).result(30)
