@@ -63,7 +63,7 @@ _MACROS = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 
 _FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (
     ("minute", 0, 59, {}), ("hour", 0, 23, {}), ("day-of-month", 1, 31, {}), ("month", 1, 12, _MONTHS),
     ("day-of-week", 0, 7, _DAYS))
-_ELEMENT = re.compile(r"(?P<range>\*|(?P<lo>\w+)(?:-(?P<hi>\w+))?)(?:/(?P<step>\d+))?")
+_ELEMENT = re.compile(r"(?P<range>\*|(?P<lo>\w+)(?:-(?P<hi>\w+))?)(?:/(?P<step>\d+))?", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ def _value(text: str, field: str, lo: int, hi: int, names: dict[str, int]) -> in
     word = text.upper()
     if word in names:
         return names[word]
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         known = f" or a name ({', '.join(names)})" if names else ""
         raise ValueError(f"{field} {text!r} is not a number in {lo}-{hi}{known}")
     v = int(text)
@@ -358,7 +358,8 @@ def _replicas(item: dict[Any, Any]) -> int:
     v = item.get("desiredReplicas")
     if v is None:
         raise ValueError("desiredReplicas is required")
-    if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, str) and v.strip().isdigit())):
+    if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, str) and v.strip().isascii()
+                                                          and v.strip().isdigit())):
         raise ValueError(f"desiredReplicas {v!r} must be a whole number")
     n = int(v)
     if not 1 <= n <= MAX_REPLICAS:

@@ -81,6 +81,8 @@ def test_macros(macro: str, same_as: str) -> None:
     ("0 0 15W * *", "day-of-month '15W'"),
     ("1,,2 * * * *", "minute ''"),
     ("@reboot", "unknown macro '@reboot'"),
+    ("\u0663 0 * * *", "minute '\u0663': use *, N"),  # an Arabic-Indic 3: digits are ASCII here
+    ("*/\u0663 * * * *", "no ?, L, W or #"),
     ("0 0 30 2 *", "never fires: day-of-month 30 does not occur in month 2"),  # February 30th
     ("0 0 31 4,6,9,11 *", "never fires"),
     ("0 0 31 APR-JUN/2 *", "never fires"),  # April and June have 30 days
@@ -316,6 +318,7 @@ ONE = "start: '0 9 * * *'\n  timezone: UTC\n  desiredReplicas: 1\n  "
     ("- " + ONE.replace("desiredReplicas: 1", "desiredReplicas: true") + "duration: 1h", "must be a whole number"),
     ("- " + ONE.replace("desiredReplicas: 1", "desiredReplicas: 2.5") + "duration: 1h", "must be a whole number"),
     ("- " + ONE.replace("desiredReplicas: 1", "desiredReplicas: .nan") + "duration: 1h", "must be a whole number"),
+    ("- " + ONE.replace("desiredReplicas: 1", "desiredReplicas: '\u0663'") + "duration: 1h", "must be a whole number"),
     ("- " + ONE + "duration: 1h\n- " + ONE + "duration: 1h\n  leadTime: x", "window 2: "),
     ("x" * 20_000, "at most 16384 characters"),
     ("[" * 5000 + "]" * 5000, ""),  # deep nesting: refused, whatever YAML says
