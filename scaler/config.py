@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from keda_llm.common.durations import parse_duration as parse_duration  # the one Go duration grammar (exporter too)
+from keda_llm.scaler.schedule import MAX_WINDOWS, WarmWindow, parse_windows
 
 # Keys KEDA itself puts into the metadata map (keda-contract.md 2.1): never ours to refuse.
 KEDA_KEYS = frozenset({"scalerAddress", "enableTLS", "unsafeSsl"})
@@ -348,6 +349,18 @@ class ScalerConfig:
                                "`warmPath`: the GPU kind the model requests, as the exporters' `gpu_model` label "
                                "says it; unset: the kind its replicas were seen on (any kind before that).",
                                "NVIDIA H100 80GB HBM3", shown_default="(learned)")
+    warm_windows: tuple[WarmWindow, ...] = _key((), "warmWindows", parse_windows,
+                                                "Scheduled floors for known events: a YAML list of windows, each "
+                                                "`start` (a 5-field cron: minute hour day-of-month month "
+                                                "day-of-week) until `end` (a cron) or for `duration`, in "
+                                                "`timezone` (IANA), holding at least `desiredReplicas` (KEDA's "
+                                                "`cron` scaler's keys). The floor begins `leadTime` before the "
+                                                "start (default: a cold start + KEDA's poll + the HPA's 15s "
+                                                "sync, so replicas serve when the event begins), wakes a model "
+                                                f"at zero, and ends with the window. At most {MAX_WINDOWS} "
+                                                "windows; DST rules in docs/design.md.",
+                                                '[{start: "0 9 * * MON-FRI", duration: 9h, timezone: '
+                                                'Europe/Berlin, desiredReplicas: 2}]', shown_default="(none)")
 
     def __post_init__(self) -> None:
         """Rules between keys: the messages name both keys and both values."""

@@ -10,6 +10,7 @@ names the reason:
 3. pending guard   replicas still starting are supply that is coming: no scale-up past them
 3b. scale-down delay  the largest count decided within scaleDownDelay (default: the cold start) holds
 4. stale hold      some replica stopped reporting: never scale down on that
+5a. warm window   warmWindows: at least the open window's desiredReplicas (schedule.py), then clamped
 5. min/max clamp   config overrides, else the ScaledObject's bounds
 6. zero            scaleToZero: inactive (0) after idleTimeout without demand; wake on demand/activation
 7. advisory        hand back the current count, with the would-be decision attached
@@ -25,6 +26,7 @@ from keda_llm.scaler.forecast import desired_series, forecast, horizon_seconds
 from keda_llm.scaler.history import HistoryView, Load, Snapshot
 from keda_llm.scaler.model import Decision, NoData, PolicyState, Reason, WorkloadState
 from keda_llm.scaler.policy import NoSignal, cold_start_of, demand
+from keda_llm.scaler.schedule import warm_floor
 from keda_llm.scaler.slo import LatencyDesired, from_window
 from keda_llm.scaler.windows import KpaResult, ceil_replicas, initial_panic, kpa_step, scale_down_delay
 
@@ -313,18 +315,31 @@ def _bounds(x: _Inputs, step: _Step) -> None:
         step.set(lo, Reason.MIN_CLAMP)
 
 
+def _warm_window(x: _Inputs, step: _Step, details: dict[str, float]) -> bool:
+    """Step 5a: a scheduled window (`warmWindows`) holds at least its floor from one horizon before its start
+    (a cold start + poll + sync: serving when the event begins) to its end; maxReplicas still caps it.
+    Not recorded as a decided count (the scale-down delay ran before), so the floor ends with the window."""
+    lead = horizon_seconds(_cold_start(x), x.workload.polling_interval_s)
+    floor = warm_floor(x.config.warm_windows, x.now, lead, details)
+    if floor > step.replicas:
+        step.set(floor, Reason.WARM_WINDOW)
+    return floor > 0
+
+
 def _latest_of(*times: float | None) -> float | None:
     known = [t for t in times if t is not None]
     return max(known) if known else None
 
 
-def _zero(x: _Inputs, step: _Step, state: PolicyState, details: dict[str, float]) -> tuple[bool, float | None]:
-    """Step 6: active or not, and the last demand time. Inactive -> 0; active -> at least 1."""
+def _zero(x: _Inputs, step: _Step, state: PolicyState, details: dict[str, float],
+          warm: bool = False) -> tuple[bool, float | None]:
+    """Step 6: active or not, and the last demand time. Inactive -> 0; active -> at least 1. An open warm
+    window (`warm`) is active, but not demand: the idle timer runs on."""
     latest = x.snap.latest
     demand_now = any((v or 0.0) > 0 for v in (latest.running, latest.waiting, latest.upstream))
     seen = [t for t in (x.history.last_demand_at, state.last_activation_at) if t is not None and t <= x.now]
     last_demand = _latest_of(x.now if demand_now else None, state.last_demand_at, *seen)
-    if not x.config.scale_to_zero:
+    if not x.config.scale_to_zero or warm:
         active = True
     elif x.stale_data:
         active = state.active or demand_now  # never deactivate on stale data
@@ -336,7 +351,7 @@ def _zero(x: _Inputs, step: _Step, state: PolicyState, details: dict[str, float]
     elif step.replicas < 1:
         # Active means at least one replica (KEDA wakes a zero target to max(minReplicaCount, 1)).
         step.replicas, step.override = 1, (Reason.ACTIVATION if x.current == 0 else step.override)
-    elif x.current == 0:
+    elif x.current == 0 and step.override is not Reason.WARM_WINDOW:
         step.override = Reason.ACTIVATION
     details["active"] = float(active)
     details["idle_s"] = math.inf if last_demand is None else x.now - last_demand
@@ -360,8 +375,9 @@ def decide(history: HistoryView, config: ScalerConfig, state: PolicyState, workl
     state = _delay(x, step, state, details)
     state = _regret(x, state, step.replicas, details)
     _stale_hold(x, step)
+    warm = _warm_window(x, step, details)
     _bounds(x, step)
-    active, last_demand = _zero(x, step, state, details)
+    active, last_demand = _zero(x, step, state, details, warm)
     if step.would_be is not None:
         details["would_be_replicas"] = step.would_be
     reason = step.override or _base_reason(kpa, step.replicas, x.current)
@@ -377,3 +393,20 @@ def decide(history: HistoryView, config: ScalerConfig, state: PolicyState, workl
                         {**details, "would_be_replicas": step.replicas}, would_be=decision)
         return held, replace(state, active=held_active, last_replicas=x.current)
     return decision, state
+
+
+def warm_at_zero(config: ScalerConfig, workload: WorkloadState, now: float) -> Decision | None:
+    """A model at zero that the scaler has nothing to decide on (no collection yet, or no exporter reachable:
+    a GPU node pool scaled to zero runs none) is idle, except while a warm window is open: then step 5a's
+    floor, within step 5's bounds, wakes it. None when no window is open. The lead's cold start is
+    `coldStart`, else the 10-minute default (no engine has reported one). With no data the count never
+    drops below the replicas Kubernetes says run."""
+    details: dict[str, float] = {}
+    lead = horizon_seconds(config.cold_start or DEFAULT_COLD_START, workload.polling_interval_s)
+    floor = warm_floor(config.warm_windows, now, lead, details)
+    if floor == 0:
+        return None
+    hi = config.max_replicas if config.max_replicas is not None else workload.max_replicas
+    lo = config.min_replicas if config.min_replicas is not None else workload.min_replicas
+    return Decision(max(min(max(floor, workload.current_replicas), hi), lo, 1), Reason.WARM_WINDOW.value, True,
+                    details)

@@ -101,6 +101,7 @@ class Reason(str, Enum):
     FORECAST_DOWN = "forecast_down"  # proactive only: the forecast asked for fewer than the windows
     SCALE_DOWN_DELAY = "scale_down_delay"  # a larger count decided within scaleDownDelay holds (Knative)
     LATENCY_UP = "latency_up"  # observed TTFT/ITL over targetTimeToFirstToken/targetInterTokenLatency asked for more
+    WARM_WINDOW = "warm_window"  # warmWindows: a scheduled window's desiredReplicas raised the count (or woke it)
 
 
 class NoData(Exception):

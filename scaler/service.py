@@ -47,6 +47,7 @@ from keda_llm.common.periodic import Periodic
 from keda_llm.scaler.activation import ActivationBus, ScaledObjectKey
 from keda_llm.scaler.config import ConfigCache, ScalerConfig
 from keda_llm.scaler.decide import activate as record_activation
+from keda_llm.scaler.decide import warm_at_zero
 from keda_llm.scaler.history import HistoryView, ModelHistory
 from keda_llm.scaler.model import Decision, NoData, Observation, PolicyState, Reason, WorkloadState
 from keda_llm.scaler.names import metric_name
@@ -448,8 +449,10 @@ class ScalerService:
                     return answer
         at_zero = known is not None and known.current_replicas == 0
         if cfg.scale_to_zero and (history is None or at_zero):
-            reason = Reason.IDLE_ZERO.value
-            answer = Answer(entry.metric_name, Decision(0, reason, active=False), False)
+            # idle, unless a warm window is open (scaler/schedule.py): that wakes it with no data at all
+            woken = warm_at_zero(cfg, known or WorkloadState(0, 0), now)
+            decision = woken or Decision(0, Reason.IDLE_ZERO.value, active=False)
+            answer = Answer(entry.metric_name, decision, decision.active)
             entry.last_decision = answer.decision
             self.metrics.record(key, cfg.model, answer)
             return answer
