@@ -173,15 +173,17 @@ def _shape(rows: FloatArray, smooth: int) -> FloatArray:
     return np.asarray(np.maximum(shape / mean, SHAPE_FLOOR), dtype=np.float64)
 
 
-def _day_scales(rows: FloatArray) -> FloatArray:
-    """Each day's level relative to the per-minute median day (over the minutes it has data)."""
+def _day_scales(rows: FloatArray) -> tuple[FloatArray, float]:
+    """Each day's level relative to the per-minute median day (over the minutes it has data), and that
+    median day's mean rate (history units)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         ref = np.nanmedian(rows, axis=0)
     ok = np.isfinite(rows) & np.isfinite(ref)[None, :]
     num = np.where(ok, rows, 0.0).sum(axis=1)
     den = np.where(ok, ref[None, :], 0.0).sum(axis=1)
-    return np.asarray(np.divide(num, den, out=np.zeros(len(rows)), where=den > 0), dtype=np.float64)
+    scales = np.asarray(np.divide(num, den, out=np.zeros(len(rows)), where=den > 0), dtype=np.float64)
+    return scales, float(_smooth(np.asarray(ref, dtype=np.float64), 0).mean())  # a minute no day has: interpolated
 
 
 def _level_series(x: FloatArray, p: FloatArray, half_life: float, window: int) -> FloatArray:
@@ -217,14 +219,17 @@ def fit(times: npt.ArrayLike, values: npt.ArrayLike, now: float, horizon: float,
     grid = _grid(ts, vs, end, n)
     rows = grid.reshape(n_days, DAY)  # oldest day first; column j is absolute minute (end + j) mod DAY
     usable = np.isfinite(rows).mean(axis=1) >= min_coverage
+    if not usable.any():
+        return None
     scales = np.zeros(n_days)
-    scales[usable] = _day_scales(rows[usable])
+    scales[usable], ref_mean = _day_scales(rows[usable])
     usable &= scales > 0
     if not usable.any():
         return None
-    typical = float(np.median(scales[usable]))  # the profile's level: a typical day
+    typical = float(np.median(scales[usable]))  # a typical day's level, relative to the median day
     norm = np.where(usable[:, None], rows / np.where(usable, scales, 1.0)[:, None] * typical, np.nan)
-    cols = _shape(norm[usable], smooth) * typical
+    mean_rate = typical * ref_mean  # the profile's level: a typical day's mean rate, history units
+    cols = _shape(norm[usable], smooth) * mean_rate
     daily = np.roll(cols, end % DAY)
     weekly = None
     if int(usable.sum()) >= 2 * 7:
@@ -232,7 +237,7 @@ def fit(times: npt.ArrayLike, values: npt.ArrayLike, now: float, horizon: float,
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             week_mean = np.nanmean(week_rows, axis=0)
-        week_cols = np.maximum(_smooth(np.asarray(week_mean, dtype=np.float64), smooth), SHAPE_FLOOR * typical)
+        week_cols = np.maximum(_smooth(np.asarray(week_mean, dtype=np.float64), smooth), SHAPE_FLOOR * mean_rate)
         weekly = (1 - weekly_weight) * np.tile(daily, 7) + weekly_weight * np.roll(week_cols, end % WEEK)
 
     # Backtest: each usable day's buckets against a profile that left that day out.
@@ -243,7 +248,7 @@ def fit(times: npt.ArrayLike, values: npt.ArrayLike, now: float, horizon: float,
         for d in range(n_days):
             others = usable.copy()
             others[d] = False
-            prof[d] = _shape(norm[others], smooth) * typical
+            prof[d] = _shape(norm[others], smooth) * mean_rate
     else:
         source = "in-sample"
         prof = np.tile(cols, (n_days, 1))
