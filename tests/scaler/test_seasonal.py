@@ -10,6 +10,7 @@ measure one thing.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import math
 import sys
@@ -355,3 +356,18 @@ def test_heldback_upper_quantile_covers_near_nominal(heldback_rows: list[dict[st
     for r in heldback_rows:
         assert isinstance(r["coverage"], float)
         assert abs(r["coverage"] - 0.9) <= 0.07, r
+
+
+def test_upper_is_the_conformal_rank_of_the_scaled_residuals() -> None:
+    times, values, now = series(2)
+    fitted = fit(times, values, now, H, smooth=0)
+    assert fitted is not None
+    model = dataclasses.replace(fitted, residuals=np.arange(100, dtype=np.float64) / 100, floor=4.0)
+    f = predict(model, times, values, now, H, quantile=0.9)
+    assert f is not None
+    # ceil((100 + 1) x 0.9) = 91st smallest of 0.00 .. 0.99 -> 0.90; upper = point + 0.90 x sqrt(point + 4).
+    assert f.residual_q == pytest.approx(0.90)
+    assert f.upper == pytest.approx(f.point + 0.90 * math.sqrt(f.point + 4.0), rel=1e-12)
+    assert f.residuals == 100
+    top = predict(model, times, values, now, H, quantile=0.999)  # past the last rank: the largest residual
+    assert top is not None and top.residual_q == pytest.approx(0.99)
