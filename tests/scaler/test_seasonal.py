@@ -324,7 +324,7 @@ def test_statsmodels_holt_winters_and_ours_agree_on_a_known_season() -> None:
     b = bench()
     _, values = noisy(7, 0.1, seed=11)
     hb = b.heldback(values, H)
-    hw = b.holt_winters(values, hb.lead)
+    hw, _ = b.holt_winters(values, hb.lead)
     truth = sine(np.arange(5 * DAY, 7 * DAY - LEAD + 1) - 1 + LEAD)
     ours_err = float(np.mean(np.abs(hb.point - truth)))
     hw_err = float(np.mean(np.abs(hw - truth)))
@@ -350,6 +350,8 @@ def test_heldback_days_beat_both_naive_forecasts_and_holt_winters(heldback_rows:
         assert r["mae"] < r["mae_yesterday"], r
         assert r["mae"] < r["mae_hw"], r
         assert r["pin"] < r["pin_last"], r
+        assert r["pin"] < r["pin_yesterday"], r
+        assert r["pin"] < r["pin_hw"], r  # HW's upper: its point + the 0.9 quantile of its own errors
 
 
 def test_heldback_upper_quantile_covers_near_nominal(heldback_rows: list[dict[str, float | str]]) -> None:
