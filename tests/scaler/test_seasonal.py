@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import math
+import subprocess
 import sys
 from types import ModuleType
 
@@ -316,6 +317,20 @@ def test_bad_fit_parameters_are_a_clear_error() -> None:
     times, values, now = series(2)
     with pytest.raises(ValueError, match="half_life > 0"):
         fit(times, values, now, H, half_life=0)
+
+
+# --- the scaler's image stays free of the reference library -----------------------------------------
+
+def test_the_forecaster_loads_no_modelling_library() -> None:
+    """The issue: no numba, pandas or compiled modelling toolchains in the scaler's image. The module
+    imports numpy only, and the image's lock holds none of statsmodels' stack."""
+    heavy = "{'pandas', 'scipy', 'statsmodels', 'numba', 'patsy'}"
+    probe = f"import sys, keda_llm.scaler.seasonal; print(sorted({{m.split('.')[0] for m in sys.modules}} & {heavy}))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=TESTS)
+    assert out.stdout.strip() == "[]"
+    lock = (TESTS.parent / "deploy" / "requirements.lock").read_text().lower()
+    for heavy in ("pandas==", "scipy==", "statsmodels==", "numba==", "patsy=="):
+        assert heavy not in lock, heavy
 
 
 # --- the library on synthetic days, and the held-back Azure days --------------------------------------
