@@ -24,8 +24,9 @@ Method (and why):
   within a day the profile's slope is the trend, across days the level. The average of several noisy
   minutes, not the last one, is what beats the last value a few minutes ahead; a longer half-life (20,
   40 min) lost to the last value when chosen on days 1-4 -> 5 of the Azure week (the held-back test
-  scores days 6-7). A bucket counts for at most `CLIP` x the window's median ratio, so one spike
-  moves the level by a bounded step.
+  scores days 6-7). A bucket counts for at most `CLIP` x the median ratio of the newest 5, so one
+  spike moves the level by a bounded step, while traffic that resumes after an idle spell counts
+  once it has lasted 3 minutes.
 - Target: the bucket holding `now + horizon` (horizon = the measured cold start p90 + KEDA's poll +
   the HPA sync, see `scaler.forecast.horizon_seconds`); with `span` > 0, the largest profile value of
   the buckets overlapping [now + horizon - span, now + horizon + span], for capacity that must serve
@@ -60,7 +61,8 @@ WEEK = 7 * DAY
 MAX_DAYS = 14  # the history's length; older buckets are ignored
 HALF_LIFE = 5.0  # minutes: the level's exponential weights (chosen on days 1-4 -> 5 of the Azure week)
 LEVEL_WINDOW = 60  # buckets the level reads (at a 5 min half-life the older weights are < 2^-12)
-CLIP = 4.0  # a recent bucket counts for at most CLIP x the window's median ratio to the profile
+CLIP = 4.0  # a recent bucket counts for at most CLIP x the median ratio to the profile of the newest CLIP_OF
+CLIP_OF = 5  # buckets with data: one spike is clipped, traffic resuming after an idle hour is not
 SMOOTH = 5  # the profile's moving average: +-5 minutes
 MIN_COVERAGE = 0.5  # a day window enters the profile when at least half its buckets hold data
 WEEKLY_WEIGHT = 0.5
@@ -295,12 +297,14 @@ def predict(model: SeasonalModel, times: npt.ArrayLike, values: npt.ArrayLike, n
     prof_ok = model.profile(buckets[ok])
     x = recent[ok]
     if CLIP > 0:
-        x = np.minimum(x, CLIP * float(np.median(x / prof_ok)) * prof_ok)
+        x = np.minimum(x, CLIP * float(np.median((x / prof_ok)[-CLIP_OF:])) * prof_ok)
     level = float(np.sum(w * x)) / float(np.sum(w * prof_ok))  # > 0 denominator: the profile is floored
     target = now + horizon
-    lo = math.floor((target - span) / BUCKET)
-    hi = math.floor((target + span) / BUCKET) if span > 0 and (target + span) % BUCKET else math.floor(target / BUCKET)
-    hi = max(hi, lo)
+    if span > 0:  # the buckets overlapping [target - span, target + span]
+        lo = math.floor((target - span) / BUCKET)
+        hi = max(lo, math.ceil((target + span) / BUCKET) - 1)
+    else:
+        lo = hi = math.floor(target / BUCKET)
     prof = float(np.max(model.profile(np.arange(lo, hi + 1, dtype=np.int64))))
     point = max(0.0, level * prof)
     res = model.residuals
@@ -321,7 +325,7 @@ def seasonal_forecast(times: npt.ArrayLike, values: npt.ArrayLike, now: float, h
                       level_window: int = LEVEL_WINDOW, smooth: int = SMOOTH) -> SeasonalForecast | None:
     """Fit (when `model` is None, older than `refit_every` or made for another horizon) and predict.
 
-    Keep `result.model` per scaled model and pass it back: a refit costs about a millisecond, a
+    Keep `result.model` per scaled model and pass it back: a refit costs a few milliseconds, a
     prediction from a kept model tens of microseconds. None: under one whole day of history, or no
     recent data (the caller falls back to `scaler.forecast`)."""
     stale = (model is None or not (0 <= now - model.fitted_at < refit_every)

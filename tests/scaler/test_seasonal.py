@@ -151,6 +151,21 @@ def test_a_spike_in_the_last_minute_is_clipped() -> None:
     assert f.point == pytest.approx(100 * f.level, rel=1e-9)
 
 
+def test_traffic_resuming_after_an_idle_spell_is_not_clipped_away() -> None:
+    n = 3 * DAY
+    times, values = np.arange(n) * BUCKET, np.full(n, 100.0)
+    now = n * BUCKET
+    model = fit(times, values, now, H)
+    assert model is not None
+    back = values.copy()
+    back[-LEVEL_WINDOW:] = 0.0
+    back[-10:] = 100.0  # idle for 50 minutes, then 10 minutes at the usual rate
+    f = predict(model, times, back, now, H)
+    assert f is not None
+    # The newest 10 of 60 weights: (1 - 2^(-10/5)) / (1 - 2^(-60/5)).
+    assert f.level == pytest.approx(0.75 / (1 - 2 ** -12), rel=1e-9)
+
+
 # --- idle models, short histories ------------------------------------------------------------------
 
 def test_idle_days_are_left_out_and_an_idle_model_forecasts_zero() -> None:
