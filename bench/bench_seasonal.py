@@ -9,7 +9,8 @@ yesterday, and statsmodels' Holt-Winters (`ExponentialSmoothing`: additive dampe
 season of 1,440 minutes, heuristic initialisation, parameters fitted on days 1-5 and then run over
 days 6-7 with those parameters fixed). Reported: MAE, and the pinball loss at the forecaster's
 quantile (0.9) of its upper forecast against each baseline's value taken as a 0.9 quantile, plus the
-upper forecast's coverage.
+upper forecast's coverage. Also the same days as the scaler runs the forecaster (`seasonal_forecast`
+refitting hourly on every minute before the origin).
 
 CPU per model per update (`time.process_time`, this process, one model at a time): ours with a kept
 model (`predict`), ours refitting (`fit`), our amortized cost when refitting hourly at a 10 s poll, and

@@ -358,9 +358,12 @@ def test_statsmodels_holt_winters_and_ours_agree_on_a_known_season() -> None:
     truth = sine(np.arange(5 * DAY, 7 * DAY - LEAD + 1) - 1 + LEAD)
     ours_err = float(np.mean(np.abs(hb.point - truth)))
     hw_err = float(np.mean(np.abs(hw - truth)))
-    # Both recover the daily sine to within its 10% noise; ours at least as close as the library.
-    assert ours_err < 0.04 * 100 and hw_err < 0.06 * 100
-    assert ours_err <= hw_err
+    # Ours, derived: the level averages ~15 minutes (effective n of 5 min half-life weights: (sum w)^2 /
+    # sum w^2 = 7.72^2 / 4.03 = 14.8) -> 10% / sqrt(14.8) = 2.6%; the profile is a median of 5 days x 11
+    # smoothed minutes -> ~1.25 x 10% / sqrt(55) = 1.7%; together ~3.1% sd, MAE ~0.8 sd x ~100 = 2.5.
+    assert ours_err < 3.2
+    assert hw_err < 6.0  # the library recovers the season too (4.1 here)
+    assert ours_err < hw_err
 
 
 @pytest.fixture(scope="module")
