@@ -220,7 +220,8 @@ class LongTier:
         wanted = np.arange(end - k, end, dtype=np.int64)
         out = np.full(k, math.nan)
         if self.head is not None:
-            held = (wanted <= self.head) & (wanted > self.head - self.n)
+            newest = self.head if self.cur is None else max(self.head, self.cur)  # `days` back from the newest
+            held = (wanted <= self.head) & (wanted > newest - self.n)
             slots = wanted[held] % self.n
             out[held] = decode(unpack(self.words[slots][:, None, :])[:, 0, i])
         if self.cur is not None and end - k <= self.cur < end and self._counts[i]:
