@@ -18,7 +18,7 @@ import contextlib
 import logging
 import math
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -108,18 +108,22 @@ class LongHistoryRestorer:
         if self.history_dir is None:
             return None
         self._last_save = self._clock()
-        entries = []
         refs = [(source, history) for source, prom, store in self._stores() if not prom for history in store.models()]
-        with self._lock:
+        refs.sort(key=lambda r: -(r[1].last_at or 0.0))  # most recently seen first: kept if the file is full
+        written: set[snapshot.EntryKey] = set()
+
+        def entries() -> Iterator[snapshot.Entry]:
             for source, history in refs:
-                minutes, words = history.long.export()
+                with self._lock:  # one model at a time: collection waits for a 121 KB copy at most
+                    minutes, words = history.long.export()
                 if len(minutes):
-                    entries.append(snapshot.Entry(source, history.namespace, history.model, int(minutes[-1]), words))
-        # models read from the snapshot but not seen (yet) since the start are kept for the next start
-        seen = {(e.source, e.namespace, e.model) for e in entries}
-        entries += [e for k, e in self._pending.items() if k not in seen]
+                    written.add((source, history.namespace, history.model))
+                    yield snapshot.Entry(source, history.namespace, history.model, int(minutes[-1]), words)
+            # models read from the snapshot but not seen (yet) since the start are kept for the next start
+            yield from (e for k, e in list(self._pending.items()) if k not in written)
+
         try:
-            return snapshot.save(self.history_dir, entries, self.max_bytes)
+            return snapshot.save(self.history_dir, entries(), self.max_bytes)
         except OSError as err:
             log.warning("long history snapshot in %s not written: %s", self.history_dir, err)
             return None

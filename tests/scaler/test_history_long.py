@@ -176,8 +176,8 @@ def test_snapshot_round_trip_is_exact(tmp_path: Path) -> None:
     path = snapshot.save(tmp_path, entries)
     assert path.name == "long-history.v1.bin" and not [p for p in tmp_path.iterdir() if p != path]  # no temp left
     data = path.read_bytes()
-    header = int.from_bytes(data[20:24], "little")
-    assert len(data) == 16 + 4 + 4 + header + (1440 + 50) * 6 + 4  # magic, version, length, header, words, CRC
+    trailer = int.from_bytes(data[-8:-4], "little")
+    assert len(data) == 16 + 4 + (1440 + 50) * 6 + trailer + 4 + 4  # magic, version, words, trailer, length, CRC
     back = snapshot.load(tmp_path)
     assert sorted(back) == sorted((e.source, e.namespace, e.model) for e in entries)
     got = back[("exporters-static|10.0.0.5:9400|", "llm", "m")]
@@ -190,9 +190,10 @@ def test_snapshot_round_trip_is_exact(tmp_path: Path) -> None:
         assert fresh.minutes(name, now, DAY)[1].tobytes() == tier.minutes(name, now, DAY)[1].tobytes()
 
 
-def test_snapshot_is_bounded_newest_first(tmp_path: Path) -> None:
+def test_snapshot_is_bounded_first_come_first_kept(tmp_path: Path) -> None:
     words = np.zeros((1440, 3), np.uint16)
-    entries = [snapshot.Entry("s", "ns", f"m{i}", 1000 + i, words) for i in range(10)]
+    # given most recently seen first (the restorer sorts them so): the first that fit are kept
+    entries = [snapshot.Entry("s", "ns", f"m{i}", 1000 + i, words) for i in reversed(range(10))]
     snapshot.save(tmp_path, entries, max_bytes=30_000)  # 8,640 bytes of words a model: room for 3, not 4
     assert sorted(k[2] for k in snapshot.load(tmp_path)) == ["m7", "m8", "m9"]
 
@@ -200,6 +201,7 @@ def test_snapshot_is_bounded_newest_first(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("damage", "why"), [
     (lambda b: b[:-100], "checksum mismatch"),
     (lambda b: b[:200] + bytes([b[200] ^ 0xFF]) + b[201:], "checksum mismatch"),
+    (lambda b: b[:-8] + (1).to_bytes(4, "little") + b[-4:], "checksum mismatch"),
     (lambda b: b"PK\x03\x04 a zip, not ours" * 10, "bad magic"),
     (lambda b: b"", "bad magic"),
     (lambda b: b[:16] + (2).to_bytes(4, "little") + b[20:], "format version 2, this scaler reads 1"),

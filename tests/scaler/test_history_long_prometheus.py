@@ -22,7 +22,14 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import pytest
-from prometheus_server import BodyServer, Job, PrometheusServer, prometheus_binary, running_prometheus
+from prometheus_server import (
+    BodyServer,
+    Job,
+    PrometheusServer,
+    prometheus_binary,
+    refused_address,
+    running_prometheus,
+)
 from scaler_harness import FakeClock, ScalerPod, ref, stub
 
 from keda_llm.scaler import backfill
@@ -30,6 +37,8 @@ from keda_llm.scaler.config import parse_metadata
 from keda_llm.scaler.history import ModelHistory
 from keda_llm.scaler.longhistory import LONG_FIELDS, MAX_RELATIVE_ERROR
 from keda_llm.scaler.model import Observation, ReplicaSample
+from keda_llm.scaler.restore import LongHistoryRestorer
+from keda_llm.scaler.service import HistoryStore
 from keda_llm.scaler.sources.promql import PrometheusClient
 
 NS, MODEL, OTHER = "llm", "llama", "qwen"
@@ -339,3 +348,38 @@ def test_a_corrupt_history_dir_is_a_log_line_and_an_empty_history(
     got = pod.minutes("demand", (data.m0 + K) * 60.0)
     assert got[0] == pytest.approx(data.expected("demand")[0], rel=MAX_RELATIVE_ERROR)
     assert np.isnan(got[2:]).all()
+
+
+def test_a_failed_rebuild_is_retried_and_live_minutes_stay(world: World, caplog: pytest.LogCaptureFixture) -> None:
+    data = world.data
+    store = HistoryStore(long_days=1)
+    address = [refused_address()]  # Prometheus down at first
+    clock = FakeClock(data.times(120)[0])
+    restorer = LongHistoryRestorer(lambda: [("src", address[0], store)], store.lock, clock=clock, retry_s=30.0)
+    for k in (120, 121):
+        for t in data.times(k):
+            store.ingest(Observation(NS, MODEL, t, tuple(data.replica(i, t) for i in data.present(k))))
+    clock.now = data.times(121)[-1]
+    with caplog.at_level(logging.WARNING, logger="keda_llm.scaler.restore"):
+        assert restorer.step() == 0
+    assert restorer.failures == 1
+    assert any(f"long history of {NS}/{MODEL}: rebuild from Prometheus failed, retrying in 30s: connection: "
+               in r.getMessage() for r in caplog.records)
+    clock.now += 20
+    assert restorer.step() == 0 and restorer.failures == 1  # not before the retry is due
+    address[0] = world.prometheus.url  # Prometheus is back
+    clock.now += 10
+    assert restorer.step() == 1 and restorer.step() == 0  # restored once
+    history = store.get(NS, MODEL)
+    assert history is not None
+    end = (data.m0 + 122) * 60.0
+    for field in LONG_FIELDS:
+        _, got = history.minutes(field, end, end - data.m0 * 60.0)
+        skip = RATE_EDGES if field != "demand" else set()
+        want = data.expected(field)[:122]
+        for k in range(122):  # rebuilt before minute 120, live after: all as derived by hand
+            if k in skip or math.isnan(want[k]):
+                continue
+            assert got[k] == pytest.approx(want[k], rel=MAX_RELATIVE_ERROR), f"{field} minute {k}"
+    # the minute 120 rate is live: its first observation had no rate, the other three in-minute ones do
+    assert history.long.live_from == data.m0 + 121
