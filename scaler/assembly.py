@@ -239,6 +239,7 @@ class Sources:
             sources = [source for source, _ in self._sources.values()]
         for source in sources:
             source.stop()
+        self.restorer.stop()
         self._restore_loop.stop()
         self.restorer.save()  # the long tiers as they are now, for the next start (with --history-dir)
 

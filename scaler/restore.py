@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import threading
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -57,6 +58,11 @@ class LongHistoryRestorer:
         self._retry_at: weakref.WeakKeyDictionary[ModelHistory, float] = weakref.WeakKeyDictionary()
         self._last_save = clock()
         self.failures = 0  # rebuilds that failed (and will be retried)
+        self._stopping = threading.Event()
+
+    def stop(self) -> None:
+        """End a step in progress after the model it is rebuilding (a first start may rebuild hundreds)."""
+        self._stopping.set()
 
     def step(self) -> int:
         """Restore every model not restored yet (skipping those waiting for a retry); save the snapshot when
@@ -65,6 +71,8 @@ class LongHistoryRestorer:
         done = 0
         for source, prom, store in self._stores():
             for history in store.models():
+                if self._stopping.is_set():
+                    return done
                 if history in self._done or self._retry_at.get(history, -math.inf) > now:
                     continue
                 if self._restore(source, prom, history, now):
