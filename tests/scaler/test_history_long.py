@@ -3,6 +3,7 @@ wrap-around, merges of rebuilt minutes, and the per-pod snapshot file (scaler/sn
 
 from __future__ import annotations
 
+import argparse
 import logging
 import math
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from keda_llm.scaler import cli as scaler_cli
 from keda_llm.scaler import snapshot
 from keda_llm.scaler.history import ModelHistory
 from keda_llm.scaler.longhistory import (
@@ -24,6 +26,8 @@ from keda_llm.scaler.longhistory import (
     unpack,
 )
 from keda_llm.scaler.model import Observation, ReplicaSample
+from keda_llm.scaler.restore import LongHistoryRestorer
+from keda_llm.scaler.service import HistoryStore
 
 DAY = 86_400.0
 T0 = 1_800_000_000.0 - 1_800_000_000.0 % 60  # a minute boundary
@@ -222,3 +226,31 @@ def test_no_snapshot_yet_is_silent(tmp_path: Path, caplog: pytest.LogCaptureFixt
     with caplog.at_level(logging.INFO):
         assert snapshot.load(tmp_path / "never-written") == {}
     assert caplog.records == []
+
+
+def test_history_flags_reach_the_settings_and_bad_days_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser()
+    scaler_cli.add_arguments(parser)
+    args = parser.parse_args(["--history-dir", "/var/lib/keda-llm", "--history-days", "7"])
+    settings = scaler_cli.settings_from_args(args)
+    assert (settings.history_dir, settings.history_days) == ("/var/lib/keda-llm", 7.0)
+    assert scaler_cli.settings_from_args(parser.parse_args([])).history_dir is None  # unset: nothing saved
+    assert scaler_cli.settings_from_args(parser.parse_args([])).history_days == 14.0
+    for bad, why in (("0", "must be in (0, 366] days"), ("a week", "not a number of days")):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--history-days", bad])
+        assert f"argument --history-days: '{bad}': {why}" in capsys.readouterr().err
+
+
+def test_an_unwritable_history_dir_is_a_log_line_not_a_crash(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    store = HistoryStore(long_days=1)
+    store.ingest(Observation("ns", "m", T0, (replica("a", T0, 1.0, 0.0, 0.0),)))
+    restorer = LongHistoryRestorer(lambda: [("src", "", store)], store.lock, clock=lambda: T0,
+                                   history_dir=blocker / "history")
+    assert restorer.step() == 1  # nothing to read: restored as empty
+    with caplog.at_level(logging.WARNING, logger="keda_llm.scaler.restore"):
+        assert restorer.save() is None
+    assert any(f"long history snapshot in {blocker / 'history'} not written: " in r.getMessage()
+               for r in caplog.records)
