@@ -11,7 +11,7 @@ Run: .venv/bin/python bench/bench_history_long.py [--models 1000] [--skip-promet
 - read: CPU of `minutes(name, now, 14 days)` (20,160 values), best of 3 x 200 reads;
 - rebuild: a real Prometheus (the `prometheus` and `promtool` binaries) holding 14 days of 2 replicas'
   series per model at a 60 s scrape, written with `promtool tsdb create-blocks-from openmetrics`;
-  wall time and this process's CPU per model for backfill.rebuild over 14 days (12 range queries);
+  wall time and this process's CPU per model for backfill.rebuild over 14 days (14 range queries);
 - simulator: the azure2023-code hour (fluid mode, the scaler through KEDA+HPA) with the long tier and
   with its `add` replaced by a no-op, alternating, 3 rounds each, process CPU: the week simulation runs
   the same code per observation, so the hour's relative cost is the week's.
@@ -243,7 +243,7 @@ def main() -> int:
             rows.append(("Prometheus rebuild", got))
         else:
             wall, cpu, samples = got
-            rows += [("Prometheus rebuild of 14 days per model (2 replicas, 60 s scrape; 12 range queries), wall",
+            rows += [("Prometheus rebuild of 14 days per model (2 replicas, 60 s scrape; 14 range queries), wall",
                       f"{wall:.2f} s"), ("... of which this process's CPU", f"{cpu:.2f} s"),
                      ("samples in that Prometheus", f"{samples:,}")]
     if not args.skip_sim:
