@@ -12,8 +12,9 @@ would have put there, with range queries at step 60 s over the exporter's `llm_*
 - per pod `max by (namespace, exported_namespace, model, pod, exported_pod)`, as the `prometheus`
   source reads (scaler/sources/prometheus.py): a second scrape job of the same exporter is not counted
   twice;
-- a minute where Prometheus holds engine series (`llm_engine_up`) but none of this model's is 0, as
-  the live feed records a model with no fresh replica; a minute with no engine series at all is NaN;
+- a minute where Prometheus scraped an exporter (its `llm_exporter_targets`, there with no engine on
+  the node too, or any `llm_engine_up`) but holds none of this model's engines up is 0, as the live feed
+  records a model with no fresh replica; a minute where it scraped no exporter at all is NaN;
 - Prometheus refuses more than 11,000 points per series in one query ("exceeded maximum resolution
   of 11,000 points per timeseries", prometheus/prometheus web/api/v1/api.go), so 14 days (20,160
   minutes) go in chunks of 7 days (10,080 points).
@@ -41,8 +42,8 @@ from keda_llm.scaler.sources.promql import MatrixSeries, PrometheusClient
 MAX_POINTS = 11_000
 #: Minutes per range query: 7 days, under MAX_POINTS.
 CHUNK_MINUTES = 10_080
-#: Engine series present in the minute at all (any model): Prometheus was collecting.
-COLLECTED = f"count(count_over_time({v.ENGINE_UP}[60s]))"
+#: An exporter scraped in the minute (any node, any model): Prometheus was collecting.
+COLLECTED = f'count(count_over_time({{__name__=~"{v.EXPORTER_TARGETS}|{v.ENGINE_UP}"}}[60s]))'
 
 
 def queries(model: str) -> dict[str, str]:

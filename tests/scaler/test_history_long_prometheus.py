@@ -46,7 +46,8 @@ PODS = ("a", "b")
 K = 150  # minutes of data
 OFFSETS = (5, 20, 35, 50)  # scrape times within each minute (15 s interval)
 GAP = range(40, 50)  # nothing scraped at all: Prometheus (and a live scaler) saw nothing
-NO_REPLICA = range(70, 80)  # the model had no replica (the other model's engine was scraped)
+NO_REPLICA = range(70, 80)  # the model had no replica (the other model's engine was scraped, until:)
+NO_ENGINE = range(75, 80)  # no engine at all on the node: only the exporter's own series were scraped
 # the first minute after a change of counter rate: the live feed's first rate in a minute spans the scrape
 # before it (in the minute before), Prometheus' rate[60s] only the minute's own samples; they agree elsewhere
 RATE_EDGES = {k for k in range(K) if k % 10 == 0}
@@ -108,7 +109,11 @@ class Data:
         lines = []
         for i in self.present(k):
             lines += series_lines(NS, MODEL, PODS[i], self.replica(i, t))
-        lines += series_lines(NS, OTHER, "q", ReplicaSample("q", t, running=1.0, waiting=0.0))
+        if k not in NO_ENGINE:
+            lines += series_lines(NS, OTHER, "q", ReplicaSample("q", t, running=1.0, waiting=0.0))
+        engines = len(self.present(k)) + (k not in NO_ENGINE)
+        lines += [f'llm_exporter_targets{{node="n1",state="all"}} {engines}',
+                  f'llm_exporter_targets{{node="n1",state="up"}} {engines}']
         return "\n".join(lines) + "\n"
 
     def openmetrics(self) -> str:
