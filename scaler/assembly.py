@@ -19,6 +19,7 @@ callers that are not asyncio programs (the demo, the benchmark, tests).
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -124,6 +125,7 @@ class Sources:
         self._lock = threading.Lock()
         self._sources: dict[SourceKey, tuple[MetricSource, HistoryStore]] = {}
         self._started: set[SourceKey] = set()
+        self._queries: dict[tuple[SourceKey, str, str], str] = {}  # the activationQuery of each watched model
         self.restorer = LongHistoryRestorer(
             self._long_stores, self.history_lock, clock=clock, save_every_s=settings.history_save_s,
             history_dir=Path(settings.history_dir) if settings.history_dir else None)
@@ -134,7 +136,18 @@ class Sources:
         Prometheus it reads (`prometheus`) or names for activationQuery (exporters with prometheusAddress)."""
         with self._lock:
             held = list(self._sources.items())
-        return [("|".join(key), key[2], store) for key, (_, store) in held]
+        return [StoreRef("|".join(key), key[2], store, functools.partial(self._query, key)) for key, (_, store) in held]
+
+    def _query(self, key: SourceKey, namespace: str, model: str) -> str | None:
+        return self._queries.get((key, namespace, model))
+
+    def watch(self, namespace: str, cfg: ScalerConfig) -> None:
+        """Collect the config's model from its source (made and started on first use), with its activationQuery
+        (which the long history's rebuild reads too)."""
+        source = self.for_config(cfg)
+        if cfg.activation_query:
+            self._queries[(self.key(cfg), namespace, cfg.model)] = cfg.activation_query
+        source.watch(namespace, cfg.model, cfg.activation_query or None)
 
     def _prometheus(self, address: str) -> PrometheusClient:
         return PrometheusClient(address)
@@ -321,7 +334,7 @@ def build(settings: ScalerSettings, *, reader: WorkloadSource | None = None, clo
     bus = WarmingBus(levers, clock=clock)
 
     def on_new(key: ScaledObjectKey, cfg: ScalerConfig) -> None:
-        sources.for_config(cfg).watch(key.namespace, cfg.model, cfg.activation_query or None)
+        sources.watch(key.namespace, cfg)
         bus.track(key, cfg)
         resolve = sources.exporters(cfg) if cfg.warm_path else None
         if resolve is not None:

@@ -19,14 +19,17 @@ would have put there, with range queries at step 60 s over the exporter's `llm_*
   of 11,000 points per timeseries", prometheus/prometheus web/api/v1/api.go), so 14 days (20,160
   minutes) go in chunks of 7 days (10,080 points).
 
-Not rebuilt: the upstream term of demand (`activationQuery`, arbitrary PromQL that may be a scalar),
-so a rebuilt minute of a model at zero with only upstream demand reads 0 where the live feed read
-that demand. Live minutes win over rebuilt ones (LongTier.merge).
+The upstream term of demand (the ScaledObject's `activationQuery`, which the live feed sums once a
+collection) is rebuilt as the mean of a 10 s subquery of it at 10, 20, .. 50 s past the minute, summed:
+`sum(avg_over_time((q)[59s:10s]))`, or `avg_over_time(vector(q)[59s:10s])` where q is a scalar (59 s: a
+point on the minute itself would read the previous minute's last sample); a query Prometheus refuses
+both ways is left out of the rebuild (logged). Live minutes win over rebuilt ones (LongTier.merge).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Mapping
 
@@ -35,8 +38,11 @@ import numpy.typing as npt
 
 from keda_llm.common import vocabulary as v
 from keda_llm.scaler.longhistory import LF, MINUTE, NLF
+from keda_llm.scaler.sources.errors import SourceError
 from keda_llm.scaler.sources.prometheus import GROUP_BY, replica_key
 from keda_llm.scaler.sources.promql import MatrixSeries, PrometheusClient
+
+log = logging.getLogger(__name__)
 
 #: Prometheus' limit of points per series in one range query (web/api/v1/api.go).
 MAX_POINTS = 11_000
@@ -61,6 +67,13 @@ def queries(model: str) -> dict[str, str]:
         "running": per_pod(f"avg_over_time(llm_requests_running{sel}[60s])"),
         "waiting": per_pod(f"avg_over_time(llm_requests_waiting{sel}[60s])"),
     }
+
+
+def upstream_queries(activation_query: str) -> tuple[str, str]:
+    """The minute mean of an activationQuery, as a vector query (summed as the live feed sums it) and as a
+    scalar one."""
+    q = activation_query
+    return f"sum(avg_over_time(({q})[59s:10s]))", f"avg_over_time(vector({q})[59s:10s])"
 
 
 def eval_time(minute: int) -> float:
@@ -91,16 +104,21 @@ def _sum_by_minute(series: list[MatrixSeries], namespace: str | None, first: int
     return out
 
 
-def rebuild(client: PrometheusClient, namespace: str, model: str, first: int, last: int
-            ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+def rebuild(client: PrometheusClient, namespace: str, model: str, first: int, last: int,
+            upstream: str | None = None) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
     """Minutes first..last (absolute minute numbers) of the model's long series from Prometheus:
-    (minutes, values (k, 4) in LONG_FIELDS order, NaN = none). Raises SourceError when a query fails."""
+    (minutes, values (k, 4) in LONG_FIELDS order, NaN = none). `upstream`: the activationQuery whose minute
+    means join demand. Raises SourceError when a query fails (an upstream query Prometheus refuses is
+    logged and left out instead)."""
     if last < first:
         return np.empty(0, dtype=np.int64), np.empty((0, NLF))
     qs = queries(model)
     minutes = np.arange(first, last + 1, dtype=np.int64)
     k = len(minutes)
     got: dict[str, npt.NDArray[np.float64]] = {name: np.full(k, math.nan) for name in (*qs, "collected")}
+    forms = list(upstream_queries(upstream)) if upstream else []
+    if forms:
+        got["upstream"] = np.full(k, math.nan)
     for lo in range(first, last + 1, CHUNK_MINUTES):
         hi = min(last, lo + CHUNK_MINUTES - 1)
         start, end = eval_time(lo), eval_time(hi)
@@ -109,6 +127,19 @@ def rebuild(client: PrometheusClient, namespace: str, model: str, first: int, la
             series = client.range_query(promql, start, end, MINUTE)
             got[name][sl] = _sum_by_minute(series, namespace, lo, hi - lo + 1, positive=name == "up")
         got["collected"][sl] = _sum_by_minute(client.range_query(COLLECTED, start, end, MINUTE), None, lo, hi - lo + 1)
+        while forms:
+            try:
+                series = client.range_query(forms[0], start, end, MINUTE)
+            except SourceError as err:
+                if err.reason != "api_error":
+                    raise
+                forms.pop(0)  # the other form (a scalar query), else none
+                if not forms:
+                    log.warning("long history of %s/%s: activationQuery %r left out of the rebuild: %s",
+                                namespace, model, upstream, err)
+                continue
+            got["upstream"][sl] = _sum_by_minute(series, None, lo, hi - lo + 1)
+            break
     return minutes, combine(got)
 
 
@@ -126,4 +157,8 @@ def combine(got: Mapping[str, npt.NDArray[np.float64]]) -> npt.NDArray[np.float6
     both = np.where(np.isnan(running), 0.0, running) + np.where(np.isnan(waiting), 0.0, waiting)
     values[present, LF["demand"]] = np.where(np.isnan(running) & np.isnan(waiting), math.nan, both)
     values[absent] = 0.0
+    upstream = got.get("upstream")
+    if upstream is not None:  # joins every minute that was collected (none seen: 0, as the live feed reads it)
+        known = ~np.isnan(values[:, LF["demand"]])
+        values[known, LF["demand"]] += np.nan_to_num(upstream[known])
     return values

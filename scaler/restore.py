@@ -21,7 +21,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from keda_llm.scaler import snapshot
 from keda_llm.scaler.backfill import rebuild
@@ -33,8 +33,17 @@ from keda_llm.scaler.sources.promql import PrometheusClient
 
 log = logging.getLogger(__name__)
 
-#: (source name, its Prometheus address or "" for none, the source's store)
-StoreRef = tuple[str, str, HistoryStore]
+def _no_query(namespace: str, model: str) -> str | None:
+    return None
+
+
+class StoreRef(NamedTuple):
+    """A source's store as the restorer sees it."""
+
+    name: str  # the source's name (its snapshot entries carry it)
+    prometheus: str  # the Prometheus it rebuilds from; "" for none (then the snapshot)
+    store: HistoryStore
+    upstream: Callable[[str, str], str | None] = _no_query  # (namespace, model) -> its activationQuery
 
 
 class LongHistoryRestorer:
@@ -69,25 +78,25 @@ class LongHistoryRestorer:
         due. Returns how many models were restored."""
         now = self._clock()
         done = 0
-        for source, prom, store in self._stores():
+        for source, prom, store, upstream in self._stores():
             for history in store.models():
                 if self._stopping.is_set():
                     return done
                 if history in self._done or self._retry_at.get(history, -math.inf) > now:
                     continue
-                if self._restore(source, prom, history, now):
+                if self._restore(source, prom, history, now, upstream(history.namespace, history.model)):
                     self._done.add(history)
                     done += 1
         if self.history_dir is not None and now - self._last_save >= self.save_every_s:
             self.save()
         return done
 
-    def _restore(self, source: str, prom: str, history: ModelHistory, now: float) -> bool:
+    def _restore(self, source: str, prom: str, history: ModelHistory, now: float, upstream: str | None) -> bool:
         if prom:
             last = math.floor(now / MINUTE) - 1
             try:
                 minutes, values = rebuild(self._client(prom), history.namespace, history.model,
-                                          last - history.long.n + 1, last)
+                                          last - history.long.n + 1, last, upstream)
             except SourceError as err:
                 self.failures += 1
                 self._retry_at[history] = now + self.retry_s
@@ -116,7 +125,7 @@ class LongHistoryRestorer:
         if self.history_dir is None:
             return None
         self._last_save = self._clock()
-        refs = [(source, history) for source, prom, store in self._stores() if not prom for history in store.models()]
+        refs = [(ref.name, history) for ref in self._stores() if not ref.prometheus for history in ref.store.models()]
         refs.sort(key=lambda r: -(r[1].last_at or 0.0))  # most recently seen first: kept if the file is full
         written: set[snapshot.EntryKey] = set()
 

@@ -13,6 +13,8 @@ import pytest
 
 from keda_llm.scaler import cli as scaler_cli
 from keda_llm.scaler import snapshot
+from keda_llm.scaler.assembly import ScalerSettings, Sources
+from keda_llm.scaler.config import parse_metadata
 from keda_llm.scaler.history import ModelHistory
 from keda_llm.scaler.longhistory import (
     CODE_MAX,
@@ -26,7 +28,7 @@ from keda_llm.scaler.longhistory import (
     unpack,
 )
 from keda_llm.scaler.model import Observation, ReplicaSample
-from keda_llm.scaler.restore import LongHistoryRestorer
+from keda_llm.scaler.restore import LongHistoryRestorer, StoreRef
 from keda_llm.scaler.service import HistoryStore
 
 DAY = 86_400.0
@@ -247,10 +249,25 @@ def test_an_unwritable_history_dir_is_a_log_line_not_a_crash(tmp_path: Path, cap
     blocker.write_text("not a directory")
     store = HistoryStore(long_days=1)
     store.ingest(Observation("ns", "m", T0, (replica("a", T0, 1.0, 0.0, 0.0),)))
-    restorer = LongHistoryRestorer(lambda: [("src", "", store)], store.lock, clock=lambda: T0,
+    restorer = LongHistoryRestorer(lambda: [StoreRef("src", "", store)], store.lock, clock=lambda: T0,
                                    history_dir=blocker / "history")
     assert restorer.step() == 1  # nothing to read: restored as empty
     with caplog.at_level(logging.WARNING, logger="keda_llm.scaler.restore"):
         assert restorer.save() is None
     assert any(f"long history snapshot in {blocker / 'history'} not written: " in r.getMessage()
                for r in caplog.records)
+
+
+def test_sources_hand_the_restorer_each_model_s_prometheus_and_activation_query() -> None:
+    settings = ScalerSettings(exporters=("127.0.0.1:9400",), prometheus_address="http://prometheus:9090")
+    sources = Sources(settings, background=False)
+    try:
+        query = 'sum(gateway_pending_requests{model="m"})'
+        sources.watch("ns", parse_metadata({"model": "m", "activationQuery": query}))
+        sources.watch("ns", parse_metadata({"model": "n"}))
+        (ref,) = sources._long_stores()
+        assert (ref.name, ref.prometheus) == ("exporters-static|127.0.0.1:9400|http://prometheus:9090",
+                                              "http://prometheus:9090")
+        assert (ref.upstream("ns", "m"), ref.upstream("ns", "n"), ref.upstream("other", "m")) == (query, None, None)
+    finally:
+        sources.stop()

@@ -37,7 +37,7 @@ from keda_llm.scaler.config import parse_metadata
 from keda_llm.scaler.history import ModelHistory
 from keda_llm.scaler.longhistory import LONG_FIELDS, MAX_RELATIVE_ERROR
 from keda_llm.scaler.model import Observation, ReplicaSample
-from keda_llm.scaler.restore import LongHistoryRestorer
+from keda_llm.scaler.restore import LongHistoryRestorer, StoreRef
 from keda_llm.scaler.service import HistoryStore
 from keda_llm.scaler.sources.promql import PrometheusClient
 
@@ -60,6 +60,15 @@ def running(i: int, k: int) -> float:
 
 def waiting(i: int, k: int) -> float:
     return float((k + i) % 3)
+
+
+def pending(k: int) -> float:
+    """The gateway's pending requests for the model in minute k (its activationQuery's answer): held
+    while the model has no replica, now and then otherwise."""
+    return 3.0 + k % 2 if k in NO_REPLICA else float(k % 4 == 0)
+
+
+UPSTREAM = f'sum(gateway_pending_requests{{model="{MODEL}"}})'
 
 
 def rate(i: int, k: int) -> float:
@@ -89,13 +98,16 @@ class Data:
         return ReplicaSample(PODS[i], t, running=running(i, k), waiting=waiting(i, k), requests_finished_total=c,
                              prompt_tokens_total=700 * c, generation_tokens_total=180 * c)
 
-    def expected(self, field: str) -> npt.NDArray[np.float64]:
-        """By hand: per minute, the sum over the pods present; 0 with none; NaN in the gap."""
+    def expected(self, field: str, upstream: bool = False) -> npt.NDArray[np.float64]:
+        """By hand: per minute, the sum over the pods present; 0 with none; NaN in the gap. `upstream`:
+        demand includes the gateway's pending requests."""
         out = np.zeros(K)
         for k in range(K):
             if k in GAP:
                 out[k] = math.nan
                 continue
+            if upstream and field == "demand":
+                out[k] += pending(k)
             for i in self.present(k):
                 if field == "demand":
                     out[k] += running(i, k) + waiting(i, k)
@@ -123,7 +135,8 @@ class Data:
             if k in GAP:
                 continue
             for t in self.times(k):
-                for line in self.exporter_body(t).splitlines():
+                gateway = f'gateway_pending_requests{{model="{MODEL}",namespace="{NS}"}} {pending(k)}'
+                for line in [*self.exporter_body(t).splitlines(), gateway]:
                     by_name.setdefault(line.split("{", 1)[0], []).append(f"{line} {t:.3f}")
         return "\n".join(line for lines in by_name.values() for line in lines) + "\n# EOF\n"
 
@@ -167,13 +180,14 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         idle.close()
 
 
-def live_history(data: Data) -> ModelHistory:
+def live_history(data: Data, upstream: bool = False) -> ModelHistory:
     h = ModelHistory(NS, MODEL, long_days=1)
     for k in range(K):
         if k in GAP:
             continue
         for t in data.times(k):
-            h.ingest(Observation(NS, MODEL, t, tuple(data.replica(i, t) for i in data.present(k))))
+            h.ingest(Observation(NS, MODEL, t, tuple(data.replica(i, t) for i in data.present(k)),
+                                 upstream_demand=pending(k) if upstream else None))
     return h
 
 
@@ -360,7 +374,8 @@ def test_a_failed_rebuild_is_retried_and_live_minutes_stay(world: World, caplog:
     store = HistoryStore(long_days=1)
     address = [refused_address()]  # Prometheus down at first
     clock = FakeClock(data.times(120)[0])
-    restorer = LongHistoryRestorer(lambda: [("src", address[0], store)], store.lock, clock=clock, retry_s=30.0)
+    restorer = LongHistoryRestorer(lambda: [StoreRef("src", address[0], store)], store.lock, clock=clock,
+                                   retry_s=30.0)
     for k in (120, 121):
         for t in data.times(k):
             store.ingest(Observation(NS, MODEL, t, tuple(data.replica(i, t) for i in data.present(k))))
@@ -388,3 +403,30 @@ def test_a_failed_rebuild_is_retried_and_live_minutes_stay(world: World, caplog:
             assert got[k] == pytest.approx(want[k], rel=MAX_RELATIVE_ERROR), f"{field} minute {k}"
     # the minute 120 rate is live: its first observation had no rate, the other three in-minute ones do
     assert history.long.live_from == data.m0 + 121
+
+
+@pytest.mark.parametrize("query", [UPSTREAM, f"scalar({UPSTREAM})"])
+def test_upstream_demand_is_rebuilt_from_the_activation_query(world: World, query: str) -> None:
+    """A vector query and a scalar one: the minute means of the gateway's pending requests join demand,
+    where the model ran and where it had no replica (minutes 70-79: demand is all upstream)."""
+    client = PrometheusClient(world.prometheus.url)
+    m0 = world.data.m0
+    _, values = backfill.rebuild(client, NS, MODEL, m0, m0 + K - 1, upstream=query)
+    want = world.data.expected("demand", upstream=True)
+    assert_close(values[:, 3], want, 1e-9, what="rebuilt demand")
+    assert values[72, 3] == 3.0 and values[73, 3] == 4.0  # by hand: no replica, 3 + k % 2 pending
+    live = live_history(world.data, upstream=True)
+    rebuilt = ModelHistory(NS, MODEL, long_days=1)
+    rebuilt.long.merge(*backfill.rebuild(client, NS, MODEL, m0, m0 + K - 1, upstream=query))
+    assert_close(rebuilt.minutes("demand", world.end, K * 60)[1], live.minutes("demand", world.end, K * 60)[1],
+                 2 * MAX_RELATIVE_ERROR, what="demand")
+
+
+def test_an_activation_query_prometheus_refuses_is_left_out(world: World, caplog: pytest.LogCaptureFixture) -> None:
+    client = PrometheusClient(world.prometheus.url)
+    m0 = world.data.m0
+    with caplog.at_level(logging.WARNING, logger="keda_llm.scaler.backfill"):
+        _, values = backfill.rebuild(client, NS, MODEL, m0, m0 + K - 1, upstream="sum(")
+    assert_close(values[:, 3], world.data.expected("demand"), 1e-9, what="demand without upstream")
+    assert any(f"long history of {NS}/{MODEL}: activationQuery 'sum(' left out of the rebuild: api_error: "
+               in r.getMessage() for r in caplog.records)
