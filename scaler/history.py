@@ -465,9 +465,9 @@ class ModelHistory:
         - the buckets are the ceil(lookback / 60) whole minutes before the minute `now` is in, oldest first,
           every one present (a regular 60 s grid: start times t, t + 60, ...; the current, incomplete
           minute is never returned), so a lookback of 7 days is always 10,080 values;
-        - a value is the mean over that minute of the model's aggregate (time-weighted by observation); NaN
-          = no data for that minute (not collected, before the tier's `days`, or not reported); a minute
-          collected with no fresh replica is 0;
+        - a value is the mean of the model's aggregate over that minute's collections (each weighs the same;
+          rates are the replicas' summed counter rates); NaN = no data for that minute (not collected, older
+          than the tier's `days`, or not reported); a minute collected with no fresh replica is 0;
         - values carry the encoding's error: at most MAX_RELATIVE_ERROR (0.37%) relative, values below
           1e-5 read as 0, above 1e8 as 1e8;
         - on a restart the minutes before it come from Prometheus (every pod the same) or the pod's own

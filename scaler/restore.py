@@ -33,6 +33,7 @@ from keda_llm.scaler.sources.promql import PrometheusClient
 
 log = logging.getLogger(__name__)
 
+
 def _no_query(namespace: str, model: str) -> str | None:
     return None
 
