@@ -24,6 +24,7 @@ from keda_llm.scaler.longhistory import (
     LongTier,
     decode,
     encode,
+    encode_one,
     pack,
     unpack,
 )
@@ -39,11 +40,15 @@ def test_encoding_error_bound_is_the_stated_one_and_holds() -> None:
     # by hand: STEP = ln(1e8 / 1e-5) / 4093 = 29.9336 / 4093 = 0.0073134; exp(STEP / 2) - 1 = 0.0036634
     assert abs(MAX_RELATIVE_ERROR - 0.0036634) < 1e-7
     values = np.exp(np.random.default_rng(7).uniform(math.log(LO), math.log(HI), 200_000))
-    err = np.abs(decode(encode(values)) - values) / values
+    codes = encode(values)
+    assert codes.tolist()[:5000] == [encode_one(v) for v in values[:5000].tolist()]  # the scalar path agrees
+    err = np.abs(decode(codes) - values) / values
     assert err.max() <= MAX_RELATIVE_ERROR * (1 + 1e-9)
     assert err.max() > 0.95 * MAX_RELATIVE_ERROR  # the bound is tight, not a loose promise
     # the edges: NaN stays NaN, 0 / below LO / negative read 0, above HI is clamped, HI and LO exact
-    got = decode(encode([math.nan, 0.0, LO / 3, -5.0, 1e12, HI, LO]))
+    edges = [math.nan, 0.0, LO / 3, -5.0, 1e12, HI, LO]
+    assert encode(edges).tolist() == [encode_one(v) for v in edges] == [0, 1, 1, 1, CODE_MAX, CODE_MAX, 2]
+    got = decode(encode(edges))
     assert math.isnan(got[0])
     assert got[1:].tolist() == pytest.approx([0.0, 0.0, 0.0, HI, HI, LO], rel=1e-12)
 
