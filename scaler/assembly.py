@@ -19,19 +19,24 @@ callers that are not asyncio programs (the demo, the benchmark, tests).
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
+from keda_llm.common.periodic import Periodic
 from keda_llm.scaler.activation import PeerForwarder, Peers, ScaledObjectKey
 from keda_llm.scaler.config import ConfigError, ScalerConfig
 from keda_llm.scaler.decide import decide
 from keda_llm.scaler.history import ModelHistory
 from keda_llm.scaler.levers import LeverDecide, WarmingBus
+from keda_llm.scaler.longhistory import DEFAULT_DAYS
 from keda_llm.scaler.model import WorkloadState
 from keda_llm.scaler.phases import PhaseTracker, PodTimes
+from keda_llm.scaler.restore import LongHistoryRestorer, StoreRef
 from keda_llm.scaler.server import HTTPTLSFiles, ScalerServer, TLSFiles
 from keda_llm.scaler.service import HistoryStore, ScalerService, ServiceMetrics
 from keda_llm.scaler.sources.common import MetricSource
@@ -49,7 +54,9 @@ class ScalerSettings:
     host[:port]) and `prometheus_address` are the defaults for ScaledObjects that name none; every
     source collects every `interval_s` (`scrape_timeout_s` per exporter). Decisions: `tick_s` is the
     policy's tick, `refresh_s` how often a DecisionRefresher decides off the RPC path (None: RPCs
-    decide, once per tick), `demand_watch_s` how often upstream demand is checked for pushes (None: not)."""
+    decide, once per tick), `demand_watch_s` how often upstream demand is checked for pushes (None: not).
+    Long history (scaler/restore.py): `history_days` of minutes per model, rebuilt from Prometheus where a
+    source has one, else read from and written to `history_dir` every `history_save_s` (None: not kept)."""
 
     grpc_address: str = "[::]:9090"
     http_address: tuple[str, int] | None = ("0.0.0.0", 9091)
@@ -71,6 +78,10 @@ class ScalerSettings:
     warm_token_file: str | None = None
     warm_max_nodes: int = 4
     warm_scan_s: float = 60.0
+    history_dir: str | None = None
+    history_days: float = DEFAULT_DAYS
+    history_save_s: float = 300.0
+    history_restore_s: float = 5.0
 
 
 class WorkloadSource(Protocol):
@@ -114,6 +125,29 @@ class Sources:
         self._lock = threading.Lock()
         self._sources: dict[SourceKey, tuple[MetricSource, HistoryStore]] = {}
         self._started: set[SourceKey] = set()
+        self._queries: dict[tuple[SourceKey, str, str], str] = {}  # the activationQuery of each watched model
+        self.restorer = LongHistoryRestorer(
+            self._long_stores, self.history_lock, clock=clock, save_every_s=settings.history_save_s,
+            history_dir=Path(settings.history_dir) if settings.history_dir else None)
+        self._restore_loop = Periodic("scaler-long-history", settings.history_restore_s, self.restorer.step)
+
+    def _long_stores(self) -> list[StoreRef]:
+        """(source name, its Prometheus or "", store) for the long history restorer: a source rebuilds from the
+        Prometheus it reads (`prometheus`) or names for activationQuery (exporters with prometheusAddress)."""
+        with self._lock:
+            held = list(self._sources.items())
+        return [StoreRef("|".join(key), key[2], store, functools.partial(self._query, key)) for key, (_, store) in held]
+
+    def _query(self, key: SourceKey, namespace: str, model: str) -> str | None:
+        return self._queries.get((key, namespace, model))
+
+    def watch(self, namespace: str, cfg: ScalerConfig) -> None:
+        """Collect the config's model from its source (made and started on first use), with its activationQuery
+        (which the long history's rebuild reads too)."""
+        source = self.for_config(cfg)
+        if cfg.activation_query:
+            self._queries[(self.key(cfg), namespace, cfg.model)] = cfg.activation_query
+        source.watch(namespace, cfg.model, cfg.activation_query or None)
 
     def _prometheus(self, address: str) -> PrometheusClient:
         return PrometheusClient(address)
@@ -125,7 +159,7 @@ class Sources:
         with self._lock:
             held = self._sources.get(key)
             if held is None:
-                store = HistoryStore(lock=self.history_lock)
+                store = HistoryStore(lock=self.history_lock, long_days=self._settings.history_days)
                 source = self._make(key)
                 source.subscribe(store.ingest)
                 held = self._sources[key] = (source, store)
@@ -140,6 +174,7 @@ class Sources:
             self._started.add(key)
         if start:
             source.start()
+            self._restore_loop.start()  # once: a second start does nothing
         return source
 
     def history(self, namespace: str, cfg: ScalerConfig) -> ModelHistory | None:
@@ -157,6 +192,7 @@ class Sources:
             sources = [source for source, _ in self._sources.values()]
         for source in sources:
             source.collect_once()
+        self.restorer.step()
 
     def key(self, cfg: ScalerConfig) -> SourceKey:
         """Which source serves this config: its own addresses, else the settings'."""
@@ -216,6 +252,9 @@ class Sources:
             sources = [source for source, _ in self._sources.values()]
         for source in sources:
             source.stop()
+        self.restorer.stop()
+        self._restore_loop.stop()
+        self.restorer.save()  # the long tiers as they are now, for the next start (with --history-dir)
 
 
 @dataclass
@@ -295,7 +334,7 @@ def build(settings: ScalerSettings, *, reader: WorkloadSource | None = None, clo
     bus = WarmingBus(levers, clock=clock)
 
     def on_new(key: ScaledObjectKey, cfg: ScalerConfig) -> None:
-        sources.for_config(cfg).watch(key.namespace, cfg.model, cfg.activation_query or None)
+        sources.watch(key.namespace, cfg)
         bus.track(key, cfg)
         resolve = sources.exporters(cfg) if cfg.warm_path else None
         if resolve is not None:

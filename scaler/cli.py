@@ -37,6 +37,17 @@ def duration(text: str) -> float:
     return seconds
 
 
+def days(text: str) -> float:
+    """--history-days: a number of days in (0, 366]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: not a number of days") from None
+    if not 0 < value <= 366:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be in (0, 366] days")
+    return value
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -82,6 +93,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="Prometheus base URL (metricsSource: prometheus, activationQuery)")
     s.add_argument("--interval", type=duration, default=2.0,
                    help="collection interval, a duration such as 2s or 500ms (default 2s)")
+    h = parser.add_argument_group("long history (per-minute rates and demand for seasonal forecasts)")
+    h.add_argument("--history-dir", default=env("KEDA_LLM_HISTORY_DIR"),
+                   help="directory where the long history of models read WITHOUT a Prometheus is saved every 5 "
+                        "minutes and at shutdown, and read back at start (one file, at most 256 MiB). Each pod keeps "
+                        "its own: pods started at different times may then differ. With a Prometheus "
+                        "(--prometheus-address, prometheusAddress or metricsSource: prometheus) the history is "
+                        "rebuilt from it instead, the same on every pod. Unset: not saved")
+    h.add_argument("--history-days", type=days, default=14.0,
+                   help="days of per-minute history kept per model (default 14; 121 KB a model)")
     k = parser.add_argument_group("Kubernetes and peers")
     k.add_argument("--no-kube", action="store_true",
                    help="do not read ScaledObjects and /scale (replicas listed by the exporters stand in)")
@@ -130,7 +150,8 @@ def settings_from_args(args: argparse.Namespace, *, demand_watch_s: float | None
         interval_s=args.interval, tls=tls, peers=tuple(p for p in args.peers.split(",") if p.strip()),
         peers_service=args.peers_service or None, pod_ip=args.pod_ip, activation_token=args.activation_token,
         refresh_s=refresh_s, demand_watch_s=demand_watch_s, warm_token_file=args.warm_token_file or None,
-        warm_max_nodes=args.warm_max_nodes, warm_scan_s=args.warm_scan_interval)
+        warm_max_nodes=args.warm_max_nodes, warm_scan_s=args.warm_scan_interval,
+        history_dir=args.history_dir or None, history_days=args.history_days)
 
 
 def http_tls_from_args(args: argparse.Namespace) -> HTTPTLSFiles | None:

@@ -49,6 +49,7 @@ from keda_llm.scaler.config import ConfigCache, ScalerConfig
 from keda_llm.scaler.decide import activate as record_activation
 from keda_llm.scaler.decide import warm_at_zero
 from keda_llm.scaler.history import HistoryView, ModelHistory
+from keda_llm.scaler.longhistory import DEFAULT_DAYS
 from keda_llm.scaler.model import Decision, NoData, Observation, PolicyState, Reason, WorkloadState
 from keda_llm.scaler.names import metric_name
 
@@ -76,8 +77,9 @@ class HistoryStore:
     """
 
     def __init__(self, stale_after: float = 30.0, forget_after_s: float = 3 * 3600.0,
-                 lock: threading.Lock | None = None) -> None:
+                 lock: threading.Lock | None = None, long_days: float = DEFAULT_DAYS) -> None:
         self.stale_after = stale_after
+        self.long_days = long_days  # the long tier's span (scaler/longhistory.py)
         self.forget_after_s = forget_after_s
         self.lock = lock or threading.Lock()  # stores of several sources may share one (see scaler/cli.py)
         self._models: dict[tuple[str, str], ModelHistory] = {}
@@ -89,7 +91,7 @@ class HistoryStore:
             history = self._models.get((obs.namespace, obs.model))
             if history is None:
                 history = self._models[(obs.namespace, obs.model)] = ModelHistory(
-                    obs.namespace, obs.model, stale_after=self.stale_after)
+                    obs.namespace, obs.model, stale_after=self.stale_after, long_days=self.long_days)
             history.ingest(obs)
             if obs.at - self._last_sweep > 60.0:
                 self._last_sweep = obs.at
@@ -99,6 +101,11 @@ class HistoryStore:
 
     def get(self, namespace: str, model: str) -> ModelHistory | None:
         return self._models.get((namespace, model))
+
+    def models(self) -> list[ModelHistory]:
+        """Every model's history (a copy of the list: the long history restorer walks it off the lock)."""
+        with self.lock:
+            return list(self._models.values())
 
     def __len__(self) -> int:
         return len(self._models)
