@@ -39,7 +39,8 @@ BASE = DEPLOY / "base"
 TLS = DEPLOY / "overlays" / "tls"
 PROM_OP = DEPLOY / "overlays" / "prometheus-operator"
 PROM_OP_TLS = PROM_OP / "tls"  # overlays/tls plus the monitors, the scaler scraped over https
-KUSTOMIZATIONS = [BASE, TLS, PROM_OP, PROM_OP_TLS]
+ACTIVATOR = DEPLOY / "overlays" / "activator"  # the base plus `keda-llm activator` (test_deploy_activator.py)
+KUSTOMIZATIONS = [BASE, TLS, PROM_OP, PROM_OP_TLS, ACTIVATOR]
 EXAMPLE_FILES = sorted((DEPLOY / "examples").rglob("*.yaml"))
 NAMESPACE = "keda-llm"  # the scaler's (Pod Security restricted)
 EXPORTER_NS = "keda-llm-exporter"  # the exporter's own (privileged: a hostPath, root)
@@ -60,7 +61,9 @@ CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "ClusterIssu
 
 def strategic_merge(base: Any, patch: Any) -> Any:
     """Kubernetes strategic-merge patch, for the subset used here: maps merge, `null` deletes a key,
-    lists named in MERGE_KEYS merge item by item on their key, other lists are replaced."""
+    lists named in MERGE_KEYS merge item by item on their key, other lists are replaced. Items only the
+    patch has come first, in the patch's order, then the base's (merged) items: kustomize's (kyaml's)
+    order, which test_builder_agrees_with_real_kustomize checks where kubectl is installed."""
     if not isinstance(base, dict) or not isinstance(patch, dict):
         return copy.deepcopy(patch)
     out = copy.deepcopy(base)
@@ -72,13 +75,14 @@ def strategic_merge(base: Any, patch: Any) -> Any:
         elif isinstance(value, list) and key in MERGE_KEYS and isinstance(out.get(key), list):
             merge_key = MERGE_KEYS[key]
             items = list(out[key])
+            added = []
             for item in value:
                 at = next((i for i, old in enumerate(items) if old.get(merge_key) == item.get(merge_key)), None)
                 if at is None:
-                    items.append(copy.deepcopy(item))
+                    added.append(copy.deepcopy(item))
                 else:
                     items[at] = strategic_merge(items[at], item)
-            out[key] = items
+            out[key] = added + items
         else:
             out[key] = strategic_merge(out.get(key), value)
     return out
@@ -214,9 +218,9 @@ def test_strategic_merge_merges_named_items_deletes_nulls_and_replaces_plain_lis
                       "volumes": [{"name": "t", "secret": {"secretName": "t"}}]}}
     assert strategic_merge(base, patch) == {"spec": {
         "containers": [{"name": "a", "args": ["z"], "readinessProbe": {"httpGet": {"port": "http"}},
-                        "volumeMounts": [{"name": "c", "mountPath": "/c"}, {"name": "t", "mountPath": "/t"}]},
+                        "volumeMounts": [{"name": "t", "mountPath": "/t"}, {"name": "c", "mountPath": "/c"}]},
                        {"name": "b", "image": "b:1"}],
-        "volumes": [{"name": "c", "configMap": {"name": "c"}}, {"name": "t", "secret": {"secretName": "t"}}]}}
+        "volumes": [{"name": "t", "secret": {"secretName": "t"}}, {"name": "c", "configMap": {"name": "c"}}]}}
 
 
 def _kustomize_command() -> list[str]:
