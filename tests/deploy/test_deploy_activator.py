@@ -172,3 +172,14 @@ def test_activator_rbac_grants_exactly_what_the_endpointslice_watcher_calls(over
     assert needed == {("list", "discovery.k8s.io", "endpointslices"), ("watch", "discovery.k8s.io", "endpointslices")}
     assert namespaces == {m.namespace for m in cfg.models}
     assert granted(overlay, "keda-llm-activator") == needed
+
+
+def test_the_activator_podmonitor_scrapes_the_admin_port_where_metrics_are(overlay: list[JSON]) -> None:
+    pm = example("PodMonitor", NAMESPACE, "keda-llm-activator")
+    dep = find(overlay, "Deployment", "keda-llm-activator", NAMESPACE)
+    assert selects(pm["spec"]["selector"]["matchLabels"], dep["spec"]["template"]["metadata"]["labels"])
+    assert pm["spec"]["namespaceSelector"]["matchNames"] == [dep["metadata"]["namespace"]]
+    (endpoint,) = pm["spec"]["podMetricsEndpoints"]
+    c, args = activator_args(overlay)
+    assert endpoint["path"] == "/metrics"
+    assert container_port(c, endpoint["port"]) == int(args.admin_listen.rpartition(":")[2])  # /metrics lives there

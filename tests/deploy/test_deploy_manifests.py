@@ -1,10 +1,11 @@
 """deploy/: the kustomize base, its overlays and the examples, checked against the code they configure.
 
-No kubectl or kustomize here, so a small builder resolves each kustomization (resources, directories,
-strategic-merge patches) the way kustomize does for the subset these files use, and refuses anything
-else. The builds are then checked with the project's own parsers: the exporter's config and argparse,
-the scaler's argparse and metadata parser, KEDA's ScaledObject CRD through simulator/control, and the
-RBAC rules against the API requests the real Kubernetes clients send to a recording API server.
+kubectl or kustomize may not be installed, so a small builder resolves each kustomization (resources,
+directories, strategic-merge patches) the way kustomize does for the subset these files use, and refuses
+anything else; where kubectl is installed, test_builder_agrees_with_real_kustomize compares the two.
+The builds are then checked with the project's own parsers: the exporter's config and argparse, the
+scaler's argparse and metadata parser, KEDA's ScaledObject CRD through simulator/control, and the RBAC
+rules against the API requests the real Kubernetes clients send to a recording API server.
 """
 
 from __future__ import annotations
