@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from keda_llm.common.periodic import Periodic
+from keda_llm.common.tls import ca_client_context
 from keda_llm.scaler.activation import PeerForwarder, Peers, ScaledObjectKey
 from keda_llm.scaler.config import ConfigError, ScalerConfig
 from keda_llm.scaler.decide import decide
@@ -56,7 +57,9 @@ class ScalerSettings:
     policy's tick, `refresh_s` how often a DecisionRefresher decides off the RPC path (None: RPCs
     decide, once per tick), `demand_watch_s` how often upstream demand is checked for pushes (None: not).
     Long history (scaler/restore.py): `history_days` of minutes per model, rebuilt from Prometheus where a
-    source has one, else read from and written to `history_dir` every `history_save_s` (None: not kept)."""
+    source has one, else read from and written to `history_dir` every `history_save_s` (None: not kept).
+    `exporters_tls_ca`: the exporters serve TLS; they are read (and warmed) over https, their chain
+    verified against this CA file (re-read when it changes), not their name: they are dialled by pod IP."""
 
     grpc_address: str = "[::]:9090"
     http_address: tuple[str, int] | None = ("0.0.0.0", 9091)
@@ -82,6 +85,8 @@ class ScalerSettings:
     history_days: float = DEFAULT_DAYS
     history_save_s: float = 300.0
     history_restore_s: float = 5.0
+
+    exporters_tls_ca: str | None = None
 
 
 class WorkloadSource(Protocol):
@@ -130,6 +135,10 @@ class Sources:
             self._long_stores, self.history_lock, clock=clock, save_every_s=settings.history_save_s,
             history_dir=Path(settings.history_dir) if settings.history_dir else None)
         self._restore_loop = Periodic("scaler-long-history", settings.history_restore_s, self.restorer.step)
+        tls = ca_client_context(settings.exporters_tls_ca, what="exporters CA") if settings.exporters_tls_ca else None
+        #: The context for https exporters (None: they speak plain http); WarmPlanner takes it too.
+        self.exporters_tls = tls.get if tls is not None else None
+        self._scheme = "https" if tls is not None else "http"
 
     def _long_stores(self) -> list[StoreRef]:
         """(source name, its Prometheus or "", store) for the long history restorer: a source rebuilds from the
@@ -148,6 +157,7 @@ class Sources:
         if cfg.activation_query:
             self._queries[(self.key(cfg), namespace, cfg.model)] = cfg.activation_query
         source.watch(namespace, cfg.model, cfg.activation_query or None)
+
 
     def _prometheus(self, address: str) -> PrometheusClient:
         return PrometheusClient(address)
@@ -225,18 +235,17 @@ class Sources:
         if kind == "prometheus":
             s = self._settings
             if s.exporters:
-                return static_targets(s.exporters)
+                return static_targets(s.exporters, self._scheme)
             if s.exporters_service:
                 return self._resolver("exporters-dns", s.exporters_service)
             return None
         return self._resolver(kind, where)
 
-    @staticmethod
-    def _resolver(kind: str, where: str) -> Resolver:
+    def _resolver(self, kind: str, where: str) -> Resolver:
         if kind == "exporters-static":
-            return static_targets([u.strip() for u in where.split(",") if u.strip()])
+            return static_targets([u.strip() for u in where.split(",") if u.strip()], self._scheme)
         host, port = host_port(where, DEFAULT_PORT)
-        return dns_targets(host, port)
+        return dns_targets(host, port, scheme=self._scheme)
 
     def _make(self, key: SourceKey) -> MetricSource:
         kind, where, prom = key
@@ -245,7 +254,8 @@ class Sources:
             return PrometheusSource(self._prometheus(where), interval_s=max(s.interval_s, 1.0), clock=self._clock)
         resolver = self._resolver(kind, where)
         return ExportersSource(resolver, interval_s=s.interval_s, timeout_s=s.scrape_timeout_s,
-                               activation=self._prometheus(prom) if prom else None, clock=self._clock)
+                               activation=self._prometheus(prom) if prom else None, clock=self._clock,
+                               tls=self.exporters_tls)
 
     def stop(self) -> None:
         with self._lock:
@@ -329,7 +339,7 @@ def build(settings: ScalerSettings, *, reader: WorkloadSource | None = None, clo
     phases = PhaseTracker(metrics.registry)
     planner = WarmPlanner(token_file=settings.warm_token_file, registry=metrics.registry, clock=clock,
                           max_nodes=settings.warm_max_nodes, scan_interval_s=settings.warm_scan_s,
-                          background=background)
+                          background=background, tls=sources.exporters_tls)
     levers = LeverDecide(decide, phases=phases, planner=planner, resolver=sources.exporters)
     bus = WarmingBus(levers, clock=clock)
 

@@ -89,6 +89,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="headless Service DNS name of the exporters, host[:port] (port 9400 by default)")
     s.add_argument("--exporters", default=env("KEDA_LLM_EXPORTERS", ""),
                    help="static comma-separated exporters (host:port or URLs)")
+    s.add_argument("--exporters-tls-ca", default=env("KEDA_LLM_EXPORTERS_TLS_CA"),
+                   help="the exporters serve TLS: read them (and call their /v1/warm) over https, verified "
+                        "against this CA (PEM file, re-read when it changes; the chain, not the name, as "
+                        "exporters are dialled by pod IP)")
     s.add_argument("--prometheus-address", default=env("KEDA_LLM_PROMETHEUS_ADDRESS"),
                    help="Prometheus base URL (metricsSource: prometheus, activationQuery)")
     s.add_argument("--interval", type=duration, default=2.0,
@@ -151,7 +155,8 @@ def settings_from_args(args: argparse.Namespace, *, demand_watch_s: float | None
         peers_service=args.peers_service or None, pod_ip=args.pod_ip, activation_token=args.activation_token,
         refresh_s=refresh_s, demand_watch_s=demand_watch_s, warm_token_file=args.warm_token_file or None,
         warm_max_nodes=args.warm_max_nodes, warm_scan_s=args.warm_scan_interval,
-        history_dir=args.history_dir or None, history_days=args.history_days)
+        history_dir=args.history_dir or None, history_days=args.history_days,
+        exporters_tls_ca=args.exporters_tls_ca or None)
 
 
 def http_tls_from_args(args: argparse.Namespace) -> HTTPTLSFiles | None:
@@ -210,7 +215,7 @@ def start_error(err: BaseException, args: argparse.Namespace) -> StartError | No
     if isinstance(err, ssl.SSLError):  # an OSError: before the errno checks below, whose numbers it may share
         return StartError(f"cannot load the HTTP TLS certificate: {err}",
                           "--http-tls-cert and --http-tls-key must be a matching PEM certificate and key, and "
-                          "--http-tls-ca a PEM CA certificate")
+                          "--http-tls-ca and --exporters-tls-ca PEM CA certificates")
     if isinstance(err, KubeError):
         return StartError(f"cannot use the Kubernetes API: {err}",
                           "run it in a cluster with its ServiceAccount, or pass --no-kube (the exporters' "
@@ -223,7 +228,7 @@ def start_error(err: BaseException, args: argparse.Namespace) -> StartError | No
                           "choose another --http-address, or stop what holds the port")
     if isinstance(err, OSError) and err.filename is not None:
         return StartError(f"cannot read {err.filename}: {err.strerror}",
-                          "check the path given to the --tls-* and --http-tls-* flags")
+                          "check the path given to the --tls-*, --http-tls-* and --exporters-tls-ca flags")
     return None
 
 

@@ -25,7 +25,7 @@ from keda_llm.scaler.config import ScalerConfig
 from keda_llm.scaler.forecast import desired_series, forecast, horizon_seconds
 from keda_llm.scaler.history import HistoryView, Load, Snapshot
 from keda_llm.scaler.model import Decision, NoData, PolicyState, Reason, WorkloadState
-from keda_llm.scaler.policy import NoSignal, cold_start_of, demand
+from keda_llm.scaler.policy import DEFAULT_COLD_START, NoSignal, cold_start_of, demand
 from keda_llm.scaler.schedule import warm_floor
 from keda_llm.scaler.slo import LatencyDesired, from_window
 from keda_llm.scaler.windows import KpaResult, ceil_replicas, initial_panic, kpa_step, scale_down_delay
