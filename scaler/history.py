@@ -340,6 +340,7 @@ class ModelHistory:
         self._latest: Observation | None = None
         self._max_startup: float | None = None
         self._last_demand_at: float | None = None
+        self._pools: dict[str, ModelHistory] = {}  # role -> the history of that pool's replicas alone
 
     @property
     def last_at(self) -> float | None:
@@ -356,6 +357,7 @@ class ModelHistory:
         if self._latest is not None and obs.at < self._latest.at:
             if self._latest.at - obs.at <= max(self.stale_after, 60.0):
                 self._add_row(obs)  # late: into the buckets it belongs to, the latest snapshot stays
+                self._ingest_pools(obs)
                 return
             # Far older than the newest: the clock stepped back. Follow the new clock: counter rates start
             # over (their time deltas would be negative) and the idle timer counts from the step at most.
@@ -379,6 +381,25 @@ class ModelHistory:
         row = self._add_row(obs)
         if any(row[F[name]] > 0 for name in ("running", "waiting", "upstream")):  # NaN > 0 is False
             self._last_demand_at = obs.at
+        self._ingest_pools(obs)
+
+    def _ingest_pools(self, obs: Observation) -> None:
+        """Once a replica reports a role other than unified (disaggregated serving), keep a history per
+        role too, so each pool's demand and capacity is its own (scaler/pools.py). Upstream demand goes
+        to the prefill pool, where a request starts."""
+        if not self._pools and all(s.role == "unified" for s in obs.replicas):
+            return
+        for role in sorted({s.role for s in obs.replicas} | set(self._pools)):
+            pool = self._pools.get(role)
+            if pool is None:
+                pool = self._pools[role] = ModelHistory(self.namespace, self.model, self.stale_after)
+            upstream = obs.upstream_demand if role == "prefill" else None
+            pool.ingest(Observation(obs.namespace, obs.model, obs.at,
+                                    tuple(s for s in obs.replicas if s.role == role), upstream))
+
+    def pool(self, role: str) -> ModelHistory | None:
+        """The history of the replicas with this `role` label; None until one reported a non-unified role."""
+        return self._pools.get(role)
 
     def _rates(self) -> dict[str, Rates]:
         return {pod: t.rates for pod, t in self._replicas.items()}
@@ -456,4 +477,5 @@ class ModelHistory:
 
     def nbytes(self) -> int:
         """Bytes held in arrays (tiers and replica rings): the part that grows with models and replicas."""
-        return sum(t.nbytes() for t in self._tiers) + sum(t.ring.nbytes for t in self._replicas.values())
+        return (sum(t.nbytes() for t in self._tiers) + sum(t.ring.nbytes for t in self._replicas.values())
+                + sum(p.nbytes() for p in self._pools.values()))
