@@ -331,8 +331,9 @@ class HistoryView(Protocol):
 class ModelHistory:
     """The history of one model in one namespace. ingest() observations, query windows with a `now`."""
 
-    def __init__(self, namespace: str, model: str, stale_after: float = 30.0) -> None:
+    def __init__(self, namespace: str, model: str, stale_after: float = 30.0, *, split_pools: bool = True) -> None:
         self.namespace = namespace
+        self._split_pools = split_pools  # False for a pool's own history (it holds one role already)
         self.model = model
         self.stale_after = stale_after
         self._tiers = [_Tier(s, n, dt) for s, n, dt in TIERS]
@@ -387,12 +388,13 @@ class ModelHistory:
         """Once a replica reports a role other than unified (disaggregated serving), keep a history per
         role too, so each pool's demand and capacity is its own (scaler/pools.py). Upstream demand goes
         to the prefill pool, where a request starts."""
-        if not self._pools and all(s.role == "unified" for s in obs.replicas):
+        if not self._split_pools or (not self._pools and all(s.role == "unified" for s in obs.replicas)):
             return
         for role in sorted({s.role for s in obs.replicas} | set(self._pools)):
             pool = self._pools.get(role)
             if pool is None:
-                pool = self._pools[role] = ModelHistory(self.namespace, self.model, self.stale_after)
+                pool = self._pools[role] = ModelHistory(self.namespace, self.model, self.stale_after,
+                                                         split_pools=False)
             upstream = obs.upstream_demand if role == "prefill" else None
             pool.ingest(Observation(obs.namespace, obs.model, obs.at,
                                     tuple(s for s in obs.replicas if s.role == role), upstream))

@@ -356,7 +356,9 @@ class WorkloadReader:
         state = entry.reading.state if entry is not None else None
         if entry is None or state is None:
             return
-        waiting = [p.created for p in pods if p.scheduled is None and p.created is not None]
+        # not placed: no PodScheduled=True, and nothing since (a started or ready container implies a node)
+        waiting = [p.created for p in pods
+                   if p.scheduled is None and p.started is None and p.ready is None and p.created is not None]
         entry.reading = dataclasses.replace(entry.reading, state=dataclasses.replace(
             state, unscheduled=len(waiting), unscheduled_since=min(waiting) if waiting else None))
 

@@ -199,9 +199,9 @@ class VariantLimit:
 
 
 def variant_limits(variants: Sequence[Variant], workloads: Mapping[str, WorkloadState | None], now: float,
-                   pending_timeout: float) -> dict[str, VariantLimit]:
+                   pending_timeout: float, *, shortfall: bool = True) -> dict[str, VariantLimit]:
     """Each variant's cap: its `maxReplicas`, its ScaledObject's max, and while stuck (pods unscheduled for
-    `pending_timeout`) the replicas it has scheduled."""
+    `pending_timeout`) the replicas it has scheduled (`shortfall=False`: as if the GPUs were there)."""
     out = {}
     for v in variants:
         most: float = math.inf if v.max_replicas is None else v.max_replicas
@@ -212,7 +212,8 @@ def variant_limits(variants: Sequence[Variant], workloads: Mapping[str, Workload
             since = w.unscheduled_since
             if w.unscheduled > 0 and since is not None and now - since >= pending_timeout:
                 stuck = True
-                most = min(most, max(0, w.current_replicas - w.unscheduled))
+                if shortfall:
+                    most = min(most, max(0, w.current_replicas - w.unscheduled))
         out[v.name] = VariantLimit(most, stuck)
     return out
 
@@ -276,11 +277,16 @@ def variant_split(history: HistoryView, config: ScalerConfig, workload: Workload
     limits = variant_limits(config.variants, workloads, now, config.pending_timeout)
     per_replica = {v.name: v.capacity * config.target_kv_utilization for v in config.variants}
     counts, covered = cheapest_mix(need, config.variants, per_replica, limits)
-    for v in config.variants:
-        w = workloads.get(v.name)
-        lim = limits[v.name]
-        if lim.stuck and w is not None and counts[v.name] >= lim.most:
-            counts[v.name] = w.current_replicas  # hold the pending pods: they tell when capacity returns
+    if any(lim.stuck for lim in limits.values()):
+        # A stuck variant keeps what it has, pending pods included, as far as the mix without the shortfall
+        # would want them: they tell when capacity returns, and asking less would delete them and make it
+        # look free again (then stuck again a pendingTimeout later). It is asked for no more.
+        free = variant_limits(config.variants, workloads, now, config.pending_timeout, shortfall=False)
+        wanted, _ = cheapest_mix(need, config.variants, per_replica, free)
+        for v in config.variants:
+            w = workloads.get(v.name)
+            if limits[v.name].stuck and w is not None:
+                counts[v.name] = max(counts[v.name], min(w.current_replicas, wanted[v.name]))
     details = {"demand": need, "variants_covered": float(covered),
                "variants_price_per_hour": sum(counts[v.name] * v.price_per_hour for v in config.variants)}
     for v in config.variants:
