@@ -44,6 +44,8 @@ FIELDS = (
     "ttft_count_rate",  # Σ rate of its _count: first tokens (requests) per second
     "itl_sum_rate",  # Σ rate of llm_inter_token_latency_seconds_sum
     "itl_count_rate",  # Σ rate of its _count: inter-token gaps per second
+    "prefix_queried_rate",  # Σ prompt tokens/s looked up in the prefix cache
+    "prefix_hit_rate",  # Σ of those found there (the prefill pool computes the rest: scaler/pools.py)
 )
 F = {name: i for i, name in enumerate(FIELDS)}
 NF = len(FIELDS)
@@ -84,6 +86,13 @@ class Load:
     ttft_count_rate: float | None = None
     itl_sum_rate: float | None = None
     itl_count_rate: float | None = None
+    prefix_queried_rate: float | None = None
+    prefix_hit_rate: float | None = None
+
+    @property
+    def prefix_hit_ratio(self) -> float | None:
+        """Hits / lookups of the prefix cache in the window, in tokens (None: not reported, or no lookup)."""
+        return _ratio(self.prefix_hit_rate, self.prefix_queried_rate)
 
     @property
     def mean_ttft(self) -> float | None:
@@ -115,6 +124,8 @@ class Rates:
     ttft_count: float | None = None
     itl_sum: float | None = None
     itl_count: float | None = None
+    prefix_queried: float | None = None
+    prefix_hit: float | None = None
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:
@@ -172,7 +183,7 @@ def aggregate(samples: tuple[ReplicaSample, ...], rates: dict[str, Rates], upstr
     put_sum("prompt_rate", [rates[s.pod].prompt if s.pod in rates else None for s in fresh])
     put_sum("generation_rate", [rates[s.pod].generation if s.pod in rates else None for s in fresh])
     put_sum("finished_rate", [rates[s.pod].finished if s.pod in rates else None for s in fresh])
-    for name in ("ttft_sum", "ttft_count", "itl_sum", "itl_count"):
+    for name in ("ttft_sum", "ttft_count", "itl_sum", "itl_count", "prefix_queried", "prefix_hit"):
         put_sum(name + "_rate", [getattr(rates[s.pod], name) if s.pod in rates else None for s in fresh])
     return row
 
@@ -274,6 +285,8 @@ class _ReplicaTrack:
                 counter_rate(_num(prev.requests_finished_total), _num(s.requests_finished_total), dt),
                 *(counter_rate(_num(getattr(prev, name)), _num(getattr(s, name)), dt)
                   for name in ("ttft_sum", "ttft_count", "itl_sum", "itl_count")),
+                *(counter_rate(_num(getattr(prev, name + "_total")), _num(getattr(s, name + "_total")), dt)
+                  for name in ("prefix_queried", "prefix_hit")),
             )
         elif not s.up:
             self.rates = Rates()

@@ -39,6 +39,8 @@ class ReplicaSample:
     ttft_count: float | None = None  # llm_time_to_first_token_seconds_count (requests)
     itl_sum: float | None = None  # llm_inter_token_latency_seconds_sum
     itl_count: float | None = None  # llm_inter_token_latency_seconds_count (inter-token gaps)
+    prefix_queried_total: float | None = None  # llm_prefix_cache_queried_tokens_total
+    prefix_hit_total: float | None = None  # llm_prefix_cache_hit_tokens_total
     role: str = "unified"  # the exporter's `role` label: unified|prefill|decode (scaler/pools.py splits on it)
 
 

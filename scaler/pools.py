@@ -69,15 +69,20 @@ def prefill_utilization(mean_prompt: float, per_replica_tps: float, target_ttft:
 
 
 def measured_prefill_tps(history: HistoryView, now: float) -> float | None:
-    """The most prompt tokens/s one prefill replica computed in a 1 s..60 s bucket of the last hour while
-    requests queued (a saturated replica shows its throughput); None when it never was saturated."""
+    """The most prompt tokens/s one prefill replica computed (net of prefix-cache hits) in a 1 s..60 s bucket
+    of the last hour while requests queued (a saturated replica shows its throughput); None when it never
+    was saturated."""
     _, rate = history.series("prompt_rate", now, MEASURE_S)
     _, replicas = history.series("replicas", now, MEASURE_S)
     _, waiting = history.series("waiting", now, MEASURE_S)
+    _, queried = history.series("prefix_queried_rate", now, MEASURE_S)
+    _, hits = history.series("prefix_hit_rate", now, MEASURE_S)
     best = None
-    for r, n, w in zip(rate.tolist(), replicas.tolist(), waiting.tolist(), strict=True):
+    for r, n, w, q, h in zip(rate.tolist(), replicas.tolist(), waiting.tolist(), queried.tolist(), hits.tolist(),
+                             strict=True):
         if n > 0 and w > 0 and r > 0 and math.isfinite(r):
-            best = r / n if best is None else max(best, r / n)
+            net = 1.0 - h / q if q > 0 and math.isfinite(h) and 0 <= h <= q else 1.0  # computed, not cached
+            best = r * net / n if best is None else max(best, r * net / n)
     return best
 
 
@@ -101,6 +106,7 @@ def prefill_need(load: Load, snap: Snapshot | None, config: ScalerConfig, per_re
                               config.target_kv_utilization)
     need = rate / (per_replica_tps * rho)
     return Need(need, {"prefill_tokens_per_s": rate, "prefill_capacity_tps": per_replica_tps,
+                       "prefix_hit_ratio": 1.0 - net,
                        "prefill_utilization": rho, "prefill_need_tokens": need,
                        "prefill_mean_prompt_tokens": prompt or 0.0})
 
@@ -147,7 +153,7 @@ def _window_need(pool: HistoryView | None, now: float, config: ScalerConfig, whi
         load = pool.window(now, seconds)
         if which == "prefill":
             assert tps is not None
-            need = prefill_need(load, snap, config, tps)
+            need = prefill_need(load, snap, config, tps, load.prefix_hit_ratio)
             latency = from_window(load, seconds, ready, replace(config, target_itl=None))
         else:
             need = decode_need(load, snap, config)

@@ -29,6 +29,8 @@ FIELD_OF: Mapping[str, str] = {
     "llm_prompt_tokens_total": "prompt_tokens_total",
     "llm_generation_tokens_total": "generation_tokens_total",
     "llm_requests_finished_total": "requests_finished_total",
+    "llm_prefix_cache_queried_tokens_total": "prefix_queried_total",  # prompt tokens net of hits (pools.py)
+    "llm_prefix_cache_hit_tokens_total": "prefix_hit_total",
     "llm_time_to_first_token_seconds_sum": "ttft_sum",  # histograms: _sum/_count only, buckets skipped
     "llm_time_to_first_token_seconds_count": "ttft_count",
     "llm_inter_token_latency_seconds_sum": "itl_sum",

@@ -33,7 +33,7 @@ from keda_llm.scaler.sources.exposition import (
 )
 from keda_llm.scaler.sources.promql import PrometheusClient, VectorSample
 
-GROUP_BY = "namespace, exported_namespace, model, pod, exported_pod"
+GROUP_BY = "namespace, exported_namespace, model, pod, exported_pod, role"  # role: one per pod (pools.py)
 
 
 def signal_queries(selector: str = "") -> dict[str, str]:

@@ -73,21 +73,24 @@ def test_prefill_utilization_keeps_the_mean_ttft_within_the_target() -> None:
 
 
 def sample(pod: str, role: str, t: float, *, prompt: float = 0.0, finished: float = 0.0, kv: float = 0.0,
-           waiting: float = 0.0) -> ReplicaSample:
+           waiting: float = 0.0, hits: float | None = None) -> ReplicaSample:
     return ReplicaSample(pod=pod, timestamp=t, running=1.0, waiting=waiting, kv_usage_ratio=kv,
                          kv_capacity_tokens=KV, prompt_tokens_total=prompt, generation_tokens_total=0.0,
-                         requests_finished_total=finished, role=role)
+                         requests_finished_total=finished, role=role,
+                         prefix_queried_total=None if hits is None else prompt, prefix_hit_total=hits)
 
 
 def pd_history(seconds: int = 120, prefill_tps: float = 6000.0, decode_kv: float = 0.5,
-               prefill_waiting: float = 0.0) -> ModelHistory:
-    """2 prefill replicas computing `prefill_tps` prompt tokens/s each (3 requests/s: 2000 tokens each),
-    2 decode replicas with `decode_kv` of their KV cache in use, one observation a second."""
+               prefill_waiting: float = 0.0, hit_ratio: float | None = None) -> ModelHistory:
+    """2 prefill replicas looking up `prefill_tps` prompt tokens/s each (3 requests/s: 2000 tokens each),
+    `hit_ratio` of them found in the prefix cache where set, 2 decode replicas with `decode_kv` of their
+    KV cache in use, one observation a second."""
     h = ModelHistory("llm", "m")
     for i in range(seconds + 1):
         t = T0 + i
-        reps = [sample(f"p{k}", "prefill", t, prompt=prefill_tps * i, finished=3.0 * i, waiting=prefill_waiting)
-                for k in range(2)]
+        hits = None if hit_ratio is None else hit_ratio * prefill_tps * i
+        reps = [sample(f"p{k}", "prefill", t, prompt=prefill_tps * i, finished=3.0 * i, waiting=prefill_waiting,
+                       hits=hits) for k in range(2)]
         reps += [sample(f"d{k}", "decode", t, kv=decode_kv) for k in range(2)]
         h.ingest(Observation("llm", "m", t, tuple(reps)))
     return h
@@ -121,6 +124,20 @@ def test_pd_split_by_hand() -> None:
     counts, details = pd_split(h, cfg(**base, targetTimeToFirstToken="1s"), now)
     assert details["prefill_need"] == pytest.approx(12000 / (10000 * 1.6 / 1.8))
     assert counts["prefill"] == 2
+
+
+def test_prefix_cache_hits_are_not_prefill_work() -> None:
+    # a quarter of the 12000 prompt tokens/s are cache hits: 9000 to compute / 8000 = 1.125 -> 2
+    h = pd_history(hit_ratio=0.25)
+    counts, details = pd_split(h, cfg(role="prefill", prefillTokensPerSecond="10000"), T0 + 120)
+    assert details["prefix_hit_ratio"] == pytest.approx(0.25)
+    assert details["prefill_need"] == pytest.approx(9000 / 8000)
+    assert counts["prefill"] == 2
+    # measured while queueing: 6000 x 0.75 = 4500 computed per replica; (9000 + 2 x 1500 / 60) / 3600
+    h = pd_history(hit_ratio=0.25, prefill_waiting=1.0)
+    _, details = pd_split(h, cfg(role="prefill"), T0 + 120)
+    assert details["prefill_capacity_tps"] == pytest.approx(4500.0)
+    assert details["prefill_need"] == pytest.approx((9000 + 2 * 1500 / 60) / 3600)
 
 
 def test_queued_prompts_drain_within_the_ttft_target() -> None:
