@@ -7,8 +7,10 @@ with their `role`); every expected count is worked out in the test's comments.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
+import yaml
 
 from keda_llm.scaler.config import ConfigError, ScalerConfig, Variant, parse_metadata
 from keda_llm.scaler.decide import decide
@@ -279,3 +281,25 @@ def test_variant_metadata_errors_name_the_key() -> None:
         cfg(variant="l4", variants="l4 pricePerHour=1")
     with pytest.raises(ConfigError, match="cannot be combined with role"):
         cfg(variant="l4", variants=VARIANTS, role="decode")
+
+
+# ---- the shipped examples ------------------------------------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
+
+
+@pytest.mark.parametrize("name", ["pools-prefill-decode.yaml", "pools-variants.yaml"])
+def test_the_examples_pools_share_one_split(name: str) -> None:
+    """Every ScaledObject of the model carries the same split keys (only `role`/`variant` differ), so each
+    scaler pod computes the same split whichever ScaledObject it is asked about; each names its own pool."""
+    docs = [d for d in yaml.safe_load_all((EXAMPLES / name).read_text()) if d and d["kind"] == "ScaledObject"]
+    assert len(docs) == 2
+    metas = [dict(d["spec"]["triggers"][0]["metadata"]) for d in docs]
+    configs = [parse_metadata(m) for m in metas]
+    own = [c.role or c.variant for c in configs]
+    assert len(set(own)) == 2
+    for d, c in zip(docs, configs, strict=True):
+        if c.variants:
+            assert c.variant == d["metadata"]["name"]  # a variant is named by its ScaledObject
+    shared = [{k: v for k, v in m.items() if k not in ("role", "variant")} for m in metas]
+    assert shared[0] == shared[1]
