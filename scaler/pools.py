@@ -7,8 +7,8 @@ collection saw it, the ScaledObject's metadata, what Kubernetes says of the pool
 tick, with no per-pod state. Two pods fed the same collections give the same pair.
 
 Prefill/decode (`role`): the pools are told apart by the replicas' `role` label (history.pool).
-- prefill need = prompt tokens/s to compute (those computed plus the queue drained within the TTFT
-  target, net of prefix-cache hits where known) / (prefill tokens/s of one replica x a utilization
+- prefill need = prompt tokens/s to compute (those computed plus the queue drained within the stable
+  window, net of prefix-cache hits where known) / (prefill tokens/s of one replica x a utilization
   that keeps the mean TTFT within the target: M/D/1 queueing per replica, `prefill_utilization`);
 - decode need = the configured policy on the decode pool (the `tokens` policy: KV tokens held and
   queued against KV tokens per replica), with the ITL target's latency term;
@@ -22,8 +22,10 @@ replicas it has scheduled, so demand spills to the next, and its answer holds it
 pending pods stay as the probe that tells when capacity returns) until they are scheduled.
 
 The windows are Knative's: the stable window's need, or the panic window's when that asks for
-`panicThreshold` times more. No scale-down delay or panic hold here (those are per-pod state): the
-HPA's stabilization smooths scale-down.
+`panicThreshold` times more. The pending guard is decide.py's, read from what collection lists: while
+a pool has replicas loading (listed by the exporters, never up yet), its need is capped at the
+replicas it has, so the queue that builds while they load does not cascade into more. No scale-down
+delay or panic hold here (those are per-pod state): the HPA's stabilization smooths scale-down.
 """
 
 from __future__ import annotations
@@ -100,7 +102,7 @@ def prefill_need(load: Load, snap: Snapshot | None, config: ScalerConfig, per_re
     prompt, _ = mean_prompt_tokens(load, snap)
     net = 1.0 - min(1.0, max(0.0, hit_ratio or 0.0))
     queued_requests = (load.waiting or 0.0) + (load.upstream or 0.0)
-    drain_s = config.target_ttft or config.stable_window
+    drain_s = config.stable_window  # the backlog is cleared within the window demand is averaged over
     rate = ((load.prompt_rate or 0.0) + queued_requests * (prompt or 0.0) / drain_s) * net
     rho = prefill_utilization((prompt or 0.0) * net, per_replica_tps, config.target_ttft,
                               config.target_kv_utilization)
@@ -148,6 +150,8 @@ def _window_need(pool: HistoryView | None, now: float, config: ScalerConfig, whi
         return zero, zero
     snap = pool.snapshot(now, config.stale_after)
     ready = snap.fresh if snap is not None else 0
+    # the pending guard: replicas loading are supply that is coming; no more while they load
+    held = float(snap.fresh + snap.stale + snap.loading) if snap is not None and snap.loading > 0 else math.inf
     out = []
     for seconds in (config.stable_window, config.panic_window):
         load = pool.window(now, seconds)
@@ -160,6 +164,8 @@ def _window_need(pool: HistoryView | None, now: float, config: ScalerConfig, whi
             latency = from_window(load, seconds, ready, replace(config, target_ttft=None))
         if latency is not None and latency.desired > need.replicas:
             need = Need(latency.desired, {**need.parts, f"{which}_latency_desired": latency.desired})
+        if need.replicas > held:
+            need = Need(held, {**need.parts, f"{which}_pending_guard": held})
         out.append(need)
     return out[0], out[1]
 

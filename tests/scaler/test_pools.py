@@ -142,15 +142,31 @@ def test_prefix_cache_hits_are_not_prefill_work() -> None:
     assert details["prefill_need"] == pytest.approx((9000 + 2 * 1500 / 60) / 3600)
 
 
-def test_queued_prompts_drain_within_the_ttft_target() -> None:
-    # 4 requests waiting on each prefill replica, 2000 tokens each: 16000 tokens to compute within the 2 s
-    # target = 8000 tok/s more; 12000 + 8000 = 20000 tok/s. rho for 0.2 s prompts in 2 s: 3.6 / 3.8.
-    h = pd_history(prefill_waiting=4.0)
-    counts, details = pd_split(h, cfg(role="prefill", prefillTokensPerSecond="10000",
-                                      targetTimeToFirstToken="2s"), T0 + 120)
+def test_queued_prompts_drain_within_the_stable_window() -> None:
+    # 40 requests waiting on each prefill replica, 2000 tokens each: 160000 tokens to compute within the
+    # 20 s stable window = 8000 tok/s more; 12000 + 8000 = 20000 tok/s. rho for 0.2 s prompts in 2 s: 3.6 / 3.8.
+    h = pd_history(prefill_waiting=40.0)
+    c = cfg(role="prefill", prefillTokensPerSecond="10000", targetTimeToFirstToken="2s", stableWindow="20s")
+    counts, details = pd_split(h, c, T0 + 120)
     assert details["prefill_tokens_per_s"] == pytest.approx(20000.0)
     assert details["prefill_need"] == pytest.approx(20000 / (10000 * 3.6 / 3.8))
     assert counts["prefill"] == 3  # 2.11 -> 3
+
+
+def test_pending_guard_caps_a_pool_while_its_new_replicas_load() -> None:
+    # 400 waiting per prefill replica asks for (12000 + 1.6e6 / 20) / 9473.7 = 9.7 replicas; with a third
+    # prefill replica listed but not up yet (loading), the pool holds at the 3 it has
+    h = pd_history(prefill_waiting=400.0)
+    c = cfg(role="prefill", prefillTokensPerSecond="10000", targetTimeToFirstToken="2s", stableWindow="20s")
+    assert pd_split(h, c, T0 + 120)[0]["prefill"] == 10
+    now = T0 + 121
+    reps = [sample(f"p{k}", "prefill", now, prompt=6000.0 * 121, finished=3.0 * 121, waiting=400.0) for k in range(2)]
+    reps += [ReplicaSample(pod="p-new", timestamp=0.0, up=False, role="prefill")]
+    reps += [sample(f"d{k}", "decode", now, kv=0.5) for k in range(2)]
+    h.ingest(Observation("llm", "m", now, tuple(reps)))
+    counts, details = pd_split(h, c, now)
+    assert counts["prefill"] == 3 and details["prefill_pending_guard"] == 3.0
+    assert counts["decode"] == 2  # the other pool has nothing loading: its own need
 
 
 def test_prefill_throughput_is_measured_while_requests_queue() -> None:
