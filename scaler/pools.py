@@ -230,32 +230,44 @@ def variant_limits(variants: Sequence[Variant], workloads: Mapping[str, Workload
     return out
 
 
-def cheapest_mix(need_tokens: float, variants: Sequence[Variant], per_replica: Mapping[str, float],
-                 limits: Mapping[str, VariantLimit]) -> tuple[dict[str, int], bool]:
-    """Counts per variant covering `need_tokens` at the least price per hour; (counts, covered).
+Amount = float | Sequence[float]
 
-    Searches, variant by variant in order of price per token of capacity, the counts that just cover
-    what is left and one fewer (with up to MAX_VARIANTS variants, at most 2^16 candidates; 4 variants: 16).
-    Ties go to more replicas of the more preferred variants (listed first). Nothing covers it: every
-    variant at its cap."""
-    if need_tokens <= 0:
+
+def _vec(x: Amount) -> tuple[float, ...]:
+    return (float(x),) if isinstance(x, (int, float)) else tuple(float(v) for v in x)
+
+
+def cheapest_mix(need: Amount, variants: Sequence[Variant], per_replica: Mapping[str, Amount],
+                 limits: Mapping[str, VariantLimit]) -> tuple[dict[str, int], bool]:
+    """Counts per variant covering `need` at the least price per hour; (counts, covered).
+
+    `need` and each variant's `per_replica` are amounts of one or more resources (KV tokens, and prompt
+    tokens/s where the variants say); a mix covers every one. Searches, variant by variant in order of
+    price per unit of the first resource, the counts that just cover what is left and one fewer (with up
+    to MAX_VARIANTS variants, at most 2^16 candidates; 4 variants: 16). Ties go to more replicas of the
+    more preferred variants (listed first). Nothing covers it: every variant at its cap."""
+    want = _vec(need)
+    per = {name: _vec(v) for name, v in per_replica.items()}
+    if all(x <= 0 for x in want):
         return {v.name: 0 for v in variants}, True
     order = sorted(range(len(variants)),
-                   key=lambda i: (variants[i].price_per_hour / per_replica[variants[i].name], i))
+                   key=lambda i: (variants[i].price_per_hour / per[variants[i].name][0], i))
     best: tuple[float, tuple[int, ...]] | None = None
     best_counts: dict[str, int] | None = None
 
-    def options(i: int, rest: float) -> list[int]:
+    def options(i: int, rest: tuple[float, ...]) -> list[int]:
         v = variants[i]
         top = limits[v.name].most
-        full = ceil_replicas(rest / per_replica[v.name])
+        full = max((ceil_replicas(r / c) if c > 0 else (math.inf if r > 1e-9 else 0)
+                    for r, c in zip(rest, per[v.name], strict=True)), default=0)
         cands = {min(full, top), min(max(full - 1, 0), top)}
         return sorted(int(c) for c in cands)
 
-    def walk(k: int, rest: float, chosen: dict[str, int]) -> None:
+    def walk(k: int, rest: tuple[float, ...], chosen: dict[str, int]) -> None:
         nonlocal best, best_counts
-        if rest <= 1e-9 or k == len(order):
-            if rest > 1e-9:
+        done = all(r <= 1e-9 for r in rest)
+        if done or k == len(order):
+            if not done:
                 return
             counts = {v.name: chosen.get(v.name, 0) for v in variants}
             cost = sum(counts[v.name] * v.price_per_hour for v in variants)
@@ -264,10 +276,11 @@ def cheapest_mix(need_tokens: float, variants: Sequence[Variant], per_replica: M
                 best, best_counts = key, counts
             return
         i = order[k]
+        name = variants[i].name
         for n in options(i, rest):
-            walk(k + 1, rest - n * per_replica[variants[i].name], {**chosen, variants[i].name: n})
+            walk(k + 1, tuple(r - n * c for r, c in zip(rest, per[name], strict=True)), {**chosen, name: n})
 
-    walk(0, need_tokens, {})
+    walk(0, want, {})
     if best_counts is None:
         capped = {v.name: int(min(limits[v.name].most, 2**31 - 1)) for v in variants}
         return capped, False
@@ -287,20 +300,42 @@ def variant_split(history: HistoryView, config: ScalerConfig, workload: Workload
     workloads: dict[str, WorkloadState | None] = dict(workload.peers)
     workloads[config.variant] = workload
     limits = variant_limits(config.variants, workloads, now, config.pending_timeout)
-    per_replica = {v.name: v.capacity * config.target_kv_utilization for v in config.variants}
-    counts, covered = cheapest_mix(need, config.variants, per_replica, limits)
+    kv_per = {v.name: v.capacity * config.target_kv_utilization for v in config.variants}
+    details: dict[str, float] = {}
+    needs: list[float] = [need]
+    per_replica: dict[str, Amount] = dict(kv_per)
+    if any(v.prefill_tps is not None for v in config.variants):
+        # prompt compute too: tokens/s to compute against each variant's rate at its TTFT-keeping utilization
+        load = history.window(now, config.stable_window)
+        prompt, _ = mean_prompt_tokens(load, snap)
+        net = 1.0 - min(1.0, max(0.0, load.prefix_hit_ratio or 0.0))
+        queued = ((load.waiting or 0.0) + (load.upstream or 0.0)) * (prompt or 0.0)
+        rate = ((load.prompt_rate or 0.0) + queued / config.stable_window) * net
+        needs.append(rate)
+        for v in config.variants:
+            tps = v.prefill_tps
+            per_replica[v.name] = (kv_per[v.name], math.inf if tps is None else tps * prefill_utilization(
+                (prompt or 0.0) * net, tps, config.target_ttft, config.target_kv_utilization))
+        details["prefill_tokens_per_s"] = rate
+    if snap is not None and snap.loading > 0:  # the pending guard: replicas loading are supply that is coming
+        have = [sum((w.current_replicas - w.unscheduled) * _vec(per_replica[name])[d]
+                    for name, w in workloads.items() if w is not None and name in per_replica)
+                for d in range(len(needs))]
+        needs = [min(x, h) if 0 < h < math.inf else x for x, h in zip(needs, have, strict=True)]
+    need = needs[0]
+    counts, covered = cheapest_mix(needs, config.variants, per_replica, limits)
     if any(lim.stuck for lim in limits.values()):
         # A stuck variant keeps what it has, pending pods included, as far as the mix without the shortfall
         # would want them: they tell when capacity returns, and asking less would delete them and make it
         # look free again (then stuck again a pendingTimeout later). It is asked for no more.
         free = variant_limits(config.variants, workloads, now, config.pending_timeout, shortfall=False)
-        wanted, _ = cheapest_mix(need, config.variants, per_replica, free)
+        wanted, _ = cheapest_mix(needs, config.variants, per_replica, free)
         for v in config.variants:
             w = workloads.get(v.name)
             if limits[v.name].stuck and w is not None:
                 counts[v.name] = max(counts[v.name], min(w.current_replicas, wanted[v.name]))
-    details = {"demand": need, "variants_covered": float(covered),
-               "variants_price_per_hour": sum(counts[v.name] * v.price_per_hour for v in config.variants)}
+    details.update({"demand": need, "variants_covered": float(covered),
+                    "variants_price_per_hour": sum(counts[v.name] * v.price_per_hour for v in config.variants)})
     for v in config.variants:
         details[f"variant_{v.name}"] = float(counts[v.name])
         details[f"variant_{v.name}_stuck"] = float(limits[v.name].stuck)

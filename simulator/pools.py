@@ -35,7 +35,7 @@ from keda_llm.scaler.config import ScalerConfig, parse_metadata
 from keda_llm.scaler.decide import decide
 from keda_llm.scaler.history import ModelHistory
 from keda_llm.scaler.model import NoData, Observation, PolicyState, ReplicaSample, WorkloadState
-from keda_llm.scaler.pools import pd_split
+from keda_llm.scaler.pools import pd_split, variant_split, with_peers
 from keda_llm.simulator.anchors.dynamo import KalmanPredictor, decode_tokens_per_s, prefill_tokens_per_s
 from keda_llm.simulator.perf import PerfModel, step_time
 from keda_llm.simulator.presets import Preset
@@ -397,3 +397,222 @@ def shifted_trace(conv: Trace, code: Trace, at_s: float = 1800.0) -> Trace:
     return Trace(f"shift({conv.name}->{code.name}@{at_s:g}s)", np.concatenate([a.arrival_s, b.arrival_s + at_s]),
                  np.concatenate([a.prompt_tokens, b.prompt_tokens]),
                  np.concatenate([a.output_tokens, b.output_tokens]))
+
+
+# ---- GPU variants by cost ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    """One Deployment of the model on one GPU type: its preset, price per replica-hour, and how many of its
+    pods the cluster can schedule (None: any); pods beyond that stay Pending and hold no GPU."""
+
+    name: str
+    preset: Preset
+    price_per_hour: float
+    schedulable: int | None = None
+
+
+@dataclass(frozen=True)
+class VariantsResult:
+    name: str
+    cost: float  # price x replica-hours of scheduled pods
+    gpu_hours: float
+    ttft_p99: float
+    itl_mean: float
+    slo_attainment: float
+    finished: int
+    arrived: int
+    mean_replicas: dict[str, float]
+    pending_s: float  # pod-seconds spent Pending
+
+
+class VariantsSimulation:
+    """Unified replicas of several variants behind one router (fluid, 1 s): prefill work is shared in
+    proportion to each variant's prefill rate, a request is admitted where most KV is free, and its
+    tokens come at that variant's iteration time. `controller`: `mix` (the scaler's variant split) or
+    the name of one variant (that variant alone, under the scaler's `tokens` policy)."""
+
+    def __init__(self, trace: Trace, variants: list[VariantSpec], controller: str, *, ttft_slo_s: float = 2.0,
+                 itl_slo_s: float = 0.1, cold_start_s: float = 180.0, pending_timeout_s: float = 180.0,
+                 max_replicas: int = 32) -> None:
+        self.trace, self.controller = trace, controller
+        self.variants = variants if controller == "mix" else [v for v in variants if v.name == controller]
+        if not self.variants:
+            raise ValueError(f"controller {controller!r}: mix or one of {', '.join(v.name for v in variants)}")
+        self.ttft_slo, self.itl_slo, self.cold, self.max = ttft_slo_s, itl_slo_s, cold_start_s, max_replicas
+        isl = float(np.mean(trace.prompt_tokens)) if len(trace) else 1000.0
+        self.perf = {v.name: v.preset.perf() for v in self.variants}
+        self.cfgs = {v.name: v.preset.replica_config() for v in self.variants}
+        self.kv = {v.name: float(v.preset.kv_capacity_tokens) for v in self.variants}
+        self.tps = {v.name: prefill_tokens_per_s(self.perf[v.name], isl) for v in self.variants}
+        table = "; ".join(f"{v.name} pricePerHour={v.price_per_hour:g} capacity={self.kv[v.name]:.0f} "
+                          f"maxReplicas={max_replicas} prefillTokensPerSecond={self.tps[v.name]:.0f}"
+                          for v in self.variants)
+        md = {"model": MODEL, "targetTimeToFirstToken": f"{ttft_slo_s:g}s",
+              "pendingTimeout": f"{pending_timeout_s:g}s"}
+        if controller == "mix":
+            md.update({"variant": self.variants[0].name, "variants": table})
+        self.cfg = parse_metadata(md)
+        # warm start, the same for every controller: the last variant listed (the roomiest) sized for the
+        # trace's first 300 s, the others at 0
+        last = variants[-1]
+        warm = PdSimulation(trace, PdSetup(last.preset, ttft_slo_s=ttft_slo_s, itl_slo_s=itl_slo_s), "unified")
+        n0 = sum(warm.warm_counts())
+        self.pools = {v.name: Pool([f"{v.name}-boot{i}" for i in range(n0 if v is last else 0)], next_pod=n0)
+                      for v in self.variants}
+        for pool in self.pools.values():
+            pool.recs = [(0.0, pool.ready)]
+        self.pending_since: dict[str, float | None] = {v.name: None for v in self.variants}
+        self.history = ModelHistory(NS, MODEL, stale_after=30.0)
+        self.state = PolicyState()
+        self.counters: dict[str, list[float]] = {}
+
+    def _schedulable(self, v: VariantSpec) -> int:
+        return self.max if v.schedulable is None else v.schedulable
+
+    def _workload(self, v: VariantSpec, now: float) -> WorkloadState:
+        pool = self.pools[v.name]
+        stuck = max(0, pool.spec - self._schedulable(v))
+        return WorkloadState(pool.spec, pool.ready, max_replicas=self.max, unscheduled=stuck,
+                             unscheduled_since=self.pending_since[v.name] if stuck else None)
+
+    def _control(self, now: float) -> None:
+        if self.controller != "mix":
+            v = self.variants[0]
+            try:
+                d, self.state = decide(self.history, self.cfg, self.state, self._workload(v, now), now)
+            except NoData:
+                return
+            self.pools[v.name].recommend(max(1, min(d.replicas, self.max)), now, HPA_DOWN_S, self.cold)
+            return
+        own = self.variants[0]
+        peers = {v.name: self._workload(v, now) for v in self.variants[1:]}
+        wl = with_peers(self._workload(own, now), peers)
+        try:
+            counts, _ = variant_split(self.history, self.cfg, wl, now)
+        except NoData:
+            return
+        for v in self.variants:
+            self.pools[v.name].recommend(min(counts[v.name], self.max), now, HPA_DOWN_S, self.cold)
+        if sum(p.spec for p in self.pools.values()) == 0:
+            self.pools[own.name].recommend(1, now, HPA_DOWN_S, self.cold)
+
+    def run(self) -> VariantsResult:
+        tr = self.trace
+        n = len(tr)
+        prompt = tr.prompt_tokens.astype(np.float64)
+        out = np.maximum(1, tr.output_tokens).astype(np.float64)
+        first, done_at = np.full(n, math.nan), np.full(n, math.nan)
+        itl_sum, generated = np.zeros(n), np.zeros(n)
+        arrivals = np.searchsorted(tr.arrival_s, np.arange(0, math.ceil(tr.duration_s) + 2), "left")
+        queue: list[int] = []
+        head_left = 0.0
+        admit_q: list[int] = []
+        ready_at = np.full(n, math.nan)
+        resident = {v.name: np.zeros(0, dtype=np.int64) for v in self.variants}
+        kv_used = {v.name: 0.0 for v in self.variants}
+        cost = gpu_s = pending_s = 0.0
+        replica_s = {v.name: 0.0 for v in self.variants}
+        t, step, end = 0.0, 0, tr.duration_s + 600.0
+        while t < end and (step < len(arrivals) - 1 or queue or admit_q or any(len(r) for r in resident.values())):
+            if step < len(arrivals) - 1:
+                queue += range(int(arrivals[step]), int(arrivals[step + 1]))
+            now = t + 1.0
+            for v in self.variants:  # pods past what the cluster can schedule stay Pending
+                pool = self.pools[v.name]
+                room = self._schedulable(v) - pool.ready
+                starting = sorted(pool.starting)
+                placed, waiting = starting[:max(0, room)], starting[max(0, room):]
+                pool.starting = placed
+                pool.advance(now)
+                pool.starting += [(max(at, now + self.cold), name) for at, name in waiting]
+                stuck = max(0, pool.spec - self._schedulable(v))
+                since = self.pending_since[v.name]
+                self.pending_since[v.name] = (since if since is not None else now) if stuck else None
+                pending_s += stuck
+            # prefill, shared by every ready replica in proportion to its rate
+            rate = sum(self.pools[v.name].ready * self.tps[v.name] for v in self.variants)
+            budget = rate * MAX_PREFILL_SHARE
+            computed = 0.0
+            while queue and budget > 1e-9:
+                i = queue[0]
+                left = head_left if head_left > 0 else prompt[i]
+                use = min(left, budget)
+                budget, computed, left = budget - use, computed + use, left - use
+                if left <= 1e-9:
+                    queue.pop(0)
+                    head_left = 0.0
+                    ready_at[i] = max(now - budget / max(rate, 1e-9), float(tr.arrival_s[i]))
+                    admit_q.append(i)
+                else:
+                    head_left = left
+            share = computed / rate if rate else 0.0
+            # admission: where the most KV is free
+            while admit_q:
+                i = admit_q[0]
+                free = {v.name: self.pools[v.name].ready * self.kv[v.name] - kv_used[v.name] for v in self.variants}
+                slots = {v.name: self.pools[v.name].ready * self.cfgs[v.name].max_num_seqs - len(resident[v.name])
+                         for v in self.variants}
+                name = max(free, key=lambda k: free[k])
+                if free[name] < prompt[i] + out[i] or slots[name] <= 0:
+                    break
+                admit_q.pop(0)
+                kv_used[name] += prompt[i] + out[i]
+                resident[name] = np.append(resident[name], i)
+            reps: list[ReplicaSample] = []
+            for v in self.variants:
+                pool, res = self.pools[v.name], resident[v.name]
+                made_total, fin_n = 0.0, 0
+                if len(res) and pool.ready:
+                    b = len(res) / pool.ready
+                    kv_now = float(np.sum(prompt[res] + generated[res])) / pool.ready
+                    itl = step_time(self.perf[v.name], b, kv_now, kv_now + b) / max(1e-3, 1.0 - min(share, 0.9))
+                    new = np.isnan(first[res])
+                    first[res[new]] = np.maximum(ready_at[res[new]], now - 1.0) + itl
+                    made = np.minimum(1.0 / itl, out[res] - generated[res])
+                    generated[res] += made
+                    itl_sum[res] += made * itl
+                    made_total = float(np.sum(made))
+                    fin = generated[res] >= out[res] - 1e-9
+                    if fin.any():
+                        done_at[res[fin]] = now
+                        kv_used[v.name] -= float(np.sum(prompt[res[fin]] + out[res[fin]]))
+                        fin_n = int(fin.sum())
+                        resident[v.name] = res[~fin]
+                scheduled = min(pool.spec, self._schedulable(v))
+                cost += scheduled * v.price_per_hour / 3600.0
+                gpu_s += scheduled * v.preset.tp
+                replica_s[v.name] += scheduled
+                k = max(1, pool.ready)
+                total_ready = sum(self.pools[u.name].ready for u in self.variants) or 1
+                for pod in pool.pods:
+                    c = self.counters.setdefault(pod, [0.0, 0.0, 0.0])
+                    c[0] += computed / total_ready
+                    c[1] += made_total / k
+                    c[2] += fin_n / k
+                    reps.append(ReplicaSample(
+                        pod=pod, timestamp=now, running=len(resident[v.name]) / k,
+                        waiting=(len(queue) + len(admit_q)) / total_ready,
+                        max_running=float(self.cfgs[v.name].max_num_seqs),
+                        kv_usage_ratio=min(1.0, kv_used[v.name] / (k * self.kv[v.name])),
+                        kv_capacity_tokens=self.kv[v.name], prompt_tokens_total=c[0], generation_tokens_total=c[1],
+                        requests_finished_total=c[2]))
+                for _, name in pool.starting[: max(0, self._schedulable(v) - pool.ready)]:
+                    reps.append(ReplicaSample(pod=name, timestamp=0.0, up=False))  # scheduled, loading
+            self.history.ingest(Observation(NS, MODEL, now, tuple(reps)))
+            if step % int(POLL_S) == 0 and now >= WARMUP_S:
+                self._control(now)
+            t = now
+            step += 1
+        done = ~np.isnan(done_at)
+        ttft = (first - tr.arrival_s)[done]
+        itl_req = itl_sum[done] / np.maximum(generated[done], 1.0)
+        ok = (ttft <= self.ttft_slo) & (itl_req <= self.itl_slo)
+        secs = max(1.0, math.ceil(tr.duration_s))
+        return VariantsResult(
+            name=self.controller, cost=cost, gpu_hours=gpu_s / 3600.0,
+            ttft_p99=float(np.percentile(ttft, 99)) if len(ttft) else math.nan,
+            itl_mean=float(np.sum(itl_sum[done]) / max(1.0, float(np.sum(generated[done])))),
+            slo_attainment=float(ok.mean()) if len(ok) else math.nan, finished=int(done.sum()), arrived=n,
+            mean_replicas={k: v / secs for k, v in replica_s.items()}, pending_s=pending_s)

@@ -569,7 +569,8 @@ def test_examples_hold_the_expected_scaled_objects() -> None:
     assert names == [("keda-2.18/vllm-scaledobject.yaml", "llama-8b"), ("llamacpp-dev.yaml", "smollm2"),
                      ("pools-prefill-decode.yaml", "llama-70b-decode"),
                      ("pools-prefill-decode.yaml", "llama-70b-prefill"), ("pools-variants.yaml", "llama-8b-h100"),
-                     ("pools-variants.yaml", "llama-8b-l4"), ("sglang-scaledobject.yaml", "qwen-32b"), ("tls/vllm-scaledobject-tls.yaml", "llama-8b"),
+                     ("pools-variants.yaml", "llama-8b-l4"), ("sglang-scaledobject.yaml", "qwen-32b"),
+                     ("tls/vllm-scaledobject-tls.yaml", "llama-8b"),
                      ("vllm-scaledobject.yaml", "llama-8b"), ("warm-capacity.yaml", "llama-8b-warm-capacity")]
 
 

@@ -239,6 +239,20 @@ def test_ties_go_to_the_more_preferred_variant() -> None:
     assert cheapest_mix(250.0, [b, a], {"a": 100.0, "b": 100.0}, limits)[0] == {"a": 0, "b": 3}
 
 
+def test_a_mix_covers_prompt_compute_as_well_as_kv() -> None:
+    # per replica (KV tokens, prompt tokens/s): A100 (400000, 10000) at 1.8/h, H100 (400000, 25000) at 4.1/h;
+    # need 300000 KV tokens and 40000 tok/s: 4 A100 = 7.2/h beats 2 H100 = 8.2/h (KV alone: 1 A100)
+    a100, h100 = Variant("a100", 1.8, 400_000.0), Variant("h100", 4.1, 400_000.0)
+    per = {"a100": (400_000.0, 10_000.0), "h100": (400_000.0, 25_000.0)}
+    free = {"a100": VariantLimit(math.inf), "h100": VariantLimit(math.inf)}
+    assert cheapest_mix((300_000.0, 40_000.0), [a100, h100], per, free) == ({"a100": 4, "h100": 0}, True)
+    assert cheapest_mix(300_000.0, [a100, h100], {"a100": 400_000.0, "h100": 400_000.0}, free)[0] == {
+        "a100": 1, "h100": 0}
+    # at most 2 A100: 2 A100 (20000) + 1 H100 (25000) = 7.7/h beats 2 H100
+    capped = {"a100": VariantLimit(2), "h100": VariantLimit(math.inf)}
+    assert cheapest_mix((300_000.0, 40_000.0), [a100, h100], per, capped) == ({"a100": 2, "h100": 1}, True)
+
+
 def test_nothing_covers_it_every_variant_at_its_cap() -> None:
     counts, covered = cheapest_mix(1e9, [L4], {"l4": 60_000.0}, {"l4": VariantLimit(4)})
     assert (counts, covered) == ({"l4": 4}, False)
