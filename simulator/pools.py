@@ -155,6 +155,7 @@ class PdSimulation:
         self.kalman = (KalmanPredictor(), KalmanPredictor(), KalmanPredictor())
         self._next_plan = 0.0
         self._cfg = self._config()
+        self.steps = 0
 
     def warm_counts(self, window_s: float = 300.0) -> tuple[int, int]:
         """The pools every controller starts from (the same for all): the first `window_s` of the trace's
@@ -369,6 +370,7 @@ class PdSimulation:
                 self._control(now)
             t = now
             step += 1
+        self.steps = step
         return self._result(n)
 
     def _result(self, n: int) -> PoolsResult:
@@ -379,7 +381,7 @@ class PdSimulation:
         gaps = np.maximum(self.generated[done], 1.0)
         itl = self.itl_sum[done] / gaps
         ok = (ttft <= s.ttft_slo_s) & (itl <= s.itl_slo_s)
-        secs = max(1.0, math.ceil(self.trace.duration_s))
+        secs = max(1, self.steps)
         return PoolsResult(
             name=self.mode, gpu_hours=self.gpu_s / 3600.0,
             ttft_p50=float(np.percentile(ttft, 50)) if len(ttft) else math.nan,
@@ -441,6 +443,7 @@ class VariantsSimulation:
         if not self.variants:
             raise ValueError(f"controller {controller!r}: mix or one of {', '.join(v.name for v in variants)}")
         self.ttft_slo, self.itl_slo, self.cold, self.max = ttft_slo_s, itl_slo_s, cold_start_s, max_replicas
+        self.pending_since: dict[str, float | None] = {v.name: None for v in self.variants}
         isl = float(np.mean(trace.prompt_tokens)) if len(trace) else 1000.0
         self.perf = {v.name: v.preset.perf() for v in self.variants}
         self.cfgs = {v.name: v.preset.replica_config() for v in self.variants}
@@ -454,16 +457,18 @@ class VariantsSimulation:
         if controller == "mix":
             md.update({"variant": self.variants[0].name, "variants": table})
         self.cfg = parse_metadata(md)
-        # warm start, the same for every controller: the last variant listed (the roomiest) sized for the
-        # trace's first 300 s, the others at 0
-        last = variants[-1]
+        # warm start: the controller's last variant (the roomiest listed last) sized for the trace's first
+        # 300 s, the others at 0
+        last = self.variants[-1]
         warm = PdSimulation(trace, PdSetup(last.preset, ttft_slo_s=ttft_slo_s, itl_slo_s=itl_slo_s), "unified")
         n0 = sum(warm.warm_counts())
-        self.pools = {v.name: Pool([f"{v.name}-boot{i}" for i in range(n0 if v is last else 0)], next_pod=n0)
-                      for v in self.variants}
-        for pool in self.pools.values():
-            pool.recs = [(0.0, pool.ready)]
-        self.pending_since: dict[str, float | None] = {v.name: None for v in self.variants}
+        self.pools = {}
+        for v in self.variants:
+            n = n0 if v is last else 0
+            up = min(n, self._schedulable(v))  # the rest of the warm count waits Pending like any pod
+            self.pools[v.name] = Pool([f"{v.name}-boot{i}" for i in range(up)], next_pod=n0,
+                                      starting=[(cold_start_s, f"{v.name}-boot{i}") for i in range(up, n)],
+                                      recs=[(0.0, n)])
         self.history = ModelHistory(NS, MODEL, stale_after=30.0)
         self.state = PolicyState()
         self.counters: dict[str, list[float]] = {}
@@ -609,7 +614,7 @@ class VariantsSimulation:
         ttft = (first - tr.arrival_s)[done]
         itl_req = itl_sum[done] / np.maximum(generated[done], 1.0)
         ok = (ttft <= self.ttft_slo) & (itl_req <= self.itl_slo)
-        secs = max(1.0, math.ceil(tr.duration_s))
+        secs = max(1, step)
         return VariantsResult(
             name=self.controller, cost=cost, gpu_hours=gpu_s / 3600.0,
             ttft_p99=float(np.percentile(ttft, 99)) if len(ttft) else math.nan,
