@@ -36,7 +36,12 @@ from keda_llm.scaler.decide import decide
 from keda_llm.scaler.history import ModelHistory
 from keda_llm.scaler.model import NoData, Observation, PolicyState, ReplicaSample, WorkloadState
 from keda_llm.scaler.pools import pd_split, variant_split, with_peers
-from keda_llm.simulator.anchors.dynamo import KalmanPredictor, decode_tokens_per_s, prefill_tokens_per_s
+from keda_llm.simulator.anchors.dynamo import (
+    KalmanPredictor,
+    decode_tokens_per_s,
+    disaggregated_replicas,
+    prefill_tokens_per_s,
+)
 from keda_llm.simulator.perf import PerfModel, step_time
 from keda_llm.simulator.presets import Preset
 from keda_llm.simulator.traces import Trace
@@ -210,8 +215,8 @@ class PdSimulation:
 
     def _dynamo(self, now: float) -> None:
         """Dynamo's SLA planner in disaggregated mode, every 180 s: next interval's requests, ISL and OSL
-        predicted (Kalman), prefill replicas = rate x ISL / profiled prefill tokens/s, decode replicas =
-        rate x OSL / profiled decode tokens/s at the ITL SLA (anchors/dynamo.py has the sources)."""
+        predicted (Kalman), then anchors/dynamo.py `disaggregated_replicas` (its docstring has the sources).
+        No load loop here: its per-engine estimates are the aggregated engine's."""
         interval = 180.0
         if now < self._next_plan - 1e-9:
             return
@@ -227,8 +232,7 @@ class PdSimulation:
         if rate <= 0:
             return
         s = self.setup
-        p = math.ceil(rate * isl / prefill_tokens_per_s(self.perf, isl) - 1e-9)
-        d = math.ceil(rate * osl / decode_tokens_per_s(self.perf, self.cfg, isl + osl / 2, s.itl_slo_s) - 1e-9)
+        p, d = disaggregated_replicas(self.perf, self.cfg, rate, isl, osl, s.itl_slo_s)
         self.prefill.scale_to(max(1, min(p, s.max_replicas)), now, s.cold_start_s)
         self.decode.scale_to(max(1, min(d, s.max_replicas)), now, s.cold_start_s)
 

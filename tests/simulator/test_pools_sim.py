@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from keda_llm.simulator.anchors.dynamo import disaggregated_replicas
+from keda_llm.simulator.perf import ConstantPerf
 from keda_llm.simulator.pools import (
     PdSetup,
     PdSimulation,
@@ -15,6 +17,7 @@ from keda_llm.simulator.pools import (
     shifted_trace,
 )
 from keda_llm.simulator.presets import get_preset
+from keda_llm.simulator.replica import ReplicaConfig
 from keda_llm.simulator.traces import Trace
 
 H100_70B = get_preset("llama-3.1-70b/h100-tp4")
@@ -115,3 +118,13 @@ def test_pods_past_what_the_cluster_schedules_stay_pending_and_cost_nothing() ->
     mix = VariantsSimulation(tr, vs, "mix").run()
     assert mix.mean_replicas["h100"] > 0  # the mix spills to the H100s
     assert mix.finished > r.finished or mix.slo_attainment > r.slo_attainment
+
+
+def test_dynamo_disaggregated_planner_by_hand() -> None:
+    # one iteration: 10 ms + 0.1 ms per new token. Prefill of 1000 tokens: 0.11 s -> 9090.9 tok/s.
+    # Decode at the 13.2 ms ITL SLA: batch <= 32 by time, <= 14 by KV (16000 tokens / 1100 of context each):
+    # 14 per 11.4 ms = 1228.1 tok/s. 20 req/s: prefill 20000 / 9090.9 = 2.2 -> 3; decode 4000 / 1228.1 = 3.26 -> 4
+    perf = ConstantPerf(base_s=0.01, per_token_s=1e-4)
+    cfg = ReplicaConfig(max_num_seqs=64, max_num_batched_tokens=2048, kv_blocks=1000, block_size=16)
+    assert disaggregated_replicas(perf, cfg, 20.0, 1000.0, 200.0, 0.0132) == (3, 4)
+    assert disaggregated_replicas(perf, cfg, 0.0, 1000.0, 200.0, 0.0132) == (1, 1)
