@@ -59,7 +59,7 @@ def prefill_utilization(mean_prompt: float, per_replica_tps: float, target_ttft:
     """The utilization at which a prefill replica keeps the mean TTFT within the target.
 
     One prompt takes s = L/mu seconds; with Poisson arrivals the M/D/1 queue waits W = rho s / (2(1-rho))
-    on average (Pollaczek-Khinchine), so s + W <= T holds while rho <= 2(T - s) / (2T - s). Without a
+    on average (Pollaczek-Khinchine; Kleinrock, Queueing Systems vol. 1, 1975, ch. 5), so s + W <= T holds while rho <= 2(T - s) / (2T - s). Without a
     target: `default` (targetKVUtilization)."""
     if target_ttft is None:
         return default
