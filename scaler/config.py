@@ -157,22 +157,24 @@ def parse_ratio(text: str) -> float:
 @dataclass(frozen=True)
 class Variant:
     """One Deployment of the model on one GPU type (`variants`): its ScaledObject's name, what a replica
-    costs per hour, the KV-cache tokens one replica holds, at most how many replicas it may have, and
-    the prompt tokens per second one replica computes."""
+    costs per hour, the KV-cache tokens one replica holds, at most how many replicas it may have, the
+    prompt tokens per second one replica computes and the tokens per second it generates within the
+    ITL target."""
 
     name: str
     price_per_hour: float
     capacity: float
     max_replicas: int | None = None
     prefill_tps: float | None = None  # prompt tokens/s one replica computes (None: not a constraint)
+    decode_tps: float | None = None  # tokens/s one replica generates within the ITL target (None: likewise)
 
 
 _VARIANT_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # a Kubernetes object name
 
 
 def parse_variants(text: str) -> tuple[Variant, ...]:
-    """`name pricePerHour=P capacity=C [maxReplicas=N] [prefillTokensPerSecond=T]; name ...`, most preferred
-    first."""
+    """`name pricePerHour=P capacity=C [maxReplicas=N] [prefillTokensPerSecond=T] [decodeTokensPerSecond=G];
+    name ...`, most preferred first."""
     out: list[Variant] = []
     for n, entry in enumerate(text.split(";"), 1):
         words = entry.split()
@@ -184,10 +186,11 @@ def parse_variants(text: str) -> tuple[Variant, ...]:
             raise ValueError(f"entry {n}: {name!r} is not a ScaledObject name")
         if any(v.name == name for v in out):
             raise ValueError(f"entry {n}: variant {name!r} is listed twice")
-        unknown = sorted(set(fields) - {"pricePerHour", "capacity", "maxReplicas", "prefillTokensPerSecond"})
+        known = ("pricePerHour", "capacity", "maxReplicas", "prefillTokensPerSecond", "decodeTokensPerSecond")
+        unknown = sorted(set(fields) - set(known))
         if unknown or len(fields) != len(words) - 1:
             raise ValueError(f"entry {n} ({name}): unknown or repeated field {', '.join(unknown) or '(repeated)'} "
-                             "(known: pricePerHour, capacity, maxReplicas, prefillTokensPerSecond)")
+                             f"(known: {', '.join(known)})")
         for req in ("pricePerHour", "capacity"):
             if req not in fields:
                 raise ValueError(f"entry {n} ({name}): {req}= is required")
@@ -195,6 +198,7 @@ def parse_variants(text: str) -> tuple[Variant, ...]:
             price, capacity = parse_float(fields["pricePerHour"]), parse_float(fields["capacity"])
             most = parse_int(fields["maxReplicas"]) if "maxReplicas" in fields else None
             tps = parse_float(fields["prefillTokensPerSecond"]) if "prefillTokensPerSecond" in fields else None
+            gen = parse_float(fields["decodeTokensPerSecond"]) if "decodeTokensPerSecond" in fields else None
         except ValueError as e:
             raise ValueError(f"entry {n} ({name}): {e}") from None
         if not 0 <= price <= MAX_PRICE:
@@ -203,9 +207,10 @@ def parse_variants(text: str) -> tuple[Variant, ...]:
             raise ValueError(f"entry {n} ({name}): capacity must be in (0, 1e12] KV tokens")
         if most is not None and not 0 <= most <= MAX_REPLICAS:
             raise ValueError(f"entry {n} ({name}): maxReplicas must be in [0, {MAX_REPLICAS}]")
-        if tps is not None and not 0 < tps <= 1e9:
-            raise ValueError(f"entry {n} ({name}): prefillTokensPerSecond must be in (0, 1e9]")
-        out.append(Variant(name, price, capacity, most, tps))
+        for key, rate in (("prefillTokensPerSecond", tps), ("decodeTokensPerSecond", gen)):
+            if rate is not None and not 0 < rate <= 1e9:
+                raise ValueError(f"entry {n} ({name}): {key} must be in (0, 1e9]")
+        out.append(Variant(name, price, capacity, most, tps, gen))
     if len(out) > MAX_VARIANTS:
         raise ValueError(f"at most {MAX_VARIANTS} variants")
     return tuple(out)
@@ -456,10 +461,11 @@ class ScalerConfig:
     variants: tuple[Variant, ...] = _key((), "variants", parse_variants,
                                          "GPU variants of the model, one ScaledObject each, most preferred first: "
                                          "`name pricePerHour=P capacity=C [maxReplicas=N] "
-                                         "[prefillTokensPerSecond=T]` separated by `;`, where `name` is the "
-                                         "variant's ScaledObject, `capacity` the KV-cache tokens of one replica "
-                                         "and `prefillTokensPerSecond` the prompt tokens/s it computes (with it, "
-                                         "the mix covers prompt compute too). Every variant's ScaledObject lists "
+                                         "[prefillTokensPerSecond=T] [decodeTokensPerSecond=G]` separated by `;`, "
+                                         "where `name` is the variant's ScaledObject, `capacity` the KV-cache "
+                                         "tokens of one replica, and the optional rates the prompt tokens/s it "
+                                         "computes and the tokens/s it generates within the ITL target (with "
+                                         "them, the mix covers those too). Every variant's ScaledObject lists "
                                          "the same table.",
                                          "llama-8b-l4 pricePerHour=0.8 capacity=60000 maxReplicas=6; "
                                          "llama-8b-h100 pricePerHour=4.1 capacity=480000", shown_default="(none)")

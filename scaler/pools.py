@@ -59,8 +59,8 @@ def prefill_utilization(mean_prompt: float, per_replica_tps: float, target_ttft:
     """The utilization at which a prefill replica keeps the mean TTFT within the target.
 
     One prompt takes s = L/mu seconds; with Poisson arrivals the M/D/1 queue waits W = rho s / (2(1-rho))
-    on average (Pollaczek-Khinchine; Kleinrock, Queueing Systems vol. 1, 1975, ch. 5), so s + W <= T holds while rho <= 2(T - s) / (2T - s). Without a
-    target: `default` (targetKVUtilization)."""
+    on average (Pollaczek-Khinchine; Kleinrock, Queueing Systems vol. 1, 1975, ch. 5), so s + W <= T holds
+    while rho <= 2(T - s) / (2T - s). Without a target: `default` (targetKVUtilization)."""
     if target_ttft is None:
         return default
     s = mean_prompt / per_replica_tps if per_replica_tps > 0 else math.inf
@@ -304,7 +304,8 @@ def variant_split(history: HistoryView, config: ScalerConfig, workload: Workload
     details: dict[str, float] = {}
     needs: list[float] = [need]
     per_replica: dict[str, Amount] = dict(kv_per)
-    if any(v.prefill_tps is not None for v in config.variants):
+    has_prefill = any(v.prefill_tps is not None for v in config.variants)
+    if has_prefill:
         # prompt compute too: tokens/s to compute against each variant's rate at its TTFT-keeping utilization
         load = history.window(now, config.stable_window)
         prompt, _ = mean_prompt_tokens(load, snap)
@@ -317,6 +318,18 @@ def variant_split(history: HistoryView, config: ScalerConfig, workload: Workload
             per_replica[v.name] = (kv_per[v.name], math.inf if tps is None else tps * prefill_utilization(
                 (prompt or 0.0) * net, tps, config.target_ttft, config.target_kv_utilization))
         details["prefill_tokens_per_s"] = rate
+    if any(v.decode_tps is not None for v in config.variants):
+        # generation too: tokens/s generated (and the queue's, at the mean output, within the stable window)
+        load = history.window(now, config.stable_window)
+        out_tokens = (load.generation_rate / load.finished_rate if load.generation_rate and load.finished_rate
+                      else 0.0)
+        gen = (load.generation_rate or 0.0) + ((load.waiting or 0.0) + (load.upstream or 0.0)) * out_tokens / (
+            config.stable_window)
+        needs.append(gen)
+        for v in config.variants:  # at targetKVUtilization of what it generates at the ITL target
+            per_replica[v.name] = (*_vec(per_replica[v.name]), math.inf if v.decode_tps is None
+                                   else v.decode_tps * config.target_kv_utilization)
+        details["decode_tokens_per_s"] = gen
     if snap is not None and snap.loading > 0:  # the pending guard: replicas loading are supply that is coming
         have = [sum((w.current_replicas - w.unscheduled) * _vec(per_replica[name])[d]
                     for name, w in workloads.items() if w is not None and name in per_replica)

@@ -453,9 +453,12 @@ class VariantsSimulation:
         self.cfgs = {v.name: v.preset.replica_config() for v in self.variants}
         self.kv = {v.name: float(v.preset.kv_capacity_tokens) for v in self.variants}
         self.tps = {v.name: prefill_tokens_per_s(self.perf[v.name], isl) for v in self.variants}
+        osl = float(np.mean(np.maximum(1, trace.output_tokens))) if len(trace) else 100.0
+        self.gen = {v.name: decode_tokens_per_s(self.perf[v.name], self.cfgs[v.name], isl + osl / 2, itl_slo_s)
+                    for v in self.variants}  # profiled, as Dynamo's profiler does (anchors/dynamo.py)
         table = "; ".join(f"{v.name} pricePerHour={v.price_per_hour:g} capacity={self.kv[v.name]:.0f} "
-                          f"maxReplicas={max_replicas} prefillTokensPerSecond={self.tps[v.name]:.0f}"
-                          for v in self.variants)
+                          f"maxReplicas={max_replicas} prefillTokensPerSecond={self.tps[v.name]:.0f} "
+                          f"decodeTokensPerSecond={self.gen[v.name]:.0f}" for v in self.variants)
         md = {"model": MODEL, "targetTimeToFirstToken": f"{ttft_slo_s:g}s",
               "pendingTimeout": f"{pending_timeout_s:g}s"}
         if controller == "mix":

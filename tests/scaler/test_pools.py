@@ -304,6 +304,14 @@ def test_variant_split_spills_past_a_stuck_variant_and_holds_its_pending_pods() 
     assert counts == {"l4": 4, "h100": 0}
 
 
+def test_variant_rates_parse_and_a_rate_needs_covering() -> None:
+    c = cfg(variant="a", variants="a pricePerHour=1 capacity=1000 prefillTokensPerSecond=500 "
+            "decodeTokensPerSecond=200; b pricePerHour=2 capacity=1000")
+    assert c.variants == (Variant("a", 1.0, 1000.0, None, 500.0, 200.0), Variant("b", 2.0, 1000.0))
+    with pytest.raises(ConfigError, match="decodeTokensPerSecond must be in"):
+        cfg(variant="a", variants="a pricePerHour=1 capacity=1000 decodeTokensPerSecond=0")
+
+
 def test_variant_metadata_errors_name_the_key() -> None:
     with pytest.raises(ConfigError, match="'variant' = 'a100': is not one of variants"):
         cfg(variant="a100", variants=VARIANTS)
