@@ -351,6 +351,8 @@ def build(settings: ScalerSettings, *, reader: WorkloadSource | None = None, clo
             planner.watch((key.namespace, cfg.model), resolve)
         if reader is not None:
             reader.track(key.namespace, key.name)
+            for variant in cfg.variants:  # the split reads every variant's Deployment (scaler/pools.py)
+                reader.track(key.namespace, variant.name)
 
     def on_forget(key: ScaledObjectKey, cfg: ScalerConfig) -> None:
         bus.untrack(key)

@@ -26,6 +26,7 @@ from keda_llm.scaler.forecast import desired_series, forecast, horizon_seconds
 from keda_llm.scaler.history import HistoryView, Load, Snapshot
 from keda_llm.scaler.model import Decision, NoData, PolicyState, Reason, WorkloadState
 from keda_llm.scaler.policy import DEFAULT_COLD_START, NoSignal, cold_start_of, demand
+from keda_llm.scaler.pools import decide_pool, pooled
 from keda_llm.scaler.schedule import warm_floor
 from keda_llm.scaler.slo import LatencyDesired, from_window
 from keda_llm.scaler.windows import KpaResult, ceil_replicas, initial_panic, kpa_step, scale_down_delay
@@ -361,8 +362,10 @@ def _zero(x: _Inputs, step: _Step, state: PolicyState, details: dict[str, float]
 def decide(history: HistoryView, config: ScalerConfig, state: PolicyState, workload: WorkloadState,
            now: float) -> tuple[Decision, PolicyState]:
     """Decide the replica count for one ScaledObject at `now`. Raises NoData when nothing is usable."""
-    x = _Inputs(history, config, workload,
-                _check_data(history.snapshot(now, config.stale_after), config, workload, now, history), now)
+    snap = _check_data(history.snapshot(now, config.stale_after), config, workload, now, history)
+    if pooled(config):  # one of several pools of the model: its share of one split (scaler/pools.py)
+        return decide_pool(history, config, state, workload, now)
+    x = _Inputs(history, config, workload, snap, now)
     state = _initial(state, config, workload, now)
     details: dict[str, float] = {
         "current": x.current, "ready": workload.ready_replicas, "pending": x.pending, "fresh": x.snap.fresh,

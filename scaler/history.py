@@ -48,6 +48,8 @@ FIELDS = (
     "ttft_count_rate",  # Σ rate of its _count: first tokens (requests) per second
     "itl_sum_rate",  # Σ rate of llm_inter_token_latency_seconds_sum
     "itl_count_rate",  # Σ rate of its _count: inter-token gaps per second
+    "prefix_queried_rate",  # Σ prompt tokens/s looked up in the prefix cache
+    "prefix_hit_rate",  # Σ of those found there (the prefill pool computes the rest: scaler/pools.py)
 )
 F = {name: i for i, name in enumerate(FIELDS)}
 NF = len(FIELDS)
@@ -91,6 +93,13 @@ class Load:
     ttft_count_rate: float | None = None
     itl_sum_rate: float | None = None
     itl_count_rate: float | None = None
+    prefix_queried_rate: float | None = None
+    prefix_hit_rate: float | None = None
+
+    @property
+    def prefix_hit_ratio(self) -> float | None:
+        """Hits / lookups of the prefix cache in the window, in tokens (None: not reported, or no lookup)."""
+        return _ratio(self.prefix_hit_rate, self.prefix_queried_rate)
 
     @property
     def mean_ttft(self) -> float | None:
@@ -122,6 +131,8 @@ class Rates:
     ttft_count: float | None = None
     itl_sum: float | None = None
     itl_count: float | None = None
+    prefix_queried: float | None = None
+    prefix_hit: float | None = None
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:
@@ -179,7 +190,7 @@ def aggregate(samples: tuple[ReplicaSample, ...], rates: dict[str, Rates], upstr
     put_sum("prompt_rate", [rates[s.pod].prompt if s.pod in rates else None for s in fresh])
     put_sum("generation_rate", [rates[s.pod].generation if s.pod in rates else None for s in fresh])
     put_sum("finished_rate", [rates[s.pod].finished if s.pod in rates else None for s in fresh])
-    for name in ("ttft_sum", "ttft_count", "itl_sum", "itl_count"):
+    for name in ("ttft_sum", "ttft_count", "itl_sum", "itl_count", "prefix_queried", "prefix_hit"):
         put_sum(name + "_rate", [getattr(rates[s.pod], name) if s.pod in rates else None for s in fresh])
     return row
 
@@ -281,6 +292,8 @@ class _ReplicaTrack:
                 counter_rate(_num(prev.requests_finished_total), _num(s.requests_finished_total), dt),
                 *(counter_rate(_num(getattr(prev, name)), _num(getattr(s, name)), dt)
                   for name in ("ttft_sum", "ttft_count", "itl_sum", "itl_count")),
+                *(counter_rate(_num(getattr(prev, name + "_total")), _num(getattr(s, name + "_total")), dt)
+                  for name in ("prefix_queried", "prefix_hit")),
             )
         elif not s.up:
             self.rates = Rates()
@@ -342,8 +355,10 @@ class HistoryView(Protocol):
 class ModelHistory:
     """The history of one model in one namespace. ingest() observations, query windows with a `now`."""
 
-    def __init__(self, namespace: str, model: str, stale_after: float = 30.0, long_days: float = DEFAULT_DAYS) -> None:
+    def __init__(self, namespace: str, model: str, stale_after: float = 30.0, long_days: float = DEFAULT_DAYS, *,
+                 split_pools: bool = True) -> None:
         self.namespace = namespace
+        self._split_pools = split_pools  # False for a pool's own history (it holds one role already)
         self.model = model
         self.stale_after = stale_after
         self._tiers = [_Tier(s, n, dt) for s, n, dt in TIERS]
@@ -352,6 +367,7 @@ class ModelHistory:
         self._latest: Observation | None = None
         self._max_startup: float | None = None
         self._last_demand_at: float | None = None
+        self._pools: dict[str, ModelHistory] = {}  # role -> the history of that pool's replicas alone
 
     @property
     def last_at(self) -> float | None:
@@ -368,6 +384,7 @@ class ModelHistory:
         if self._latest is not None and obs.at < self._latest.at:
             if self._latest.at - obs.at <= max(self.stale_after, 60.0):
                 self._add_row(obs)  # late: into the buckets it belongs to, the latest snapshot stays
+                self._ingest_pools(obs)
                 return
             # Far older than the newest: the clock stepped back. Follow the new clock: counter rates start
             # over (their time deltas would be negative) and the idle timer counts from the step at most.
@@ -392,6 +409,26 @@ class ModelHistory:
         row = self._add_row(obs)
         if any(row[F[name]] > 0 for name in ("running", "waiting", "upstream")):  # NaN > 0 is False
             self._last_demand_at = obs.at
+        self._ingest_pools(obs)
+
+    def _ingest_pools(self, obs: Observation) -> None:
+        """Once a replica reports a role other than unified (disaggregated serving), keep a history per
+        role too, so each pool's demand and capacity is its own (scaler/pools.py). Upstream demand goes
+        to the prefill pool, where a request starts."""
+        if not self._split_pools or (not self._pools and all(s.role == "unified" for s in obs.replicas)):
+            return
+        for role in sorted({s.role for s in obs.replicas} | set(self._pools)):
+            pool = self._pools.get(role)
+            if pool is None:
+                pool = self._pools[role] = ModelHistory(self.namespace, self.model, self.stale_after,
+                                                         split_pools=False)
+            upstream = obs.upstream_demand if role == "prefill" else None
+            pool.ingest(Observation(obs.namespace, obs.model, obs.at,
+                                    tuple(s for s in obs.replicas if s.role == role), upstream))
+
+    def pool(self, role: str) -> ModelHistory | None:
+        """The history of the replicas with this `role` label; None until one reported a non-unified role."""
+        return self._pools.get(role)
 
     def _rates(self) -> dict[str, Rates]:
         return {pod: t.rates for pod, t in self._replicas.items()}
@@ -509,4 +546,4 @@ class ModelHistory:
     def nbytes(self) -> int:
         """Bytes held in arrays (tiers and replica rings): the part that grows with models and replicas."""
         return (sum(t.nbytes() for t in self._tiers) + sum(t.ring.nbytes for t in self._replicas.values())
-                + self.long.nbytes())
+                + self.long.nbytes() + sum(p.nbytes() for p in self._pools.values()))

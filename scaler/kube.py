@@ -19,6 +19,7 @@ Reads run in the background; an API error keeps the last known value, with its a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import threading
@@ -346,7 +347,20 @@ class WorkloadReader:
             for key in keys:
                 pods = self.read_phases(*key)
                 if pods is not None:
+                    self._note_unscheduled(key, pods)
                     self._on_pods(key[0], key[1], pods)
+
+    def _note_unscheduled(self, key: tuple[str, str], pods: list[PodTimes]) -> None:
+        """The target's pods the scheduler has not placed, and since when (a GPU shortfall: scaler/pools.py)."""
+        entry = self._entries.get(key)
+        state = entry.reading.state if entry is not None else None
+        if entry is None or state is None:
+            return
+        # not placed: no PodScheduled=True, and nothing since (a started or ready container implies a node)
+        waiting = [p.created for p in pods
+                   if p.scheduled is None and p.started is None and p.ready is None and p.created is not None]
+        entry.reading = dataclasses.replace(entry.reading, state=dataclasses.replace(
+            state, unscheduled=len(waiting), unscheduled_since=min(waiting) if waiting else None))
 
     def read_phases(self, namespace: str, name: str) -> list[PodTimes] | None:
         """The lifecycle times of the pods of this ScaledObject's target (by the selector its last /scale
@@ -387,9 +401,12 @@ class WorkloadReader:
                 read_at=old.read_at, error=str(exc), errors=old.errors + 1,
             )
         else:
+            state = workload_state(so, scale, ready)
+            if old.state is not None:  # the pods' last read (refresh_once) stands until the next one
+                state = dataclasses.replace(state, unscheduled=old.state.unscheduled,
+                                            unscheduled_since=old.state.unscheduled_since)
             new = WorkloadReading(
-                state=workload_state(so, scale, ready), scaled_object=so, target=target, scale=scale, read_at=now,
-                errors=old.errors
+                state=state, scaled_object=so, target=target, scale=scale, read_at=now, errors=old.errors
             )
         entry.reading = new
         return new

@@ -39,6 +39,9 @@ class ReplicaSample:
     ttft_count: float | None = None  # llm_time_to_first_token_seconds_count (requests)
     itl_sum: float | None = None  # llm_inter_token_latency_seconds_sum
     itl_count: float | None = None  # llm_inter_token_latency_seconds_count (inter-token gaps)
+    prefix_queried_total: float | None = None  # llm_prefix_cache_queried_tokens_total
+    prefix_hit_total: float | None = None  # llm_prefix_cache_hit_tokens_total
+    role: str = "unified"  # the exporter's `role` label: unified|prefill|decode (scaler/pools.py splits on it)
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,13 @@ class WorkloadState:
     max_replicas: int = DEFAULT_MAX_REPLICAS
     polling_interval_s: float = float(DEFAULT_POLLING_INTERVAL_S)
     cooldown_period_s: float = float(DEFAULT_COOLDOWN_PERIOD_S)
+    # Pods of the target the scheduler has not placed (PodScheduled not True), and the creation time of
+    # the oldest of them: a GPU shortfall (scaler/pools.py spills a variant stuck past pendingTimeout).
+    unscheduled: int = 0
+    unscheduled_since: float | None = None
+    # The other pools of the model (variants by ScaledObject name), as Kubernetes says of them: filled by
+    # the service for a ScaledObject with `variants` (scaler/pools.py), empty otherwise.
+    peers: tuple[tuple[str, WorkloadState], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ from keda_llm.scaler.history import HistoryView, ModelHistory
 from keda_llm.scaler.longhistory import DEFAULT_DAYS
 from keda_llm.scaler.model import Decision, NoData, Observation, PolicyState, Reason, WorkloadState
 from keda_llm.scaler.names import metric_name
+from keda_llm.scaler.pools import with_peers
 
 log = logging.getLogger(__name__)
 
@@ -436,6 +437,9 @@ class ScalerService:
         with self._history_lock:
             history = self._lookup(key, cfg)
             workload = known or assumed_workload(history, now)
+            if cfg.variants and self._workloads is not None:  # the split needs every variant's Deployment
+                workload = with_peers(workload, {v.name: self._workloads(ScaledObjectKey(key.namespace, v.name))
+                                                 for v in cfg.variants if v.name != key.name})
             entry.at_zero = workload.current_replicas == 0
             if history is not None:
                 state = entry.state

@@ -18,7 +18,7 @@ import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 import numpy as np
 
@@ -157,7 +157,14 @@ class SimResult:
         return RequestTable(arrival, np.ones(len(reqs)), ttft, tpot)
 
 
-def _latency_fields(acc: Sequence[float] | None) -> dict[str, float]:
+class _LatencyFields(TypedDict):
+    ttft_sum: float
+    ttft_count: float
+    itl_sum: float
+    itl_count: float
+
+
+def _latency_fields(acc: Sequence[float] | None) -> _LatencyFields:
     """ReplicaSample's TTFT/ITL _sum/_count from [ttft_sum, ttft_count, itl_sum, itl_count] (zeros: none yet)."""
     a = acc if acc is not None else (0.0, 0.0, 0.0, 0.0)
     return {"ttft_sum": float(a[0]), "ttft_count": float(a[1]), "itl_sum": float(a[2]), "itl_count": float(a[3])}

@@ -29,6 +29,8 @@ FIELD_OF: Mapping[str, str] = {
     "llm_prompt_tokens_total": "prompt_tokens_total",
     "llm_generation_tokens_total": "generation_tokens_total",
     "llm_requests_finished_total": "requests_finished_total",
+    "llm_prefix_cache_queried_tokens_total": "prefix_queried_total",  # prompt tokens net of hits (pools.py)
+    "llm_prefix_cache_hit_tokens_total": "prefix_hit_total",
     "llm_time_to_first_token_seconds_sum": "ttft_sum",  # histograms: _sum/_count only, buckets skipped
     "llm_time_to_first_token_seconds_count": "ttft_count",
     "llm_inter_token_latency_seconds_sum": "itl_sum",
@@ -44,6 +46,14 @@ _UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 _UNESCAPE_RE = re.compile(r"\\[\\\"n]")
 
 ReplicaKey = tuple[str, str, str]  # (namespace, model, pod)
+#: The `role` label rides in a replica's fields as its index in ROLES (fields are numbers); absent: unified.
+ROLE_FIELD = "role"
+
+
+def role_code(labels: Mapping[str, str]) -> float | None:
+    """The ROLE_FIELD value for a series' labels: None for unified (or an unknown role, read as unified)."""
+    role = labels.get("role", "")
+    return float(v.ROLES.index(role)) if role in v.ROLES and role != "unified" else None
 
 
 @dataclass
@@ -201,6 +211,9 @@ def _read_series(fname: str, name: str, rest: str, lineno: int, out: ParsedExpos
         model = labels.get("model", "")
         pod = labels.get("pod") or f"{labels.get('node', '')}/{labels.get('engine', '')}/{labels.get('role', '')}"
         key = keys[label_text] = (labels.get("namespace", ""), model, pod)
+        code = role_code(labels)
+        if model and code is not None:
+            out.replicas.setdefault(key, {})[ROLE_FIELD] = code
     if not key[1]:
         return  # an engine series without a model cannot belong to any ScaledObject
     fields = out.replicas.setdefault(key, {})
@@ -218,9 +231,11 @@ def replica_sample(pod: str, fields: Mapping[str, float]) -> ReplicaSample:
     freshness cannot be told is never fresh (the policy then holds rather than scales down).
     """
     up_value = fields.get("up")
-    signals = {k: val for k, val in fields.items() if k not in ("up", "timestamp")}
+    signals = {k: val for k, val in fields.items() if k not in ("up", "timestamp", ROLE_FIELD)}
     up = up_value == 1.0 if up_value is not None else bool(signals)
-    return ReplicaSample(pod=pod, timestamp=fields.get("timestamp", 0.0), up=up, **signals)
+    code = fields.get(ROLE_FIELD)
+    role = v.ROLES[int(code)] if code is not None and 0 <= int(code) < len(v.ROLES) else "unified"
+    return ReplicaSample(pod=pod, timestamp=fields.get("timestamp", 0.0), up=up, role=role, **signals)
 
 
 def observations_from_replicas(

@@ -24,10 +24,16 @@ from keda_llm.scaler.model import Observation
 from keda_llm.scaler.sources.common import BackgroundSource
 from keda_llm.scaler.sources.errors import SourceError
 from keda_llm.scaler.sources.exporters import evaluate_activation
-from keda_llm.scaler.sources.exposition import FIELD_OF, ReplicaKey, observations_from_replicas
+from keda_llm.scaler.sources.exposition import (
+    FIELD_OF,
+    ROLE_FIELD,
+    ReplicaKey,
+    observations_from_replicas,
+    role_code,
+)
 from keda_llm.scaler.sources.promql import PrometheusClient, VectorSample
 
-GROUP_BY = "namespace, exported_namespace, model, pod, exported_pod"
+GROUP_BY = "namespace, exported_namespace, model, pod, exported_pod, role"  # role: one per pod (pools.py)
 
 
 def signal_queries(selector: str = "") -> dict[str, str]:
@@ -55,6 +61,9 @@ def observations_from_vectors(results: Mapping[str, list[VectorSample]], now: fl
             if key is None:
                 continue
             fields = replicas.setdefault(key, {})
+            code = role_code(sample.labels)
+            if code is not None:
+                fields[ROLE_FIELD] = code
             if not math.isfinite(sample.value) or sample.value < 0:
                 invalid += 1
                 continue
