@@ -10,6 +10,11 @@ Counters are incremented per finished request in `observe_one_finished_request`
 (sgl-project/sglang python/sglang/srt/metrics/collector.py): `prompt_tokens_total` includes cached
 tokens, so it is the number of prompt tokens looked up in the radix cache, and `cached_tokens_total`
 (split by disjoint `cache_source`) the hits. Retractions are SGLang's preemptions for lack of KV space.
+
+LoRA (engine-metrics.md section 2.3; the scheduler's LoRA stats update in
+python/sglang/srt/observability/scheduler_metrics_mixin.py): `sglang:lora_pool_slots_used` counts the
+distinct adapters of the running batch, `sglang:lora_pool_slots_total` the adapter slots
+(`--max-loras-per-batch`); SGLang reports no waiting adapters.
 """
 
 from __future__ import annotations
@@ -40,12 +45,14 @@ GENERATION = ("sglang:generation_tokens_total",)
 FINISHED = ("sglang:num_requests_total",)
 CACHED = ("sglang:cached_tokens_total",)
 PREEMPTIONS = ("sglang:num_retracted_requests_total",)
+LORA_USED = ("sglang:lora_pool_slots_used",)
+LORA_TOTAL = ("sglang:lora_pool_slots_total",)
 TTFT = ("sglang:time_to_first_token_seconds",)
 ITL = ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds")
 
 WANTED = frozenset(
     RUNNING + WAITING + GRAMMAR_WAITING + MAX_RUNNING + KV_USAGE + KV_CAPACITY + PROMPT + GENERATION
-    + FINISHED + CACHED + PREEMPTIONS + histogram_names(*TTFT, *ITL)
+    + FINISHED + CACHED + PREEMPTIONS + LORA_USED + LORA_TOTAL + histogram_names(*TTFT, *ITL)
 )
 
 
@@ -68,6 +75,7 @@ def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
         prompt = total(pick(series, *PROMPT))
         cached = total(pick(series, *CACHED))
         max_running = total(pick(series, *MAX_RUNNING))
+        lora_total = total(pick(series, *LORA_TOTAL))
         out.append(EngineMetrics(
             engine=NAME,
             model=model,
@@ -85,5 +93,7 @@ def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
             preemptions_total=total(pick(series, *PREEMPTIONS)),
             time_to_first_token_seconds=first_histogram(series, TTFT),
             inter_token_latency_seconds=first_histogram(series, ITL),
+            lora_adapters_running=total(pick(series, *LORA_USED)),
+            lora_adapters_max=lora_total if lora_total else None,
         ))
     return out
