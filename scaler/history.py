@@ -44,6 +44,10 @@ FIELDS = (
     "ttft_count_rate",  # Σ rate of its _count: first tokens (requests) per second
     "itl_sum_rate",  # Σ rate of llm_inter_token_latency_seconds_sum
     "itl_count_rate",  # Σ rate of its _count: inter-token gaps per second
+    "lora_demand",  # Σ adapters running + waiting (not running), replicas reporting adapter slots
+    "lora_slots",  # Σ adapter slots (max_lora) over those same replicas
+    "lora_replicas",  # how many replicas reported adapter slots
+    "lora_waiting",  # Σ adapters waiting for a slot over those replicas
 )
 F = {name: i for i, name in enumerate(FIELDS)}
 NF = len(FIELDS)
@@ -84,6 +88,10 @@ class Load:
     ttft_count_rate: float | None = None
     itl_sum_rate: float | None = None
     itl_count_rate: float | None = None
+    lora_demand: float | None = None
+    lora_slots: float | None = None
+    lora_replicas: float | None = None
+    lora_waiting: float | None = None
 
     @property
     def mean_ttft(self) -> float | None:
@@ -133,6 +141,12 @@ def is_fresh(sample: ReplicaSample, now: float, stale_after: float) -> bool:
     return sample.up and sample.timestamp > 0 and now - sample.timestamp <= stale_after
 
 
+def _mean(column: npt.NDArray[np.float64]) -> float | None:
+    """Mean of the reported (non-NaN) values; None when there is none."""
+    got = column[~np.isnan(column)]
+    return float(got.mean()) if got.size else None
+
+
 def _num(v: float | None) -> float | None:
     return None if v is None or not math.isfinite(v) else v
 
@@ -174,6 +188,13 @@ def aggregate(samples: tuple[ReplicaSample, ...], rates: dict[str, Rates], upstr
     put_sum("finished_rate", [rates[s.pod].finished if s.pod in rates else None for s in fresh])
     for name in ("ttft_sum", "ttft_count", "itl_sum", "itl_count"):
         put_sum(name + "_rate", [getattr(rates[s.pod], name) if s.pod in rates else None for s in fresh])
+    lora = [(_num(s.lora_running) or 0.0, _num(s.lora_waiting) or 0.0, m) for s in fresh
+            if (m := _num(s.lora_max)) is not None and m > 0]
+    if lora:
+        row[F["lora_demand"]] = math.fsum(r + w for r, w, _ in lora)
+        row[F["lora_slots"]] = math.fsum(m for _, _, m in lora)
+        row[F["lora_replicas"]] = len(lora)
+        row[F["lora_waiting"]] = math.fsum(w for _, w, _ in lora)
     return row
 
 
@@ -289,6 +310,16 @@ class _ReplicaTrack:
 
 
 @dataclass(frozen=True)
+class ReplicaWindow:
+    """One fresh replica over a window: what the degraded-replica rule (scaler/health.py) reads."""
+
+    pod: str
+    degraded: tuple[str, ...]  # the exporter's llm_replica_degraded reasons in the latest sample
+    running: float | None  # mean requests running over the window's samples
+    generation_rate: float | None  # mean generated tokens/s over the window's samples
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """The model as of `now`, from the latest observation: who is fresh, loading or stale, and the latest sums."""
 
@@ -326,6 +357,9 @@ class HistoryView(Protocol):
 
     def series(self, name: str, now: float, seconds: float) -> tuple[npt.NDArray[np.float64],
                                                                      npt.NDArray[np.float64]]: ...
+
+    def replica_windows(self, now: float, seconds: float, stale_after: float | None = None
+                        ) -> list[ReplicaWindow]: ...
 
 
 class ModelHistory:
@@ -441,6 +475,22 @@ class ModelHistory:
         tier = next((t for t in self._tiers if t.span() >= seconds), self._tiers[-1])
         ids, means = tier.bucket_means(now, seconds)
         return ids.astype(np.float64) * tier.seconds, means[:, F[name]]
+
+    def replica_windows(self, now: float, seconds: float, stale_after: float | None = None) -> list[ReplicaWindow]:
+        """Each fresh replica of the latest observation, with its ring's means over (now - seconds, now]."""
+        obs = self._latest
+        if obs is None:
+            return []
+        bound = self.stale_after if stale_after is None else stale_after
+        out = []
+        for s in obs.replicas:
+            if not is_fresh(s, now, bound):
+                continue
+            ring = self.replica_samples(s.pod)
+            ring = ring[(ring[:, RF["timestamp"]] > now - seconds) & (ring[:, RF["timestamp"]] <= now)]
+            out.append(ReplicaWindow(s.pod, s.degraded, _mean(ring[:, RF["running"]]),
+                                     _mean(ring[:, RF["generation_rate"]])))
+        return out
 
     def replica_samples(self, pod: str) -> npt.NDArray[np.float64]:
         """The replica's retained samples, oldest first, columns RFIELDS (empty when unknown)."""

@@ -39,6 +39,11 @@ class ReplicaSample:
     ttft_count: float | None = None  # llm_time_to_first_token_seconds_count (requests)
     itl_sum: float | None = None  # llm_inter_token_latency_seconds_sum
     itl_count: float | None = None  # llm_inter_token_latency_seconds_count (inter-token gaps)
+    # LoRA adapters (llm_lora_adapters_*): distinct running, distinct waiting and not running, slots.
+    lora_running: float | None = None
+    lora_waiting: float | None = None
+    lora_max: float | None = None
+    degraded: tuple[str, ...] = ()  # llm_replica_degraded reasons at 1 (the exporter's GPU faults), sorted
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ def test_defaults() -> None:
         "forecast_horizon": None, "forecast_max_ratio": 3.0, "advisory": False, "stale_after": 30.0,
         "min_replicas": None, "max_replicas": None, "max_running": None, "target_ttft": None, "target_itl": None,
         "answer": "replicas", "warm_capacity_max": 2, "warm_path": "", "warm_nodes": 2, "warm_gpu_model": "",
+        "degraded_fraction": 0.5, "slow_replica_ratio": 0.7,
     }
 
 

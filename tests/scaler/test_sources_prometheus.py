@@ -195,7 +195,10 @@ def test_signal_queries_are_one_max_by_pod_per_signal() -> None:
     assert q["running"] == ('max by (namespace, exported_namespace, model, pod, exported_pod) '
                             '(llm_requests_running{namespace=~"ml-.*"})')
     assert q["timestamp"].endswith("(llm_engine_last_success_timestamp_seconds{namespace=~\"ml-.*\"})")
-    assert len(q) == 15  # 11 gauges/counters + the TTFT and ITL histograms' _sum and _count
+    # 11 gauges/counters + the TTFT and ITL histograms' _sum and _count + 3 LoRA gauges + llm_replica_degraded
+    assert len(q) == 19
+    assert q["degraded"] == ('max by (namespace, exported_namespace, model, pod, exported_pod, reason) '
+                             '(llm_replica_degraded{namespace=~"ml-.*"})')
 
 
 def test_parse_query_response_scalar() -> None:
