@@ -5,6 +5,7 @@ Against the faithful fake pynvml (exporter/fake_nvml.py): faults cannot be induc
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from keda_llm.exporter.collect import Snapshot, TargetState
@@ -154,3 +155,21 @@ def test_no_gpus_no_degraded_family() -> None:
                         identities=(("m", "vllm", "unified"),), last_success=99.0)
     text = render(Snapshot(node="n1", targets=(state,), gpus=(), cycle_seconds=0.1, discovery_errors=0, at=100.0))
     assert "llm_replica_degraded" not in text and "llm_gpu_clock_event_active" not in text
+
+
+def test_the_nvml_dump_script_prints_each_gpu_and_its_faults(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from conftest import load_script
+
+    gpus = fake_gpus(2)
+    gpus[1].clocks_event_reasons = 0x4 | 0x40  # SW power cap + HW thermal
+    gpus[1].ecc_uncorrected_volatile = 1
+    assert load_script("nvml_dump").main([], nvml=FakeNvml(gpus)) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["uuid"] for r in rows] == [g.uuid for g in gpus]
+    assert rows[0]["clock_events"] == [] and rows[0]["degraded_reasons"] == []
+    assert rows[1]["clock_events"] == ["sw_power_cap", "hw_thermal"]
+    assert rows[1]["degraded_reasons"] == ["gpu_throttled", "gpu_ecc"]
+    assert rows[1]["ecc_uncorrected_total"] == 1.0 and rows[1]["xid_errors_total"] == 0.0
+    assert load_script("nvml_dump").main([], nvml=FakeNvml([])) == 1
