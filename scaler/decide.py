@@ -140,8 +140,9 @@ def _windows(x: _Inputs, state: PolicyState, details: dict[str, float]) -> tuple
     except NoSignal as e:
         raise NoData(str(e)) from None
     # Degraded replicas count as their fraction of one (scaler/health.py): the windows ask for the deficit more.
-    health = assess(x.history.replica_windows(x.now, c.stable_window, c.stale_after), c.degraded_fraction,
-                    c.slow_replica_ratio)
+    off = c.degraded_fraction >= 1.0 and c.slow_replica_ratio <= 0.0  # both rules off: no per-replica reads
+    health = assess([] if off else x.history.replica_windows(x.now, c.stable_window, c.stale_after),
+                    c.degraded_fraction, c.slow_replica_ratio)
     stable, panic = health.apply(stable), health.apply(panic)
     details.update(health.details())
     lat_stable, lat_panic = _latency(x, details)

@@ -22,6 +22,7 @@ any demand is there); scaler/decide.py adds it to both windows.
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -75,16 +76,23 @@ def assess(windows: Sequence[ReplicaWindow], degraded_fraction: float, slow_rati
     """Each replica's fraction by the two rules of the module docstring."""
     rates = {w.pod: w.generation_rate / w.running for w in windows
              if w.running is not None and w.running >= 1.0 and w.generation_rate is not None}
+    ordered = sorted(rates.values())
     out = []
     for w in windows:
         fraction, reason = 1.0, HEALTHY
         gpu = [r for r in DEGRADED_REASONS if r in w.degraded]
         if gpu and degraded_fraction < 1.0:
             fraction, reason = degraded_fraction, gpu[0]
-        peers = [rate for pod, rate in rates.items() if pod != w.pod]
-        if slow_ratio > 0 and w.pod in rates and peers:
-            median = statistics.median(peers)
-            if median > 0 and rates[w.pod] < slow_ratio * median and rates[w.pod] / median < fraction:
-                fraction, reason = rates[w.pod] / median, SLOW
+        own = rates.get(w.pod)
+        if slow_ratio > 0 and own is not None and len(ordered) > 1:
+            median = _median_without(ordered, own)
+            if median > 0 and own < slow_ratio * median and own / median < fraction:
+                fraction, reason = own / median, SLOW
         out.append(ReplicaHealth(w.pod, fraction, reason))
     return Health(tuple(out))
+
+
+def _median_without(ordered: list[float], value: float) -> float:
+    """The median of the sorted `ordered` with one occurrence of `value` taken out (the replica's peers)."""
+    i = bisect.bisect_left(ordered, value)
+    return statistics.median(ordered[:i] + ordered[i + 1:])

@@ -141,12 +141,6 @@ def is_fresh(sample: ReplicaSample, now: float, stale_after: float) -> bool:
     return sample.up and sample.timestamp > 0 and now - sample.timestamp <= stale_after
 
 
-def _mean(column: npt.NDArray[np.float64]) -> float | None:
-    """Mean of the reported (non-NaN) values; None when there is none."""
-    got = column[~np.isnan(column)]
-    return float(got.mean()) if got.size else None
-
-
 def _num(v: float | None) -> float | None:
     return None if v is None or not math.isfinite(v) else v
 
@@ -483,14 +477,21 @@ class ModelHistory:
             return []
         bound = self.stale_after if stale_after is None else stale_after
         out = []
-        for s in obs.replicas:
-            if not is_fresh(s, now, bound):
-                continue
-            ring = self.replica_samples(s.pod)
-            ring = ring[(ring[:, RF["timestamp"]] > now - seconds) & (ring[:, RF["timestamp"]] <= now)]
-            out.append(ReplicaWindow(s.pod, s.degraded, _mean(ring[:, RF["running"]]),
-                                     _mean(ring[:, RF["generation_rate"]])))
-        return out
+        fresh = [s for s in obs.replicas if is_fresh(s, now, bound)]
+        if not fresh:
+            return []
+        empty = np.full((REPLICA_RING, len(RFIELDS)), math.nan)
+        rings = np.stack([t.ring if (t := self._replicas.get(s.pod)) is not None else empty for s in fresh])
+        ts = rings[:, :, RF["timestamp"]]  # rows never written are NaN and match nothing
+        inside = (ts > now - seconds) & (ts <= now)  # ring order: a mean needs none
+        means = []
+        for col in (RF["running"], RF["generation_rate"]):
+            vals = np.where(inside, rings[:, :, col], math.nan)
+            n = (~np.isnan(vals)).sum(axis=1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                m = np.where(n > 0, np.nansum(vals, axis=1) / np.maximum(n, 1), math.nan)
+            means.append([None if math.isnan(v) else v for v in m.tolist()])
+        return [ReplicaWindow(s.pod, s.degraded, r, g) for s, r, g in zip(fresh, means[0], means[1], strict=True)]
 
     def replica_samples(self, pod: str) -> npt.NDArray[np.float64]:
         """The replica's retained samples, oldest first, columns RFIELDS (empty when unknown)."""
