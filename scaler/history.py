@@ -476,7 +476,6 @@ class ModelHistory:
         if obs is None:
             return []
         bound = self.stale_after if stale_after is None else stale_after
-        out = []
         fresh = [s for s in obs.replicas if is_fresh(s, now, bound)]
         if not fresh:
             return []
