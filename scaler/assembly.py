@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from keda_llm.common.periodic import Periodic
 from keda_llm.common.tls import ca_client_context
@@ -45,6 +45,9 @@ from keda_llm.scaler.sources.exporters import DEFAULT_PORT, ExportersSource, Res
 from keda_llm.scaler.sources.prometheus import PrometheusSource
 from keda_llm.scaler.sources.promql import PrometheusClient
 from keda_llm.scaler.warm import WarmPlanner
+
+if TYPE_CHECKING:
+    from keda_llm.scaler.deletion_cost import DeletionCostMarker
 
 
 @dataclass(frozen=True)
@@ -324,7 +327,8 @@ class Scaler:
 
 
 def build(settings: ScalerSettings, *, reader: WorkloadSource | None = None, clock: Callable[[], float] = time.time,
-          background: bool = True, extra_handlers: Sequence[Any] = ()) -> Scaler:
+          background: bool = True, extra_handlers: Sequence[Any] = (), marker: DeletionCostMarker | None = None
+          ) -> Scaler:
     """The whole scaler, not yet started. Call it on the event loop that will serve.
 
     `reader`: where the service reads each ScaledObject's Deployment (None: the replicas the sources
@@ -332,7 +336,8 @@ def build(settings: ScalerSettings, *, reader: WorkloadSource | None = None, clo
     (`sources.collect_once()`) and decides (`service.refresh()`), as tests on a fake clock do.
     With `refresh_s` set, an answer is reused for up to two collection intervals plus two refreshes
     before an RPC decides on the spot (scaler/service.py). `extra_handlers`: more gRPC services on the
-    same server (the benchmark's baseline)."""
+    same server (the benchmark's baseline). `marker`: --pod-deletion-cost (scaler/deletion_cost.py) sees
+    every decision."""
     sources = Sources(settings, clock=clock, background=background)
     # the cold-start levers (scaler/levers.py): measured phases -> horizon, warmCapacity, weight warming
     metrics = ServiceMetrics()
@@ -340,7 +345,8 @@ def build(settings: ScalerSettings, *, reader: WorkloadSource | None = None, clo
     planner = WarmPlanner(token_file=settings.warm_token_file, registry=metrics.registry, clock=clock,
                           max_nodes=settings.warm_max_nodes, scan_interval_s=settings.warm_scan_s,
                           background=background, tls=sources.exporters_tls)
-    levers = LeverDecide(decide, phases=phases, planner=planner, resolver=sources.exporters)
+    levers = LeverDecide(marker.wrap(decide) if marker is not None else decide, phases=phases, planner=planner,
+                         resolver=sources.exporters)
     bus = WarmingBus(levers, clock=clock)
 
     def on_new(key: ScaledObjectKey, cfg: ScalerConfig) -> None:

@@ -113,6 +113,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="headless Service DNS name of the scaler pods, for passing activations on")
     k.add_argument("--peers", default=env("KEDA_LLM_PEERS", ""), help="static comma-separated peers host:port")
     k.add_argument("--pod-ip", default=env("POD_IP", ""), help="this pod's IP, skipped among the peers")
+    k.add_argument("--pod-deletion-cost", action="store_true",
+                   help="annotate each model's most degraded replica with controller.kubernetes.io/"
+                        "pod-deletion-cost so a scale-down removes it first (needs `patch` on pods: "
+                        "deploy/overlays/pod-deletion-cost; not with --no-kube)")
     k.add_argument("--activation-token", default=env("KEDA_LLM_ACTIVATION_TOKEN"),
                    help="require `Authorization: Bearer <token>` on POST /v1/activate")
     w = parser.add_argument_group("cold-start warming (ScaledObjects with warmPath)")
@@ -192,11 +196,20 @@ def _assemble(args: argparse.Namespace, *, clock: Callable[[], float] = time.tim
               demand_watch_s: float | None = 1.0, refresh_s: float | None = 1.0) -> Scaler:
     settings = settings_from_args(args, demand_watch_s=demand_watch_s, refresh_s=refresh_s)
     reader: WorkloadSource | None = None
+    marker = None
+    if getattr(args, "pod_deletion_cost", False) and args.no_kube:
+        raise StartError("--pod-deletion-cost writes pod annotations through the Kubernetes API",
+                         "drop --no-kube, or drop --pod-deletion-cost")
     if not args.no_kube:
         from keda_llm.scaler.kube import KubeClient, KubeConfig, WorkloadReader
 
-        reader = WorkloadReader(KubeClient(KubeConfig.in_cluster()))
-    return assemble(settings, reader=reader, clock=clock, background=background)
+        client = KubeClient(KubeConfig.in_cluster())
+        reader = WorkloadReader(client)
+        if getattr(args, "pod_deletion_cost", False):
+            from keda_llm.scaler.deletion_cost import DeletionCostMarker
+
+            marker = DeletionCostMarker(client.merge_patch, background=background)
+    return assemble(settings, reader=reader, clock=clock, background=background, marker=marker)
 
 
 class StartError(Exception):

@@ -488,6 +488,16 @@ class ScalerConfig:
                                   "pending pods are scheduled.", "3m", check=bounded(0.0, DAY, lo_open=True,
                                                                                       duration=True))
 
+    degraded_fraction: float = _key(0.5, "degradedFraction", parse_float,
+                                    "A replica whose GPU the exporter reports throttled (HW slowdown, thermal, power "
+                                    "brake), with a recent critical XID or uncorrectable ECC errors "
+                                    "(`llm_replica_degraded`) counts as this fraction of a replica; 1: as a whole "
+                                    "one.", "0.6", check=in_range(0.0, 1.0))
+    slow_replica_ratio: float = _key(0.7, "slowReplicaRatio", parse_float,
+                                     "A busy replica generating fewer tokens per running request than this times "
+                                     "the median of its peers' over `stableWindow` counts as min(1, its rate / "
+                                     "that median) of a replica; 0: off.", "0.5", check=in_range(0.0, 1.0))
+
     def __post_init__(self) -> None:
         """Rules between keys: the messages name both keys and both values."""
         self._pool_rules()

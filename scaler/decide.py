@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 
 from keda_llm.scaler.config import ScalerConfig
 from keda_llm.scaler.forecast import desired_series, forecast, horizon_seconds
+from keda_llm.scaler.health import assess
 from keda_llm.scaler.history import HistoryView, Load, Snapshot
 from keda_llm.scaler.model import Decision, NoData, PolicyState, Reason, WorkloadState
 from keda_llm.scaler.policy import DEFAULT_COLD_START, NoSignal, cold_start_of, demand
@@ -140,6 +141,12 @@ def _windows(x: _Inputs, state: PolicyState, details: dict[str, float]) -> tuple
         panic = demand(x.history.window(x.now, c.panic_window), c, x.snap)
     except NoSignal as e:
         raise NoData(str(e)) from None
+    # Degraded replicas count as their fraction of one (scaler/health.py): the windows ask for the deficit more.
+    off = c.degraded_fraction >= 1.0 and c.slow_replica_ratio <= 0.0  # both rules off: no per-replica reads
+    health = assess([] if off else x.history.replica_windows(x.now, c.stable_window, c.stale_after),
+                    c.degraded_fraction, c.slow_replica_ratio)
+    stable, panic = health.apply(stable), health.apply(panic)
+    details.update(health.details())
     lat_stable, lat_panic = _latency(x, details)
     stable_desired = max(stable.desired, lat_stable.desired if lat_stable else 0.0)
     panic_desired = max(panic.desired, lat_panic.desired if lat_panic else 0.0)

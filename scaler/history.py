@@ -50,6 +50,11 @@ FIELDS = (
     "itl_count_rate",  # Σ rate of its _count: inter-token gaps per second
     "prefix_queried_rate",  # Σ prompt tokens/s looked up in the prefix cache
     "prefix_hit_rate",  # Σ of those found there (the prefill pool computes the rest: scaler/pools.py)
+
+    "lora_demand",  # Σ adapters running + waiting (not running), replicas reporting adapter slots
+    "lora_slots",  # Σ adapter slots (max_lora) over those same replicas
+    "lora_replicas",  # how many replicas reported adapter slots
+    "lora_waiting",  # Σ adapters waiting for a slot over those replicas
 )
 F = {name: i for i, name in enumerate(FIELDS)}
 NF = len(FIELDS)
@@ -100,6 +105,11 @@ class Load:
     def prefix_hit_ratio(self) -> float | None:
         """Hits / lookups of the prefix cache in the window, in tokens (None: not reported, or no lookup)."""
         return _ratio(self.prefix_hit_rate, self.prefix_queried_rate)
+
+    lora_demand: float | None = None
+    lora_slots: float | None = None
+    lora_replicas: float | None = None
+    lora_waiting: float | None = None
 
     @property
     def mean_ttft(self) -> float | None:
@@ -192,6 +202,13 @@ def aggregate(samples: tuple[ReplicaSample, ...], rates: dict[str, Rates], upstr
     put_sum("finished_rate", [rates[s.pod].finished if s.pod in rates else None for s in fresh])
     for name in ("ttft_sum", "ttft_count", "itl_sum", "itl_count", "prefix_queried", "prefix_hit"):
         put_sum(name + "_rate", [getattr(rates[s.pod], name) if s.pod in rates else None for s in fresh])
+    lora = [(_num(s.lora_running) or 0.0, _num(s.lora_waiting) or 0.0, m) for s in fresh
+            if (m := _num(s.lora_max)) is not None and m > 0]
+    if lora:
+        row[F["lora_demand"]] = math.fsum(r + w for r, w, _ in lora)
+        row[F["lora_slots"]] = math.fsum(m for _, _, m in lora)
+        row[F["lora_replicas"]] = len(lora)
+        row[F["lora_waiting"]] = math.fsum(w for _, w, _ in lora)
     return row
 
 
@@ -309,6 +326,16 @@ class _ReplicaTrack:
 
 
 @dataclass(frozen=True)
+class ReplicaWindow:
+    """One fresh replica over a window: what the degraded-replica rule (scaler/health.py) reads."""
+
+    pod: str
+    degraded: tuple[str, ...]  # the exporter's llm_replica_degraded reasons in the latest sample
+    running: float | None  # mean requests running over the window's samples
+    generation_rate: float | None  # mean generated tokens/s over the window's samples
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """The model as of `now`, from the latest observation: who is fresh, loading or stale, and the latest sums."""
 
@@ -350,6 +377,9 @@ class HistoryView(Protocol):
 
     def minutes(self, name: str, now: float, lookback: float) -> tuple[npt.NDArray[np.float64],
                                                                        npt.NDArray[np.float64]]: ...
+
+    def replica_windows(self, now: float, seconds: float, stale_after: float | None = None
+                        ) -> list[ReplicaWindow]: ...
 
 
 class ModelHistory:
@@ -530,6 +560,28 @@ class ModelHistory:
         Raises ValueError for an unknown name or a lookback <= 0. Costs O(lookback): 14 days read in ~0.3 ms
         of CPU (bench/bench_history_long.py)."""
         return self.long.minutes(name, now, lookback)
+
+    def replica_windows(self, now: float, seconds: float, stale_after: float | None = None) -> list[ReplicaWindow]:
+        """Each fresh replica of the latest observation, with its ring's means over (now - seconds, now]."""
+        obs = self._latest
+        if obs is None:
+            return []
+        bound = self.stale_after if stale_after is None else stale_after
+        fresh = [s for s in obs.replicas if is_fresh(s, now, bound)]
+        if not fresh:
+            return []
+        empty = np.full((REPLICA_RING, len(RFIELDS)), math.nan)
+        rings = np.stack([t.ring if (t := self._replicas.get(s.pod)) is not None else empty for s in fresh])
+        ts = rings[:, :, RF["timestamp"]]  # rows never written are NaN and match nothing
+        inside = (ts > now - seconds) & (ts <= now)  # ring order: a mean needs none
+        means = []
+        for col in (RF["running"], RF["generation_rate"]):
+            vals = np.where(inside, rings[:, :, col], math.nan)
+            n = (~np.isnan(vals)).sum(axis=1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                m = np.where(n > 0, np.nansum(vals, axis=1) / np.maximum(n, 1), math.nan)
+            means.append([None if math.isnan(v) else v for v in m.tolist()])
+        return [ReplicaWindow(s.pod, s.degraded, r, g) for s, r, g in zip(fresh, means[0], means[1], strict=True)]
 
     def replica_samples(self, pod: str) -> npt.NDArray[np.float64]:
         """The replica's retained samples, oldest first, columns RFIELDS (empty when unknown)."""

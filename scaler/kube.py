@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 import threading
@@ -129,6 +130,24 @@ class KubeClient:
         if not isinstance(doc, dict):
             raise KubeError(f"GET {path}: answer is not a JSON object")
         return doc
+
+    def merge_patch(self, path: str, body: Mapping[str, Any]) -> None:
+        """PATCH `path` with a JSON merge patch (RFC 7386; a null value deletes the key). Only the opt-in
+        pod-deletion-cost marker writes (scaler/deletion_cost.py); it needs `patch` on pods."""
+        url = self.config.base_url.rstrip("/") + path
+        try:
+            resp = self._session.patch(
+                url, data=json.dumps(body), timeout=self.config.timeout_s, verify=self._verify,
+                headers={"Authorization": f"Bearer {self._bearer()}", "Accept": "application/json",
+                         "Content-Type": "application/merge-patch+json"},
+            )
+        except requests.RequestException as exc:
+            raise KubeError(f"PATCH {path}: {type(exc).__name__}: {exc}") from exc
+        if resp.status_code != 200:
+            message = resp.text[:200]
+            with contextlib.suppress(ValueError, AttributeError):
+                message = str(resp.json().get("message", message))
+            raise KubeError(f"PATCH {path}: HTTP {resp.status_code}: {message}", resp.status_code)
 
 
 # -- the objects, as plain data -------------------------------------------------------------------

@@ -43,6 +43,12 @@ class ReplicaSample:
     prefix_hit_total: float | None = None  # llm_prefix_cache_hit_tokens_total
     role: str = "unified"  # the exporter's `role` label: unified|prefill|decode (scaler/pools.py splits on it)
 
+    # LoRA adapters (llm_lora_adapters_*): distinct running, distinct waiting and not running, slots.
+    lora_running: float | None = None
+    lora_waiting: float | None = None
+    lora_max: float | None = None
+    degraded: tuple[str, ...] = ()  # llm_replica_degraded reasons at 1 (the exporter's GPU faults), sorted
+
 
 @dataclass(frozen=True)
 class Observation:

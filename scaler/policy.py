@@ -168,6 +168,21 @@ POLICIES: dict[str, Callable[[Load, ScalerConfig, Snapshot | None], Demand]] = {
 }
 
 
+def lora_bound(load: Load) -> float | None:
+    """Replicas to hold the LoRA adapter demand, while adapters wait for a slot: Σ(adapters running + waiting
+    and not running) over the replicas reporting adapter slots / their mean slots (vLLM `max_loras`). None
+    when no adapter waits: the adapters then fit, and their number alone must not keep replicas up."""
+    if not load.lora_waiting or not load.lora_slots or not load.lora_replicas or load.lora_demand is None:
+        return None
+    return load.lora_demand / (load.lora_slots / load.lora_replicas)
+
+
 def demand(load: Load, config: ScalerConfig, snap: Snapshot | None = None) -> Demand:
-    """The configured policy's demand for one window."""
-    return POLICIES[config.policy](load, config, snap)
+    """The configured policy's demand for one window; at least the LoRA bound where adapters wait for slots."""
+    d = POLICIES[config.policy](load, config, snap)
+    lora = lora_bound(load)
+    if lora is None:
+        return d
+    parts = {**d.parts, "lora_adapters_demand": load.lora_demand or 0.0,
+             "lora_slots_per_replica": (load.lora_slots or 0.0) / (load.lora_replicas or 1.0), "lora_desired": lora}
+    return Demand(d.demand, d.per_replica, max(d.desired, lora), parts)

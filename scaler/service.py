@@ -206,6 +206,11 @@ class ServiceMetrics:
             self.activations_rejected.labels(reason)
         self.rpcs = Counter("keda_llm_scaler_rpcs_total", "gRPC calls answered", ["method", "code"], registry=r)
         self.streams = Gauge("keda_llm_scaler_streams_open", "StreamIsActive streams held", registry=r)
+        self.replica_fraction = Gauge(
+            "keda_llm_scaler_replica_capacity_fraction",
+            "Fraction of a whole replica a degraded replica counts as, by reason (scaler/health.py); healthy "
+            "replicas have no series", [*labels, "pod", "reason"], registry=r)
+        self._fractions: dict[tuple[str, str, str], set[tuple[str, str]]] = {}
         self._reasons: dict[tuple[str, str, str], str] = {}
         self._rpc_children: dict[tuple[str, str], Any] = {}
 
@@ -227,12 +232,27 @@ class ServiceMetrics:
             value = details.get(name)
             if value is not None and math.isfinite(value):
                 gauge.labels(*lv).set(value)
+        self._record_fractions(lv, details)
         old = self._reasons.get(lv)
         if old != d.reason:
             if old is not None:
                 self.reason.labels(*lv, old).set(0)
             self.reason.labels(*lv, d.reason).set(1)
             self._reasons[lv] = d.reason
+
+
+    def _record_fractions(self, lv: tuple[str, str, str], details: Mapping[str, float]) -> None:
+        """The decision's `replica_fraction:<reason>:<pod>` details as gauge children; a pod gone or healthy
+        again loses its series."""
+        now: set[tuple[str, str]] = set()
+        for name, value in details.items():
+            if name.startswith("replica_fraction:"):
+                _, reason, pod = name.split(":", 2)
+                self.replica_fraction.labels(*lv, pod, reason).set(value)
+                now.add((pod, reason))
+        for pod, reason in self._fractions.get(lv, set()) - now:
+            self.replica_fraction.remove(*lv, pod, reason)
+        self._fractions[lv] = now
 
 
 def metadata_key(metadata: Mapping[str, str]) -> MetadataKey:

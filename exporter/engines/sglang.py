@@ -16,6 +16,11 @@ on a prefill server in the bootstrap (prealloc) queue until its decode peer is f
 in the prealloc queue (for KV space) and the transfer queue (for its KV to arrive). Those are demand the
 pool has not yet taken in, so they add to `requests_waiting` (the pools' split reads it: scaler/pools.py);
 the prefill inflight queue (computed, KV being sent) is not waiting for anything of the prefill server.
+
+LoRA (engine-metrics.md section 2.3; the scheduler's LoRA stats update in
+python/sglang/srt/observability/scheduler_metrics_mixin.py): `sglang:lora_pool_slots_used` counts the
+distinct adapters of the running batch, `sglang:lora_pool_slots_total` the adapter slots
+(`--max-loras-per-batch`); SGLang reports no waiting adapters.
 """
 
 from __future__ import annotations
@@ -49,12 +54,14 @@ GENERATION = ("sglang:generation_tokens_total",)
 FINISHED = ("sglang:num_requests_total",)
 CACHED = ("sglang:cached_tokens_total",)
 PREEMPTIONS = ("sglang:num_retracted_requests_total",)
+LORA_USED = ("sglang:lora_pool_slots_used",)
+LORA_TOTAL = ("sglang:lora_pool_slots_total",)
 TTFT = ("sglang:time_to_first_token_seconds",)
 ITL = ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds")
 
 WANTED = frozenset(
     RUNNING + WAITING + GRAMMAR_WAITING + DISAGG_WAITING + MAX_RUNNING + KV_USAGE + KV_CAPACITY + PROMPT + GENERATION
-    + FINISHED + CACHED + PREEMPTIONS + histogram_names(*TTFT, *ITL)
+    + FINISHED + CACHED + PREEMPTIONS + LORA_USED + LORA_TOTAL + histogram_names(*TTFT, *ITL)
 )
 
 
@@ -81,6 +88,7 @@ def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
         prompt = total(pick(series, *PROMPT))
         cached = total(pick(series, *CACHED))
         max_running = total(pick(series, *MAX_RUNNING))
+        lora_total = total(pick(series, *LORA_TOTAL))
         out.append(EngineMetrics(
             engine=NAME,
             model=model,
@@ -98,5 +106,7 @@ def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
             preemptions_total=total(pick(series, *PREEMPTIONS)),
             time_to_first_token_seconds=first_histogram(series, TTFT),
             inter_token_latency_seconds=first_histogram(series, ITL),
+            lora_adapters_running=total(pick(series, *LORA_USED)),
+            lora_adapters_max=lora_total if lora_total else None,
         ))
     return out

@@ -19,6 +19,9 @@ from keda_llm.common import vocabulary as v
 from keda_llm.scaler.model import Observation, ReplicaSample
 from keda_llm.scaler.sources.errors import SourceError
 
+#: The field of llm_replica_degraded: read per `reason` label, as "degraded:<reason>" (1 = active).
+DEGRADED = "degraded"
+
 #: metric name -> ReplicaSample field, for the engine series the scaler reads.
 FIELD_OF: Mapping[str, str] = {
     "llm_requests_running": "running",
@@ -35,6 +38,10 @@ FIELD_OF: Mapping[str, str] = {
     "llm_time_to_first_token_seconds_count": "ttft_count",
     "llm_inter_token_latency_seconds_sum": "itl_sum",
     "llm_inter_token_latency_seconds_count": "itl_count",
+    "llm_lora_adapters_running": "lora_running",
+    "llm_lora_adapters_waiting": "lora_waiting",
+    "llm_lora_adapters_max": "lora_max",
+    v.REPLICA_DEGRADED: DEGRADED,  # one field per `reason` label: "degraded:<reason>"
     v.ENGINE_STARTUP: "startup_seconds",
     v.ENGINE_UP: "up",
     v.ENGINE_LAST_SUCCESS: "timestamp",
@@ -216,6 +223,8 @@ def _read_series(fname: str, name: str, rest: str, lineno: int, out: ParsedExpos
             out.replicas.setdefault(key, {})[ROLE_FIELD] = code
     if not key[1]:
         return  # an engine series without a model cannot belong to any ScaledObject
+    if fname == DEGRADED:  # rare (a few per replica): the reason label names the field
+        fname = degraded_field(_labels(label_text, lineno).get("reason", ""))
     fields = out.replicas.setdefault(key, {})
     if not math.isfinite(value) or value < 0:
         out.invalid_values += 1
@@ -223,19 +232,29 @@ def _read_series(fname: str, name: str, rest: str, lineno: int, out: ParsedExpos
     fields[fname] = value
 
 
+def degraded_field(reason: str) -> str:
+    """The field name one `llm_replica_degraded{reason}` series is read into."""
+    return f"{DEGRADED}:{reason}"
+
+
 def replica_sample(pod: str, fields: Mapping[str, float]) -> ReplicaSample:
     """Fields read for one pod -> ReplicaSample.
+
+    `degraded:<reason>` fields at 1 become the sample's `degraded` reasons (sorted).
 
     `up` is llm_engine_up == 1; without that series a replica is up if it reports any signal.
     Without llm_engine_last_success_timestamp_seconds the timestamp is 0: a replica whose
     freshness cannot be told is never fresh (the policy then holds rather than scales down).
     """
     up_value = fields.get("up")
-    signals = {k: val for k, val in fields.items() if k not in ("up", "timestamp", ROLE_FIELD)}
+    signals = {k: val for k, val in fields.items() if k not in ("up", "timestamp", ROLE_FIELD) and ":" not in k}
+    degraded = tuple(sorted(k.split(":", 1)[1] for k, val in fields.items() if k.startswith(DEGRADED + ":")
+                            and val == 1.0))
     up = up_value == 1.0 if up_value is not None else bool(signals)
     code = fields.get(ROLE_FIELD)
     role = v.ROLES[int(code)] if code is not None and 0 <= int(code) < len(v.ROLES) else "unified"
-    return ReplicaSample(pod=pod, timestamp=fields.get("timestamp", 0.0), up=up, role=role, **signals)
+    return ReplicaSample(pod=pod, timestamp=fields.get("timestamp", 0.0), up=up, role=role, degraded=degraded,
+                         **signals)
 
 
 def observations_from_replicas(

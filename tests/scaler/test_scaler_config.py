@@ -35,6 +35,8 @@ def test_defaults() -> None:
         "role": "", "ratio": "independent", "prefill_decode_ratio": None, "min_prefill_decode_ratio": None,
         "max_prefill_decode_ratio": None, "prefill_tokens_per_second": None, "variant": "", "variants": (),
         "pending_timeout": 300.0,
+
+        "degraded_fraction": 0.5, "slow_replica_ratio": 0.7,
     }
 
 

@@ -195,7 +195,10 @@ def test_signal_queries_are_one_max_by_pod_per_signal() -> None:
     assert q["running"] == ('max by (namespace, exported_namespace, model, pod, exported_pod, role) '
                             '(llm_requests_running{namespace=~"ml-.*"})')
     assert q["timestamp"].endswith("(llm_engine_last_success_timestamp_seconds{namespace=~\"ml-.*\"})")
-    assert len(q) == 17  # 13 gauges/counters + the TTFT and ITL histograms' _sum and _count
+    # 13 gauges/counters + the TTFT and ITL histograms' _sum and _count + 3 LoRA gauges + llm_replica_degraded
+    assert len(q) == 21
+    assert q["degraded"] == ('max by (namespace, exported_namespace, model, pod, exported_pod, role, reason) '
+                             '(llm_replica_degraded{namespace=~"ml-.*"})')
 
 
 def test_parse_query_response_scalar() -> None:
