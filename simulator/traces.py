@@ -391,6 +391,17 @@ def _nonneg(path: Path, line: int, col: str, raw: str) -> float:
     return v
 
 
+def is_minutes_csv(path: str | Path) -> bool:
+    """Whether a CSV's header (after `#` comments) names every one of MINUTE_COLUMNS."""
+    p = Path(path)
+    with _open(p) as fh:
+        for row in csv.reader(fh):
+            if row and row[0].startswith("#"):
+                continue
+            return set(MINUTE_COLUMNS) <= {h.strip().lstrip("\ufeff") for h in row}
+    return False
+
+
 def load_minutes_csv(path: str | Path, seed: int = 0, token_sigma: float = 0.8, name: str | None = None) -> Trace:
     """A per-minute history (columns MINUTE_COLUMNS: the minute as ISO 8601 or Unix seconds, then that minute's
     requests, prompt tokens and output tokens) synthesized into requests as the Azure 2024 trace is
