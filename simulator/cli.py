@@ -77,10 +77,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def add_trace_arguments(p: argparse.ArgumentParser) -> None:
+def add_trace_arguments(p: argparse.ArgumentParser, required: bool = True) -> None:
     """The trace flags `load_trace` reads (shared by `simulate` and `tune`)."""
     t = p.add_argument_group("trace")
-    t.add_argument("--trace", required=True, metavar="NAME|PATH",
+    t.add_argument("--trace", required=required, metavar="NAME|PATH",
                    help=f"a shipped trace ({', '.join(TRACE_NAMES)}) or a CSV/JSONL file (.gz read transparently)")
     t.add_argument("--format", default="auto", choices=("auto", "csv", "jsonl", "minutes"),
                    help="a file's format: one request per row (csv, jsonl) or a per-minute history (minutes: "
@@ -121,6 +121,11 @@ def load_trace(args: argparse.Namespace) -> Trace:
     else:
         raise TraceError(f"unknown trace {args.trace!r}: not a shipped trace ({', '.join(TRACE_NAMES)}) "
                          "and no such file")
+    return shape_trace(tr, args)
+
+
+def shape_trace(tr: Trace, args: argparse.Namespace) -> Trace:
+    """--window, --stretch and --rate-scale applied to a loaded trace."""
     if args.window:
         try:
             lo, hi = (float(x) for x in args.window.split(":"))
