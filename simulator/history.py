@@ -30,7 +30,7 @@ from keda_llm.common.httpget import FetchError, fetch
 from keda_llm.common.vocabulary import ENGINE_METRICS
 from keda_llm.simulator.traces import MINUTE_COLUMNS
 
-#: Prometheus' limit on points per series in one range query (web/api/v1/api.go)
+#: points per series in one range query: Prometheus refuses (end - start) / step > 11,000 (web/api/v1/api.go)
 MAX_POINTS = 11_000
 STEP_S = 60
 MAX_BYTES = 64 * 1024 * 1024
