@@ -69,7 +69,7 @@ class Grid:
     kv_utilization: tuple[float, ...] = (0.6, 0.8)
     scale_down_delay: tuple[float | None, ...] = (None, 0.5, 2.0)
     mode: tuple[str, ...] = ("hybrid", "reactive")
-    min_replicas: tuple[int, ...] = (1, 2)
+    min_replicas: tuple[int, ...] = (1, 2, 3)
 
     def candidates(self) -> list[Knobs]:
         return [Knobs(*combo) for combo in itertools.product(self.itl_fraction, self.kv_utilization,

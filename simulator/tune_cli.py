@@ -27,7 +27,7 @@ PROG = "keda-llm tune"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from keda_llm.simulator.run import MODES
-    from keda_llm.simulator.tune import DEFAULT_MAX_REPLICAS, DEFAULT_SCALER_ADDRESS
+    from keda_llm.simulator.tune import DEFAULT_MAX_REPLICAS, DEFAULT_SCALER_ADDRESS, FULL_GRID, QUICK_GRID
 
     add_trace_arguments(p, required=False)
     h = p.add_argument_group("or the model's own history, from Prometheus")
@@ -62,7 +62,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--plot", default=None, metavar="PNG", help="draw the frontier here")
 
     r = p.add_argument_group("run")
-    r.add_argument("--quick", action="store_true", help="4 candidates instead of 96 (ITL target x mode)")
+    r.add_argument("--quick", action="store_true",
+                   help=f"{len(QUICK_GRID.candidates())} candidates (ITL target x mode) instead of "
+                        f"{len(FULL_GRID.candidates())}")
     r.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes [the CPU count]")
     r.add_argument("--no-oracle", action="store_true", help="skip the oracle and static references")
     r.add_argument("--mode", default="auto", choices=MODES, help="simulator mode [auto]")
@@ -243,9 +245,10 @@ def frontier_table(result: Any, bt: Any) -> Any:
     cold = bt.preset.cold_start(bt.cold_start).quantile(0.9)
     t = Table(title=f"frontier: {len(result.frontier)} of {len(result.points)} points "
                     f"(target {100 * result.target:g}% of requests)")
-    for col in ("", "targetInterTokenLatency", "targetKVUtilization", "scaleDownDelay", "mode", "minReplicaCount",
-                "SLO met", "GPU-h", "cold starts"):
-        t.add_column(col, justify="right" if col in ("SLO met", "GPU-h", "cold starts") else "left")
+    t.caption = "ITL target: targetInterTokenLatency, KV target: targetKVUtilization, min: minReplicaCount"
+    for col in ("", "ITL target", "KV target", "scaleDownDelay", "mode", "min", "SLO met", "GPU-h", "cold starts"):
+        t.add_column(col, justify="right" if col in ("min", "SLO met", "GPU-h", "cold starts") else "left",
+                     no_wrap=True)
     chosen = result.chosen
     shown = result.frontier + ([] if chosen in result.frontier else [chosen])
     for p in sorted(shown, key=lambda p: p.gpu_hours):
