@@ -92,6 +92,7 @@ class Target:
     deployment: str = "llm"
     max_replicas: int = DEFAULT_MAX_REPLICAS
     scaler_address: str = DEFAULT_SCALER_ADDRESS
+    prometheus_address: str | None = None  # for activationQuery; None: the scaler's --prometheus-address
 
 
 def candidate(knobs: Knobs, target: Target, *, slo_itl_s: float, cold_start_s: float) -> KedaSettings:
@@ -101,6 +102,8 @@ def candidate(knobs: Knobs, target: Target, *, slo_itl_s: float, cold_start_s: f
     meta.update(scalerAddress=target.scaler_address, activationQuery=ACTIVATION_QUERY.format(model=target.model),
                 targetInterTokenLatency=knobs.describe(slo_itl_s, cold_start_s)["targetInterTokenLatency"],
                 targetKVUtilization=f"{knobs.kv_utilization:g}", mode=knobs.mode)
+    if target.prometheus_address:
+        meta["prometheusAddress"] = target.prometheus_address
     if knobs.scale_down_delay is not None:
         meta["scaleDownDelay"] = format_duration(round(knobs.scale_down_delay * cold_start_s))
     parse_metadata(meta)  # a bad knob is the scaler's own ConfigError, here rather than in a worker

@@ -58,6 +58,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--name", default="llm", help="its name [llm]")
     w.add_argument("--deployment", default="llm", help="the Deployment it scales [llm]")
     w.add_argument("--scaler-address", default=DEFAULT_SCALER_ADDRESS, help=f"[{DEFAULT_SCALER_ADDRESS}]")
+    w.add_argument("--prometheus-address", default=None, metavar="URL",
+                   help="the trigger's prometheusAddress, for its activationQuery [the scaler's --prometheus-address]")
     w.add_argument("--out", default=None, metavar="FILE", help="write the ScaledObject here [print it]")
     w.add_argument("--plot", default=None, metavar="PNG", help="draw the frontier here")
 
@@ -150,7 +152,8 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any]:
     bt = Backtest(preset, cold_start=args.cold_start, slo=slo, seed=args.seed, max_replicas=args.max_replicas,
                   mode=args.mode)
     target = Target(model=model, name=args.name, namespace=args.namespace, deployment=args.deployment,
-                    max_replicas=args.max_replicas, scaler_address=args.scaler_address)
+                    max_replicas=args.max_replicas, scaler_address=args.scaler_address,
+                    prometheus_address=args.prometheus_address)
     return trace, bt, target, QUICK_GRID if args.quick else FULL_GRID
 
 
@@ -172,7 +175,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _command(args: argparse.Namespace) -> str:
-    """The command line, as a reader could run it again (without output paths)."""
+    """The command line that writes this ScaledObject again (output paths and run options left out)."""
+    from keda_llm.simulator.tune import DEFAULT_MAX_REPLICAS, DEFAULT_SCALER_ADDRESS
+
     parts = ["keda-llm", "tune"]
     if args.trace is not None:
         parts += ["--trace", ALIASES.get(args.trace, args.trace) if args.trace in ALIASES else
@@ -183,8 +188,12 @@ def _command(args: argparse.Namespace) -> str:
         parts += ["--window", args.window]
     parts += ["--preset", args.preset, "--slo-ttft", f"{args.slo_ttft:g}", "--slo-itl", f"{args.slo_itl:g}",
               "--target", f"{args.target:g}"]
-    if args.cold_start != "typical":
-        parts += ["--cold-start", args.cold_start]
+    defaults = {"cold_start": "typical", "max_replicas": DEFAULT_MAX_REPLICAS, "mode": "auto", "seed": 0,
+                "model": None, "namespace": "default", "name": "llm", "deployment": "llm",
+                "scaler_address": DEFAULT_SCALER_ADDRESS, "prometheus_address": None}
+    for key, default in defaults.items():
+        if getattr(args, key) != default:
+            parts += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
     if args.quick:
         parts.append("--quick")
     return shlex.join(parts)
