@@ -10,8 +10,8 @@ the candidates run with the HPA's default 10% band, as the clusters the written 
 Points are independent, seeded simulations: `workers > 1` runs them in a process pool and gives the same
 numbers as a serial run. The answer (`TuneResult`) holds every point, the Pareto frontier (SLO attainment
 against GPU-hours), the oracle and static provisioning where asked for, and the pick: the cheapest point
-meeting `target` (a fraction of all requests), else the point with the best attainment, flagged as missing
-the target.
+meeting `target` (a fraction of all requests), else the cheapest point within 0.1 point of the best
+attainment, flagged as missing the target.
 """
 
 from __future__ import annotations
@@ -166,8 +166,8 @@ class TuneResult:
 
     @property
     def chosen(self) -> Point:
-        """The cheapest point meeting the target (the better attainment at a tie); else the best attainment
-        (the cheaper at a tie)."""
+        """The cheapest point meeting the target (the better attainment at a tie); else the cheapest of those
+        within TIE of the best attainment."""
         return pick(self.points, self.target)
 
     @property
@@ -175,11 +175,18 @@ class TuneResult:
         return pareto(self.points)
 
 
+#: Attainments this close count as a tie when no point meets the target: the cheaper one is written. (On
+#: azure2023-code, 97.62% at 3.67 GPU-h against 97.58% at 2.86: a difference of 4 requests in 8,819.)
+TIE = 0.001
+
+
 def pick(points: Sequence[Point], target: float) -> Point:
+    """The cheapest point meeting `target`; else the cheapest within TIE of the best attainment."""
     ok = [p for p in points if p.attainment >= target]
-    if ok:
-        return min(ok, key=lambda p: (p.gpu_hours, -p.attainment))
-    return max(points, key=lambda p: (p.attainment, -p.gpu_hours))
+    if not ok:
+        best = max(p.attainment for p in points)
+        ok = [p for p in points if p.attainment >= best - TIE]
+    return min(ok, key=lambda p: (p.gpu_hours, -p.attainment))
 
 
 def pareto(points: Iterable[Point]) -> list[Point]:

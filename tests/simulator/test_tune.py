@@ -50,6 +50,9 @@ def test_pick_is_the_cheapest_meeting_the_target_else_the_best_attainment() -> N
     assert pick([a, c], 0.99) is a
     assert pick([a, b, c], 0.999) is a  # none meets it: the best attainment
     assert pick([c, _pt(0.97, 0.5)], 0.99).gpu_hours == 0.5  # a tie on attainment: the cheaper
+    e, f = _pt(0.9762, 3.67), _pt(0.9758, 2.86)
+    assert pick([e, f, c], 0.99) is f  # within 0.1 point of the best: the cheaper
+    assert pick([e, _pt(0.9751, 2.0)], 0.99) is e  # 0.11 point below: not a tie
     assert pick([b, d], 0.99) is b  # a full tie: the first swept
 
 
@@ -136,7 +139,8 @@ def test_when_no_point_meets_the_target_the_best_is_written_and_said_so(case: tu
                                                                          swept: TuneResult) -> None:
     unmet = TuneResult(swept.points, 0.999, None, None, None, swept.mode)
     assert not unmet.met
-    assert unmet.chosen is max(swept.points, key=lambda p: (p.attainment, -p.gpu_hours))
+    best = max(p.attainment for p in swept.points)
+    assert unmet.chosen is min((p for p in swept.points if p.attainment >= best - 0.001), key=lambda p: p.gpu_hours)
     assert "NO point met the 99.9% target" in render_yaml(unmet, trace=case[0], backtest=case[1])
 
 
