@@ -568,6 +568,7 @@ def test_examples_hold_the_expected_scaled_objects() -> None:
     names = sorted((p.relative_to(DEPLOY / "examples").as_posix(), d["metadata"]["name"]) for p, d in scaled_objects())
     assert names == [("keda-2.18/vllm-scaledobject.yaml", "llama-8b"), ("llamacpp-dev.yaml", "smollm2"),
                      ("sglang-scaledobject.yaml", "qwen-32b"), ("tls/vllm-scaledobject-tls.yaml", "llama-8b"),
+                     ("tuned/vllm-llama-8b.yaml", "llama-8b"),  # keda-llm tune's output (test_tune_example.py)
                      ("vllm-scaledobject.yaml", "llama-8b"), ("warm-capacity.yaml", "llama-8b-warm-capacity")]
 
 
