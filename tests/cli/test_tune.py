@@ -113,3 +113,14 @@ def test_bad_input_is_one_line_with_a_hint(argv: list[str], message: str, hint: 
     what, _, said = lines[0].partition("; hint: ")
     assert message in what and hint in said, lines[0]
     assert "Traceback" not in err
+
+
+def test_without_the_sim_extra_it_names_the_extra() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packaging"))
+    from test_extras import _run  # the [sim] extra hidden from a child process, as for `simulate`
+
+    code, err = _run("tune", "--trace", "azure-code-2023", "--window", "0:60", "--slo-ttft", "2", "--slo-itl", "0.1",
+                     "--quick")
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "pip install 'keda-llm[sim]'" in lines[0], err
