@@ -231,6 +231,8 @@ def tune(trace: Trace, backtest: Backtest, target_so: Target, *, grid: Grid = FU
         raise ValueError(f"workers must be >= 1, got {workers}")
     cold = backtest.preset.cold_start(backtest.cold_start).quantile(0.9)
     knobs = grid.candidates()
+    if not knobs:
+        raise ValueError("the grid holds no candidate: every knob needs at least one value")
     manifests = [scaledobject_manifest(candidate(k, target_so, slo_itl_s=backtest.slo.itl_s, cold_start_s=cold))
                  for k in knobs]
     bt = replace(backtest, max_replicas=target_so.max_replicas, scaledobject=None)

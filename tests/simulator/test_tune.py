@@ -149,3 +149,5 @@ def test_bad_arguments_are_refused(case: tuple[Trace, Backtest]) -> None:
         tune(*case, Target(MODEL), grid=GRID, target=1.5)
     with pytest.raises(ValueError, match="workers"):
         tune(*case, Target(MODEL), grid=GRID, workers=0)
+    with pytest.raises(ValueError, match="no candidate"):
+        tune(*case, Target(MODEL), grid=Grid(mode=()), workers=2)

@@ -66,3 +66,21 @@ def test_bad_minutes_files_name_the_line_and_column(tmp_path: Path, text: str, m
 
 def test_a_request_csv_is_not_taken_for_minutes(tmp_path: Path) -> None:
     assert not is_minutes_csv(_write(tmp_path, "timestamp,prompt_tokens,output_tokens\n0,1,1\n"))
+
+
+def test_simulate_reads_a_minutes_file_by_its_header_or_by_format(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """`--format auto` knows a per-minute history by its header; `--format csv` reads it as requests and says
+    which column is missing."""
+    from keda_llm.cli import main
+
+    p = _write(tmp_path, "minute,requests,prompt_tokens,output_tokens\n0,2,200,20\n60,1,100,10\n")
+    out = tmp_path / "out"
+    assert main(["simulate", "--trace", str(p), "--policies", "static", "--mode", "detailed", "--quiet",
+                 "--out", str(out)]) == 0
+    import json
+
+    assert json.loads((out / "config.json").read_text())["requests"] == 3
+    capsys.readouterr()
+    assert main(["simulate", "--trace", str(p), "--format", "csv", "--policies", "static", "--quiet"]) == 2
+    assert "missing column 'timestamp'" in capsys.readouterr().err
