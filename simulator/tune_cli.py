@@ -223,6 +223,10 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
                       progress=lambda done, total: progress.update(task, completed=done, total=total))
     console.print(frontier_table(result, bt))
     c = result.chosen
+    if result.feasible_share is not None and result.feasible_share < result.target:
+        console.print(f"only {100 * result.feasible_share:.1f}% of requests can meet the SLO at all (a lone request's "
+                      f"own prefill or decode takes longer): no ScaledObject reaches the {100 * result.target:g}% "
+                      "target on this preset")
     if result.met:
         console.print(f"recommended: {100 * c.attainment:.1f}% of requests met the SLO at {c.gpu_hours:.2f} "
                       f"GPU-hours, the cheapest of the points meeting the {100 * result.target:g}% target")
@@ -263,8 +267,8 @@ def frontier_table(result: Any, bt: Any) -> Any:
     for p in sorted(shown, key=lambda p: p.gpu_hours):
         mark = "->" if p is chosen else ""
         k = p.knobs.describe(bt.slo.itl_s, cold)
-        t.add_row(mark, *k.values(), f"{100 * p.attainment:.1f}%", f"{p.gpu_hours:.2f}", str(p.cold_starts))
+        t.add_row(mark, *k.values(), f"{100 * p.attainment:.2f}%", f"{p.gpu_hours:.2f}", str(p.cold_starts))
     for name, ref in (("oracle", result.oracle), ("static (peak)", result.static)):
         if ref is not None:
-            t.add_row("", name, "", "", "", "", f"{100 * ref.attainment:.1f}%", f"{ref.gpu_hours:.2f}", "")
+            t.add_row("", name, "", "", "", "", f"{100 * ref.attainment:.2f}%", f"{ref.gpu_hours:.2f}", "")
     return t
