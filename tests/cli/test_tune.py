@@ -4,7 +4,7 @@ code says whether the target was met, and bad input is one line with a hint.
 
 The run: the first 10 minutes of azure2023-code, 8B/H100, fast cold start, the 4-candidate `--quick` grid on
 2 workers (each candidate about 0.3 CPU s). There every candidate meets the SLO for 66-68% of requests
-(tests/simulator/test_tune.py has the sweep whose pick is checked point by point).
+(tests/simulator/test_tune_sweep.py has the sweep whose pick is checked point by point).
 """
 
 from __future__ import annotations
