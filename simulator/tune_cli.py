@@ -84,6 +84,8 @@ class _Refused(Exception):
 
 def _hint(err: Exception, args: argparse.Namespace) -> str:
     text = str(err)
+    if "Prometheus" in text:
+        return "check the URL (e.g. http://prometheus.monitoring:9090), --model, --namespace and --since"
     if "no such file" in text or "unknown trace" in text:
         return f"give a shipped trace ({', '.join(TRACE_NAMES)}) or the path of a CSV/JSONL/per-minute file"
     if "missing column" in text or "missing field" in text:
@@ -93,8 +95,6 @@ def _hint(err: Exception, args: argparse.Namespace) -> str:
         return "the trace (or its --window) must hold at least one request"
     if "preset" in text:
         return f"presets: {', '.join(sorted(PRESETS))}"
-    if "Prometheus" in text:
-        return "check the URL (e.g. http://prometheus.monitoring:9090), --model, --namespace and --since"
     return f"{PROG} --help lists the flags"
 
 

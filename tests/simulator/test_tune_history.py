@@ -189,3 +189,15 @@ def test_tune_from_prometheus_end_to_end(world: tuple[PrometheusServer, int], tm
     text = out.read_text()
     assert f"model: {MODEL}" in text and "namespace: llm" in text
     assert "--from-prometheus" in text  # the header's command names where the traffic came from
+
+
+def test_tune_from_prometheus_for_a_model_it_never_saw(world: tuple[PrometheusServer, int],
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from keda_llm.cli import main
+
+    server, t0 = world
+    rc = main(["tune", "--from-prometheus", server.url, "--model", "llama-nope", "--since", "2h",
+               "--until", str(t0 + 60 * N), "--slo-ttft", "2", "--slo-itl", "0.1", "--quick", "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert "no requests for model 'llama-nope'" in err[0] and "hint: check the URL" in err[0], err[0]
