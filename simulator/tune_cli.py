@@ -53,8 +53,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--model", default=None,
                    help="served model name (the trigger's `model`; with --from-prometheus, the `model` label) "
                         "[the preset's model]")
-    w.add_argument("--namespace", default="default", help="its namespace (and, with --from-prometheus, "
-                                                          "the `namespace` label) [default]")
+    w.add_argument("--namespace", default=None, help="its namespace [default]; with --from-prometheus also the "
+                                                     "`namespace` label the series must carry [any]")
     w.add_argument("--name", default="llm", help="its name [llm]")
     w.add_argument("--deployment", default="llm", help="the Deployment it scales [llm]")
     w.add_argument("--scaler-address", default=DEFAULT_SCALER_ADDRESS, help=f"[{DEFAULT_SCALER_ADDRESS}]")
@@ -151,7 +151,7 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any]:
     slo = Slo(args.slo_ttft, args.slo_itl)
     bt = Backtest(preset, cold_start=args.cold_start, slo=slo, seed=args.seed, max_replicas=args.max_replicas,
                   mode=args.mode)
-    target = Target(model=model, name=args.name, namespace=args.namespace, deployment=args.deployment,
+    target = Target(model=model, name=args.name, namespace=args.namespace or "default", deployment=args.deployment,
                     max_replicas=args.max_replicas, scaler_address=args.scaler_address,
                     prometheus_address=args.prometheus_address)
     return trace, bt, target, QUICK_GRID if args.quick else FULL_GRID
@@ -171,6 +171,9 @@ def run(args: argparse.Namespace) -> int:
         first = str(err).splitlines()[0]
         print(f"{PROG}: error: {first}; hint: {_hint(err, args)}", file=sys.stderr)
         return 2
+    except OSError as err:  # --save-history
+        print(f"{PROG}: error: cannot write: {err}; hint: check the --save-history path", file=sys.stderr)
+        return 2
     return execute(args, trace, bt, target, grid)
 
 
@@ -189,7 +192,7 @@ def _command(args: argparse.Namespace) -> str:
     parts += ["--preset", args.preset, "--slo-ttft", f"{args.slo_ttft:g}", "--slo-itl", f"{args.slo_itl:g}",
               "--target", f"{args.target:g}"]
     defaults = {"cold_start": "typical", "max_replicas": DEFAULT_MAX_REPLICAS, "mode": "auto", "seed": 0,
-                "model": None, "namespace": "default", "name": "llm", "deployment": "llm",
+                "model": None, "namespace": None, "name": "llm", "deployment": "llm",
                 "scaler_address": DEFAULT_SCALER_ADDRESS, "prometheus_address": None}
     for key, default in defaults.items():
         if getattr(args, key) != default:

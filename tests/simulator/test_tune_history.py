@@ -201,3 +201,15 @@ def test_tune_from_prometheus_for_a_model_it_never_saw(world: tuple[PrometheusSe
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1, err
     assert "no requests for model 'llama-nope'" in err[0] and "hint: check the URL" in err[0], err[0]
+
+
+def test_a_history_file_that_cannot_be_written_is_one_line(world: tuple[PrometheusServer, int], tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from keda_llm.cli import main
+
+    server, t0 = world
+    rc = main(["tune", "--from-prometheus", server.url, "--model", MODEL, "--since", "2h", "--until",
+               str(t0 + 60 * N), "--slo-ttft", "2", "--slo-itl", "0.1", "--quick", "--quiet",
+               "--save-history", str(tmp_path / "no-such-dir" / "h.csv")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "cannot write" in err[0] and "--save-history" in err[0], err
