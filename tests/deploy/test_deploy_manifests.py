@@ -577,6 +577,7 @@ def test_examples_hold_the_expected_scaled_objects() -> None:
                      ("pools-prefill-decode.yaml", "llama-70b-prefill"), ("pools-variants.yaml", "llama-8b-h100"),
                      ("pools-variants.yaml", "llama-8b-l4"), ("sglang-scaledobject.yaml", "qwen-32b"),
                      ("tls/vllm-scaledobject-tls.yaml", "llama-8b"),
+                     ("tuned/vllm-llama-8b.yaml", "llama-8b"),  # keda-llm tune's output (test_tune_example.py)
                      ("vllm-scaledobject.yaml", "llama-8b"), ("warm-capacity.yaml", "llama-8b-warm-capacity"),
                      ("warm-windows.yaml", "llama-8b")]
 
