@@ -28,6 +28,7 @@ POLICIES = ("tokens", "concurrency", "kvCache", "queue")
 METRICS_SOURCES = ("exporters", "prometheus")
 AGGREGATIONS = ("weighted", "mean", "max")
 MODES = ("reactive", "proactive", "hybrid")
+SEASONALITY = ("auto", "off")
 ANSWERS = ("replicas", "warmCapacity")
 POOL_ROLES = ("unified", "prefill", "decode")  # the exporter's `role` label (common/vocabulary.py ROLES)
 RATIO_MODES = ("fixed", "independent", "bounded")
@@ -380,6 +381,16 @@ class ScalerConfig:
                                      "Cap on the forecast: at most this many times the current reactive "
                                      "desired count (a noisy trend must not run away).", "2",
                                      check=in_range(1.0, 100.0))
+    seasonality: str = _key("auto", "seasonality", one_of(*SEASONALITY),
+                            "`auto`: with a day or more of the model's minute history, `hybrid`/`proactive` also "
+                            "size for the seasonal forecast (daily profile, weekly with two weeks, at the current "
+                            "level; scaler/seasonal.py) of request rate and prompt and output tokens/s one "
+                            "`forecastHorizon` ahead, at its `forecastQuantile`; `off`: the short-range trend "
+                            "alone.", "off")
+    forecast_quantile: float = _key(0.9, "forecastQuantile", parse_float,
+                                    "The seasonal forecast's quantile that is provisioned for: its point plus this "
+                                    "quantile of its own past errors at the horizon (higher: more headroom, fewer "
+                                    "misses on a ramp).", "0.95", check=in_range(0.5, 0.999))
     advisory: bool = _key(False, "advisory", parse_bool,
                           "Decide and record, but hand KEDA the current replica count.", "true")
     stale_after: float = _key(30.0, "staleAfter", parse_duration,

@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from keda_llm.scaler.config import ScalerConfig
 from keda_llm.scaler.forecast import desired_series, forecast, horizon_seconds
 from keda_llm.scaler.health import assess
@@ -29,6 +31,8 @@ from keda_llm.scaler.model import Decision, NoData, PolicyState, Reason, Workloa
 from keda_llm.scaler.policy import DEFAULT_COLD_START, NoSignal, cold_start_of, demand
 from keda_llm.scaler.pools import decide_pool, pooled
 from keda_llm.scaler.schedule import warm_floor
+from keda_llm.scaler.seasonal import BUCKET as MINUTE
+from keda_llm.scaler.seasonal import LEVEL_WINDOW, MAX_DAYS, REFIT_EVERY, SeasonalModel, seasonal_forecast
 from keda_llm.scaler.slo import LatencyDesired, from_window
 from keda_llm.scaler.windows import KpaResult, ceil_replicas, initial_panic, kpa_step, scale_down_delay
 
@@ -195,15 +199,67 @@ def _latency(x: _Inputs, details: dict[str, float]) -> tuple[LatencyDesired | No
     return out
 
 
-def _forecast(x: _Inputs, step: _Step, kpa: KpaResult | None, details: dict[str, float]) -> None:
+SEASONAL_SIGNALS = ("finished_rate", "prompt_rate", "generation_rate")  # requests/s, prompt and output tokens/s
+SEASONAL_RECENT = 5  # minutes: the current rate a seasonal forecast is compared with (the level's half-life)
+
+
+def _seasonal(x: _Inputs, horizon: float, current: float, state: PolicyState,
+              details: dict[str, float]) -> tuple[float | None, PolicyState]:
+    """Step 2b, seasonal part: the current desired count x the largest growth the seasonal forecasts expect
+    one horizon ahead (their upper `forecastQuantile` over the mean of the last SEASONAL_RECENT minutes),
+    over request rate and prompt and output tokens/s: whichever grows most sets the capacity. Replica
+    counts scale with the rates for a given mix, so the current count (the policy's, at its targets) times
+    the growth is the count then, and the upper quantile is headroom sized by the model's own past errors.
+    None under a day of minute history or with no recent traffic (the trend forecast alone then). The
+    fitted models are kept in the state (refit hourly): a decision reads the last hour of minutes, a refit
+    the whole history."""
+    c = x.config
+    if c.seasonality == "off":
+        return None, state
+    kept: dict[str, SeasonalModel] = dict(state.seasonal)
+    ratios: list[float] = []
+    for name in SEASONAL_SIGNALS:
+        model = kept.get(name)
+        fresh = (model is not None and 0 <= x.now - model.fitted_at < REFIT_EVERY
+                 and abs(model.horizon - horizon) < MINUTE)
+        lookback = (LEVEL_WINDOW + SEASONAL_RECENT) * MINUTE if fresh else MAX_DAYS * 86400.0
+        times, values = x.history.minutes(name, x.now, lookback)
+        fc = seasonal_forecast(times, values, x.now, horizon, quantile=c.forecast_quantile,
+                               model=model if fresh else None)
+        if fc is None:
+            kept.pop(name, None)
+            continue
+        kept[name] = fc.model
+        recent_values = values[-SEASONAL_RECENT:]
+        seen = recent_values[np.isfinite(recent_values)]
+        recent = float(seen.mean()) if seen.size else math.nan
+        if not recent > 0:
+            continue
+        ratios.append(fc.upper / recent)
+        details.update({f"seasonal_{name}_upper": fc.upper, f"seasonal_{name}_point": fc.point,
+                        f"seasonal_{name}_recent": recent, f"seasonal_{name}_ratio": fc.upper / recent,
+                        "seasonal_days": float(fc.days), "seasonal_level": fc.level})
+    state = replace(state, seasonal=tuple(sorted(kept.items())))
+    if not ratios:
+        details["seasonal_available"] = 0.0
+        return None, state
+    growth = max(ratios)
+    details.update({"seasonal_available": 1.0, "seasonal_growth": growth, "seasonal_desired_raw": current * growth})
+    return current * growth, state
+
+
+def _forecast(x: _Inputs, step: _Step, kpa: KpaResult | None, state: PolicyState,
+              details: dict[str, float]) -> PolicyState:
     """Step 2b: `proactive` sizes for the demand forecast one horizon ahead; `hybrid` takes the larger of
     that (with the peak guard: recent demand, decayed over a horizon) and the windows' count, so the
-    forecast only adds replicas ahead of demand and keeps them for about a cold start. Both within the
-    KPA rate limits; the pending guard after this step applies to forecast scale-ups too (no cascade
-    while replicas load). No forecast (too little history, no data): the windows' count stands."""
+    forecast only adds replicas ahead of demand and keeps them for about a cold start. The forecast is the
+    larger of the short-range trend (Holt over 10 s buckets) and, with a day or more of minute history, the
+    seasonal one (`_seasonal`). Both within the KPA rate limits; the pending guard after this step applies
+    to forecast scale-ups too (no cascade while replicas load). No forecast (too little history, no data):
+    the windows' count stands."""
     c = x.config
     if c.mode == "reactive" or kpa is None:
-        return
+        return state
     cold = _cold_start(x)
     horizon = horizon_seconds(cold, x.workload.polling_interval_s, c.forecast_horizon)
     current = max(details["desired_stable_raw"], details["desired_panic_raw"])
@@ -211,21 +267,23 @@ def _forecast(x: _Inputs, step: _Step, kpa: KpaResult | None, details: dict[str,
     # The peak guard keeps capacity used within a cold start (hybrid); proactive is the forecast alone.
     fc = forecast(times, values, x.now, horizon, current, hold=c.stable_window, max_ratio=c.forecast_max_ratio,
                   peak_half_life=0.0 if c.mode == "proactive" else None)
+    seasonal, state = _seasonal(x, horizon, current, state, details)
     details["forecast_horizon_s"] = horizon
-    details["forecast_available"] = float(fc is not None)
-    if fc is None:
-        return
-    wanted = min(max(ceil_replicas(fc.desired), kpa.max_scale_down), kpa.max_scale_up)
-    details.update({
-        "forecast_desired_raw": fc.desired, "forecast_desired": wanted,
-        "forecast_demand": fc.desired * details["capacity_per_replica"], "forecast_level": fc.level,
-        "forecast_trend_per_s": fc.trend_per_s, "forecast_cap": fc.cap, "forecast_points": fc.points,
-        "forecast_holt": fc.raw, "forecast_peak": fc.peak,
-    })
+    details["forecast_available"] = float(fc is not None or seasonal is not None)
+    if fc is None and seasonal is None:
+        return state
+    desired = max(fc.desired if fc is not None else 0.0, seasonal or 0.0)
+    wanted = min(max(ceil_replicas(desired), kpa.max_scale_down), kpa.max_scale_up)
+    details.update({"forecast_desired_raw": desired, "forecast_desired": wanted,
+                    "forecast_demand": desired * details["capacity_per_replica"]})
+    if fc is not None:
+        details.update({"forecast_level": fc.level, "forecast_trend_per_s": fc.trend_per_s, "forecast_cap": fc.cap,
+                        "forecast_points": fc.points, "forecast_holt": fc.raw, "forecast_peak": fc.peak})
     if wanted > step.replicas:
         step.set(wanted, Reason.FORECAST_UP)
     elif c.mode == "proactive" and wanted < step.replicas:
         step.set(wanted, Reason.FORECAST_DOWN)
+    return state
 
 
 def _pending_guard(x: _Inputs, step: _Step, kpa: KpaResult | None, state: PolicyState,
@@ -380,7 +438,7 @@ def decide(history: HistoryView, config: ScalerConfig, state: PolicyState, workl
         "data_age_s": x.snap.data_age, "collection_age_s": now - x.snap.at,
     }
     step, kpa, state = _windows(x, state, details)
-    _forecast(x, step, kpa, details)
+    state = _forecast(x, step, kpa, state, details)
     state = _pending_guard(x, step, kpa, state, details)
     state = _delay(x, step, state, details)
     state = _regret(x, state, step.replicas, details)

@@ -16,6 +16,7 @@ from keda_llm.scaler.scaledobject import (
     DEFAULT_MIN_REPLICAS,
     DEFAULT_POLLING_INTERVAL_S,
 )
+from keda_llm.scaler.seasonal import SeasonalModel
 
 
 @dataclass(frozen=True)
@@ -151,3 +152,5 @@ class PolicyState:
     delay_factor_at: float | None = None  # when delay_factor last changed (it halves after a quiet spell)
     released_at: float | None = None  # when the delayed count last went down (a release), until a regret
     last_delayed: int | None = None  # the count after the scale-down delay step at the last decision
+    # the seasonal forecaster's kept models by signal (refit hourly: scaler/seasonal.py), derived data only
+    seasonal: tuple[tuple[str, SeasonalModel], ...] = field(default=(), compare=False)
