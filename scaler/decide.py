@@ -164,6 +164,7 @@ def _windows(x: _Inputs, state: PolicyState, details: dict[str, float]) -> tuple
         "desired_panic_raw": panic.desired, "dspc": kpa.dspc, "dppc": kpa.dppc, "desired_stable": kpa.stable,
         "desired_panic": kpa.panic, "max_scale_up": kpa.max_scale_up, "max_scale_down": kpa.max_scale_down,
         "panic": float(kpa.panicking), "kpa_desired": kpa.desired,
+        "desired_windows_raw": max(stable_desired, panic_desired),
     })
     by_latency = any(t is not None and t.desired > d for t, d in ((lat_stable, stable.desired),
                                                                   (lat_panic, panic.desired)))
@@ -267,7 +268,8 @@ def _forecast(x: _Inputs, step: _Step, kpa: KpaResult | None, state: PolicyState
     # The peak guard keeps capacity used within a cold start (hybrid); proactive is the forecast alone.
     fc = forecast(times, values, x.now, horizon, current, hold=c.stable_window, max_ratio=c.forecast_max_ratio,
                   peak_half_life=0.0 if c.mode == "proactive" else None)
-    seasonal, state = _seasonal(x, horizon, current, state, details)
+    # the seasonal growth scales the count the windows sized, latency term included
+    seasonal, state = _seasonal(x, horizon, details.get("desired_windows_raw", current), state, details)
     details["forecast_horizon_s"] = horizon
     details["forecast_available"] = float(fc is not None or seasonal is not None)
     if fc is None and seasonal is None:

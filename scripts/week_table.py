@@ -5,12 +5,12 @@
 
 Each seed synthesizes the week's requests anew from its per-minute totals (simulator.traces), runs the
 oracle on it (cached under build/week-cache by seed and trace length: it simulates its schedule a dozen
-times) and every policy, in the fluid mode. A policy is `ours` (the ScaledObject the repository ships,
-simulator.policies.default_scaledobject) or `ours:key=value,key=value` (the same with trigger metadata
-changed) or any other policy name. Results per seed and per segment: days 1-5 (what the defaults are
-tuned on), days 6-7 (held back) and the whole week: SLO attainment over all requests and GPU-hours over
-the oracle's on the same segment (a segment's GPU-hours: the pods alive in it, from the 5 s timeline).
-The table reports the worst seed per cell beside the mean. --update-docs writes it into the
+times) and every policy, in the fluid mode. A policy is `ours` (the ScaledObject the repository ships for
+this preset, SLO and traffic: deploy/examples/keda-2.18/llama-70b-h100-tp4-code.yaml), `ours:key=value,...`
+(the same with trigger metadata changed) or any other policy name. Results per seed and per segment: days
+1-5 (what the defaults are tuned on), days 6-7 (held back) and the whole week: SLO attainment over all
+requests and GPU-hours over the oracle's on the same segment (a segment's GPU-hours: the pods alive in it,
+from the 5 s timeline). The table reports the worst seed per cell beside the mean. --update-docs writes it into the
 `week-table` block of docs/simulator-results.md. --hours cuts the week (a quick check of the script).
 """
 
@@ -27,10 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
+from keda_llm.simulator.control.scaledobject import load_scaledobject
 from keda_llm.simulator.controllers import PodPlan
 from keda_llm.simulator.engine import SimResult
 from keda_llm.simulator.oracle import plan_oracle
-from keda_llm.simulator.policies import ITL_TARGET_FRACTION, build_controller, default_scaledobject
+from keda_llm.simulator.policies import build_controller
 from keda_llm.simulator.presets import get_preset
 from keda_llm.simulator.report import Slo, met_mask
 from keda_llm.simulator.run import Backtest, simulate
@@ -42,6 +43,8 @@ CACHE = ROOT / "build" / "week-cache"
 PRESET = "llama-3.1-70b/h100-tp4"
 SLO = Slo(ttft_s=2.0, itl_s=0.1)
 DAY = 86400.0
+#: `ours`: the ScaledObject the repository ships for this preset, SLO and traffic (tuned on days 1-5)
+SHIPPED = ROOT / "deploy" / "examples" / "keda-2.18" / "llama-70b-h100-tp4-code.yaml"
 SEGMENTS = (("days 1-5", 0.0, 5 * DAY), ("days 6-7", 5 * DAY, 7 * DAY), ("week", 0.0, 7 * DAY))
 
 
@@ -105,10 +108,8 @@ def run_one(job: tuple[int, str, float | None]) -> tuple[int, str, dict[str, Cel
         return seed, policy, oracle_pods(seed, hours)[1], time.process_time() - t0
     tr, bt = load(seed, hours), backtest(seed)
     p = bt.preset
-    cold = p.cold_start(bt.cold_start).quantile(0.9)
     if policy == "ours" or policy.startswith("ours:"):
-        so = default_scaledobject(p.model.name, max_replicas=bt.max_replicas, cold_start_s=cold,
-                                  slo_itl_s=SLO.itl_s * ITL_TARGET_FRACTION)
+        so = load_scaledobject(SHIPPED)
         extra = dict(kv.split("=", 1) for kv in policy.partition(":")[2].split(",") if kv)
         if extra:
             trig = so.triggers[0]

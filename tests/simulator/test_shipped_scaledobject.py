@@ -1,35 +1,50 @@
-"""The backtests' `ours` is the ScaledObject the repository ships: the figures in the README and docs come from
-deploy/examples/keda-2.18/llama-70b-h100-tp4.yaml, not from a ScaledObject only the code knows."""
+"""The backtests' `ours` is a ScaledObject the repository ships: the figures in the README and docs come from
+deploy/examples/keda-2.18/llama-70b-h100-tp4*.yaml, not from a ScaledObject only the code knows."""
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
+from typing import Any
 
 from keda_llm.scaler.config import parse_metadata
-from keda_llm.simulator.control.scaledobject import load_scaledobject
+from keda_llm.simulator.control.scaledobject import KedaSettings, load_scaledobject
 from keda_llm.simulator.policies import ITL_TARGET_FRACTION, default_scaledobject
 from keda_llm.simulator.presets import get_preset
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = ROOT / "deploy" / "examples" / "keda-2.18" / "llama-70b-h100-tp4.yaml"
+EXAMPLES = ROOT / "deploy" / "examples" / "keda-2.18"
 WIRING = ("prometheus_address", "activation_query")  # where the cluster's Prometheus and gateway metric live
+SPEC = ("polling_interval_s", "cooldown_period_s", "initial_cooldown_period_s", "min_replicas", "max_replicas",
+        "idle_replicas", "fallback", "behavior")
 
 
-def test_the_backtests_run_the_shipped_scaledobject() -> None:
+def _policy(so: KedaSettings) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the spec KEDA and the HPA read, the trigger's parsed metadata less the cluster wiring)."""
+    meta = dataclasses.asdict(parse_metadata(so.triggers[0].metadata))
+    for key in WIRING:
+        meta.pop(key)
+    return {f: getattr(so, f) for f in SPEC} | {"triggers": [(t.type, t.name) for t in so.triggers]}, meta
+
+
+def test_the_table_runs_the_shipped_scaledobject() -> None:
     p = get_preset("llama-3.1-70b/h100-tp4")
-    # what scripts/simulator_table.py and scripts/week_table.py run as `ours` (run_policies' arguments)
+    # what scripts/simulator_table.py runs as `ours` (run_policies: build_controller's default, the backtest's SLO)
     ours = default_scaledobject(p.model.name, max_replicas=64, cold_start_s=p.cold_start("typical").quantile(0.9),
                                 slo_itl_s=0.1 * ITL_TARGET_FRACTION)
-    shipped = load_scaledobject(SHIPPED)
-    spec = ("polling_interval_s", "cooldown_period_s", "initial_cooldown_period_s", "min_replicas", "max_replicas",
-            "idle_replicas", "fallback", "behavior")
-    assert {f: getattr(shipped, f) for f in spec} == {f: getattr(ours, f) for f in spec}
-    assert [(t.type, t.name) for t in shipped.triggers] == [(t.type, t.name) for t in ours.triggers]
-    mine = dataclasses.asdict(parse_metadata(ours.triggers[0].metadata))
-    theirs = dataclasses.asdict(parse_metadata(shipped.triggers[0].metadata))
-    for key in WIRING:
-        mine.pop(key)
-        theirs.pop(key)
-    assert theirs == mine
-    assert theirs["target_itl"] == 0.025 and theirs["mode"] == "hybrid" and theirs["seasonality"] == "auto"
+    assert _policy(load_scaledobject(EXAMPLES / "llama-70b-h100-tp4.yaml")) == _policy(ours)
+
+
+def test_the_week_runs_the_shipped_code_scaledobject() -> None:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import week_table
+
+    assert week_table.SHIPPED == EXAMPLES / "llama-70b-h100-tp4-code.yaml"
+    spec, meta = _policy(load_scaledobject(week_table.SHIPPED))
+    generic_spec, generic = _policy(load_scaledobject(EXAMPLES / "llama-70b-h100-tp4.yaml"))
+    # the same ScaledObject but for the ITL target: a quarter of the SLO where the generic one has half
+    assert spec == generic_spec
+    assert meta["target_itl"] == 0.025 and generic["target_itl"] == 0.05
+    assert {**meta, "target_itl": 0.05} == generic
+    assert meta["mode"] == "hybrid" and meta["seasonality"] == "auto"
