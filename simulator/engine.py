@@ -170,6 +170,11 @@ def _latency_fields(acc: Sequence[float] | None) -> dict[str, float]:
     return {"ttft_sum": float(a[0]), "ttft_count": float(a[1]), "itl_sum": float(a[2]), "itl_count": float(a[3])}
 
 
+def _settled(r: SimReplica) -> bool:
+    """Gone or ready: a phase event for it has nothing left to do."""
+    return r.phase in (Phase.GONE, Phase.READY)
+
+
 class Simulation:
     """One policy on one trace. `run()` returns the SimResult; `progress(done, total)` is told of arrivals."""
 
@@ -362,7 +367,7 @@ class Simulation:
                 acc[3] += q.target_output - 1
 
     def _on_phase(self, r: SimReplica) -> None:
-        if r.phase is Phase.GONE:
+        if _settled(r):  # READY: the later of two events after a `move_ready`
             return
         self.cluster.advance_phase(r, self.now)
         if r.phase is Phase.LOADING:
@@ -413,6 +418,14 @@ class Simulation:
         elif r.phase is Phase.LOADING:
             self.push(r.ready_at, PHASE, r)
         return r
+
+    def move_ready(self, r: SimReplica, ready_at: float) -> None:
+        """A starting pod's cold start ends at `ready_at` instead (not before now): a phase shortened or
+        lengthened after the pod was created (the demo: weights found warm when the pod loads them)."""
+        if not r.starting:
+            raise ValueError(f"move_ready: {r.pod} is {r.phase.value}, not starting")
+        r.ready_at = max(ready_at, self.now, r.scheduled_at)
+        self.push(r.ready_at, PHASE, r)
 
     def remove_replica(self, r: SimReplica) -> None:
         self.cluster.remove(r, self.now)

@@ -105,6 +105,7 @@ class Router:
         self.loads: dict[int, tuple[float, float]] = {}  # replica index -> (KV usage, waiting), last collection
         self.woken_at: float | None = None  # the first hold since no replica was ready
         self.refused: list[Refusal] = []
+        self.waits: list[float] = []  # seconds each released request was held (the activator's wait histogram)
         self.dropped_timeout = 0
         self._next = 0
 
@@ -158,6 +159,7 @@ class Router:
         while (t := self.held.pop()) is not None:
             assert isinstance(t.handle, Request)
             keep.append(t.handle)
+            self.waits.append(now - t.arrived)
         self.woken_at = None
         return keep, late
 
