@@ -774,14 +774,21 @@ class View:
     refused: float = 0.0  # keda_llm_activator_rejects_total, all reasons
 
 
+def _read(url: str) -> str:
+    """One exposition's text ('' when it cannot be read)."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return str(resp.read().decode())
+    except OSError:
+        return ""
+
+
 def _families(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     """Sample name -> (labels, value) of one exposition, read with the exporter's own parser."""
     from keda_llm.exporter.parse import parse
 
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            text = resp.read().decode()
-    except OSError:
+    text = _read(url)
+    if not text:
         return {}
     out: dict[str, list[tuple[dict[str, str], float]]] = {}
     for s in parse(text):
@@ -871,6 +878,8 @@ class Report:
     exporter_running_series: bool = False
     scaler_errors: int = 0
     log_errors: list[str] = field(default_factory=list)
+    activator_held_max: float = 0.0  # the most the activator's held gauge showed over HTTP
+    activator_metrics: str = ""  # the activator's /metrics at the end of the run
 
 
 class _LogCollector(logging.Handler):
@@ -1069,6 +1078,7 @@ class Demo:
             if scaler is not None:
                 scaler.stop()
             if act_http is not None:
+                self.report.activator_metrics = _read(self.activator_url)
                 act_http.shutdown()
                 act_http.server_close()
             weights.close()
@@ -1104,6 +1114,7 @@ class Demo:
                     view = observe(t, self.sc, world, exporter_url, scaler_http, self.activator_url)
                     if view.running is not None:
                         self.report.exporter_running_series = True
+                    self.report.activator_held_max = max(self.report.activator_held_max, view.held or 0.0)
                     if view.desired is not None and view.desired != self._last_desired:
                         self._last_desired = view.desired
                         self.event(f"scaler: desired {view.desired:.0f} ({view.reason})")
@@ -1222,7 +1233,7 @@ class Demo:
             f"({len(ok)} answered 200)",
             f"  warming   {len(s.warm_jobs)} POST /v1/warm by the scaler ({done_warms} done, "
             f"{sum(j['bytes_read'] for j in s.warm_jobs) / MIB:.0f} MiB read by the exporter); cold starts "
-            f"{len(s.cold_starts)}, {warmed} with warm weights" + (
+            f"{len(s.cold_starts)} done, {warmed} with warm weights" + (
                 f" (weights {warm_w:.2f} s instead of {cold_w:.2f} s)" if warmed else ""),
             f"  replicas  peak {r.max_pods}, pods started {s.pods_started}, time at zero {s.zero_seconds:.0f} s",
             f"  scaling   KEDA: {kinds.count('keda_activate') + kinds.count('push_activate')} wake(s) from zero "
