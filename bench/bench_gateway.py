@@ -38,8 +38,8 @@ def main() -> None:
     ap.add_argument("--traces", default="azure2023-code/20,azure2023-code,azure2023-conv")
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    print("| trace | mode | policy | CPU s (best of %d) | SLO met | GPU-h | cold starts | max held | fingerprint |"
-          % args.repeat)
+    print(f"| trace | mode | policy | CPU s (best of {args.repeat}) | SLO met | GPU-h | cold starts | max held "
+          "| fingerprint |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name in args.traces.split(","):
         tr = trace(name)
