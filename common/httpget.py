@@ -65,17 +65,19 @@ def fetch(
     ok_statuses: Container[int] = (200,),
     clock: Callable[[], float] = time.monotonic,
     accept_gzip: bool = False,
+    tls: ssl.SSLContext | None = None,
 ) -> tuple[int, bytes]:
     """GET `url` (plus `params`, URL-encoded); return (status, body) when status is in `ok_statuses`.
 
     Raises FetchError. A refused status's body is not read beyond its first ERROR_PREFIX_BYTES.
     `accept_gzip`: ask for gzip and return the body decompressed; `max_bytes` then bounds both the
     bytes received and the bytes they expand to (a small body can inflate a thousandfold).
+    `tls`: the context for an https URL (default: the system's CAs, hostname checked).
     """
     deadline = clock() + timeout
     try:
         parts = urlsplit(url)
-        conn = _connection(parts, timeout)
+        conn = _connection(parts, timeout, tls)
     except ValueError as e:  # a bad port, an unencodable host
         raise FetchError("connection", f"bad URL {url!r}: {e}") from e
     try:
@@ -98,14 +100,14 @@ def fetch(
         conn.close()
 
 
-def _connection(parts: SplitResult, timeout: float) -> http.client.HTTPConnection:
+def _connection(parts: SplitResult, timeout: float, tls: ssl.SSLContext | None = None) -> http.client.HTTPConnection:
     """A not yet connected connection; `timeout` bounds the connect (the deadline bounds the reads)."""
     host = parts.hostname
     if parts.scheme not in ("http", "https") or not host:
         raise ValueError("not an http:// or https:// URL with a host")
     port = parts.port  # ValueError when not a number
     if parts.scheme == "https":
-        return http.client.HTTPSConnection(host, port or 443, timeout=timeout, context=_tls_context())
+        return http.client.HTTPSConnection(host, port or 443, timeout=timeout, context=tls or _tls_context())
     return http.client.HTTPConnection(host, port or 80, timeout=timeout)
 
 

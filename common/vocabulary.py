@@ -48,6 +48,12 @@ ENGINE_METRICS: tuple[Metric, ...] = (
            "time_to_first_token_seconds"),
     Metric("llm_inter_token_latency_seconds", "histogram", "Time between output tokens, as the engine reports it.",
            "inter_token_latency_seconds"),
+    Metric("llm_lora_adapters_running", "gauge", "Distinct LoRA adapters in the running batch.",
+           "lora_adapters_running"),
+    Metric("llm_lora_adapters_waiting", "gauge", "Distinct LoRA adapters of waiting requests that are not running.",
+           "lora_adapters_waiting"),
+    Metric("llm_lora_adapters_max", "gauge", "LoRA adapter slots in the batch (vLLM max_loras).",
+           "lora_adapters_max"),
 )
 
 ENGINE_UP = "llm_engine_up"
@@ -70,6 +76,28 @@ GPU_METRICS: tuple[Metric, ...] = (
            "throttled"),
 )
 GPU_UP = "llm_gpu_up"
+#: Per-GPU: the counters of NVML faults and the last critical XID (same GPU labels).
+GPU_FAULT_METRICS: tuple[Metric, ...] = (
+    Metric("llm_gpu_ecc_uncorrected_errors_total", "counter",
+           "Uncorrectable ECC errors since the driver loaded (NVML volatile count).", "ecc_uncorrected_total"),
+    Metric("llm_gpu_xid_errors_total", "counter", "Critical XID events seen by this exporter.", "xid_errors_total"),
+    Metric("llm_gpu_last_xid", "gauge", "Code of the last critical XID event seen.", "last_xid"),
+)
+#: Per GPU and `reason`: 1 while NVML says this clock event reason holds the clocks down, else 0.
+GPU_CLOCK_EVENT = "llm_gpu_clock_event_active"
+#: `reason` label values of GPU_CLOCK_EVENT -> the nvmlClocksEventReason* bit (nvml.h).
+CLOCK_EVENT_REASONS: tuple[tuple[str, int], ...] = (
+    ("sw_power_cap", 0x4),
+    ("hw_slowdown", 0x8),
+    ("sw_thermal", 0x20),
+    ("hw_thermal", 0x40),
+    ("hw_power_brake", 0x80),
+)
+#: Per replica (engine labels + `reason`): 1 while a GPU the pod holds has this fault, else 0; only for
+#: replicas the exporter can attribute GPUs to.
+REPLICA_DEGRADED = "llm_replica_degraded"
+#: `reason` values of REPLICA_DEGRADED.
+DEGRADED_REASONS = ("gpu_throttled", "gpu_xid", "gpu_ecc")
 
 EXPORTER_SCRAPE_DURATION = "llm_exporter_scrape_duration_seconds"
 EXPORTER_SCRAPE_ERRORS = "llm_exporter_scrape_errors_total"

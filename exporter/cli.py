@@ -20,10 +20,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from keda_llm.common.tls import server_context
 from keda_llm.exporter.collect import Collector, GpuSource, Normalize
 from keda_llm.exporter.config import (
     ConfigError,
     ExporterConfig,
+    TLSConfig,
+    check_tls,
     load_config,
     parse_config,
     parse_duration,
@@ -48,6 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interval", metavar="DURATION", help="seconds between cycles, e.g. 5s (default 5s)")
     parser.add_argument("--timeout", metavar="DURATION", help="per-target scrape timeout, e.g. 2s (default 2s)")
     parser.add_argument("--node-name", metavar="NAME", help="the node label (default $NODE_NAME)")
+    parser.add_argument("--tls-cert", metavar="FILE",
+                        help="serve the HTTP port over TLS with this certificate (PEM; re-read when it changes)")
+    parser.add_argument("--tls-key", metavar="FILE", help="private key for --tls-cert (PEM)")
     parser.add_argument("--kubernetes", action="store_true", help="discover annotated pods on this node")
     parser.add_argument("--no-nvml", action="store_true", help="do not read GPUs through NVML")
     parser.add_argument("--once", action="store_true",
@@ -83,6 +89,8 @@ def build_config(args: argparse.Namespace, env: Mapping[str, str] | None = None)
             raise ConfigError("--node-name", "", "--kubernetes needs this node's name (or NODE_NAME)")
     if args.no_nvml:
         changes["gpu"] = replace(cfg.gpu, nvml=False)
+    if args.tls_cert or args.tls_key:
+        changes["tls"] = check_tls(TLSConfig(cert_file=args.tls_cert or "", key_file=args.tls_key or ""))
     return with_overrides(cfg, **changes) if changes else cfg
 
 
@@ -168,7 +176,13 @@ def _run_once(collector: Collector) -> int:
 def _serve(cfg: ExporterConfig, collector: Collector) -> int:
     try:
         warmer = Warmer(cfg.warm) if cfg.warm.enabled else None
-        server, port = create_server(cfg.listen_address, collector, warmer)
+        tls = server_context(cfg.tls.cert_file, cfg.tls.key_file, what="exporter TLS") if cfg.tls.enabled else None
+    except OSError as e:  # ssl.SSLError is an OSError: a key that does not match, a file that is not PEM
+        print(f"keda-llm exporter: tls: cannot load {cfg.tls.cert_file} and {cfg.tls.key_file}: "
+              f"{e.strerror or e}", file=sys.stderr)
+        return 2
+    try:
+        server, port = create_server(cfg.listen_address, collector, warmer, tls=tls)
     except OSError as e:
         print(f"keda-llm exporter: cannot listen on {cfg.listen}: {e.strerror}", file=sys.stderr)
         return 2
@@ -178,8 +192,9 @@ def _serve(cfg: ExporterConfig, collector: Collector) -> int:
     collector.start()
     server.start()
     host = cfg.listen_address[0] or "0.0.0.0"
-    log.info("serving http://%s:%d/metrics (%d static targets, kubernetes discovery %s, every %gs)",
-             host, port, len(cfg.targets), "on" if cfg.kubernetes.enabled else "off", cfg.interval)
+    log.info("serving %s://%s:%d/metrics (%d static targets, kubernetes discovery %s, every %gs)",
+             "https" if tls is not None else "http", host, port, len(cfg.targets),
+             "on" if cfg.kubernetes.enabled else "off", cfg.interval)
     stop.wait()
     log.info("stopping")
     server.stop()

@@ -62,6 +62,20 @@ class GpuConfig:
 
 
 @dataclass(frozen=True)
+class TLSConfig:
+    """TLS (1.2+) on the HTTP port: `/metrics`, `/healthz` and `POST /v1/warm` are then https only. The PEM
+    files are re-read when they change (a cert-manager Secret rotated in place). No client certificates:
+    /metrics holds nothing secret and /v1/warm has its bearer token."""
+
+    cert_file: str = ""
+    key_file: str = ""
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.cert_file)
+
+
+@dataclass(frozen=True)
 class ExporterConfig:
     """Everything the exporter runtime needs; build it with `parse_config` / `load_config`."""
 
@@ -80,6 +94,7 @@ class ExporterConfig:
     kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
     gpu: GpuConfig = field(default_factory=GpuConfig)
     warm: WarmConfig = field(default_factory=WarmConfig)
+    tls: TLSConfig = field(default_factory=TLSConfig)
 
     @property
     def listen_address(self) -> tuple[str, int]:
@@ -202,7 +217,7 @@ def parse_config(data: object, env: Mapping[str, str] | None = None) -> Exporter
     env = os.environ if env is None else env
     d = ExporterConfig()
     top = _mapping(data, "", {"listen", "interval", "timeout", "max_body_bytes", "node_name", "targets",
-                              "kubernetes", "gpu", "warm"})
+                              "kubernetes", "gpu", "warm", "tls"})
     listen = _str(top.get("listen", d.listen), "listen")
     parse_listen(listen, "listen")
     interval = parse_duration(top.get("interval", d.interval), "interval")
@@ -227,6 +242,7 @@ def parse_config(data: object, env: Mapping[str, str] | None = None) -> Exporter
         kubernetes=kube,
         gpu=_gpu(top.get("gpu")),
         warm=_warm(top.get("warm")),
+        tls=_tls(top.get("tls")),
     )
 
 
@@ -280,6 +296,21 @@ def _warm(value: object) -> WarmConfig:
     return WarmConfig(directories=tuple(dirs), token_file=token_file,
                       max_bytes=parse_size(w.get("max_bytes", d.max_bytes), "warm.max_bytes"),
                       max_concurrent=concurrent)
+
+
+def _tls(value: object) -> TLSConfig:
+    t = _mapping(value, "tls", {"cert_file", "key_file"})
+    return check_tls(TLSConfig(cert_file=_str(t.get("cert_file", ""), "tls.cert_file"),
+                               key_file=_str(t.get("key_file", ""), "tls.key_file")))
+
+
+def check_tls(tls: TLSConfig) -> TLSConfig:
+    """Both files or neither (the file and the flags go through here)."""
+    if bool(tls.cert_file) != bool(tls.key_file):
+        missing = "tls.key_file" if tls.cert_file else "tls.cert_file"
+        raise ConfigError(missing, "", "tls.cert_file and tls.key_file go together: give both, or neither for "
+                          "plain http")
+    return tls
 
 
 def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> ExporterConfig:

@@ -11,6 +11,10 @@ keeps what the collector depends on faithful to nvidia-ml-py 13.x (`pynvml.py`):
 - functions have pynvml's names and parameters, and a call before `nvmlInit` raises
   `NVML_ERROR_UNINITIALIZED`; a symbol the configured driver lacks raises
   `NVML_ERROR_FUNCTION_NOT_FOUND`, as pynvml does when `libnvidia-ml` has no such entry point;
+- faults: `nvmlDeviceGetTotalEccErrors(handle, UNCORRECTED, VOLATILE_ECC)` returns the count;
+  critical XIDs are pushed on `FakeGpu.xid_events` and read through an event set
+  (`nvmlEventSetCreate`, `nvmlDeviceRegisterEvents`, `nvmlEventSetWait_v2`, which raises
+  `NVML_ERROR_TIMEOUT` when none is pending, `nvmlEventSetFree`), data in pynvml's `c_nvmlEventData_t`;
 - MIG: `nvmlDeviceGetMigMode` -> `[current, pending]`, NotSupported on GPUs without MIG;
   `nvmlDeviceGetMigDeviceHandleByIndex` raises `NVML_ERROR_NOT_FOUND` for empty slots; a MIG device's
   name is `"<parent name> MIG <profile>"` and its UUID `MIG-...`; utilization, power, energy,
@@ -41,6 +45,8 @@ MIG_UNSUPPORTED = frozenset({
     "nvmlDeviceGetCurrentClocksEventReasons",
     "nvmlDeviceGetCurrentClocksThrottleReasons",
     "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetTotalEccErrors",
+    "nvmlDeviceRegisterEvents",
 })
 
 GIB = 1024**3
@@ -77,6 +83,8 @@ class FakeGpu:
     temperature_c: int = 30  # degrees C
     sm_clock_mhz: int = 1980  # MHz
     clocks_event_reasons: int = 0  # nvmlClocksEventReason* bit mask
+    ecc_uncorrected_volatile: int = 0  # nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE_ECC)
+    xid_events: list[int] = field(default_factory=list)  # critical XIDs pending for registered event sets
     unsupported: set[str] = field(default_factory=set)  # function names answering NotSupported
     errors: dict[str, int] = field(default_factory=dict)  # function name -> NVML_ERROR_* it raises
     lost: bool = False  # every call touching this GPU (or its MIG devices) raises GpuIsLost
@@ -84,6 +92,17 @@ class FakeGpu:
     mig_enabled: bool = False
     max_mig_devices: int = 7
     migs: list[FakeMig] = field(default_factory=list)
+
+
+class _EventSet:
+    """An opaque event set (pynvml's `c_nvmlEventSet_t`): the GPUs registered on it, and whether it was freed."""
+
+    __slots__ = ("freed", "gpus", "pending")
+
+    def __init__(self) -> None:
+        self.gpus: list[int] = []
+        self.pending: list[tuple[int, int]] = []  # (gpu, xid) delivered to this set, not yet read
+        self.freed = False
 
 
 class _Handle:
@@ -131,6 +150,10 @@ class FakeNvml:
     NVML_ERROR_GPU_IS_LOST = pynvml.NVML_ERROR_GPU_IS_LOST
     NVML_ERROR_NO_DATA = pynvml.NVML_ERROR_NO_DATA
     NVML_ERROR_NOT_READY = pynvml.NVML_ERROR_NOT_READY
+    NVML_ERROR_TIMEOUT = pynvml.NVML_ERROR_TIMEOUT
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+    NVML_VOLATILE_ECC = pynvml.NVML_VOLATILE_ECC
+    nvmlEventTypeXidCriticalError = pynvml.nvmlEventTypeXidCriticalError
     NVML_TEMPERATURE_GPU = pynvml.NVML_TEMPERATURE_GPU
     NVML_CLOCK_SM = pynvml.NVML_CLOCK_SM
     NVML_DEVICE_MIG_ENABLE = pynvml.NVML_DEVICE_MIG_ENABLE
@@ -153,6 +176,7 @@ class FakeNvml:
         self.driver_version = driver_version
         self.calls: Counter[str] = Counter()
         self._refcount = 0
+        self.event_sets: list[_EventSet] = []
 
     # --- the central check every call goes through ---
 
@@ -272,6 +296,52 @@ class FakeNvml:
 
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: _Handle) -> int:
         return self._gpu("nvmlDeviceGetCurrentClocksThrottleReasons", handle).clocks_event_reasons
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: _Handle, errorType: int, counterType: int) -> int:
+        gpu = self._gpu("nvmlDeviceGetTotalEccErrors", handle)
+        if errorType != pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED or counterType != pynvml.NVML_VOLATILE_ECC:
+            raise NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)  # only the volatile uncorrected count is modelled
+        return gpu.ecc_uncorrected_volatile
+
+    # --- events (critical XIDs) ---
+
+    def nvmlEventSetCreate(self) -> _EventSet:
+        self._enter("nvmlEventSetCreate")
+        events = _EventSet()
+        self.event_sets.append(events)
+        return events
+
+    def nvmlDeviceRegisterEvents(self, handle: _Handle, eventTypes: int, eventSet: _EventSet) -> None:
+        self._gpu("nvmlDeviceRegisterEvents", handle)
+        if eventTypes & ~pynvml.nvmlEventTypeXidCriticalError:
+            raise NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)  # only critical XIDs are modelled
+        if not isinstance(eventSet, _EventSet) or eventSet.freed:
+            raise NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        eventSet.gpus.append(handle.gpu)
+
+    def nvmlEventSetWait_v2(self, eventSet: _EventSet, timeoutms: int) -> Any:
+        """The next event of a registered GPU; NVML_ERROR_TIMEOUT when none is pending (the fake never waits)."""
+        self._enter("nvmlEventSetWait_v2")
+        if not isinstance(eventSet, _EventSet) or eventSet.freed:
+            raise NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        for gpu in eventSet.gpus:  # a GPU's new XIDs go to every set it is registered on
+            if self.gpus[gpu].lost:
+                raise NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+            eventSet.pending.extend((gpu, xid) for xid in self.gpus[gpu].xid_events)
+        for gpu in eventSet.gpus:
+            self.gpus[gpu].xid_events.clear()
+        if not eventSet.pending:
+            raise NVMLError(pynvml.NVML_ERROR_TIMEOUT)
+        _gpu, xid = eventSet.pending.pop(0)
+        data = pynvml.c_nvmlEventData_t()
+        data.eventType, data.eventData = pynvml.nvmlEventTypeXidCriticalError, xid
+        return data
+
+    def nvmlEventSetFree(self, eventSet: _EventSet) -> None:
+        self._enter("nvmlEventSetFree")
+        if not isinstance(eventSet, _EventSet) or eventSet.freed:
+            raise NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        eventSet.freed = True
 
     # --- MIG ---
 

@@ -48,6 +48,11 @@ class EngineMetrics:
     preemptions_total: float | None = None
     time_to_first_token_seconds: Histogram | None = None
     inter_token_latency_seconds: Histogram | None = None
+    # LoRA (engines that report it): distinct adapters in the running batch, distinct adapters of waiting
+    # requests that are not running (they need a slot), and the adapter slots (vLLM `max_loras`).
+    lora_adapters_running: float | None = None
+    lora_adapters_waiting: float | None = None
+    lora_adapters_max: float | None = None
 
 
 @dataclass(frozen=True)
@@ -87,4 +92,9 @@ class GpuMetrics:
     temperature_celsius: float | None = None
     sm_clock_hertz: float | None = None
     throttled: float | None = None
+    clock_event_reasons: int | None = None  # the raw nvmlClocksEventReason* bit mask behind `throttled`
+    ecc_uncorrected_total: float | None = None  # volatile uncorrectable ECC errors (since the driver loaded)
+    xid_errors_total: float | None = None  # critical XID events this exporter saw (None: no event set)
+    last_xid: float | None = None  # the code of the last critical XID seen
+    xid_active: float | None = None  # 1 while a critical XID was seen within the collector's hold time
     attribution: dict[str, str] = field(default_factory=dict)  # namespace/pod/container, if attributed

@@ -11,6 +11,11 @@ its GPUs:
 - A GPU that errors in any other way (GpuIsLost, Unknown, ResetRequired, ...) is reported with
   `up=False` and no values, the other GPUs still are, and devices are re-enumerated next cycle.
 - Units are converted here, once: mW -> W, mJ -> J, MHz -> Hz, percent -> ratio.
+- Faults: the clock event reasons are kept as NVML's bit mask (`clock_event_reasons`); uncorrectable
+  ECC errors are NVML's volatile count; critical XIDs come from one NVML event set per GPU, drained
+  without waiting every cycle (`nvmlEventSetWait_v2` with a 0 ms timeout), and a GPU counts as
+  faulted (`xid_active`) for `xid_hold_s` after one. A driver or GPU without event sets gets no XID
+  series.
 
 `collect()` runs every few seconds: devices, handles and MIG layout are enumerated once and then
 every `rediscover_s`, so a cycle is one NVML call per supported field per device.
@@ -19,6 +24,7 @@ every `rediscover_s`, so a cycle is one NVML call per supported field per device
 from __future__ import annotations
 
 import logging
+import math
 import re
 import threading
 import time
@@ -42,6 +48,12 @@ NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_ERROR_NO_DATA = 21
 NVML_ERROR_NOT_READY = 27
+NVML_ERROR_TIMEOUT = 10
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+NVML_VOLATILE_ECC = 0
+NVML_EVENT_TYPE_XID_CRITICAL_ERROR = 0x8  # nvmlEventTypeXidCriticalError
+#: Events drained from one GPU's event set per cycle at most (a storm of XIDs must not stall a cycle).
+MAX_EVENTS_PER_CYCLE = 64
 
 #: Clock event ("throttle") reasons that mean the clocks are held down by a limit, from nvml.h
 #: (`nvmlClocksEventReason*` / `nvmlClocksThrottleReason*`, same bits): SW power cap 0x4,
@@ -90,6 +102,11 @@ def _set_sm_clock(m: GpuMetrics, mhz: int) -> None:
 
 def _set_throttled(m: GpuMetrics, reasons: int) -> None:
     m.throttled = 1.0 if reasons & THROTTLE_REASONS_HELD_DOWN else 0.0
+    m.clock_event_reasons = int(reasons)
+
+
+def _set_ecc(m: GpuMetrics, count: int) -> None:
+    m.ecc_uncorrected_total = float(count)
 
 
 @dataclass(frozen=True)
@@ -112,6 +129,8 @@ READERS: tuple[_Reader, ...] = (
     _Reader("sm_clock", (("nvmlDeviceGetClockInfo", (NVML_CLOCK_SM,)),), _set_sm_clock),
     _Reader("throttled", (("nvmlDeviceGetCurrentClocksEventReasons", ()),
                           ("nvmlDeviceGetCurrentClocksThrottleReasons", ())), _set_throttled),
+    _Reader("ecc_uncorrected", (("nvmlDeviceGetTotalEccErrors",
+                                 (NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC)),), _set_ecc),
 )
 
 
@@ -125,6 +144,7 @@ class _Device:
     mig_profile: str = ""
     handle: Any = None
     children: list[_Device] = field(default_factory=list)
+    events: Any = None  # this GPU's NVML event set for critical XIDs; None = not registered (or unsupported)
 
 
 class _DeviceDown(Exception):
@@ -162,9 +182,11 @@ class NvmlCollector:
         *,
         retry_init_s: float = 300.0,
         rediscover_s: float = 60.0,
+        xid_hold_s: float = 600.0,
     ) -> None:
         """`nvml`: the pynvml module or a stand-in (None: import pynvml on first use);
-        `clock`: monotonic seconds, for the init retry and re-discovery schedules."""
+        `clock`: monotonic seconds, for the init retry and re-discovery schedules;
+        `xid_hold_s`: how long a GPU counts as faulted (`xid_active`) after a critical XID."""
         self._nvml: Any = nvml  # the pynvml module or a stand-in; None until imported
         self._clock = clock
         self._retry_init_s = retry_init_s
@@ -178,6 +200,8 @@ class NvmlCollector:
         self._absent: set[tuple[str, str]] = set()  # (device uuid, reader name): never ask again
         self._variant: dict[str, int] = {}  # reader name -> index of the first call this driver has
         self._down_logged: set[str] = set()
+        self._xid_hold_s = xid_hold_s
+        self._xids: dict[str, tuple[int, float, float]] = {}  # uuid -> (events seen, last code, seen at)
 
     # --- public ---
 
@@ -201,6 +225,9 @@ class NvmlCollector:
         """Shut NVML down (its init is ref-counted); a later `collect()` initializes again."""
         with self._lock:
             if self._initialized and self._nvml is not None:
+                for device in self._devices:
+                    if device.events is not None:
+                        self._free_events(device.events)
                 try:
                     self._nvml.nvmlShutdown()
                 except Exception as error:  # shutting down: nothing to recover
@@ -265,8 +292,66 @@ class NvmlCollector:
             except nvml.NVMLError as error:  # the parent's own read says whether it is lost
                 log.warning("GPU %s: listing MIG devices failed: %s", uuid, error)
                 children = []
-            devices.append(_Device(index, uuid, name, handle=handle, children=children))
+            before = known.get(index)
+            events = before.events if before is not None and before.uuid == uuid else None
+            device = _Device(index, uuid, name, handle=handle, children=children, events=events)
+            if device.events is None:
+                device.events = self._register_xid(device)
+            devices.append(device)
+        for old in self._devices:  # event sets of GPUs gone or re-enumerated under another UUID
+            if old.events is not None and all(d.events is not old.events for d in devices):
+                self._free_events(old.events)
         self._devices = devices
+
+    def _register_xid(self, device: _Device) -> Any:
+        """A new event set with this GPU's critical XIDs registered; None where the driver or GPU cannot."""
+        nvml = self._nvml
+        if (device.uuid, "xid") in self._absent or getattr(nvml, "nvmlEventSetCreate", None) is None:
+            return None
+        try:
+            events = nvml.nvmlEventSetCreate()
+        except nvml.NVMLError as error:
+            log.debug("GPU %s: no NVML event set (%s): no XID series", device.uuid, error)
+            self._absent.add((device.uuid, "xid"))
+            return None
+        try:
+            nvml.nvmlDeviceRegisterEvents(device.handle, NVML_EVENT_TYPE_XID_CRITICAL_ERROR, events)
+        except nvml.NVMLError as error:
+            log.debug("GPU %s: critical XID events not supported (%s)", device.uuid, error)
+            self._free_events(events)
+            if _code(error) in _ABSENT or _code(error) == NVML_ERROR_FUNCTION_NOT_FOUND:
+                self._absent.add((device.uuid, "xid"))
+            return None
+        self._xids.setdefault(device.uuid, (0, -1, -math.inf))
+        return events
+
+    def _free_events(self, events: Any) -> None:
+        try:
+            self._nvml.nvmlEventSetFree(events)
+        except Exception as error:  # freeing: nothing to recover
+            log.debug("nvmlEventSetFree failed: %s", error)
+
+    def _drain_xid(self, device: _Device, metrics: GpuMetrics, now: float) -> None:
+        """Read the critical XIDs that arrived since the last cycle (never waits), into `metrics`."""
+        nvml = self._nvml
+        count, code, at = self._xids.get(device.uuid, (0, -1, -math.inf))
+        for _ in range(MAX_EVENTS_PER_CYCLE):
+            try:
+                data = nvml.nvmlEventSetWait_v2(device.events, 0)
+            except nvml.NVMLError as error:
+                if _code(error) != NVML_ERROR_TIMEOUT:  # TIMEOUT: no event pending, the usual answer
+                    log.debug("GPU %s: reading XID events failed (%s); registering again", device.uuid, error)
+                    self._free_events(device.events)
+                    device.events = None
+                    self._next_discovery_at = now
+                break
+            if int(data.eventType) & NVML_EVENT_TYPE_XID_CRITICAL_ERROR:
+                count, code, at = count + 1, int(data.eventData), now
+                log.warning("GPU %s: critical XID %d", device.uuid, code)
+        self._xids[device.uuid] = (count, code, at)
+        metrics.xid_errors_total = float(count)
+        metrics.last_xid = float(code) if code >= 0 else None
+        metrics.xid_active = 1.0 if now - at < self._xid_hold_s else 0.0
 
     def _discover_migs(self, handle: Any, index: str, uuid: str, name: str) -> list[_Device]:
         nvml = self._nvml
@@ -310,6 +395,8 @@ class NvmlCollector:
             self._log_down(device.uuid or device.index, down.error)
             self._next_discovery_at = now  # it may come back with a new handle, or MIG was reconfigured
             return self._down(device)
+        if device.events is not None:
+            self._drain_xid(device, metrics, now)
         self._down_logged.discard(device.uuid or device.index)
         return metrics
 

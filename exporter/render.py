@@ -12,6 +12,8 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 
 from keda_llm.common.vocabulary import (
+    CLOCK_EVENT_REASONS,
+    DEGRADED_REASONS,
     ENGINE_INFO,
     ENGINE_LABELS,
     ENGINE_LAST_SUCCESS,
@@ -23,11 +25,15 @@ from keda_llm.common.vocabulary import (
     EXPORTER_SCRAPE_DURATION,
     EXPORTER_SCRAPE_ERRORS,
     EXPORTER_TARGETS,
+    GPU_CLOCK_EVENT,
+    GPU_FAULT_METRICS,
     GPU_LABELS,
     GPU_METRICS,
     GPU_UP,
+    REPLICA_DEGRADED,
 )
 from keda_llm.exporter.collect import Snapshot, TargetState
+from keda_llm.exporter.degraded import replica_reasons
 from keda_llm.exporter.errors import REASONS
 from keda_llm.exporter.model import EngineMetrics, GpuMetrics, Histogram
 
@@ -139,6 +145,22 @@ def _render_engines(out: list[str], snapshot: Snapshot) -> None:
             else:
                 lines.append(f"{metric.name}{{{labels}}} {fmt(value)}\n")
         _family(out, metric.name, metric.type, metric.help, lines)
+    _render_degraded(out, snapshot, live)
+
+
+def _render_degraded(out: list[str], snapshot: Snapshot, live: list[tuple[str, EngineMetrics, TargetState]]) -> None:
+    """llm_replica_degraded{engine labels, reason}: 0/1 per reason, for replicas holding an attributed GPU."""
+    if not snapshot.gpus:
+        return
+    reasons = replica_reasons(snapshot.gpus)
+    lines: list[str] = []
+    for labels, _, st in live:
+        held = reasons.get((st.target.namespace, st.target.pod)) if st.target.pod else None
+        if held is not None:
+            lines.extend(f'{REPLICA_DEGRADED}{{{labels},reason="{r}"}} {1 if held[r] else 0}\n'
+                         for r in DEGRADED_REASONS)
+    _family(out, REPLICA_DEGRADED, "gauge",
+            "1 while a GPU this replica's pod holds has the fault named by reason (exporter/degraded.py).", lines)
 
 
 def _gpu_labels(g: GpuMetrics, node: str) -> str:
@@ -152,6 +174,14 @@ def _render_gpus(out: list[str], snapshot: Snapshot) -> None:
     _family(out, GPU_UP, "gauge", "1 if NVML answered for this GPU in the last cycle.",
             (f"{GPU_UP}{{{lab}}} {'1' if g.up else '0'}\n" for lab, g in labels))
     for metric in GPU_METRICS:
+        _family(out, metric.name, metric.type, metric.help,
+                (f"{metric.name}{{{lab}}} {fmt(v)}\n" for lab, g in labels
+                 if (v := getattr(g, metric.field)) is not None))
+    _family(out, GPU_CLOCK_EVENT, "gauge", "1 while this NVML clock event reason holds the clocks down, else 0.",
+            (f'{GPU_CLOCK_EVENT}{{{lab},reason="{name}"}} {1 if mask & bit else 0}\n'
+             for lab, g in labels if (mask := g.clock_event_reasons) is not None
+             for name, bit in CLOCK_EVENT_REASONS))
+    for metric in GPU_FAULT_METRICS:
         _family(out, metric.name, metric.type, metric.help,
                 (f"{metric.name}{{{lab}}} {fmt(v)}\n" for lab, g in labels
                  if (v := getattr(g, metric.field)) is not None))

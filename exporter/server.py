@@ -1,5 +1,6 @@
 """HTTP edge: `/metrics` (the last rendered cycle), `/healthz` and, when configured, `POST /v1/warm`
-(exporter/warm.py), on a threaded server.
+(exporter/warm.py), on a threaded server; with `tls` (config `tls:`, flags --tls-cert/--tls-key) every
+connection is TLS, its certificate re-read when the files change (keda_llm.common.tls).
 
 Handlers only read what the collector already rendered, so a scrape costs a memory copy no matter
 how many engines are slow. `create_server` binds (port 0 in tests) apart from serving, and
@@ -16,6 +17,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
+from keda_llm.common.tls import ReloadingContext, TLSAcceptMixin
 from keda_llm.exporter.warm import Warmer, WarmError
 
 log = logging.getLogger(__name__)
@@ -114,7 +116,7 @@ WARM_PATH = "/v1/warm"
 MAX_REQUEST_BYTES = 64 * 1024
 
 
-class _Server(ThreadingHTTPServer):
+class _Server(TLSAcceptMixin, ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
@@ -126,9 +128,11 @@ class _Server(ThreadingHTTPServer):
             return
         log.exception("http %s: request failed", client_address[0])
 
-    def __init__(self, address: tuple[str, int], source: Source, warmer: Warmer | None = None) -> None:
+    def __init__(self, address: tuple[str, int], source: Source, warmer: Warmer | None = None,
+                 tls: ReloadingContext | None = None) -> None:
         self.source = source
         self.warmer = warmer
+        self.tls = tls
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
@@ -137,8 +141,9 @@ class _Server(ThreadingHTTPServer):
 class MetricsServer:
     """A bound server; `start()` serves in a thread, `stop()` shuts it down."""
 
-    def __init__(self, address: tuple[str, int], source: Source, warmer: Warmer | None = None) -> None:
-        self._httpd = _Server(address, source, warmer)
+    def __init__(self, address: tuple[str, int], source: Source, warmer: Warmer | None = None,
+                 tls: ReloadingContext | None = None) -> None:
+        self._httpd = _Server(address, source, warmer, tls)
         self._thread: threading.Thread | None = None
 
     @property
@@ -156,9 +161,9 @@ class MetricsServer:
             self._thread.join(5.0)
 
 
-def create_server(address: tuple[str, int], source: Source,
-                  warmer: Warmer | None = None) -> tuple[MetricsServer, int]:
-    """Bind `address` (port 0 picks a free one); returns the server and its port."""
-    server = MetricsServer(address, source, warmer)
+def create_server(address: tuple[str, int], source: Source, warmer: Warmer | None = None, *,
+                  tls: ReloadingContext | None = None) -> tuple[MetricsServer, int]:
+    """Bind `address` (port 0 picks a free one); returns the server and its port. `tls`: serve https."""
+    server = MetricsServer(address, source, warmer, tls)
     return server, server.port
 

@@ -21,6 +21,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "scaler": ("keda_llm.scaler.cli", "KEDA external scaler (gRPC) for LLM servers"),
     "activator": ("keda_llm.activator.cli", "OpenAI-compatible proxy: holds requests at zero, wakes the model, routes"),
     "simulate": ("keda_llm.simulator.cli", "replay a request trace through a simulated GPU cluster"),
+    "tune": ("keda_llm.simulator.tune_cli",
+             "sweep a ScaledObject's knobs on a trace; write the cheapest that meets an SLO"),
     "demo": ("keda_llm.demo", "live demo: simulated engines, exporter, scaler and a KEDA+HPA loop"),
 }
 

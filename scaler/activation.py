@@ -14,7 +14,8 @@ against `--http-tls-ca` and nothing else (not the system's CAs), without a hostn
 dialled by pod IP from the headless Service, which a cert-manager Certificate cannot name (it does not
 know pod IPs). That is acceptable because the CA is our own private one, so a peer must hold a key it
 signed, and the relay carries the activation token, which a peer checks in turn.
-`ReloadingContext` serves both ends: an `ssl.SSLContext` re-made when its files change on disk.
+`ReloadingContext` (keda_llm.common.tls) serves both ends: an `ssl.SSLContext` re-made when its files
+change on disk.
 """
 
 from __future__ import annotations
@@ -24,9 +25,7 @@ import collections
 import concurrent.futures
 import contextlib
 import logging
-import os
 import socket
-import ssl
 import threading
 import time
 import urllib.error
@@ -34,6 +33,8 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+
+from keda_llm.common.tls import ReloadingContext, ca_client_context
 
 log = logging.getLogger(__name__)
 
@@ -212,78 +213,10 @@ def _url(host: str, port: int, key: ScaledObjectKey, scheme: str = "http") -> st
     return f"{scheme}://{hostpart}:{port}{ACTIVATE_PATH}/{ns}/{name}"
 
 
-class ReloadingContext:
-    """An `ssl.SSLContext` made by `make()` from `paths`, made again when one of them changed on disk.
-
-    `get()` costs one `stat` per file (mtime, size, inode: a Secret volume's atomic swap gives new
-    inodes), so it runs at each new connection and a cert-manager rotation needs no restart. A change
-    that does not load (a half-written pair mid-rotation) is logged and the current context kept; it is
-    tried again at the next connection. The first load raises (a bad file at start is a start error).
-    """
-
-    def __init__(self, paths: Sequence[str], make: Callable[[], ssl.SSLContext], what: str = "TLS") -> None:
-        self._paths = tuple(paths)
-        self._make = make
-        self._what = what
-        self._lock = threading.Lock()
-        self._stamp = self._stat()
-        self._context = make()
-        self.reloads = 0
-
-    def _stat(self) -> tuple[tuple[int, int, int], ...]:
-        out = []
-        for path in self._paths:
-            st = os.stat(path)
-            out.append((st.st_mtime_ns, st.st_size, st.st_ino))
-        return tuple(out)
-
-    def get(self) -> ssl.SSLContext:
-        try:
-            stamp = self._stat()
-        except OSError as err:  # a file briefly gone during a rotation: keep the current context
-            log.warning("%s files unreadable, keeping the current ones: %s", self._what, err)
-            return self._context
-        if stamp == self._stamp:
-            return self._context
-        with self._lock:
-            if stamp != self._stamp:
-                try:
-                    context = self._make()
-                except (OSError, ValueError) as err:  # ssl.SSLError is an OSError
-                    log.warning("%s reload failed, keeping the current certificate: %s", self._what, err)
-                    return self._context
-                self._context, self._stamp = context, stamp
-                self.reloads += 1
-                log.info("%s certificate files changed: reloaded", self._what)
-        return self._context
-
-
-def server_context(cert: str, key: str) -> ReloadingContext:
-    """The HTTP port's server side: TLS 1.2 or newer, the certificate chain and key from PEM files."""
-
-    def make() -> ssl.SSLContext:
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        ctx.load_cert_chain(cert, key)
-        ctx.set_alpn_protocols(["http/1.1"])
-        return ctx
-
-    return ReloadingContext([cert, key], make, what="HTTP TLS")
-
-
 def peer_client_context(ca: str) -> ReloadingContext:
     """The relays' client side: a peer's chain must lead to `ca` (only that CA, not the system's);
     no hostname check, since peers are dialled by pod IP (see the module's docstring)."""
-
-    def make() -> ssl.SSLContext:
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_REQUIRED
-        ctx.load_verify_locations(cafile=ca)
-        return ctx
-
-    return ReloadingContext([ca], make, what="peer CA")
+    return ca_client_context(ca, what="peer CA")
 
 
 class PeerForwarder:

@@ -19,19 +19,25 @@ callers that are not asyncio programs (the demo, the benchmark, tests).
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
+from keda_llm.common.periodic import Periodic
+from keda_llm.common.tls import ca_client_context
 from keda_llm.scaler.activation import PeerForwarder, Peers, ScaledObjectKey
 from keda_llm.scaler.config import ConfigError, ScalerConfig
 from keda_llm.scaler.decide import decide
 from keda_llm.scaler.history import ModelHistory
 from keda_llm.scaler.levers import LeverDecide, WarmingBus
+from keda_llm.scaler.longhistory import DEFAULT_DAYS
 from keda_llm.scaler.model import WorkloadState
 from keda_llm.scaler.phases import PhaseTracker, PodTimes
+from keda_llm.scaler.restore import LongHistoryRestorer, StoreRef
 from keda_llm.scaler.server import HTTPTLSFiles, ScalerServer, TLSFiles
 from keda_llm.scaler.service import HistoryStore, ScalerService, ServiceMetrics
 from keda_llm.scaler.sources.common import MetricSource
@@ -39,6 +45,9 @@ from keda_llm.scaler.sources.exporters import DEFAULT_PORT, ExportersSource, Res
 from keda_llm.scaler.sources.prometheus import PrometheusSource
 from keda_llm.scaler.sources.promql import PrometheusClient
 from keda_llm.scaler.warm import WarmPlanner
+
+if TYPE_CHECKING:
+    from keda_llm.scaler.deletion_cost import DeletionCostMarker
 
 
 @dataclass(frozen=True)
@@ -49,7 +58,11 @@ class ScalerSettings:
     host[:port]) and `prometheus_address` are the defaults for ScaledObjects that name none; every
     source collects every `interval_s` (`scrape_timeout_s` per exporter). Decisions: `tick_s` is the
     policy's tick, `refresh_s` how often a DecisionRefresher decides off the RPC path (None: RPCs
-    decide, once per tick), `demand_watch_s` how often upstream demand is checked for pushes (None: not)."""
+    decide, once per tick), `demand_watch_s` how often upstream demand is checked for pushes (None: not).
+    Long history (scaler/restore.py): `history_days` of minutes per model, rebuilt from Prometheus where a
+    source has one, else read from and written to `history_dir` every `history_save_s` (None: not kept).
+    `exporters_tls_ca`: the exporters serve TLS; they are read (and warmed) over https, their chain
+    verified against this CA file (re-read when it changes), not their name: they are dialled by pod IP."""
 
     grpc_address: str = "[::]:9090"
     http_address: tuple[str, int] | None = ("0.0.0.0", 9091)
@@ -71,6 +84,12 @@ class ScalerSettings:
     warm_token_file: str | None = None
     warm_max_nodes: int = 4
     warm_scan_s: float = 60.0
+    history_dir: str | None = None
+    history_days: float = DEFAULT_DAYS
+    history_save_s: float = 300.0
+    history_restore_s: float = 5.0
+
+    exporters_tls_ca: str | None = None
 
 
 class WorkloadSource(Protocol):
@@ -114,6 +133,34 @@ class Sources:
         self._lock = threading.Lock()
         self._sources: dict[SourceKey, tuple[MetricSource, HistoryStore]] = {}
         self._started: set[SourceKey] = set()
+        self._queries: dict[tuple[SourceKey, str, str], str] = {}  # the activationQuery of each watched model
+        self.restorer = LongHistoryRestorer(
+            self._long_stores, self.history_lock, clock=clock, save_every_s=settings.history_save_s,
+            history_dir=Path(settings.history_dir) if settings.history_dir else None)
+        self._restore_loop = Periodic("scaler-long-history", settings.history_restore_s, self.restorer.step)
+        tls = ca_client_context(settings.exporters_tls_ca, what="exporters CA") if settings.exporters_tls_ca else None
+        #: The context for https exporters (None: they speak plain http); WarmPlanner takes it too.
+        self.exporters_tls = tls.get if tls is not None else None
+        self._scheme = "https" if tls is not None else "http"
+
+    def _long_stores(self) -> list[StoreRef]:
+        """(source name, its Prometheus or "", store) for the long history restorer: a source rebuilds from the
+        Prometheus it reads (`prometheus`) or names for activationQuery (exporters with prometheusAddress)."""
+        with self._lock:
+            held = list(self._sources.items())
+        return [StoreRef("|".join(key), key[2], store, functools.partial(self._query, key)) for key, (_, store) in held]
+
+    def _query(self, key: SourceKey, namespace: str, model: str) -> str | None:
+        return self._queries.get((key, namespace, model))
+
+    def watch(self, namespace: str, cfg: ScalerConfig) -> None:
+        """Collect the config's model from its source (made and started on first use), with its activationQuery
+        (which the long history's rebuild reads too)."""
+        source = self.for_config(cfg)
+        if cfg.activation_query:
+            self._queries[(self.key(cfg), namespace, cfg.model)] = cfg.activation_query
+        source.watch(namespace, cfg.model, cfg.activation_query or None)
+
 
     def _prometheus(self, address: str) -> PrometheusClient:
         return PrometheusClient(address)
@@ -125,7 +172,7 @@ class Sources:
         with self._lock:
             held = self._sources.get(key)
             if held is None:
-                store = HistoryStore(lock=self.history_lock)
+                store = HistoryStore(lock=self.history_lock, long_days=self._settings.history_days)
                 source = self._make(key)
                 source.subscribe(store.ingest)
                 held = self._sources[key] = (source, store)
@@ -140,6 +187,7 @@ class Sources:
             self._started.add(key)
         if start:
             source.start()
+            self._restore_loop.start()  # once: a second start does nothing
         return source
 
     def history(self, namespace: str, cfg: ScalerConfig) -> ModelHistory | None:
@@ -157,6 +205,7 @@ class Sources:
             sources = [source for source, _ in self._sources.values()]
         for source in sources:
             source.collect_once()
+        self.restorer.step()
 
     def key(self, cfg: ScalerConfig) -> SourceKey:
         """Which source serves this config: its own addresses, else the settings'."""
@@ -189,18 +238,17 @@ class Sources:
         if kind == "prometheus":
             s = self._settings
             if s.exporters:
-                return static_targets(s.exporters)
+                return static_targets(s.exporters, self._scheme)
             if s.exporters_service:
                 return self._resolver("exporters-dns", s.exporters_service)
             return None
         return self._resolver(kind, where)
 
-    @staticmethod
-    def _resolver(kind: str, where: str) -> Resolver:
+    def _resolver(self, kind: str, where: str) -> Resolver:
         if kind == "exporters-static":
-            return static_targets([u.strip() for u in where.split(",") if u.strip()])
+            return static_targets([u.strip() for u in where.split(",") if u.strip()], self._scheme)
         host, port = host_port(where, DEFAULT_PORT)
-        return dns_targets(host, port)
+        return dns_targets(host, port, scheme=self._scheme)
 
     def _make(self, key: SourceKey) -> MetricSource:
         kind, where, prom = key
@@ -209,13 +257,17 @@ class Sources:
             return PrometheusSource(self._prometheus(where), interval_s=max(s.interval_s, 1.0), clock=self._clock)
         resolver = self._resolver(kind, where)
         return ExportersSource(resolver, interval_s=s.interval_s, timeout_s=s.scrape_timeout_s,
-                               activation=self._prometheus(prom) if prom else None, clock=self._clock)
+                               activation=self._prometheus(prom) if prom else None, clock=self._clock,
+                               tls=self.exporters_tls)
 
     def stop(self) -> None:
         with self._lock:
             sources = [source for source, _ in self._sources.values()]
         for source in sources:
             source.stop()
+        self.restorer.stop()
+        self._restore_loop.stop()
+        self.restorer.save()  # the long tiers as they are now, for the next start (with --history-dir)
 
 
 @dataclass
@@ -275,7 +327,8 @@ class Scaler:
 
 
 def build(settings: ScalerSettings, *, reader: WorkloadSource | None = None, clock: Callable[[], float] = time.time,
-          background: bool = True, extra_handlers: Sequence[Any] = ()) -> Scaler:
+          background: bool = True, extra_handlers: Sequence[Any] = (), marker: DeletionCostMarker | None = None
+          ) -> Scaler:
     """The whole scaler, not yet started. Call it on the event loop that will serve.
 
     `reader`: where the service reads each ScaledObject's Deployment (None: the replicas the sources
@@ -283,25 +336,29 @@ def build(settings: ScalerSettings, *, reader: WorkloadSource | None = None, clo
     (`sources.collect_once()`) and decides (`service.refresh()`), as tests on a fake clock do.
     With `refresh_s` set, an answer is reused for up to two collection intervals plus two refreshes
     before an RPC decides on the spot (scaler/service.py). `extra_handlers`: more gRPC services on the
-    same server (the benchmark's baseline)."""
+    same server (the benchmark's baseline). `marker`: --pod-deletion-cost (scaler/deletion_cost.py) sees
+    every decision."""
     sources = Sources(settings, clock=clock, background=background)
     # the cold-start levers (scaler/levers.py): measured phases -> horizon, warmCapacity, weight warming
     metrics = ServiceMetrics()
     phases = PhaseTracker(metrics.registry)
     planner = WarmPlanner(token_file=settings.warm_token_file, registry=metrics.registry, clock=clock,
                           max_nodes=settings.warm_max_nodes, scan_interval_s=settings.warm_scan_s,
-                          background=background)
-    levers = LeverDecide(decide, phases=phases, planner=planner, resolver=sources.exporters)
+                          background=background, tls=sources.exporters_tls)
+    levers = LeverDecide(marker.wrap(decide) if marker is not None else decide, phases=phases, planner=planner,
+                         resolver=sources.exporters)
     bus = WarmingBus(levers, clock=clock)
 
     def on_new(key: ScaledObjectKey, cfg: ScalerConfig) -> None:
-        sources.for_config(cfg).watch(key.namespace, cfg.model, cfg.activation_query or None)
+        sources.watch(key.namespace, cfg)
         bus.track(key, cfg)
         resolve = sources.exporters(cfg) if cfg.warm_path else None
         if resolve is not None:
             planner.watch((key.namespace, cfg.model), resolve)
         if reader is not None:
             reader.track(key.namespace, key.name)
+            for variant in cfg.variants:  # the split reads every variant's Deployment (scaler/pools.py)
+                reader.track(key.namespace, variant.name)
 
     def on_forget(key: ScaledObjectKey, cfg: ScalerConfig) -> None:
         bus.untrack(key)

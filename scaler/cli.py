@@ -37,6 +37,17 @@ def duration(text: str) -> float:
     return seconds
 
 
+def days(text: str) -> float:
+    """--history-days: a number of days in (0, 366]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: not a number of days") from None
+    if not 0 < value <= 366:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be in (0, 366] days")
+    return value
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -78,10 +89,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="headless Service DNS name of the exporters, host[:port] (port 9400 by default)")
     s.add_argument("--exporters", default=env("KEDA_LLM_EXPORTERS", ""),
                    help="static comma-separated exporters (host:port or URLs)")
+    s.add_argument("--exporters-tls-ca", default=env("KEDA_LLM_EXPORTERS_TLS_CA"),
+                   help="the exporters serve TLS: read them (and call their /v1/warm) over https, verified "
+                        "against this CA (PEM file, re-read when it changes; the chain, not the name, as "
+                        "exporters are dialled by pod IP)")
     s.add_argument("--prometheus-address", default=env("KEDA_LLM_PROMETHEUS_ADDRESS"),
                    help="Prometheus base URL (metricsSource: prometheus, activationQuery)")
     s.add_argument("--interval", type=duration, default=2.0,
                    help="collection interval, a duration such as 2s or 500ms (default 2s)")
+    h = parser.add_argument_group("long history (per-minute rates and demand for seasonal forecasts)")
+    h.add_argument("--history-dir", default=env("KEDA_LLM_HISTORY_DIR"),
+                   help="directory where the long history of models read WITHOUT a Prometheus is saved every 5 "
+                        "minutes and at shutdown, and read back at start (one file, at most 256 MiB). Each pod keeps "
+                        "its own: pods started at different times may then differ. With a Prometheus "
+                        "(--prometheus-address, prometheusAddress or metricsSource: prometheus) the history is "
+                        "rebuilt from it instead, the same on every pod. Unset: not saved")
+    h.add_argument("--history-days", type=days, default=14.0,
+                   help="days of per-minute history kept per model (default 14; 121 KB a model)")
     k = parser.add_argument_group("Kubernetes and peers")
     k.add_argument("--no-kube", action="store_true",
                    help="do not read ScaledObjects and /scale (replicas listed by the exporters stand in)")
@@ -89,6 +113,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="headless Service DNS name of the scaler pods, for passing activations on")
     k.add_argument("--peers", default=env("KEDA_LLM_PEERS", ""), help="static comma-separated peers host:port")
     k.add_argument("--pod-ip", default=env("POD_IP", ""), help="this pod's IP, skipped among the peers")
+    k.add_argument("--pod-deletion-cost", action="store_true",
+                   help="annotate each model's most degraded replica with controller.kubernetes.io/"
+                        "pod-deletion-cost so a scale-down removes it first (needs `patch` on pods: "
+                        "deploy/overlays/pod-deletion-cost; not with --no-kube)")
     k.add_argument("--activation-token", default=env("KEDA_LLM_ACTIVATION_TOKEN"),
                    help="require `Authorization: Bearer <token>` on POST /v1/activate")
     w = parser.add_argument_group("cold-start warming (ScaledObjects with warmPath)")
@@ -130,7 +158,9 @@ def settings_from_args(args: argparse.Namespace, *, demand_watch_s: float | None
         interval_s=args.interval, tls=tls, peers=tuple(p for p in args.peers.split(",") if p.strip()),
         peers_service=args.peers_service or None, pod_ip=args.pod_ip, activation_token=args.activation_token,
         refresh_s=refresh_s, demand_watch_s=demand_watch_s, warm_token_file=args.warm_token_file or None,
-        warm_max_nodes=args.warm_max_nodes, warm_scan_s=args.warm_scan_interval)
+        warm_max_nodes=args.warm_max_nodes, warm_scan_s=args.warm_scan_interval,
+        history_dir=args.history_dir or None, history_days=args.history_days,
+        exporters_tls_ca=args.exporters_tls_ca or None)
 
 
 def http_tls_from_args(args: argparse.Namespace) -> HTTPTLSFiles | None:
@@ -166,11 +196,20 @@ def _assemble(args: argparse.Namespace, *, clock: Callable[[], float] = time.tim
               demand_watch_s: float | None = 1.0, refresh_s: float | None = 1.0) -> Scaler:
     settings = settings_from_args(args, demand_watch_s=demand_watch_s, refresh_s=refresh_s)
     reader: WorkloadSource | None = None
+    marker = None
+    if getattr(args, "pod_deletion_cost", False) and args.no_kube:
+        raise StartError("--pod-deletion-cost writes pod annotations through the Kubernetes API",
+                         "drop --no-kube, or drop --pod-deletion-cost")
     if not args.no_kube:
         from keda_llm.scaler.kube import KubeClient, KubeConfig, WorkloadReader
 
-        reader = WorkloadReader(KubeClient(KubeConfig.in_cluster()))
-    return assemble(settings, reader=reader, clock=clock, background=background)
+        client = KubeClient(KubeConfig.in_cluster())
+        reader = WorkloadReader(client)
+        if getattr(args, "pod_deletion_cost", False):
+            from keda_llm.scaler.deletion_cost import DeletionCostMarker
+
+            marker = DeletionCostMarker(client.merge_patch, background=background)
+    return assemble(settings, reader=reader, clock=clock, background=background, marker=marker)
 
 
 class StartError(Exception):
@@ -189,7 +228,7 @@ def start_error(err: BaseException, args: argparse.Namespace) -> StartError | No
     if isinstance(err, ssl.SSLError):  # an OSError: before the errno checks below, whose numbers it may share
         return StartError(f"cannot load the HTTP TLS certificate: {err}",
                           "--http-tls-cert and --http-tls-key must be a matching PEM certificate and key, and "
-                          "--http-tls-ca a PEM CA certificate")
+                          "--http-tls-ca and --exporters-tls-ca PEM CA certificates")
     if isinstance(err, KubeError):
         return StartError(f"cannot use the Kubernetes API: {err}",
                           "run it in a cluster with its ServiceAccount, or pass --no-kube (the exporters' "
@@ -202,7 +241,7 @@ def start_error(err: BaseException, args: argparse.Namespace) -> StartError | No
                           "choose another --http-address, or stop what holds the port")
     if isinstance(err, OSError) and err.filename is not None:
         return StartError(f"cannot read {err.filename}: {err.strerror}",
-                          "check the path given to the --tls-* and --http-tls-* flags")
+                          "check the path given to the --tls-*, --http-tls-* and --exporters-tls-ca flags")
     return None
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from keda_llm.common.durations import parse_duration as parse_duration  # the one Go duration grammar (exporter too)
+from keda_llm.scaler.schedule import MAX_WINDOWS, WarmWindow, parse_windows
 
 # Keys KEDA itself puts into the metadata map (keda-contract.md 2.1): never ours to refuse.
 KEDA_KEYS = frozenset({"scalerAddress", "enableTLS", "unsafeSsl"})
@@ -27,7 +28,13 @@ POLICIES = ("tokens", "concurrency", "kvCache", "queue")
 METRICS_SOURCES = ("exporters", "prometheus")
 AGGREGATIONS = ("weighted", "mean", "max")
 MODES = ("reactive", "proactive", "hybrid")
+SEASONALITY = ("auto", "off")
 ANSWERS = ("replicas", "warmCapacity")
+POOL_ROLES = ("unified", "prefill", "decode")  # the exporter's `role` label (common/vocabulary.py ROLES)
+RATIO_MODES = ("fixed", "independent", "bounded")
+MAX_RATIO = 1000.0  # prefill replicas per decode replica, or the inverse: far beyond any real P:D mix
+MAX_VARIANTS = 16
+MAX_PRICE = 1e6  # per replica-hour, in any currency
 MAX_WARM_NODES = 64  # warm calls per cold start: the scaler caps it again (--warm-max-nodes)
 MAX_PATH = 4096  # PATH_MAX on Linux
 
@@ -135,6 +142,80 @@ def one_of(*choices: str) -> Parser:
         return s
 
     return parse
+
+
+def parse_ratio(text: str) -> float:
+    """A P:D ratio, prefill replicas per decode replica: `1:3` or a number (`0.333`)."""
+    s = text.strip()
+    if ":" in s:
+        p, _, d = s.partition(":")
+        num, den = parse_float(p), parse_float(d)
+        if num <= 0 or den <= 0:
+            raise ValueError("both sides of P:D must be greater than 0")
+        return num / den
+    return parse_float(s)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One Deployment of the model on one GPU type (`variants`): its ScaledObject's name, what a replica
+    costs per hour, the KV-cache tokens one replica holds, at most how many replicas it may have, the
+    prompt tokens per second one replica computes and the tokens per second it generates within the
+    ITL target."""
+
+    name: str
+    price_per_hour: float
+    capacity: float
+    max_replicas: int | None = None
+    prefill_tps: float | None = None  # prompt tokens/s one replica computes (None: not a constraint)
+    decode_tps: float | None = None  # tokens/s one replica generates within the ITL target (None: likewise)
+
+
+_VARIANT_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # a Kubernetes object name
+
+
+def parse_variants(text: str) -> tuple[Variant, ...]:
+    """`name pricePerHour=P capacity=C [maxReplicas=N] [prefillTokensPerSecond=T] [decodeTokensPerSecond=G];
+    name ...`, most preferred first."""
+    out: list[Variant] = []
+    for n, entry in enumerate(text.split(";"), 1):
+        words = entry.split()
+        if not words:
+            raise ValueError(f"entry {n} is empty (entries: `name pricePerHour=P capacity=C [maxReplicas=N]`, "
+                             "separated by ;)")
+        name, fields = words[0], dict(w.partition("=")[::2] for w in words[1:])
+        if not _VARIANT_NAME.fullmatch(name):
+            raise ValueError(f"entry {n}: {name!r} is not a ScaledObject name")
+        if any(v.name == name for v in out):
+            raise ValueError(f"entry {n}: variant {name!r} is listed twice")
+        known = ("pricePerHour", "capacity", "maxReplicas", "prefillTokensPerSecond", "decodeTokensPerSecond")
+        unknown = sorted(set(fields) - set(known))
+        if unknown or len(fields) != len(words) - 1:
+            raise ValueError(f"entry {n} ({name}): unknown or repeated field {', '.join(unknown) or '(repeated)'} "
+                             f"(known: {', '.join(known)})")
+        for req in ("pricePerHour", "capacity"):
+            if req not in fields:
+                raise ValueError(f"entry {n} ({name}): {req}= is required")
+        try:
+            price, capacity = parse_float(fields["pricePerHour"]), parse_float(fields["capacity"])
+            most = parse_int(fields["maxReplicas"]) if "maxReplicas" in fields else None
+            tps = parse_float(fields["prefillTokensPerSecond"]) if "prefillTokensPerSecond" in fields else None
+            gen = parse_float(fields["decodeTokensPerSecond"]) if "decodeTokensPerSecond" in fields else None
+        except ValueError as e:
+            raise ValueError(f"entry {n} ({name}): {e}") from None
+        if not 0 <= price <= MAX_PRICE:
+            raise ValueError(f"entry {n} ({name}): pricePerHour must be in [0, {MAX_PRICE:g}]")
+        if not 0 < capacity <= 1e12:
+            raise ValueError(f"entry {n} ({name}): capacity must be in (0, 1e12] KV tokens")
+        if most is not None and not 0 <= most <= MAX_REPLICAS:
+            raise ValueError(f"entry {n} ({name}): maxReplicas must be in [0, {MAX_REPLICAS}]")
+        for key, rate in (("prefillTokensPerSecond", tps), ("decodeTokensPerSecond", gen)):
+            if rate is not None and not 0 < rate <= 1e9:
+                raise ValueError(f"entry {n} ({name}): {key} must be in (0, 1e9]")
+        out.append(Variant(name, price, capacity, most, tps, gen))
+    if len(out) > MAX_VARIANTS:
+        raise ValueError(f"at most {MAX_VARIANTS} variants")
+    return tuple(out)
 
 
 # ---- range checks, applied after parsing ----
@@ -300,6 +381,16 @@ class ScalerConfig:
                                      "Cap on the forecast: at most this many times the current reactive "
                                      "desired count (a noisy trend must not run away).", "2",
                                      check=in_range(1.0, 100.0))
+    seasonality: str = _key("auto", "seasonality", one_of(*SEASONALITY),
+                            "`auto`: with a day or more of the model's minute history, `hybrid`/`proactive` also "
+                            "size for the seasonal forecast (daily profile, weekly with two weeks, at the current "
+                            "level; scaler/seasonal.py) of request rate and prompt and output tokens/s one "
+                            "`forecastHorizon` ahead, at its `forecastQuantile`; `off`: the short-range trend "
+                            "alone.", "off")
+    forecast_quantile: float = _key(0.9, "forecastQuantile", parse_float,
+                                    "The seasonal forecast's quantile that is provisioned for: its point plus this "
+                                    "quantile of its own past errors at the horizon (higher: more headroom, fewer "
+                                    "misses on a ramp).", "0.95", check=in_range(0.5, 0.999))
     advisory: bool = _key(False, "advisory", parse_bool,
                           "Decide and record, but hand KEDA the current replica count.", "true")
     stale_after: float = _key(30.0, "staleAfter", parse_duration,
@@ -348,15 +439,107 @@ class ScalerConfig:
                                "`warmPath`: the GPU kind the model requests, as the exporters' `gpu_model` label "
                                "says it; unset: the kind its replicas were seen on (any kind before that).",
                                "NVIDIA H100 80GB HBM3", shown_default="(learned)")
+    warm_windows: tuple[WarmWindow, ...] = _key((), "warmWindows", parse_windows,
+                                                "Scheduled floors for known events: a YAML list of windows, each "
+                                                "`start` (a 5-field cron: minute hour day-of-month month "
+                                                "day-of-week) until `end` (a cron) or for `duration`, in "
+                                                "`timezone` (IANA), holding at least `desiredReplicas` (KEDA's "
+                                                "`cron` scaler's keys). The floor begins `leadTime` before the "
+                                                "start (default: a cold start + KEDA's poll + the HPA's 15s "
+                                                "sync, so replicas serve when the event begins), wakes a model "
+                                                f"at zero, and ends with the window. At most {MAX_WINDOWS} "
+                                                "windows; DST rules in docs/design.md.",
+                                                '[{start: "0 9 * * MON-FRI", duration: 9h, timezone: '
+                                                'Europe/Berlin, desiredReplicas: 2}]', shown_default="(none)")
+
+    role: str = _key("", "role", one_of(*POOL_ROLES),
+                     "Disaggregated serving: the pool this ScaledObject scales, as the replicas' `role` label says "
+                     "(`prefill`, `decode`, or `unified`); its answer is its share of one decision for the "
+                     "model's pools (docs/pools.md). Unset: the model is one pool.", "prefill",
+                     shown_default="(one pool)")
+    ratio: str = _key("independent", "ratio", one_of(*RATIO_MODES),
+                      "With `role`: `fixed` keeps `prefillDecodeRatio`; `independent` sizes each pool on its own "
+                      "signal; `bounded` does too, then raises the smaller pool until the P:D ratio is within "
+                      "`minPrefillDecodeRatio`..`maxPrefillDecodeRatio`.", "fixed")
+    prefill_decode_ratio: float | None = _key(None, "prefillDecodeRatio", parse_ratio,
+                                              "`ratio: fixed`: prefill replicas per decode replica (`1:3` or "
+                                              "`0.333`).", "1:3", check=bounded(0.0, MAX_RATIO, lo_open=True),
+                                              shown_default="(none)")
+    min_prefill_decode_ratio: float | None = _key(None, "minPrefillDecodeRatio", parse_ratio,
+                                                  "`ratio: bounded`: the fewest prefill replicas per decode "
+                                                  "replica.", "1:4", check=bounded(0.0, MAX_RATIO, lo_open=True),
+                                                  shown_default="(none)")
+    max_prefill_decode_ratio: float | None = _key(None, "maxPrefillDecodeRatio", parse_ratio,
+                                                  "`ratio: bounded`: the most prefill replicas per decode "
+                                                  "replica.", "1:1", check=bounded(0.0, MAX_RATIO, lo_open=True),
+                                                  shown_default="(none)")
+    prefill_tokens_per_second: float | None = _key(None, "prefillTokensPerSecond", parse_float,
+                                                   "Prompt tokens per second one prefill replica computes "
+                                                   "(measured with a benchmark); unset: the most the prefill "
+                                                   "replicas computed per replica within the last hour while "
+                                                   "requests queued.", "12000",
+                                                   check=bounded(0.0, 1e9, lo_open=True), shown_default="(measured)")
+    variant: str = _key("", "variant", parse_label,
+                        "GPU variants by cost: this ScaledObject's own entry in `variants` (its name).",
+                        "llama-8b-l4", shown_default="(off)")
+    variants: tuple[Variant, ...] = _key((), "variants", parse_variants,
+                                         "GPU variants of the model, one ScaledObject each, most preferred first: "
+                                         "`name pricePerHour=P capacity=C [maxReplicas=N] "
+                                         "[prefillTokensPerSecond=T] [decodeTokensPerSecond=G]` separated by `;`, "
+                                         "where `name` is the variant's ScaledObject, `capacity` the KV-cache "
+                                         "tokens of one replica, and the optional rates the prompt tokens/s it "
+                                         "computes and the tokens/s it generates within the ITL target (with "
+                                         "them, the mix covers those too). Every variant's ScaledObject lists "
+                                         "the same table.",
+                                         "llama-8b-l4 pricePerHour=0.8 capacity=60000 maxReplicas=6; "
+                                         "llama-8b-h100 pricePerHour=4.1 capacity=480000", shown_default="(none)")
+    pending_timeout: float = _key(300.0, "pendingTimeout", parse_duration,
+                                  "`variants`: a variant whose pods stay unscheduled (Pending) this long is full: "
+                                  "demand spills to the next variant, and it is asked for no more until its "
+                                  "pending pods are scheduled.", "3m", check=bounded(0.0, DAY, lo_open=True,
+                                                                                      duration=True))
+
+    degraded_fraction: float = _key(0.5, "degradedFraction", parse_float,
+                                    "A replica whose GPU the exporter reports throttled (HW slowdown, thermal, power "
+                                    "brake), with a recent critical XID or uncorrectable ECC errors "
+                                    "(`llm_replica_degraded`) counts as this fraction of a replica; 1: as a whole "
+                                    "one.", "0.6", check=in_range(0.0, 1.0))
+    slow_replica_ratio: float = _key(0.7, "slowReplicaRatio", parse_float,
+                                     "A busy replica generating fewer tokens per running request than this times "
+                                     "the median of its peers' over `stableWindow` counts as min(1, its rate / "
+                                     "that median) of a replica; 0: off.", "0.5", check=in_range(0.0, 1.0))
 
     def __post_init__(self) -> None:
         """Rules between keys: the messages name both keys and both values."""
+        self._pool_rules()
         if self.panic_window > self.stable_window:
             raise ConfigError("panicWindow", format_duration(self.panic_window),
                               f"must not exceed stableWindow ({format_duration(self.stable_window)})")
         if self.min_replicas is not None and self.max_replicas is not None and self.min_replicas > self.max_replicas:
             raise ConfigError("minReplicas", str(self.min_replicas),
                               f"must not exceed maxReplicas ({self.max_replicas})")
+
+    def _pool_rules(self) -> None:
+        """`role`/`ratio` and `variant`/`variants` go together (scaler/pools.py)."""
+        split = self.role in ("prefill", "decode")
+        if self.ratio != "independent" and not split:
+            raise ConfigError("ratio", self.ratio, "needs role: prefill or role: decode")
+        if self.ratio == "fixed" and self.prefill_decode_ratio is None:
+            raise ConfigError("ratio", self.ratio, "needs prefillDecodeRatio")
+        if self.ratio == "bounded" and self.min_prefill_decode_ratio is None and self.max_prefill_decode_ratio is None:
+            raise ConfigError("ratio", self.ratio, "needs minPrefillDecodeRatio or maxPrefillDecodeRatio")
+        lo, hi = self.min_prefill_decode_ratio, self.max_prefill_decode_ratio
+        if lo is not None and hi is not None and lo > hi:
+            raise ConfigError("minPrefillDecodeRatio", f"{lo:g}", f"must not exceed maxPrefillDecodeRatio ({hi:g})")
+        if self.variant and not self.variants:
+            raise ConfigError("variant", self.variant, "needs variants")
+        if self.variants and not self.variant:
+            raise ConfigError("variants", ",".join(v.name for v in self.variants), "needs variant")
+        if self.variant and self.variant not in [v.name for v in self.variants]:
+            raise ConfigError("variant", self.variant, "is not one of variants (" +
+                              ", ".join(v.name for v in self.variants) + ")")
+        if self.variant and self.role:
+            raise ConfigError("variant", self.variant, f"cannot be combined with role ({self.role})")
 
 
 def key_specs() -> list[tuple[str, KeySpec, Any]]:

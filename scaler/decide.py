@@ -10,6 +10,7 @@ names the reason:
 3. pending guard   replicas still starting are supply that is coming: no scale-up past them
 3b. scale-down delay  the largest count decided within scaleDownDelay (default: the cold start) holds
 4. stale hold      some replica stopped reporting: never scale down on that
+5a. warm window   warmWindows: at least the open window's desiredReplicas (schedule.py), then clamped
 5. min/max clamp   config overrides, else the ScaledObject's bounds
 6. zero            scaleToZero: inactive (0) after idleTimeout without demand; wake on demand/activation
 7. advisory        hand back the current count, with the would-be decision attached
@@ -20,15 +21,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from keda_llm.scaler.config import ScalerConfig
 from keda_llm.scaler.forecast import desired_series, forecast, horizon_seconds
+from keda_llm.scaler.health import assess
 from keda_llm.scaler.history import HistoryView, Load, Snapshot
 from keda_llm.scaler.model import Decision, NoData, PolicyState, Reason, WorkloadState
-from keda_llm.scaler.policy import NoSignal, demand
+from keda_llm.scaler.policy import DEFAULT_COLD_START, NoSignal, cold_start_of, demand
+from keda_llm.scaler.pools import decide_pool, pooled
+from keda_llm.scaler.schedule import warm_floor
+from keda_llm.scaler.seasonal import BUCKET as MINUTE
+from keda_llm.scaler.seasonal import LEVEL_WINDOW, MAX_DAYS, REFIT_EVERY, SeasonalModel, seasonal_forecast
 from keda_llm.scaler.slo import LatencyDesired, from_window
 from keda_llm.scaler.windows import KpaResult, ceil_replicas, initial_panic, kpa_step, scale_down_delay
 
-DEFAULT_COLD_START = 600.0  # pending-guard bound when coldStart is unset and no engine reported its start-up
 PENDING_GUARD_FACTOR = 2.0  # the guard lets go after this many cold starts: pods stuck pending get help
 DELAY_FACTOR_MAX = 4.0  # the default scale-down delay grows to at most this many cold starts
 DELAY_FACTOR_QUIET = 8.0  # cold starts without a regretted release before the delay halves again
@@ -138,6 +145,12 @@ def _windows(x: _Inputs, state: PolicyState, details: dict[str, float]) -> tuple
         panic = demand(x.history.window(x.now, c.panic_window), c, x.snap)
     except NoSignal as e:
         raise NoData(str(e)) from None
+    # Degraded replicas count as their fraction of one (scaler/health.py): the windows ask for the deficit more.
+    off = c.degraded_fraction >= 1.0 and c.slow_replica_ratio <= 0.0  # both rules off: no per-replica reads
+    health = assess([] if off else x.history.replica_windows(x.now, c.stable_window, c.stale_after),
+                    c.degraded_fraction, c.slow_replica_ratio)
+    stable, panic = health.apply(stable), health.apply(panic)
+    details.update(health.details())
     lat_stable, lat_panic = _latency(x, details)
     stable_desired = max(stable.desired, lat_stable.desired if lat_stable else 0.0)
     panic_desired = max(panic.desired, lat_panic.desired if lat_panic else 0.0)
@@ -186,15 +199,67 @@ def _latency(x: _Inputs, details: dict[str, float]) -> tuple[LatencyDesired | No
     return out
 
 
-def _forecast(x: _Inputs, step: _Step, kpa: KpaResult | None, details: dict[str, float]) -> None:
+SEASONAL_SIGNALS = ("finished_rate", "prompt_rate", "generation_rate")  # requests/s, prompt and output tokens/s
+SEASONAL_RECENT = 5  # minutes: the current rate a seasonal forecast is compared with (the level's half-life)
+
+
+def _seasonal(x: _Inputs, horizon: float, current: float, state: PolicyState,
+              details: dict[str, float]) -> tuple[float | None, PolicyState]:
+    """Step 2b, seasonal part: the current desired count x the largest growth the seasonal forecasts expect
+    one horizon ahead (their upper `forecastQuantile` over the mean of the last SEASONAL_RECENT minutes),
+    over request rate and prompt and output tokens/s: whichever grows most sets the capacity. Replica
+    counts scale with the rates for a given mix, so the current count (the policy's, at its targets) times
+    the growth is the count then, and the upper quantile is headroom sized by the model's own past errors.
+    None under a day of minute history or with no recent traffic (the trend forecast alone then). The
+    fitted models are kept in the state (refit hourly): a decision reads the last hour of minutes, a refit
+    the whole history."""
+    c = x.config
+    if c.seasonality == "off":
+        return None, state
+    kept: dict[str, SeasonalModel] = dict(state.seasonal)
+    ratios: list[float] = []
+    for name in SEASONAL_SIGNALS:
+        model = kept.get(name)
+        fresh = (model is not None and 0 <= x.now - model.fitted_at < REFIT_EVERY
+                 and abs(model.horizon - horizon) < MINUTE)
+        lookback = (LEVEL_WINDOW + SEASONAL_RECENT) * MINUTE if fresh else MAX_DAYS * 86400.0
+        times, values = x.history.minutes(name, x.now, lookback)
+        fc = seasonal_forecast(times, values, x.now, horizon, quantile=c.forecast_quantile,
+                               model=model if fresh else None)
+        if fc is None:
+            kept.pop(name, None)
+            continue
+        kept[name] = fc.model
+        recent_values = values[-SEASONAL_RECENT:]
+        seen = recent_values[np.isfinite(recent_values)]
+        recent = float(seen.mean()) if seen.size else math.nan
+        if not recent > 0:
+            continue
+        ratios.append(fc.upper / recent)
+        details.update({f"seasonal_{name}_upper": fc.upper, f"seasonal_{name}_point": fc.point,
+                        f"seasonal_{name}_recent": recent, f"seasonal_{name}_ratio": fc.upper / recent,
+                        "seasonal_days": float(fc.days), "seasonal_level": fc.level})
+    state = replace(state, seasonal=tuple(sorted(kept.items())))
+    if not ratios:
+        details["seasonal_available"] = 0.0
+        return None, state
+    growth = max(ratios)
+    details.update({"seasonal_available": 1.0, "seasonal_growth": growth, "seasonal_desired_raw": current * growth})
+    return current * growth, state
+
+
+def _forecast(x: _Inputs, step: _Step, kpa: KpaResult | None, state: PolicyState,
+              details: dict[str, float]) -> PolicyState:
     """Step 2b: `proactive` sizes for the demand forecast one horizon ahead; `hybrid` takes the larger of
     that (with the peak guard: recent demand, decayed over a horizon) and the windows' count, so the
-    forecast only adds replicas ahead of demand and keeps them for about a cold start. Both within the
-    KPA rate limits; the pending guard after this step applies to forecast scale-ups too (no cascade
-    while replicas load). No forecast (too little history, no data): the windows' count stands."""
+    forecast only adds replicas ahead of demand and keeps them for about a cold start. The forecast is the
+    larger of the short-range trend (Holt over 10 s buckets) and, with a day or more of minute history, the
+    seasonal one (`_seasonal`). Both within the KPA rate limits; the pending guard after this step applies
+    to forecast scale-ups too (no cascade while replicas load). No forecast (too little history, no data):
+    the windows' count stands."""
     c = x.config
     if c.mode == "reactive" or kpa is None:
-        return
+        return state
     cold = _cold_start(x)
     horizon = horizon_seconds(cold, x.workload.polling_interval_s, c.forecast_horizon)
     current = max(details["desired_stable_raw"], details["desired_panic_raw"])
@@ -202,21 +267,23 @@ def _forecast(x: _Inputs, step: _Step, kpa: KpaResult | None, details: dict[str,
     # The peak guard keeps capacity used within a cold start (hybrid); proactive is the forecast alone.
     fc = forecast(times, values, x.now, horizon, current, hold=c.stable_window, max_ratio=c.forecast_max_ratio,
                   peak_half_life=0.0 if c.mode == "proactive" else None)
+    seasonal, state = _seasonal(x, horizon, current, state, details)
     details["forecast_horizon_s"] = horizon
-    details["forecast_available"] = float(fc is not None)
-    if fc is None:
-        return
-    wanted = min(max(ceil_replicas(fc.desired), kpa.max_scale_down), kpa.max_scale_up)
-    details.update({
-        "forecast_desired_raw": fc.desired, "forecast_desired": wanted,
-        "forecast_demand": fc.desired * details["capacity_per_replica"], "forecast_level": fc.level,
-        "forecast_trend_per_s": fc.trend_per_s, "forecast_cap": fc.cap, "forecast_points": fc.points,
-        "forecast_holt": fc.raw, "forecast_peak": fc.peak,
-    })
+    details["forecast_available"] = float(fc is not None or seasonal is not None)
+    if fc is None and seasonal is None:
+        return state
+    desired = max(fc.desired if fc is not None else 0.0, seasonal or 0.0)
+    wanted = min(max(ceil_replicas(desired), kpa.max_scale_down), kpa.max_scale_up)
+    details.update({"forecast_desired_raw": desired, "forecast_desired": wanted,
+                    "forecast_demand": desired * details["capacity_per_replica"]})
+    if fc is not None:
+        details.update({"forecast_level": fc.level, "forecast_trend_per_s": fc.trend_per_s, "forecast_cap": fc.cap,
+                        "forecast_points": fc.points, "forecast_holt": fc.raw, "forecast_peak": fc.peak})
     if wanted > step.replicas:
         step.set(wanted, Reason.FORECAST_UP)
     elif c.mode == "proactive" and wanted < step.replicas:
         step.set(wanted, Reason.FORECAST_DOWN)
+    return state
 
 
 def _pending_guard(x: _Inputs, step: _Step, kpa: KpaResult | None, state: PolicyState,
@@ -238,7 +305,7 @@ def _pending_guard(x: _Inputs, step: _Step, kpa: KpaResult | None, state: Policy
 
 def _cold_start(x: _Inputs) -> float:
     """The replica start-up time: `coldStart`, else the slowest start the engines reported, else 10 min."""
-    return x.config.cold_start or x.snap.max_startup_seconds or DEFAULT_COLD_START
+    return cold_start_of(x.config, x.snap)
 
 
 def _default_delay(x: _Inputs) -> bool:
@@ -314,18 +381,31 @@ def _bounds(x: _Inputs, step: _Step) -> None:
         step.set(lo, Reason.MIN_CLAMP)
 
 
+def _warm_window(x: _Inputs, step: _Step, details: dict[str, float]) -> bool:
+    """Step 5a: a scheduled window (`warmWindows`) holds at least its floor from one horizon before its start
+    (a cold start + poll + sync: serving when the event begins) to its end; maxReplicas still caps it.
+    Not recorded as a decided count (the scale-down delay ran before), so the floor ends with the window."""
+    lead = horizon_seconds(_cold_start(x), x.workload.polling_interval_s)
+    floor = warm_floor(x.config.warm_windows, x.now, lead, details)
+    if floor > step.replicas:
+        step.set(floor, Reason.WARM_WINDOW)
+    return floor > 0
+
+
 def _latest_of(*times: float | None) -> float | None:
     known = [t for t in times if t is not None]
     return max(known) if known else None
 
 
-def _zero(x: _Inputs, step: _Step, state: PolicyState, details: dict[str, float]) -> tuple[bool, float | None]:
-    """Step 6: active or not, and the last demand time. Inactive -> 0; active -> at least 1."""
+def _zero(x: _Inputs, step: _Step, state: PolicyState, details: dict[str, float],
+          warm: bool = False) -> tuple[bool, float | None]:
+    """Step 6: active or not, and the last demand time. Inactive -> 0; active -> at least 1. An open warm
+    window (`warm`) is active, but not demand: the idle timer runs on."""
     latest = x.snap.latest
     demand_now = any((v or 0.0) > 0 for v in (latest.running, latest.waiting, latest.upstream))
     seen = [t for t in (x.history.last_demand_at, state.last_activation_at) if t is not None and t <= x.now]
     last_demand = _latest_of(x.now if demand_now else None, state.last_demand_at, *seen)
-    if not x.config.scale_to_zero:
+    if not x.config.scale_to_zero or warm:
         active = True
     elif x.stale_data:
         active = state.active or demand_now  # never deactivate on stale data
@@ -337,7 +417,7 @@ def _zero(x: _Inputs, step: _Step, state: PolicyState, details: dict[str, float]
     elif step.replicas < 1:
         # Active means at least one replica (KEDA wakes a zero target to max(minReplicaCount, 1)).
         step.replicas, step.override = 1, (Reason.ACTIVATION if x.current == 0 else step.override)
-    elif x.current == 0:
+    elif x.current == 0 and step.override is not Reason.WARM_WINDOW:
         step.override = Reason.ACTIVATION
     details["active"] = float(active)
     details["idle_s"] = math.inf if last_demand is None else x.now - last_demand
@@ -347,8 +427,10 @@ def _zero(x: _Inputs, step: _Step, state: PolicyState, details: dict[str, float]
 def decide(history: HistoryView, config: ScalerConfig, state: PolicyState, workload: WorkloadState,
            now: float) -> tuple[Decision, PolicyState]:
     """Decide the replica count for one ScaledObject at `now`. Raises NoData when nothing is usable."""
-    x = _Inputs(history, config, workload,
-                _check_data(history.snapshot(now, config.stale_after), config, workload, now, history), now)
+    snap = _check_data(history.snapshot(now, config.stale_after), config, workload, now, history)
+    if pooled(config):  # one of several pools of the model: its share of one split (scaler/pools.py)
+        return decide_pool(history, config, state, workload, now)
+    x = _Inputs(history, config, workload, snap, now)
     state = _initial(state, config, workload, now)
     details: dict[str, float] = {
         "current": x.current, "ready": workload.ready_replicas, "pending": x.pending, "fresh": x.snap.fresh,
@@ -356,13 +438,14 @@ def decide(history: HistoryView, config: ScalerConfig, state: PolicyState, workl
         "data_age_s": x.snap.data_age, "collection_age_s": now - x.snap.at,
     }
     step, kpa, state = _windows(x, state, details)
-    _forecast(x, step, kpa, details)
+    state = _forecast(x, step, kpa, state, details)
     state = _pending_guard(x, step, kpa, state, details)
     state = _delay(x, step, state, details)
     state = _regret(x, state, step.replicas, details)
     _stale_hold(x, step)
+    warm = _warm_window(x, step, details)
     _bounds(x, step)
-    active, last_demand = _zero(x, step, state, details)
+    active, last_demand = _zero(x, step, state, details, warm)
     if step.would_be is not None:
         details["would_be_replicas"] = step.would_be
     reason = step.override or _base_reason(kpa, step.replicas, x.current)
@@ -378,3 +461,20 @@ def decide(history: HistoryView, config: ScalerConfig, state: PolicyState, workl
                         {**details, "would_be_replicas": step.replicas}, would_be=decision)
         return held, replace(state, active=held_active, last_replicas=x.current)
     return decision, state
+
+
+def warm_at_zero(config: ScalerConfig, workload: WorkloadState, now: float) -> Decision | None:
+    """A model at zero that the scaler has nothing to decide on (no collection yet, or no exporter reachable:
+    a GPU node pool scaled to zero runs none) is idle, except while a warm window is open: then step 5a's
+    floor, within step 5's bounds, wakes it. None when no window is open. The lead's cold start is
+    `coldStart`, else the 10-minute default (no engine has reported one). With no data the count never
+    drops below the replicas Kubernetes says run."""
+    details: dict[str, float] = {}
+    lead = horizon_seconds(config.cold_start or DEFAULT_COLD_START, workload.polling_interval_s)
+    floor = warm_floor(config.warm_windows, now, lead, details)
+    if floor == 0:
+        return None
+    hi = config.max_replicas if config.max_replicas is not None else workload.max_replicas
+    lo = config.min_replicas if config.min_replicas is not None else workload.min_replicas
+    return Decision(max(min(max(floor, workload.current_replicas), hi), lo, 1), Reason.WARM_WINDOW.value, True,
+                    details)

@@ -24,9 +24,8 @@ Method (and why):
   cold start is let go over that time scale, not within a stable window. In backtests this is what
   stops the reactive loop's cycle (queue builds during a cold start -> burst of replicas -> queue
   drains -> released within a minute -> queue builds again); see bench/results/forecast.md.
-- No seasonality: the history keeps 75 min at most, so a daily profile cannot be learnt from it.
-  A seasonal term would need a day-long tier in `scaler.history`; until then a diurnal rise is seen
-  as the trend it is at minute scale.
+- No seasonality here: the 10 s tier keeps minutes. The daily and weekly cycle is
+  `scaler.seasonal`'s, read from the long (minute, 14-day) tier; `decide` takes the larger of the two.
 """
 
 from __future__ import annotations

@@ -5,7 +5,10 @@ in a few tens of MB):
 
 - the model's aggregate series (demand and capacity summed over its fresh replicas), in three
   tiers that downsample as data ages: 1 s buckets for 5 min, 10 s for 15 min, 60 s for 75 min;
-- per replica, its last 64 samples (gauges and counter-derived token rates) for the stable window.
+- per replica, its last 64 samples (gauges and counter-derived token rates) for the stable window;
+- the long tier (scaler/longhistory.py): 14 days of per-minute means of request and token rates and
+  of demand, 6 bytes a minute, for seasonal forecasting (`minutes`). It survives a restart by being
+  rebuilt from Prometheus (scaler/backfill.py) or read from a per-pod snapshot (scaler/snapshot.py).
 
 Sum vs mean across replicas is decided here, once (see `aggregate`): counts, tokens and rates are
 summed; the KV usage ratio is a capacity-weighted mean (with the plain mean and the max kept for
@@ -22,6 +25,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from keda_llm.scaler.longhistory import DEFAULT_DAYS, LongTier, long_values
 from keda_llm.scaler.model import Observation, ReplicaSample
 
 # The aggregate series, one column each. NaN in a row = no fresh replica reported that signal.
@@ -44,9 +48,19 @@ FIELDS = (
     "ttft_count_rate",  # Σ rate of its _count: first tokens (requests) per second
     "itl_sum_rate",  # Σ rate of llm_inter_token_latency_seconds_sum
     "itl_count_rate",  # Σ rate of its _count: inter-token gaps per second
+    "prefix_queried_rate",  # Σ prompt tokens/s looked up in the prefix cache
+    "prefix_hit_rate",  # Σ of those found there (the prefill pool computes the rest: scaler/pools.py)
+
+    "lora_demand",  # Σ adapters running + waiting (not running), replicas reporting adapter slots
+    "lora_slots",  # Σ adapter slots (max_lora) over those same replicas
+    "lora_replicas",  # how many replicas reported adapter slots
+    "lora_waiting",  # Σ adapters waiting for a slot over those replicas
 )
 F = {name: i for i, name in enumerate(FIELDS)}
 NF = len(FIELDS)
+# the aggregate columns the long tier reads (scaler/longhistory.py long_values)
+_LONG_COLUMNS = (F["replicas"], F["running"], F["waiting"], F["upstream"],
+                 (F["finished_rate"], F["prompt_rate"], F["generation_rate"]))
 
 # (bucket seconds, buckets, dtype): 5 min at 1 s, 15 min at 10 s, 75 min at 60 s. The 1 s tier,
 # which the decision windows read, keeps float64; the older tiers, for trends, float32.
@@ -84,6 +98,18 @@ class Load:
     ttft_count_rate: float | None = None
     itl_sum_rate: float | None = None
     itl_count_rate: float | None = None
+    prefix_queried_rate: float | None = None
+    prefix_hit_rate: float | None = None
+
+    @property
+    def prefix_hit_ratio(self) -> float | None:
+        """Hits / lookups of the prefix cache in the window, in tokens (None: not reported, or no lookup)."""
+        return _ratio(self.prefix_hit_rate, self.prefix_queried_rate)
+
+    lora_demand: float | None = None
+    lora_slots: float | None = None
+    lora_replicas: float | None = None
+    lora_waiting: float | None = None
 
     @property
     def mean_ttft(self) -> float | None:
@@ -115,6 +141,8 @@ class Rates:
     ttft_count: float | None = None
     itl_sum: float | None = None
     itl_count: float | None = None
+    prefix_queried: float | None = None
+    prefix_hit: float | None = None
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:
@@ -172,8 +200,15 @@ def aggregate(samples: tuple[ReplicaSample, ...], rates: dict[str, Rates], upstr
     put_sum("prompt_rate", [rates[s.pod].prompt if s.pod in rates else None for s in fresh])
     put_sum("generation_rate", [rates[s.pod].generation if s.pod in rates else None for s in fresh])
     put_sum("finished_rate", [rates[s.pod].finished if s.pod in rates else None for s in fresh])
-    for name in ("ttft_sum", "ttft_count", "itl_sum", "itl_count"):
+    for name in ("ttft_sum", "ttft_count", "itl_sum", "itl_count", "prefix_queried", "prefix_hit"):
         put_sum(name + "_rate", [getattr(rates[s.pod], name) if s.pod in rates else None for s in fresh])
+    lora = [(_num(s.lora_running) or 0.0, _num(s.lora_waiting) or 0.0, m) for s in fresh
+            if (m := _num(s.lora_max)) is not None and m > 0]
+    if lora:
+        row[F["lora_demand"]] = math.fsum(r + w for r, w, _ in lora)
+        row[F["lora_slots"]] = math.fsum(m for _, _, m in lora)
+        row[F["lora_replicas"]] = len(lora)
+        row[F["lora_waiting"]] = math.fsum(w for _, w, _ in lora)
     return row
 
 
@@ -274,6 +309,8 @@ class _ReplicaTrack:
                 counter_rate(_num(prev.requests_finished_total), _num(s.requests_finished_total), dt),
                 *(counter_rate(_num(getattr(prev, name)), _num(getattr(s, name)), dt)
                   for name in ("ttft_sum", "ttft_count", "itl_sum", "itl_count")),
+                *(counter_rate(_num(getattr(prev, name + "_total")), _num(getattr(s, name + "_total")), dt)
+                  for name in ("prefix_queried", "prefix_hit")),
             )
         elif not s.up:
             self.rates = Rates()
@@ -289,6 +326,16 @@ class _ReplicaTrack:
 
 
 @dataclass(frozen=True)
+class ReplicaWindow:
+    """One fresh replica over a window: what the degraded-replica rule (scaler/health.py) reads."""
+
+    pod: str
+    degraded: tuple[str, ...]  # the exporter's llm_replica_degraded reasons in the latest sample
+    running: float | None  # mean requests running over the window's samples
+    generation_rate: float | None  # mean generated tokens/s over the window's samples
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """The model as of `now`, from the latest observation: who is fresh, loading or stale, and the latest sums."""
 
@@ -300,6 +347,7 @@ class Snapshot:
     latest: Load  # the aggregate over the fresh replicas, judged at now
     max_startup_seconds: float | None  # the largest llm_engine_startup_seconds reported
     lifetime_prompt_per_request: float | None  # Σ prompt tokens / Σ finished requests since the engines started
+    prefill_rate: float | None = None  # one queueing replica's prompt tokens/s (`saturated_prefill_rate`)
 
 
 class HistoryView(Protocol):
@@ -327,19 +375,29 @@ class HistoryView(Protocol):
     def series(self, name: str, now: float, seconds: float) -> tuple[npt.NDArray[np.float64],
                                                                      npt.NDArray[np.float64]]: ...
 
+    def minutes(self, name: str, now: float, lookback: float) -> tuple[npt.NDArray[np.float64],
+                                                                       npt.NDArray[np.float64]]: ...
+
+    def replica_windows(self, now: float, seconds: float, stale_after: float | None = None
+                        ) -> list[ReplicaWindow]: ...
+
 
 class ModelHistory:
     """The history of one model in one namespace. ingest() observations, query windows with a `now`."""
 
-    def __init__(self, namespace: str, model: str, stale_after: float = 30.0) -> None:
+    def __init__(self, namespace: str, model: str, stale_after: float = 30.0, long_days: float = DEFAULT_DAYS, *,
+                 split_pools: bool = True) -> None:
         self.namespace = namespace
+        self._split_pools = split_pools  # False for a pool's own history (it holds one role already)
         self.model = model
         self.stale_after = stale_after
         self._tiers = [_Tier(s, n, dt) for s, n, dt in TIERS]
+        self.long = LongTier(long_days)
         self._replicas: dict[str, _ReplicaTrack] = {}
         self._latest: Observation | None = None
         self._max_startup: float | None = None
         self._last_demand_at: float | None = None
+        self._pools: dict[str, ModelHistory] = {}  # role -> the history of that pool's replicas alone
 
     @property
     def last_at(self) -> float | None:
@@ -356,10 +414,12 @@ class ModelHistory:
         if self._latest is not None and obs.at < self._latest.at:
             if self._latest.at - obs.at <= max(self.stale_after, 60.0):
                 self._add_row(obs)  # late: into the buckets it belongs to, the latest snapshot stays
+                self._ingest_pools(obs)
                 return
             # Far older than the newest: the clock stepped back. Follow the new clock: counter rates start
             # over (their time deltas would be negative) and the idle timer counts from the step at most.
             self._replicas = {}
+            self.long.step_back(obs.at)
             if self._last_demand_at is not None and self._last_demand_at > obs.at:
                 self._last_demand_at = obs.at
         for s in obs.replicas:
@@ -379,6 +439,26 @@ class ModelHistory:
         row = self._add_row(obs)
         if any(row[F[name]] > 0 for name in ("running", "waiting", "upstream")):  # NaN > 0 is False
             self._last_demand_at = obs.at
+        self._ingest_pools(obs)
+
+    def _ingest_pools(self, obs: Observation) -> None:
+        """Once a replica reports a role other than unified (disaggregated serving), keep a history per
+        role too, so each pool's demand and capacity is its own (scaler/pools.py). Upstream demand goes
+        to the prefill pool, where a request starts."""
+        if not self._split_pools or (not self._pools and all(s.role == "unified" for s in obs.replicas)):
+            return
+        for role in sorted({s.role for s in obs.replicas} | set(self._pools)):
+            pool = self._pools.get(role)
+            if pool is None:
+                pool = self._pools[role] = ModelHistory(self.namespace, self.model, self.stale_after,
+                                                         split_pools=False)
+            upstream = obs.upstream_demand if role == "prefill" else None
+            pool.ingest(Observation(obs.namespace, obs.model, obs.at,
+                                    tuple(s for s in obs.replicas if s.role == role), upstream))
+
+    def pool(self, role: str) -> ModelHistory | None:
+        """The history of the replicas with this `role` label; None until one reported a non-unified role."""
+        return self._pools.get(role)
 
     def _rates(self) -> dict[str, Rates]:
         return {pod: t.rates for pod, t in self._replicas.items()}
@@ -387,6 +467,7 @@ class ModelHistory:
         row = aggregate(obs.replicas, self._rates(), obs.upstream_demand, obs.at, self.stale_after)
         for tier in self._tiers:
             tier.add(obs.at, row)
+        self.long.add(obs.at, long_values(row.tolist(), *_LONG_COLUMNS))
         return row
 
     def snapshot(self, now: float, stale_after: float | None = None) -> Snapshot | None:
@@ -418,7 +499,23 @@ class ModelHistory:
             if total_f > 0:
                 lifetime = math.fsum(p for p in prompts if p is not None) / total_f
         return Snapshot(obs.at, fresh, loading, stale, now - newest if fresh else math.inf, latest,
-                        self._max_startup, lifetime)
+                        self._max_startup, lifetime, self.saturated_prefill_rate())
+
+    def saturated_prefill_rate(self) -> float | None:
+        """The measured prefill throughput of one replica: the median prompt-token rate over the retained
+        samples (about 5 minutes) of replicas that had requests waiting. A replica with a queue prefills
+        as fast as it can, so its prompt rate then is its capacity for the mix it serves; an idle or
+        lightly loaded replica's rate says only what it was asked. None when no replica queued lately."""
+        rates: list[npt.NDArray[np.float64]] = []
+        for t in self._replicas.values():
+            if t.size == 0:
+                continue
+            ring = t.ring[:t.size] if t.size < REPLICA_RING else t.ring
+            busy = ring[:, RF["waiting"]] > 0  # NaN > 0 is False
+            rate = ring[busy, RF["prompt_rate"]]
+            rates.append(rate[np.isfinite(rate) & (rate > 0)])
+        saturated = np.concatenate(rates) if rates else np.empty(0)
+        return float(np.median(saturated)) if saturated.size else None
 
     def window(self, now: float, seconds: float) -> Load:
         """Means over (now - seconds, now], read from the finest tier that spans the window.
@@ -442,6 +539,50 @@ class ModelHistory:
         ids, means = tier.bucket_means(now, seconds)
         return ids.astype(np.float64) * tier.seconds, means[:, F[name]]
 
+    def minutes(self, name: str, now: float, lookback: float) -> tuple[npt.NDArray[np.float64],
+                                                                       npt.NDArray[np.float64]]:
+        """The long tier: (bucket start times, per-minute means) of `name` over the last `lookback` seconds.
+
+        Contract (the seasonal forecaster relies on it):
+        - `name` is one of scaler/longhistory.py LONG_FIELDS: `finished_rate` (requests/s), `prompt_rate`,
+          `generation_rate` (tokens/s), `demand` (running + waiting + upstream requests);
+        - the buckets are the ceil(lookback / 60) whole minutes before the minute `now` is in, oldest first,
+          every one present (a regular 60 s grid: start times t, t + 60, ...; the current, incomplete
+          minute is never returned), so a lookback of 7 days is always 10,080 values;
+        - a value is the mean of the model's aggregate over that minute's collections (each weighs the same;
+          rates are the replicas' summed counter rates); NaN = no data for that minute (not collected, older
+          than the tier's `days`, or not reported); a minute collected with no fresh replica is 0;
+        - values carry the encoding's error: at most MAX_RELATIVE_ERROR (0.37%) relative, values below
+          1e-5 read as 0, above 1e8 as 1e8;
+        - on a restart the minutes before it come from Prometheus (every pod the same) or the pod's own
+          snapshot (`--history-dir`), and are NaN until that rebuild has landed (it runs in the
+          background, seconds after the model is first seen).
+        Raises ValueError for an unknown name or a lookback <= 0. Costs O(lookback): 14 days read in ~0.3 ms
+        of CPU (bench/bench_history_long.py)."""
+        return self.long.minutes(name, now, lookback)
+
+    def replica_windows(self, now: float, seconds: float, stale_after: float | None = None) -> list[ReplicaWindow]:
+        """Each fresh replica of the latest observation, with its ring's means over (now - seconds, now]."""
+        obs = self._latest
+        if obs is None:
+            return []
+        bound = self.stale_after if stale_after is None else stale_after
+        fresh = [s for s in obs.replicas if is_fresh(s, now, bound)]
+        if not fresh:
+            return []
+        empty = np.full((REPLICA_RING, len(RFIELDS)), math.nan)
+        rings = np.stack([t.ring if (t := self._replicas.get(s.pod)) is not None else empty for s in fresh])
+        ts = rings[:, :, RF["timestamp"]]  # rows never written are NaN and match nothing
+        inside = (ts > now - seconds) & (ts <= now)  # ring order: a mean needs none
+        means = []
+        for col in (RF["running"], RF["generation_rate"]):
+            vals = np.where(inside, rings[:, :, col], math.nan)
+            n = (~np.isnan(vals)).sum(axis=1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                m = np.where(n > 0, np.nansum(vals, axis=1) / np.maximum(n, 1), math.nan)
+            means.append([None if math.isnan(v) else v for v in m.tolist()])
+        return [ReplicaWindow(s.pod, s.degraded, r, g) for s, r, g in zip(fresh, means[0], means[1], strict=True)]
+
     def replica_samples(self, pod: str) -> npt.NDArray[np.float64]:
         """The replica's retained samples, oldest first, columns RFIELDS (empty when unknown)."""
         t = self._replicas.get(pod)
@@ -456,4 +597,5 @@ class ModelHistory:
 
     def nbytes(self) -> int:
         """Bytes held in arrays (tiers and replica rings): the part that grows with models and replicas."""
-        return sum(t.nbytes() for t in self._tiers) + sum(t.ring.nbytes for t in self._replicas.values())
+        return (sum(t.nbytes() for t in self._tiers) + sum(t.ring.nbytes for t in self._replicas.values())
+                + self.long.nbytes() + sum(p.nbytes() for p in self._pools.values()))

@@ -19,6 +19,8 @@ Reads run in the background; an API error keeps the last known value, with its a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import logging
 import os
 import threading
@@ -128,6 +130,24 @@ class KubeClient:
         if not isinstance(doc, dict):
             raise KubeError(f"GET {path}: answer is not a JSON object")
         return doc
+
+    def merge_patch(self, path: str, body: Mapping[str, Any]) -> None:
+        """PATCH `path` with a JSON merge patch (RFC 7386; a null value deletes the key). Only the opt-in
+        pod-deletion-cost marker writes (scaler/deletion_cost.py); it needs `patch` on pods."""
+        url = self.config.base_url.rstrip("/") + path
+        try:
+            resp = self._session.patch(
+                url, data=json.dumps(body), timeout=self.config.timeout_s, verify=self._verify,
+                headers={"Authorization": f"Bearer {self._bearer()}", "Accept": "application/json",
+                         "Content-Type": "application/merge-patch+json"},
+            )
+        except requests.RequestException as exc:
+            raise KubeError(f"PATCH {path}: {type(exc).__name__}: {exc}") from exc
+        if resp.status_code != 200:
+            message = resp.text[:200]
+            with contextlib.suppress(ValueError, AttributeError):
+                message = str(resp.json().get("message", message))
+            raise KubeError(f"PATCH {path}: HTTP {resp.status_code}: {message}", resp.status_code)
 
 
 # -- the objects, as plain data -------------------------------------------------------------------
@@ -346,7 +366,20 @@ class WorkloadReader:
             for key in keys:
                 pods = self.read_phases(*key)
                 if pods is not None:
+                    self._note_unscheduled(key, pods)
                     self._on_pods(key[0], key[1], pods)
+
+    def _note_unscheduled(self, key: tuple[str, str], pods: list[PodTimes]) -> None:
+        """The target's pods the scheduler has not placed, and since when (a GPU shortfall: scaler/pools.py)."""
+        entry = self._entries.get(key)
+        state = entry.reading.state if entry is not None else None
+        if entry is None or state is None:
+            return
+        # not placed: no PodScheduled=True, and nothing since (a started or ready container implies a node)
+        waiting = [p.created for p in pods
+                   if p.scheduled is None and p.started is None and p.ready is None and p.created is not None]
+        entry.reading = dataclasses.replace(entry.reading, state=dataclasses.replace(
+            state, unscheduled=len(waiting), unscheduled_since=min(waiting) if waiting else None))
 
     def read_phases(self, namespace: str, name: str) -> list[PodTimes] | None:
         """The lifecycle times of the pods of this ScaledObject's target (by the selector its last /scale
@@ -387,9 +420,12 @@ class WorkloadReader:
                 read_at=old.read_at, error=str(exc), errors=old.errors + 1,
             )
         else:
+            state = workload_state(so, scale, ready)
+            if old.state is not None:  # the pods' last read (refresh_once) stands until the next one
+                state = dataclasses.replace(state, unscheduled=old.state.unscheduled,
+                                            unscheduled_since=old.state.unscheduled_since)
             new = WorkloadReading(
-                state=workload_state(so, scale, ready), scaled_object=so, target=target, scale=scale, read_at=now,
-                errors=old.errors
+                state=state, scaled_object=so, target=target, scale=scale, read_at=now, errors=old.errors
             )
         entry.reading = new
         return new

@@ -24,10 +24,10 @@ from collections.abc import Callable, Sequence
 
 from keda_llm.scaler.activation import ActivationBus, ScaledObjectKey
 from keda_llm.scaler.config import ScalerConfig
-from keda_llm.scaler.decide import DEFAULT_COLD_START
 from keda_llm.scaler.history import HistoryView
 from keda_llm.scaler.model import Decision, PolicyState, WorkloadState
 from keda_llm.scaler.phases import PhaseTracker
+from keda_llm.scaler.policy import DEFAULT_COLD_START
 from keda_llm.scaler.warm import WarmPlanner, WarmRequest
 
 log = logging.getLogger(__name__)

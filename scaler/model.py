@@ -16,6 +16,7 @@ from keda_llm.scaler.scaledobject import (
     DEFAULT_MIN_REPLICAS,
     DEFAULT_POLLING_INTERVAL_S,
 )
+from keda_llm.scaler.seasonal import SeasonalModel
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,15 @@ class ReplicaSample:
     ttft_count: float | None = None  # llm_time_to_first_token_seconds_count (requests)
     itl_sum: float | None = None  # llm_inter_token_latency_seconds_sum
     itl_count: float | None = None  # llm_inter_token_latency_seconds_count (inter-token gaps)
+    prefix_queried_total: float | None = None  # llm_prefix_cache_queried_tokens_total
+    prefix_hit_total: float | None = None  # llm_prefix_cache_hit_tokens_total
+    role: str = "unified"  # the exporter's `role` label: unified|prefill|decode (scaler/pools.py splits on it)
+
+    # LoRA adapters (llm_lora_adapters_*): distinct running, distinct waiting and not running, slots.
+    lora_running: float | None = None
+    lora_waiting: float | None = None
+    lora_max: float | None = None
+    degraded: tuple[str, ...] = ()  # llm_replica_degraded reasons at 1 (the exporter's GPU faults), sorted
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,13 @@ class WorkloadState:
     max_replicas: int = DEFAULT_MAX_REPLICAS
     polling_interval_s: float = float(DEFAULT_POLLING_INTERVAL_S)
     cooldown_period_s: float = float(DEFAULT_COOLDOWN_PERIOD_S)
+    # Pods of the target the scheduler has not placed (PodScheduled not True), and the creation time of
+    # the oldest of them: a GPU shortfall (scaler/pools.py spills a variant stuck past pendingTimeout).
+    unscheduled: int = 0
+    unscheduled_since: float | None = None
+    # The other pools of the model (variants by ScaledObject name), as Kubernetes says of them: filled by
+    # the service for a ScaledObject with `variants` (scaler/pools.py), empty otherwise.
+    peers: tuple[tuple[str, WorkloadState], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -101,6 +118,7 @@ class Reason(str, Enum):
     FORECAST_DOWN = "forecast_down"  # proactive only: the forecast asked for fewer than the windows
     SCALE_DOWN_DELAY = "scale_down_delay"  # a larger count decided within scaleDownDelay holds (Knative)
     LATENCY_UP = "latency_up"  # observed TTFT/ITL over targetTimeToFirstToken/targetInterTokenLatency asked for more
+    WARM_WINDOW = "warm_window"  # warmWindows: a scheduled window's desiredReplicas raised the count (or woke it)
 
 
 class NoData(Exception):
@@ -134,3 +152,5 @@ class PolicyState:
     delay_factor_at: float | None = None  # when delay_factor last changed (it halves after a quiet spell)
     released_at: float | None = None  # when the delayed count last went down (a release), until a regret
     last_delayed: int | None = None  # the count after the scale-down delay step at the last decision
+    # the seasonal forecaster's kept models by signal (refit hourly: scaler/seasonal.py), derived data only
+    seasonal: tuple[tuple[str, SeasonalModel], ...] = field(default=(), compare=False)

@@ -14,6 +14,13 @@ from dataclasses import dataclass, field
 from keda_llm.scaler.config import ScalerConfig
 from keda_llm.scaler.history import Load, Snapshot
 
+DEFAULT_COLD_START = 600.0  # seconds, when coldStart is unset and no engine reported its start-up
+
+
+def cold_start_of(config: ScalerConfig, snap: Snapshot | None) -> float:
+    """The replica start-up time: `coldStart`, else the slowest start the engines reported, else 10 min."""
+    return config.cold_start or (snap.max_startup_seconds if snap is not None else None) or DEFAULT_COLD_START
+
 
 class NoSignal(Exception):
     """The policy cannot compute from what the replicas report (e.g. no KV capacity); says what is missing."""
@@ -64,9 +71,26 @@ def concurrency_bound(load: Load, config: ScalerConfig, target: float) -> float 
     return (_v(load.running) + _v(load.waiting) + _v(load.upstream)) / (limit * target)
 
 
+def backlog_replicas(queued_tokens: float, config: ScalerConfig, snap: Snapshot | None) -> float | None:
+    """Replicas that drain the queued prompts within one cold start at the measured prefill rate.
+
+    A queue is work, not KV to hold: a replica asked for now serves after a cold start, by when the
+    replicas that run have prefilled what they can. So the backlog asks for the replicas that would
+    finish it within a cold start (queued prompt tokens / (a queueing replica's prompt tokens/s x cold
+    start)), not for KV capacity to hold every queued prompt at once, which on long prompts asked for
+    the maximum for as long as a queue stood (mooncake: 64 replicas for an hour behind one replica's
+    queue). None when no replica queued lately (no measured rate): the queue then counts as KV demand."""
+    rate = None if snap is None else snap.prefill_rate
+    if rate is None or not rate > 0:
+        return None
+    return queued_tokens / (rate * cold_start_of(config, snap))
+
+
 def tokens(load: Load, config: ScalerConfig, snap: Snapshot | None) -> Demand:
-    """KV-token demand (tokens held + queued requests x mean prompt tokens) against KV tokens per replica
-    x targetKVUtilization; at least the concurrency bound where the batch limit is known."""
+    """KV-token demand (tokens held) against KV tokens per replica x targetKVUtilization, plus the queued
+    requests (x mean prompt tokens) as work to drain within a cold start (`backlog_replicas`), or as KV
+    demand when no prefill rate is measured yet; at least the concurrency bound where the batch limit is
+    known."""
     target = config.target_kv_utilization
     bound = concurrency_bound(load, config, target)
     if load.kv_capacity is None or not load.kv_replicas:
@@ -82,10 +106,15 @@ def tokens(load: Load, config: ScalerConfig, snap: Snapshot | None) -> Demand:
     held = _v(load.kv_used)
     queued = queued_requests * _v(prompt)
     per_replica = per_token * target
-    desired_tokens = (held + queued) / per_replica
     parts = {"tokens_held": held, "tokens_queued": queued, "kv_capacity_per_replica": per_token,
-             "mean_prompt_tokens": _v(prompt), "mean_prompt_known": 0.0 if prompt is None else 1.0,
-             "tokens_desired": desired_tokens}
+             "mean_prompt_tokens": _v(prompt), "mean_prompt_known": 0.0 if prompt is None else 1.0}
+    backlog = backlog_replicas(queued, config, snap)
+    if backlog is None:
+        desired_tokens = (held + queued) / per_replica
+    else:
+        desired_tokens = held / per_replica + backlog
+        parts["backlog_desired"] = backlog
+    parts["tokens_desired"] = desired_tokens
     parts["mean_prompt_source_" + source] = 1.0
     desired = desired_tokens
     if bound is not None:
@@ -139,6 +168,21 @@ POLICIES: dict[str, Callable[[Load, ScalerConfig, Snapshot | None], Demand]] = {
 }
 
 
+def lora_bound(load: Load) -> float | None:
+    """Replicas to hold the LoRA adapter demand, while adapters wait for a slot: Σ(adapters running + waiting
+    and not running) over the replicas reporting adapter slots / their mean slots (vLLM `max_loras`). None
+    when no adapter waits: the adapters then fit, and their number alone must not keep replicas up."""
+    if not load.lora_waiting or not load.lora_slots or not load.lora_replicas or load.lora_demand is None:
+        return None
+    return load.lora_demand / (load.lora_slots / load.lora_replicas)
+
+
 def demand(load: Load, config: ScalerConfig, snap: Snapshot | None = None) -> Demand:
-    """The configured policy's demand for one window."""
-    return POLICIES[config.policy](load, config, snap)
+    """The configured policy's demand for one window; at least the LoRA bound where adapters wait for slots."""
+    d = POLICIES[config.policy](load, config, snap)
+    lora = lora_bound(load)
+    if lora is None:
+        return d
+    parts = {**d.parts, "lora_adapters_demand": load.lora_demand or 0.0,
+             "lora_slots_per_replica": (load.lora_slots or 0.0) / (load.lora_replicas or 1.0), "lora_desired": lora}
+    return Demand(d.demand, d.per_replica, max(d.desired, lora), parts)

@@ -30,7 +30,6 @@ import logging
 import os
 import re
 import socket
-import ssl
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -43,13 +42,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from keda_llm.common.tls import ReloadingContext, TLSAcceptMixin, server_context
 from keda_llm.scaler.activation import (
     ACTIVATE_PATH,
     FORWARDED_HEADER,
     PeerForwarder,
-    ReloadingContext,
     ScaledObjectKey,
-    server_context,
 )
 from keda_llm.scaler.service import DecisionRefresher, ScalerService
 from keda_llm.scaler.servicer import SERVICE_NAME, ExternalScalerServicer, add_to_server
@@ -73,8 +71,6 @@ SWITCH_INTERVAL_S = 0.0005
 # RFC 1123 names as Kubernetes allows for namespaces (label) and ScaledObjects (subdomain).
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-#: How long a new HTTPS connection may take to finish its TLS handshake.
-HANDSHAKE_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -262,9 +258,10 @@ def address_family(host: str) -> socket.AddressFamily:
         raise OSError(f"cannot resolve HTTP listen host {host!r}: {err}") from None
 
 
-class _ScalerHTTPServer(ThreadingHTTPServer):
+class _ScalerHTTPServer(TLSAcceptMixin, ThreadingHTTPServer):
     """ThreadingHTTPServer on the family its host needs; `::` also takes IPv4 (dual stack) where the
-    kernel allows it, as `0.0.0.0` and `[::]` both mean "everywhere" to an operator."""
+    kernel allows it, as `0.0.0.0` and `[::]` both mean "everywhere" to an operator. With `tls`, each
+    connection is TLS (keda_llm.common.tls.TLSAcceptMixin)."""
 
     daemon_threads = True
     owner: ScalerServer
@@ -275,29 +272,6 @@ class _ScalerHTTPServer(ThreadingHTTPServer):
         self.address_family = address_family(host)
         self.tls = tls
         super().__init__((host.strip("[]"), port), handler)
-
-    def get_request(self) -> tuple[Any, Any]:
-        """Accept; with TLS, wrap in the newest context (files checked now) but leave the handshake to
-        the connection's thread (`finish_request`)."""
-        sock, addr = super().get_request()
-        if self.tls is None:
-            return sock, addr
-        try:
-            return self.tls.get().wrap_socket(sock, server_side=True, do_handshake_on_connect=False), addr
-        except (OSError, ValueError):
-            sock.close()
-            raise OSError("TLS wrap failed") from None  # socketserver drops the connection, keeps serving
-
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        if isinstance(request, ssl.SSLSocket):
-            request.settimeout(HANDSHAKE_TIMEOUT_S)
-            try:
-                request.do_handshake()
-            except (OSError, ValueError) as err:  # plaintext or wrong-CA client, timeout, reset
-                log.debug("http %s: TLS handshake failed: %s", client_address[0], err)
-                return
-            request.settimeout(None)
-        super().finish_request(request, client_address)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that went away mid-answer (a scrape cut short, Ctrl-C on a poller) is routine: one debug

@@ -47,9 +47,12 @@ from keda_llm.common.periodic import Periodic
 from keda_llm.scaler.activation import ActivationBus, ScaledObjectKey
 from keda_llm.scaler.config import ConfigCache, ScalerConfig
 from keda_llm.scaler.decide import activate as record_activation
+from keda_llm.scaler.decide import warm_at_zero
 from keda_llm.scaler.history import HistoryView, ModelHistory
+from keda_llm.scaler.longhistory import DEFAULT_DAYS
 from keda_llm.scaler.model import Decision, NoData, Observation, PolicyState, Reason, WorkloadState
 from keda_llm.scaler.names import metric_name
+from keda_llm.scaler.pools import with_peers
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +78,9 @@ class HistoryStore:
     """
 
     def __init__(self, stale_after: float = 30.0, forget_after_s: float = 3 * 3600.0,
-                 lock: threading.Lock | None = None) -> None:
+                 lock: threading.Lock | None = None, long_days: float = DEFAULT_DAYS) -> None:
         self.stale_after = stale_after
+        self.long_days = long_days  # the long tier's span (scaler/longhistory.py)
         self.forget_after_s = forget_after_s
         self.lock = lock or threading.Lock()  # stores of several sources may share one (see scaler/cli.py)
         self._models: dict[tuple[str, str], ModelHistory] = {}
@@ -88,7 +92,7 @@ class HistoryStore:
             history = self._models.get((obs.namespace, obs.model))
             if history is None:
                 history = self._models[(obs.namespace, obs.model)] = ModelHistory(
-                    obs.namespace, obs.model, stale_after=self.stale_after)
+                    obs.namespace, obs.model, stale_after=self.stale_after, long_days=self.long_days)
             history.ingest(obs)
             if obs.at - self._last_sweep > 60.0:
                 self._last_sweep = obs.at
@@ -98,6 +102,11 @@ class HistoryStore:
 
     def get(self, namespace: str, model: str) -> ModelHistory | None:
         return self._models.get((namespace, model))
+
+    def models(self) -> list[ModelHistory]:
+        """Every model's history (a copy of the list: the long history restorer walks it off the lock)."""
+        with self.lock:
+            return list(self._models.values())
 
     def __len__(self) -> int:
         return len(self._models)
@@ -197,6 +206,11 @@ class ServiceMetrics:
             self.activations_rejected.labels(reason)
         self.rpcs = Counter("keda_llm_scaler_rpcs_total", "gRPC calls answered", ["method", "code"], registry=r)
         self.streams = Gauge("keda_llm_scaler_streams_open", "StreamIsActive streams held", registry=r)
+        self.replica_fraction = Gauge(
+            "keda_llm_scaler_replica_capacity_fraction",
+            "Fraction of a whole replica a degraded replica counts as, by reason (scaler/health.py); healthy "
+            "replicas have no series", [*labels, "pod", "reason"], registry=r)
+        self._fractions: dict[tuple[str, str, str], set[tuple[str, str]]] = {}
         self._reasons: dict[tuple[str, str, str], str] = {}
         self._rpc_children: dict[tuple[str, str], Any] = {}
 
@@ -218,12 +232,27 @@ class ServiceMetrics:
             value = details.get(name)
             if value is not None and math.isfinite(value):
                 gauge.labels(*lv).set(value)
+        self._record_fractions(lv, details)
         old = self._reasons.get(lv)
         if old != d.reason:
             if old is not None:
                 self.reason.labels(*lv, old).set(0)
             self.reason.labels(*lv, d.reason).set(1)
             self._reasons[lv] = d.reason
+
+
+    def _record_fractions(self, lv: tuple[str, str, str], details: Mapping[str, float]) -> None:
+        """The decision's `replica_fraction:<reason>:<pod>` details as gauge children; a pod gone or healthy
+        again loses its series."""
+        now: set[tuple[str, str]] = set()
+        for name, value in details.items():
+            if name.startswith("replica_fraction:"):
+                _, reason, pod = name.split(":", 2)
+                self.replica_fraction.labels(*lv, pod, reason).set(value)
+                now.add((pod, reason))
+        for pod, reason in self._fractions.get(lv, set()) - now:
+            self.replica_fraction.remove(*lv, pod, reason)
+        self._fractions[lv] = now
 
 
 def metadata_key(metadata: Mapping[str, str]) -> MetadataKey:
@@ -428,6 +457,9 @@ class ScalerService:
         with self._history_lock:
             history = self._lookup(key, cfg)
             workload = known or assumed_workload(history, now)
+            if cfg.variants and self._workloads is not None:  # the split needs every variant's Deployment
+                workload = with_peers(workload, {v.name: self._workloads(ScaledObjectKey(key.namespace, v.name))
+                                                 for v in cfg.variants if v.name != key.name})
             entry.at_zero = workload.current_replicas == 0
             if history is not None:
                 state = entry.state
@@ -448,8 +480,10 @@ class ScalerService:
                     return answer
         at_zero = known is not None and known.current_replicas == 0
         if cfg.scale_to_zero and (history is None or at_zero):
-            reason = Reason.IDLE_ZERO.value
-            answer = Answer(entry.metric_name, Decision(0, reason, active=False), False)
+            # idle, unless a warm window is open (scaler/schedule.py): that wakes it with no data at all
+            woken = warm_at_zero(cfg, known or WorkloadState(0, 0), now)
+            decision = woken or Decision(0, Reason.IDLE_ZERO.value, active=False)
+            answer = Answer(entry.metric_name, decision, decision.active)
             entry.last_decision = answer.decision
             self.metrics.record(key, cfg.model, answer)
             return answer

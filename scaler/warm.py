@@ -22,17 +22,19 @@ the model runs, so a wake from zero still knows where it ran. Failures are logge
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import os
 import queue
 import re
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
-import requests
 from prometheus_client import CollectorRegistry, Counter
 
 from keda_llm.common.periodic import Periodic
@@ -170,7 +172,7 @@ class WarmPlanner:
     def __init__(self, *, token_file: str | None, registry: CollectorRegistry | None = None,
                  clock: Callable[[], float] = time.time, max_nodes: int = 4, timeout_s: float = 3.0,
                  recent_s: float = 6 * 3600.0, queue_size: int = 64, scan_interval_s: float = 60.0,
-                 background: bool = True) -> None:
+                 background: bool = True, tls: Callable[[], ssl.SSLContext] | None = None) -> None:
         r = registry or CollectorRegistry()
         self.requests_total = Counter("keda_llm_scaler_warm_requests", "POST /v1/warm calls made, by node and "
                                       "result (accepted, http_<status>, connection, no_token)",
@@ -189,7 +191,7 @@ class WarmPlanner:
         self._recent: dict[ModelKey, dict[str, float]] = {}  # model -> node -> when last seen running it
         self._kinds: dict[ModelKey, set[str]] = {}  # model -> GPU kinds its replicas were seen holding
         self._watched: dict[ModelKey, Callable[[], Sequence[str]]] = {}
-        self._session = requests.Session()
+        self._tls = tls  # https exporters: the context that checks their chain (common/tls.py)
         self._background = background
         self._stop = threading.Event()
         self._worker: threading.Thread | None = None
@@ -210,7 +212,6 @@ class WarmPlanner:
         self._scanner.stop()
         if self._worker is not None:
             self._worker.join(5.0)
-        self._session.close()
 
     def watch(self, key: ModelKey, resolve: Callable[[], Sequence[str]]) -> None:
         """Keep track of where this model runs (the periodic scan), so a wake from zero knows."""
@@ -269,7 +270,7 @@ class WarmPlanner:
         views: list[NodeView] = []
         for url in urls:
             try:
-                _, body = fetch(url, timeout_s=self.timeout_s, max_bytes=MAX_BODY)
+                _, body = fetch(url, timeout_s=self.timeout_s, max_bytes=MAX_BODY, tls=self._context(url))
             except SourceError as err:
                 log.debug("warm: scraping %s: %s", url, err)
                 continue
@@ -338,11 +339,23 @@ class WarmPlanner:
     def _post(self, view: NodeView, path: str, token: str | None) -> str:
         if token is None:
             return "no_token"
+        parts = urlsplit(view.base_url)
         try:
-            resp = self._session.post(view.base_url + "/v1/warm", data=json.dumps({"path": path}),
-                                      headers={"Authorization": f"Bearer {token}",
-                                               "Content-Type": "application/json"},
-                                      timeout=self.timeout_s)
-        except requests.RequestException:
+            conn: http.client.HTTPConnection
+            if parts.scheme == "https":
+                conn = http.client.HTTPSConnection(parts.hostname or "", parts.port or 443, timeout=self.timeout_s,
+                                                   context=self._context(view.base_url))
+            else:
+                conn = http.client.HTTPConnection(parts.hostname or "", parts.port or 80, timeout=self.timeout_s)
+            try:
+                conn.request("POST", "/v1/warm", body=json.dumps({"path": path}),
+                             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+                status = conn.getresponse().status
+            finally:
+                conn.close()
+        except (OSError, http.client.HTTPException):
             return "connection"
-        return "accepted" if resp.status_code in (200, 202) else f"http_{resp.status_code}"
+        return "accepted" if status in (200, 202) else f"http_{status}"
+
+    def _context(self, url: str) -> ssl.SSLContext | None:
+        return self._tls() if self._tls is not None and url.startswith("https:") else None

@@ -19,7 +19,17 @@ from typing import Any
 from keda_llm.simulator.control import ScaledObjectError, load_scaledobject
 from keda_llm.simulator.presets import PRESETS, ConfigError, get_preset
 from keda_llm.simulator.router import ROUTING_RULES
-from keda_llm.simulator.traces import SHIPPED, Trace, TraceError, load_csv, load_jsonl, load_shipped
+from keda_llm.simulator.traces import (
+    MINUTE_COLUMNS,
+    SHIPPED,
+    Trace,
+    TraceError,
+    is_minutes_csv,
+    load_csv,
+    load_jsonl,
+    load_minutes_csv,
+    load_shipped,
+)
 
 #: friendlier names for the shipped traces
 ALIASES = {
@@ -38,21 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from keda_llm.simulator.policies import DEFAULT_POLICIES, POLICIES
     from keda_llm.simulator.run import MODES
 
-    t = p.add_argument_group("trace")
-    t.add_argument("--trace", required=True, metavar="NAME|PATH",
-                   help=f"a shipped trace ({', '.join(TRACE_NAMES)}) or a CSV/JSONL file (.gz read transparently)")
-    t.add_argument("--time-column", default="timestamp", help="CSV/JSONL: arrival time column [timestamp]")
-    t.add_argument("--prompt-column", default="prompt_tokens", help="CSV/JSONL: prompt tokens column [prompt_tokens]")
-    t.add_argument("--output-column", default="output_tokens",
-                   help="CSV/JSONL: output tokens column [output_tokens]")
-    t.add_argument("--time-unit", default="s", choices=("s", "ms", "us", "datetime"),
-                   help="CSV/JSONL: unit of the time column [s]")
-    t.add_argument("--hash-column", default=None, help="JSONL: prefix block hashes column (list of ints), optional")
-    t.add_argument("--sort", action="store_true", help="CSV/JSONL: sort rows by time instead of refusing unsorted")
-    t.add_argument("--window", default=None, metavar="START:END",
-                   help="only requests arriving in [START, END) seconds, re-based to 0")
-    t.add_argument("--stretch", type=float, default=1.0, help="multiply time by this (2 = half the rate) [1]")
-    t.add_argument("--rate-scale", type=float, default=1.0, help="multiply the request rate by this [1]")
+    add_trace_arguments(p)
 
     c = p.add_argument_group("cluster and policies")
     c.add_argument("--preset", default="llama-3.1-8b/h100", choices=sorted(PRESETS),
@@ -87,6 +83,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
+def add_trace_arguments(p: argparse.ArgumentParser, required: bool = True) -> None:
+    """The trace flags `load_trace` reads (shared by `simulate` and `tune`)."""
+    t = p.add_argument_group("trace")
+    t.add_argument("--trace", required=required, metavar="NAME|PATH",
+                   help=f"a shipped trace ({', '.join(TRACE_NAMES)}) or a CSV/JSONL file (.gz read transparently)")
+    t.add_argument("--format", default="auto", choices=("auto", "csv", "jsonl", "minutes"),
+                   help="a file's format: one request per row (csv, jsonl) or a per-minute history (minutes: "
+                        f"{', '.join(MINUTE_COLUMNS)}); auto: by its suffix and header [auto]")
+    t.add_argument("--time-column", default="timestamp", help="CSV/JSONL: arrival time column [timestamp]")
+    t.add_argument("--prompt-column", default="prompt_tokens", help="CSV/JSONL: prompt tokens column [prompt_tokens]")
+    t.add_argument("--output-column", default="output_tokens",
+                   help="CSV/JSONL: output tokens column [output_tokens]")
+    t.add_argument("--time-unit", default="s", choices=("s", "ms", "us", "datetime"),
+                   help="CSV/JSONL: unit of the time column [s]")
+    t.add_argument("--hash-column", default=None, help="JSONL: prefix block hashes column (list of ints), optional")
+    t.add_argument("--sort", action="store_true", help="CSV/JSONL: sort rows by time instead of refusing unsorted")
+    t.add_argument("--window", default=None, metavar="START:END",
+                   help="only requests arriving in [START, END) seconds, re-based to 0")
+    t.add_argument("--stretch", type=float, default=1.0, help="multiply time by this (2 = half the rate) [1]")
+    t.add_argument("--rate-scale", type=float, default=1.0, help="multiply the request rate by this [1]")
+
+
 def load_trace(args: argparse.Namespace) -> Trace:
     """The trace named or pointed to by --trace, with window, stretch and rate scale applied."""
     name = ALIASES.get(args.trace, args.trace)
@@ -95,7 +113,12 @@ def load_trace(args: argparse.Namespace) -> Trace:
         tr = load_shipped(name, seed=args.seed)
     elif path.exists():
         suffixes = "".join(path.suffixes[-2:]).lower()
-        if ".jsonl" in suffixes or ".json" in suffixes:
+        fmt = getattr(args, "format", "auto")
+        if fmt == "auto":
+            fmt = "jsonl" if ".json" in suffixes else ("minutes" if is_minutes_csv(path) else "csv")
+        if fmt == "minutes":
+            tr = load_minutes_csv(path, seed=args.seed)
+        elif fmt == "jsonl":
             tr = load_jsonl(path, args.time_column, args.prompt_column, args.output_column, args.time_unit,
                             hash_key=args.hash_column, sort=args.sort)
         else:
@@ -104,6 +127,11 @@ def load_trace(args: argparse.Namespace) -> Trace:
     else:
         raise TraceError(f"unknown trace {args.trace!r}: not a shipped trace ({', '.join(TRACE_NAMES)}) "
                          "and no such file")
+    return shape_trace(tr, args)
+
+
+def shape_trace(tr: Trace, args: argparse.Namespace) -> Trace:
+    """--window, --stretch and --rate-scale applied to a loaded trace."""
     if args.window:
         try:
             lo, hi = (float(x) for x in args.window.split(":"))

@@ -18,7 +18,7 @@ import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 import numpy as np
 
@@ -63,6 +63,25 @@ class Controller(Protocol):
 
 
 @dataclass(frozen=True)
+class DegradedSpell:
+    """A replica running slower for a while, as on a throttled GPU (detailed mode only): every engine step
+    started within [start_s, end_s) takes 1/speed as long. `reported`: its exporter says so
+    (`llm_replica_degraded{reason="gpu_throttled"}`); unreported, only its token rate shows it."""
+
+    replica: int  # the pod's index (replica-<index>: creation order; scale-down removes the newest first)
+    start_s: float
+    end_s: float
+    speed: float
+    reported: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 < self.speed <= 1:
+            raise ValueError(f"degraded speed must be in (0, 1], got {self.speed}")
+        if not self.end_s > self.start_s:
+            raise ValueError(f"degraded spell must end after it starts, got {self.start_s}..{self.end_s}")
+
+
+@dataclass(frozen=True)
 class SimConfig:
     """Everything about the cluster but the policy. `namespace`/`model` name the observations."""
 
@@ -78,6 +97,11 @@ class SimConfig:
     namespace: str = "default"
     model: str = "model"
     tail_s: float = 3600.0  # after the last arrival, stop at the latest this much later
+    degraded: tuple[DegradedSpell, ...] = ()  # slow replicas (throttled GPUs); detailed mode only
+
+    def spell(self, replica: int, t: float) -> DegradedSpell | None:
+        """The degraded spell replica `replica` is in at time `t`, if any."""
+        return next((d for d in self.degraded if d.replica == replica and d.start_s <= t < d.end_s), None)
 
     def __post_init__(self) -> None:
         if not self.collection_interval_s > 0:
@@ -164,7 +188,14 @@ class SimResult:
         return RequestTable(arrival, np.ones(len(reqs)), ttft, tpot)
 
 
-def _latency_fields(acc: Sequence[float] | None) -> dict[str, float]:
+class _LatencyFields(TypedDict):
+    ttft_sum: float
+    ttft_count: float
+    itl_sum: float
+    itl_count: float
+
+
+def _latency_fields(acc: Sequence[float] | None) -> _LatencyFields:
     """ReplicaSample's TTFT/ITL _sum/_count from [ttft_sum, ttft_count, itl_sum, itl_count] (zeros: none yet)."""
     a = acc if acc is not None else (0.0, 0.0, 0.0, 0.0)
     return {"ttft_sum": float(a[0]), "ttft_count": float(a[1]), "itl_sum": float(a[2]), "itl_count": float(a[3])}
@@ -332,6 +363,9 @@ class Simulation:
         return r
 
     def _step(self, r: SimReplica) -> None:
+        if self.config.degraded:
+            spell = self.config.spell(r.index, self.now)
+            r.engine.speed = spell.speed if spell is not None else 1.0
         res = r.engine.step(self.now, self._next_arrival_time())
         r.stepping = True
         r.step_end = self.now + res.duration
@@ -457,6 +491,8 @@ class Simulation:
                 kv_capacity_tokens=float(cfg.kv_capacity_tokens), prompt_tokens_total=float(c.prompt_tokens),
                 generation_tokens_total=float(c.generation_tokens), requests_finished_total=float(c.requests_finished),
                 startup_seconds=r.startup_seconds if r.startup_seconds > 0 else None,
+                degraded=("gpu_throttled",) if (d := self.config.spell(r.index, now)) is not None and d.reported
+                else (),
                 **_latency_fields(self._latency.get(r.pod)),
             ))
         self._last_obs_t = now

@@ -90,6 +90,8 @@ class FluidSimulation(Simulation):
         super().__init__(trace, config, controller, progress)
         if not dt_s > 0:
             raise ValueError(f"fluid: dt_s must be > 0, got {dt_s}")
+        if config.degraded:
+            raise ValueError("fluid: degraded replicas (SimConfig.degraded) are modelled in the detailed mode only")
         self.dt = dt_s
         n = len(trace)
         self._coef = k.coefficients(config.perf)

@@ -139,6 +139,7 @@ class Replica:
     def __init__(self, config: ReplicaConfig, perf: PerfModel) -> None:
         self.config = config
         self.perf = perf
+        self.speed = 1.0  # < 1: a degraded GPU (throttled) runs every step this much slower (SimConfig.degraded)
         self.running: list[Request] = []
         self.waiting: deque[Request] = deque()
         self.free_blocks = config.kv_blocks
@@ -283,7 +284,7 @@ class Replica:
             new += n
             kv += p
             pairs += n * p + n * (n + 1) / 2
-        dur = float(self.perf.step_times(np.array([new]), np.array([kv]), np.array([pairs]))[0])
+        dur = float(self.perf.step_times(np.array([new]), np.array([kv]), np.array([pairs]))[0]) / self.speed
         end = now + dur
         finished: list[Request] = []
         c = self.counters
@@ -316,7 +317,7 @@ class Replica:
         s0 = float(sum(s._computed for s in seqs))
         steps = np.arange(k, dtype=np.float64)
         kv = s0 + n * steps
-        durs = self.perf.step_times(np.full(k, float(n)), kv, kv + n)
+        durs = self.perf.step_times(np.full(k, float(n)), kv, kv + n) / self.speed
         ends = now + np.cumsum(durs)
         if k > 1 and ends[-1] > horizon:
             k = max(1, int(np.searchsorted(ends, horizon, side="right")))

@@ -17,7 +17,7 @@ import numpy as np
 
 from keda_llm.simulator.anchors import AnchorContext
 from keda_llm.simulator.control import KedaSettings
-from keda_llm.simulator.engine import Controller, SimConfig, SimResult, Simulation
+from keda_llm.simulator.engine import Controller, DegradedSpell, SimConfig, SimResult, Simulation
 from keda_llm.simulator.oracle import OraclePlan, plan_oracle, sustainable_batch
 from keda_llm.simulator.policies import POLICIES, build_controller, is_policy
 from keda_llm.simulator.presets import Preset
@@ -51,6 +51,7 @@ class Backtest:
     oracle_bucket_s: float | None = None  # None: 60 s up to 2 h of trace, 300 s beyond
     oracle_target: float = 0.99
     fluid_dt_s: float = 0.25  # the fluid mode's time slice: larger is faster and coarser
+    degraded: tuple[DegradedSpell, ...] = ()  # replicas running slower for a while (detailed mode only)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -69,7 +70,8 @@ class Backtest:
         p = self.preset
         return SimConfig(p.replica_config(), p.perf(), p.cold_start(self.cold_start), gpus_per_replica=p.tp,
                          collection_interval_s=self.collection_interval_s, routing=self.routing,
-                         max_wait_s=self.max_wait_s, max_held=self.max_held, seed=self.seed, model=p.model.name)
+                         max_wait_s=self.max_wait_s, max_held=self.max_held, seed=self.seed, model=p.model.name,
+                         degraded=self.degraded)
 
     def resolved_mode(self, trace: Trace) -> Literal["detailed", "fluid"]:
         if self.mode == "auto":

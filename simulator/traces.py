@@ -354,13 +354,109 @@ def load_azure_2024_minutes(service: Literal["code", "conv"] = "code", seed: int
     end = len(mins) if minutes is None else start_minute + minutes
     if not 0 <= start_minute < end <= len(mins):
         raise TraceError(f"{p}: minutes [{start_minute}, {end}) outside the file's 0..{len(mins)}")
-    req, ctx, gen = req[start_minute:end], ctx[start_minute:end], gen[start_minute:end]
+    return synthesize_minutes(f"azure2024-{service}", req[start_minute:end], ctx[start_minute:end],
+                              gen[start_minute:end], seed=seed, token_sigma=token_sigma)
+
+
+def synthesize_minutes(name: str, requests: NDArray[np.int64], prompt_tokens: NDArray[np.float64] | NDArray[np.int64],
+                       output_tokens: NDArray[np.float64] | NDArray[np.int64], *, seed: int = 0,
+                       token_sigma: float = 0.8) -> Trace:
+    """Requests from per-minute totals: minute m's `requests[m]` arrive uniformly inside it, each with
+    lognormal prompt and output tokens (log-space sigma `token_sigma`, 0 = every request at the mean)
+    around the minute's mean (tokens / requests), so per-minute token totals match in expectation.
+
+    The one synthesis behind the Azure 2024 per-minute trace and users' own per-minute history
+    (`load_minutes_csv`, `keda-llm tune --from-prometheus`).
+    """
+    req = np.asarray(requests, dtype=np.int64)
     rng = np.random.default_rng(seed)
     arrival = _arrivals_in_minutes(rng, req)
     safe = np.maximum(req, 1)
-    prompt = _lognormal_tokens(rng, np.repeat(ctx / safe, req).astype(np.float64), token_sigma)
-    output = _lognormal_tokens(rng, np.repeat(gen / safe, req).astype(np.float64), token_sigma)
-    return Trace(f"azure2024-{service}", arrival, prompt, output)
+    prompt = _lognormal_tokens(rng, np.repeat(np.asarray(prompt_tokens) / safe, req).astype(np.float64), token_sigma)
+    output = _lognormal_tokens(rng, np.repeat(np.asarray(output_tokens) / safe, req).astype(np.float64), token_sigma)
+    return Trace(name, arrival, prompt, output)
+
+
+#: The per-minute history format (`load_minutes_csv`), as `keda-llm tune --from-prometheus` writes it.
+MINUTE_COLUMNS = ("minute", "requests", "prompt_tokens", "output_tokens")
+
+
+def _nonneg(path: Path, line: int, col: str, raw: str) -> float:
+    try:
+        v = float(raw)
+    except ValueError:
+        raise TraceError(f"{path}: line {line}, column {col}: not a number: {raw!r}") from None
+    if not math.isfinite(v) or v < 0:
+        raise TraceError(f"{path}: line {line}, column {col}: not a finite number >= 0: {raw!r}")
+    return v
+
+
+def is_minutes_csv(path: str | Path) -> bool:
+    """Whether a CSV's header (after `#` comments) names every one of MINUTE_COLUMNS."""
+    p = Path(path)
+    with _open(p) as fh:
+        for row in csv.reader(fh):
+            if row and row[0].startswith("#"):
+                continue
+            return set(MINUTE_COLUMNS) <= {h.strip().lstrip("\ufeff") for h in row}
+    return False
+
+
+def load_minutes_csv(path: str | Path, seed: int = 0, token_sigma: float = 0.8, name: str | None = None) -> Trace:
+    """A per-minute history (columns MINUTE_COLUMNS: the minute as ISO 8601 or Unix seconds, then that minute's
+    requests, prompt tokens and output tokens) synthesized into requests as the Azure 2024 trace is
+    (`synthesize_minutes`). Minutes must rise on a 60 s grid; a minute missing from the file had no requests
+    (Prometheus returns no point where no replica existed). Request counts may be fractional (a rate x 60):
+    each minute gets the whole part plus one more with the fraction's probability (seeded).
+    """
+    p = Path(path)
+    with _open(p) as fh:
+        n_comments = 0
+        rows: list[tuple[int, list[str]]] = []
+        header: list[str] | None = None
+        for k, row in enumerate(csv.reader(fh), start=1):
+            if header is None and row and row[0].startswith("#"):
+                n_comments += 1
+                continue
+            if header is None:
+                header = [h.strip().lstrip("\ufeff") for h in row]
+                continue
+            if row:
+                rows.append((k, row))
+    if header is None:
+        raise TraceError(f"{p}: empty file")
+    missing = [c for c in MINUTE_COLUMNS if c not in header]
+    if missing:
+        raise TraceError(f"{p}: line {n_comments + 1}: missing column {missing[0]!r} (columns: {', '.join(header)}; "
+                         f"a per-minute history needs {', '.join(MINUTE_COLUMNS)})")
+    if not rows:
+        raise TraceError(f"{p}: no minutes")
+    idx = [header.index(c) for c in MINUTE_COLUMNS]
+    times: list[float] = []
+    values: list[tuple[float, float, float]] = []
+    for line, row in rows:
+        if len(row) < len(header):
+            raise TraceError(f"{p}: line {line}: {len(row)} fields, header has {len(header)}")
+        raw_t = row[idx[0]].strip()
+        try:
+            t = float(raw_t)
+        except ValueError:
+            t = _time(p, line, "minute", raw_t, "datetime")
+        if times and t <= times[-1]:
+            raise TraceError(f"{p}: line {line}, column minute: minutes not rising ({raw_t!r})")
+        if times and (t - times[0]) % 60 != 0:
+            raise TraceError(f"{p}: line {line}, column minute: {raw_t!r} is not a whole number of minutes after "
+                             "the first")
+        times.append(t)
+        r, pt, ot = (_nonneg(p, line, c, row[i]) for c, i in zip(MINUTE_COLUMNS[1:], idx[1:], strict=True))
+        values.append((r, pt, ot))
+    slot = np.rint((np.asarray(times) - times[0]) / 60).astype(np.int64)
+    req, prompt, output = (np.zeros(int(slot[-1]) + 1, dtype=np.float64) for _ in range(3))
+    cols = np.asarray(values, dtype=np.float64)
+    req[slot], prompt[slot], output[slot] = cols[:, 0], cols[:, 1], cols[:, 2]
+    rng = np.random.default_rng([seed, 1])  # its own stream: the synthesis below draws as for Azure 2024
+    counts = np.floor(req).astype(np.int64) + (rng.random(len(req)) < req - np.floor(req))
+    return synthesize_minutes(name or p.name, counts, prompt, output, seed=seed, token_sigma=token_sigma)
 
 
 def load_burstgpt(seed: int = 0, output_fraction: float = 0.3, token_sigma: float = 0.8,

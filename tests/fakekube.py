@@ -13,7 +13,8 @@ One server for both readers of the API in this project:
 
 Errors are meta/v1 `Status` objects: 401 when the Bearer token is not `token`, 404 for what is not
 there, `fail[path] = code` for one path, `fail_with = code` for every request (before the token
-check). Every request is recorded in `requests`: each compares equal to its (path, Authorization)
+check). `PATCH` of a pod (JSON merge patch of its annotations) is the one write it takes. Every request
+is recorded in `requests`: each compares equal to its (path, Authorization)
 pair and carries `.path`, `.query`, `.headers` and `.method`. Optional TLS with a certificate the
 test makes.
 
@@ -25,6 +26,7 @@ test makes.
 from __future__ import annotations
 
 import copy
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -241,6 +243,8 @@ class FakeKube:
             return self.fail_with, status_json(self.fail_with, "InternalError", "injected failure")
         if req.header("Authorization") != f"Bearer {self.token}":
             return 401, status_json(401, "Unauthorized", "Unauthorized")
+        if req.method == "PATCH":
+            return self._patch_pod(req)
         if req.method != "GET":
             return 405, status_json(405, "MethodNotAllowed", "the server does not allow this method")
         path = req.path
@@ -259,6 +263,31 @@ class FakeKube:
         if target is not None:
             return 200, scale_of(target)
         return 404, _not_found(segments)
+
+    def _patch_pod(self, req: HttpRequest) -> tuple[int, JSON]:
+        """A JSON merge patch (RFC 7386) of one pod's metadata.annotations, the only write this project makes
+        (scaler/deletion_cost.py); any other PATCH is refused as the API server would not take it here."""
+        code = self.fail.get(req.path)
+        if code is not None:
+            return code, status_json(code, "InternalError", f"etcdserver: request timed out ({req.path})")
+        segments = req.path.strip("/").split("/")
+        if segments[:3] != ["api", "v1", "namespaces"] or len(segments) != 6 or segments[4] != "pods":
+            return 405, status_json(405, "MethodNotAllowed", "the fake takes PATCH on pods only")
+        if req.header("Content-Type") != "application/merge-patch+json":
+            return 415, status_json(415, "UnsupportedMediaType", f"unsupported patch type {req.header('Content-Type')}")
+        patch = json.loads(req.body)
+        with self._lock:
+            found = [p for p in self.pods if p["metadata"]["namespace"] == segments[3]
+                     and p["metadata"]["name"] == segments[5]]
+            if not found:
+                return 404, status_json(404, "NotFound", f'pods "{segments[5]}" not found')
+            annotations = found[0]["metadata"].setdefault("annotations", {})
+            for key, value in patch.get("metadata", {}).get("annotations", {}).items():
+                if value is None:
+                    annotations.pop(key, None)
+                else:
+                    annotations[key] = value
+            return 200, copy.deepcopy(found[0])
 
     @staticmethod
     def _pod_list(segments: list[str], query: dict[str, list[str]], pods: list[JSON]) -> tuple[int, JSON]:

@@ -10,6 +10,17 @@ Counters are incremented per finished request in `observe_one_finished_request`
 (sgl-project/sglang python/sglang/srt/metrics/collector.py): `prompt_tokens_total` includes cached
 tokens, so it is the number of prompt tokens looked up in the radix cache, and `cached_tokens_total`
 (split by disjoint `cache_source`) the hits. Retractions are SGLang's preemptions for lack of KV space.
+
+Disaggregated (`--disaggregation-mode prefill|decode`), a request also waits outside `num_queue_reqs`:
+on a prefill server in the bootstrap (prealloc) queue until its decode peer is found, on a decode server
+in the prealloc queue (for KV space) and the transfer queue (for its KV to arrive). Those are demand the
+pool has not yet taken in, so they add to `requests_waiting` (the pools' split reads it: scaler/pools.py);
+the prefill inflight queue (computed, KV being sent) is not waiting for anything of the prefill server.
+
+LoRA (engine-metrics.md section 2.3; the scheduler's LoRA stats update in
+python/sglang/srt/observability/scheduler_metrics_mixin.py): `sglang:lora_pool_slots_used` counts the
+distinct adapters of the running batch, `sglang:lora_pool_slots_total` the adapter slots
+(`--max-loras-per-batch`); SGLang reports no waiting adapters.
 """
 
 from __future__ import annotations
@@ -32,6 +43,9 @@ PREFIX = "sglang:"
 RUNNING = ("sglang:num_running_reqs", "sglang:num_requests_running")
 WAITING = ("sglang:num_queue_reqs", "sglang:num_requests_waiting")
 GRAMMAR_WAITING = ("sglang:num_grammar_queue_reqs",)  # waiting for grammar compilation, not in the queue
+# disaggregated serving: requests waiting outside num_queue_reqs (engine-metrics.md, SGLang scheduler gauges)
+DISAGG_WAITING = ("sglang:num_prefill_prealloc_queue_reqs", "sglang:num_decode_prealloc_queue_reqs",
+                  "sglang:num_decode_transfer_queue_reqs")
 MAX_RUNNING = ("sglang:max_running_requests",)  # old builds only
 KV_USAGE = ("sglang:token_usage",)
 KV_CAPACITY = ("sglang:max_total_num_tokens",)
@@ -40,12 +54,14 @@ GENERATION = ("sglang:generation_tokens_total",)
 FINISHED = ("sglang:num_requests_total",)
 CACHED = ("sglang:cached_tokens_total",)
 PREEMPTIONS = ("sglang:num_retracted_requests_total",)
+LORA_USED = ("sglang:lora_pool_slots_used",)
+LORA_TOTAL = ("sglang:lora_pool_slots_total",)
 TTFT = ("sglang:time_to_first_token_seconds",)
 ITL = ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds")
 
 WANTED = frozenset(
-    RUNNING + WAITING + GRAMMAR_WAITING + MAX_RUNNING + KV_USAGE + KV_CAPACITY + PROMPT + GENERATION
-    + FINISHED + CACHED + PREEMPTIONS + histogram_names(*TTFT, *ITL)
+    RUNNING + WAITING + GRAMMAR_WAITING + DISAGG_WAITING + MAX_RUNNING + KV_USAGE + KV_CAPACITY + PROMPT + GENERATION
+    + FINISHED + CACHED + PREEMPTIONS + LORA_USED + LORA_TOTAL + histogram_names(*TTFT, *ITL)
 )
 
 
@@ -65,9 +81,14 @@ def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
         grammar = total(pick(series, *GRAMMAR_WAITING))
         if waiting is not None and grammar is not None:
             waiting += grammar
+        for name in DISAGG_WAITING:  # each is its own gauge (pick takes the first name present, not a sum)
+            more = total(pick(series, name))
+            if waiting is not None and more is not None:
+                waiting += more
         prompt = total(pick(series, *PROMPT))
         cached = total(pick(series, *CACHED))
         max_running = total(pick(series, *MAX_RUNNING))
+        lora_total = total(pick(series, *LORA_TOTAL))
         out.append(EngineMetrics(
             engine=NAME,
             model=model,
@@ -85,5 +106,7 @@ def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
             preemptions_total=total(pick(series, *PREEMPTIONS)),
             time_to_first_token_seconds=first_histogram(series, TTFT),
             inter_token_latency_seconds=first_histogram(series, ITL),
+            lora_adapters_running=total(pick(series, *LORA_USED)),
+            lora_adapters_max=lora_total if lora_total else None,
         ))
     return out

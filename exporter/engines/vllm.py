@@ -5,12 +5,20 @@ Facts (engine-metrics.md section 1, vLLM `vllm/v1/metrics/loggers.py`): every fa
 the batch limit comes from the target's config. The KV capacity of a rank is read from the labels of
 `vllm:cache_config_info{engine=...}` by name: `kv_cache_size_tokens` where the build has it (right for
 hybrid models), else `num_gpu_blocks` x `block_size`. The body carries no vLLM version.
+
+LoRA (vLLM `vllm/v1/metrics/loggers.py`, `PrometheusStatLogger`: the "LoRA metrics" gauge and its update
+at the end of `record`): `vllm:lora_requests_info{max_lora, running_lora_adapters,
+waiting_lora_adapters}` is set to the wall-clock time of each update, under a label set that names the
+adapters comma-joined, and a label set once used stays in the body. So the newest series (largest
+value) is the current one. It carries no `model_name` (vLLM refuses LoRA with data parallelism), so it
+belongs to every model of the body (one).
 """
 
 from __future__ import annotations
 
 from keda_llm.exporter.engines.ranks import (
     GroupKey,
+    finite,
     first_histogram,
     group,
     histogram_names,
@@ -28,6 +36,7 @@ RUNNING = ("vllm:num_requests_running",)
 WAITING = ("vllm:num_requests_waiting",)
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # renamed in 0.9, old gone in 0.12
 CACHE_CONFIG = "vllm:cache_config_info"
+LORA_INFO = "vllm:lora_requests_info"
 PROMPT = ("vllm:prompt_tokens_total",)
 GENERATION = ("vllm:generation_tokens_total",)
 FINISHED = ("vllm:request_success_total",)  # summed over finished_reason
@@ -38,7 +47,7 @@ TTFT = ("vllm:time_to_first_token_seconds",)
 ITL = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")  # renamed in 0.11
 
 WANTED = frozenset(
-    RUNNING + WAITING + KV_USAGE + (CACHE_CONFIG,) + PROMPT + GENERATION + FINISHED + PREFIX_QUERIES
+    RUNNING + WAITING + KV_USAGE + (CACHE_CONFIG, LORA_INFO) + PROMPT + GENERATION + FINISHED + PREFIX_QUERIES
     + PREFIX_HITS + PREEMPTIONS + histogram_names(*TTFT, *ITL)
 )
 
@@ -46,13 +55,15 @@ WANTED = frozenset(
 def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
     """One EngineMetrics per `model_name`, summed over the data-parallel `engine` ranks."""
     capacities = _capacities([s for s in samples if s.name == CACHE_CONFIG])
+    lora = lora_adapters([s for s in samples if s.name == LORA_INFO])
     role = target.role or "unified"
+    info = (CACHE_CONFIG, LORA_INFO)
 
     def key(s: Sample) -> GroupKey:
         return s.labels.get("model_name") or target.model or "unknown", role
 
     out = []
-    for (model, role_), series in group((s for s in samples if s.name != CACHE_CONFIG), key).items():
+    for (model, role_), series in group((s for s in samples if s.name not in info), key).items():
         ratio, capacity = weighted_ratio(per_part(pick(series, *KV_USAGE), "engine"), capacities)
         out.append(EngineMetrics(
             engine=NAME,
@@ -71,8 +82,31 @@ def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
             preemptions_total=total(pick(series, *PREEMPTIONS)),
             time_to_first_token_seconds=first_histogram(series, TTFT),
             inter_token_latency_seconds=first_histogram(series, ITL),
+            lora_adapters_running=lora[0],
+            lora_adapters_waiting=lora[1],
+            lora_adapters_max=lora[2],
         ))
     return out
+
+
+def lora_adapters(infos: list[Sample]) -> tuple[float | None, float | None, float | None]:
+    """(running, waiting, max) adapters from `vllm:lora_requests_info`: the newest series' labels.
+
+    running: distinct adapter names in `running_lora_adapters`; waiting: distinct names in
+    `waiting_lora_adapters` that are not running (those need a free slot); max: `max_lora`. All None
+    without the series (LoRA off). A `max_lora` that is not a positive number leaves max None.
+    """
+    newest = max(infos, key=lambda s: finite(s), default=None)
+    if newest is None:
+        return None, None, None
+    running = _names(newest.labels.get("running_lora_adapters", ""))
+    waiting = _names(newest.labels.get("waiting_lora_adapters", "")) - running
+    slots = _number(newest.labels.get("max_lora"))
+    return float(len(running)), float(len(waiting)), (slots if slots is not None and slots > 0 else None)
+
+
+def _names(joined: str) -> set[str]:
+    return {name.strip() for name in joined.split(",") if name.strip()}
 
 
 def _capacities(infos: list[Sample]) -> dict[str, float]:

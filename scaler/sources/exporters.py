@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+import ssl
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -29,22 +30,27 @@ from keda_llm.scaler.sources.promql import PrometheusClient
 
 #: Returns the exporters' /metrics URLs; raises SourceError("dns") when it cannot tell.
 Resolver = Callable[[], Sequence[str]]
+#: The newest TLS context for https exporters (common.tls.ReloadingContext.get).
+TLSContext = Callable[[], ssl.SSLContext]
 GetAddrInfo = Callable[..., Sequence[tuple[object, object, object, object, tuple[object, ...]]]]
 
 DEFAULT_PORT = 9400
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 
 
-def static_targets(urls: Iterable[str]) -> Resolver:
-    """A fixed list of exporter URLs (`host:port` gets `http://` and `/metrics` added)."""
-    fixed = sorted({u if "://" in u else f"http://{u}/metrics" for u in urls})
+def static_targets(urls: Iterable[str], scheme: str = "http") -> Resolver:
+    """A fixed list of exporter URLs (`host:port` gets `<scheme>://` and `/metrics` added)."""
+    fixed = sorted({u if "://" in u else f"{scheme}://{u}/metrics" for u in urls})
     return lambda: fixed
 
 
 def dns_targets(
-    name: str, port: int = DEFAULT_PORT, *, path: str = "/metrics", getaddrinfo: GetAddrInfo = socket.getaddrinfo
+    name: str, port: int = DEFAULT_PORT, *, path: str = "/metrics", getaddrinfo: GetAddrInfo = socket.getaddrinfo,
+    scheme: str = "http",
 ) -> Resolver:
-    """Every address of a headless Service (e.g. `keda-llm-exporter.keda-llm.svc`), sorted, as URLs."""
+    """Every address of a headless Service (e.g. `keda-llm-exporter.keda-llm.svc`), sorted, as URLs
+    (`https` for exporters serving TLS: they are dialled by pod IP, so the caller's context checks the
+    chain, not the name; common/tls.py)."""
 
     def resolve() -> Sequence[str]:
         try:
@@ -52,7 +58,7 @@ def dns_targets(
         except OSError as exc:
             raise SourceError("dns", f"{name}: {exc}") from exc
         hosts = sorted({str(info[4][0]) for info in infos})
-        return [f"http://[{h}]:{port}{path}" if ":" in h else f"http://{h}:{port}{path}" for h in hosts]
+        return [f"{scheme}://[{h}]:{port}{path}" if ":" in h else f"{scheme}://{h}:{port}{path}" for h in hosts]
 
     return resolve
 
@@ -93,9 +99,11 @@ class ExportersSource(BackgroundSource):
         max_workers: int = 8,
         activation: PrometheusClient | None = None,
         clock: Callable[[], float] = time.time,
+        tls: TLSContext | None = None,
     ) -> None:
         super().__init__("exporters-source", interval_s, max_workers, "scrape-exporter", clock)
         self._resolver = resolver
+        self._tls = tls
         self._timeout_s = timeout_s
         self._max_bytes = max_bytes
         self._forget_after_s = forget_after_s
@@ -159,7 +167,8 @@ class ExportersSource(BackgroundSource):
 
     def _fetch(self, url: str) -> bytes | SourceError:
         try:
-            return fetch(url, timeout_s=self._timeout_s, max_bytes=self._max_bytes)[1]
+            tls = self._tls() if self._tls is not None and url.startswith("https:") else None
+            return fetch(url, timeout_s=self._timeout_s, max_bytes=self._max_bytes, tls=tls)[1]
         except SourceError as exc:
             return exc
 

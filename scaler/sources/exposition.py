@@ -19,6 +19,9 @@ from keda_llm.common import vocabulary as v
 from keda_llm.scaler.model import Observation, ReplicaSample
 from keda_llm.scaler.sources.errors import SourceError
 
+#: The field of llm_replica_degraded: read per `reason` label, as "degraded:<reason>" (1 = active).
+DEGRADED = "degraded"
+
 #: metric name -> ReplicaSample field, for the engine series the scaler reads.
 FIELD_OF: Mapping[str, str] = {
     "llm_requests_running": "running",
@@ -29,10 +32,16 @@ FIELD_OF: Mapping[str, str] = {
     "llm_prompt_tokens_total": "prompt_tokens_total",
     "llm_generation_tokens_total": "generation_tokens_total",
     "llm_requests_finished_total": "requests_finished_total",
+    "llm_prefix_cache_queried_tokens_total": "prefix_queried_total",  # prompt tokens net of hits (pools.py)
+    "llm_prefix_cache_hit_tokens_total": "prefix_hit_total",
     "llm_time_to_first_token_seconds_sum": "ttft_sum",  # histograms: _sum/_count only, buckets skipped
     "llm_time_to_first_token_seconds_count": "ttft_count",
     "llm_inter_token_latency_seconds_sum": "itl_sum",
     "llm_inter_token_latency_seconds_count": "itl_count",
+    "llm_lora_adapters_running": "lora_running",
+    "llm_lora_adapters_waiting": "lora_waiting",
+    "llm_lora_adapters_max": "lora_max",
+    v.REPLICA_DEGRADED: DEGRADED,  # one field per `reason` label: "degraded:<reason>"
     v.ENGINE_STARTUP: "startup_seconds",
     v.ENGINE_UP: "up",
     v.ENGINE_LAST_SUCCESS: "timestamp",
@@ -44,6 +53,14 @@ _UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 _UNESCAPE_RE = re.compile(r"\\[\\\"n]")
 
 ReplicaKey = tuple[str, str, str]  # (namespace, model, pod)
+#: The `role` label rides in a replica's fields as its index in ROLES (fields are numbers); absent: unified.
+ROLE_FIELD = "role"
+
+
+def role_code(labels: Mapping[str, str]) -> float | None:
+    """The ROLE_FIELD value for a series' labels: None for unified (or an unknown role, read as unified)."""
+    role = labels.get("role", "")
+    return float(v.ROLES.index(role)) if role in v.ROLES and role != "unified" else None
 
 
 @dataclass
@@ -201,8 +218,13 @@ def _read_series(fname: str, name: str, rest: str, lineno: int, out: ParsedExpos
         model = labels.get("model", "")
         pod = labels.get("pod") or f"{labels.get('node', '')}/{labels.get('engine', '')}/{labels.get('role', '')}"
         key = keys[label_text] = (labels.get("namespace", ""), model, pod)
+        code = role_code(labels)
+        if model and code is not None:
+            out.replicas.setdefault(key, {})[ROLE_FIELD] = code
     if not key[1]:
         return  # an engine series without a model cannot belong to any ScaledObject
+    if fname == DEGRADED:  # rare (a few per replica): the reason label names the field
+        fname = degraded_field(_labels(label_text, lineno).get("reason", ""))
     fields = out.replicas.setdefault(key, {})
     if not math.isfinite(value) or value < 0:
         out.invalid_values += 1
@@ -210,17 +232,29 @@ def _read_series(fname: str, name: str, rest: str, lineno: int, out: ParsedExpos
     fields[fname] = value
 
 
+def degraded_field(reason: str) -> str:
+    """The field name one `llm_replica_degraded{reason}` series is read into."""
+    return f"{DEGRADED}:{reason}"
+
+
 def replica_sample(pod: str, fields: Mapping[str, float]) -> ReplicaSample:
     """Fields read for one pod -> ReplicaSample.
+
+    `degraded:<reason>` fields at 1 become the sample's `degraded` reasons (sorted).
 
     `up` is llm_engine_up == 1; without that series a replica is up if it reports any signal.
     Without llm_engine_last_success_timestamp_seconds the timestamp is 0: a replica whose
     freshness cannot be told is never fresh (the policy then holds rather than scales down).
     """
     up_value = fields.get("up")
-    signals = {k: val for k, val in fields.items() if k not in ("up", "timestamp")}
+    signals = {k: val for k, val in fields.items() if k not in ("up", "timestamp", ROLE_FIELD) and ":" not in k}
+    degraded = tuple(sorted(k.split(":", 1)[1] for k, val in fields.items() if k.startswith(DEGRADED + ":")
+                            and val == 1.0))
     up = up_value == 1.0 if up_value is not None else bool(signals)
-    return ReplicaSample(pod=pod, timestamp=fields.get("timestamp", 0.0), up=up, **signals)
+    code = fields.get(ROLE_FIELD)
+    role = v.ROLES[int(code)] if code is not None and 0 <= int(code) < len(v.ROLES) else "unified"
+    return ReplicaSample(pod=pod, timestamp=fields.get("timestamp", 0.0), up=up, role=role, degraded=degraded,
+                         **signals)
 
 
 def observations_from_replicas(

@@ -24,16 +24,25 @@ from keda_llm.scaler.model import Observation
 from keda_llm.scaler.sources.common import BackgroundSource
 from keda_llm.scaler.sources.errors import SourceError
 from keda_llm.scaler.sources.exporters import evaluate_activation
-from keda_llm.scaler.sources.exposition import FIELD_OF, ReplicaKey, observations_from_replicas
+from keda_llm.scaler.sources.exposition import (
+    DEGRADED,
+    FIELD_OF,
+    ROLE_FIELD,
+    ReplicaKey,
+    degraded_field,
+    observations_from_replicas,
+    role_code,
+)
 from keda_llm.scaler.sources.promql import PrometheusClient, VectorSample
 
-GROUP_BY = "namespace, exported_namespace, model, pod, exported_pod"
+GROUP_BY = "namespace, exported_namespace, model, pod, exported_pod, role"  # role: one per pod (pools.py)
 
 
 def signal_queries(selector: str = "") -> dict[str, str]:
     """ReplicaSample field -> the PromQL that reads it for every replica. `selector`: extra matchers."""
     matchers = f"{{{selector}}}" if selector else ""
-    return {fname: f"max by ({GROUP_BY}) ({name}{matchers})" for name, fname in FIELD_OF.items()}
+    return {fname: f"max by ({GROUP_BY}{', reason' if fname == DEGRADED else ''}) ({name}{matchers})"
+            for name, fname in FIELD_OF.items()}
 
 
 def replica_key(labels: Mapping[str, str]) -> ReplicaKey | None:
@@ -55,10 +64,13 @@ def observations_from_vectors(results: Mapping[str, list[VectorSample]], now: fl
             if key is None:
                 continue
             fields = replicas.setdefault(key, {})
+            code = role_code(sample.labels)
+            if code is not None:
+                fields[ROLE_FIELD] = code
             if not math.isfinite(sample.value) or sample.value < 0:
                 invalid += 1
                 continue
-            fields[fname] = sample.value
+            fields[degraded_field(sample.labels.get("reason", "")) if fname == DEGRADED else fname] = sample.value
     return observations_from_replicas(replicas.items(), now), invalid
 
 

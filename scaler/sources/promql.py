@@ -68,6 +68,45 @@ def parse_query_response(body: bytes, query: str) -> tuple[str, list[VectorSampl
     return "vector", samples
 
 
+@dataclass(frozen=True)
+class MatrixSeries:
+    """One series of a range query's matrix: its labels and its (timestamp, value) points, in time order."""
+
+    labels: Mapping[str, str]
+    points: list[tuple[float, float]]
+
+
+def parse_range_response(body: bytes, query: str) -> list[MatrixSeries]:
+    """An /api/v1/query_range answer -> its series. Raises SourceError as `parse_query_response` does."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise SourceError("not_json", f"query {query!r}: answer is not JSON: {body[:80]!r}") from None
+    if not isinstance(doc, dict) or "status" not in doc:
+        raise SourceError("not_json", f"query {query!r}: answer is not a Prometheus API envelope: {body[:80]!r}")
+    if doc["status"] != "success":
+        raise SourceError(
+            "api_error", f"query {query!r}: Prometheus said {doc.get('errorType', '?')}: {doc.get('error', '?')}"
+        )
+    data = doc.get("data")
+    if not isinstance(data, dict) or data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
+        rtype = data.get("resultType") if isinstance(data, dict) else None
+        raise SourceError("result_type", f"query {query!r}: resultType {rtype!r}, expected matrix")
+    out = []
+    for item in data["result"]:
+        metric = item.get("metric") if isinstance(item, dict) else None
+        values = item.get("values") if isinstance(item, dict) else None
+        if not isinstance(metric, dict) or not isinstance(values, list):
+            raise SourceError("not_json", f"query {query!r}: matrix element without metric and values")
+        points = []
+        for raw in values:
+            if not (isinstance(raw, list) and len(raw) == 2 and isinstance(raw[0], (int, float))):
+                raise SourceError("not_json", f"query {query!r}: point is not [timestamp, \"number\"]: {str(raw)[:80]}")
+            points.append((float(raw[0]), _number(raw, f"query {query!r}")))
+        out.append(MatrixSeries(labels=metric, points=points))
+    return out
+
+
 class PrometheusClient:
     """Instant queries against one Prometheus (or a compatible API: Thanos, Mimir, VictoriaMetrics)."""
 
@@ -81,6 +120,7 @@ class PrometheusClient:
     ) -> None:
         base = address if "://" in address else f"http://{address}"
         self.url = base.rstrip("/") + "/api/v1/query"
+        self.range_url = self.url + "_range"
         self._timeout_s = timeout_s
         self._max_bytes = max_bytes
         self._headers = dict(headers or {})
@@ -92,6 +132,16 @@ class PrometheusClient:
             params={"query": promql}, headers=self._headers, ok_statuses=(200, 400, 422, 503),
         )
         return parse_query_response(body, promql)
+
+    def range_query(self, promql: str, start: float, end: float, step: float) -> list[MatrixSeries]:
+        """Evaluate `promql` at start, start + step, ... <= end (/api/v1/query_range). Prometheus refuses more
+        than 11,000 points per series in one query: callers chunk (scaler/backfill.py)."""
+        _, body = fetch(
+            self.range_url, timeout_s=self._timeout_s, max_bytes=self._max_bytes,
+            params={"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"},
+            headers=self._headers, ok_statuses=(200, 400, 422, 503),
+        )
+        return parse_range_response(body, promql)
 
     def vector(self, promql: str) -> list[VectorSample]:
         rtype, result = self.query(promql)

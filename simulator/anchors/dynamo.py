@@ -106,6 +106,19 @@ def decode_tokens_per_s(perf: PerfModel, config: ReplicaConfig, context: float, 
     return best / max(float(t[best - 1]), 1e-9)
 
 
+def disaggregated_replicas(perf: PerfModel, config: ReplicaConfig, rate: float, isl: float, osl: float,
+                           itl_sla_s: float) -> tuple[int, int]:
+    """The throughput planner in disaggregated mode (planner-design.md): each pool on its own profile,
+    prefill replicas = rate x ISL / profiled prefill tokens/s, decode replicas = rate x OSL / profiled decode
+    tokens/s at the ITL SLA, each rounded up, at least 1 (the aggregated planner above sums the two into
+    one pool). As above: no correction factors. simulator/pools.py runs it every throughput interval."""
+    if rate <= 0:
+        return 1, 1
+    p = math.ceil(rate * isl / prefill_tokens_per_s(perf, isl) - 1e-9)
+    d = math.ceil(rate * osl / decode_tokens_per_s(perf, config, isl + osl / 2, itl_sla_s) - 1e-9)
+    return max(1, p), max(1, d)
+
+
 class DynamoPlanner(OwnLoopController):
     """Dynamo's planner: `mode="load"` (load loop only) or `"sla"` (throughput floor + load loop)."""
 

@@ -1,10 +1,11 @@
 """deploy/: the kustomize base, its overlays and the examples, checked against the code they configure.
 
-No kubectl or kustomize here, so a small builder resolves each kustomization (resources, directories,
-strategic-merge patches) the way kustomize does for the subset these files use, and refuses anything
-else. The builds are then checked with the project's own parsers: the exporter's config and argparse,
-the scaler's argparse and metadata parser, KEDA's ScaledObject CRD through simulator/control, and the
-RBAC rules against the API requests the real Kubernetes clients send to a recording API server.
+kubectl or kustomize may not be installed, so a small builder resolves each kustomization (resources,
+directories, strategic-merge patches) the way kustomize does for the subset these files use, and refuses
+anything else; where kubectl is installed, test_builder_agrees_with_real_kustomize compares the two.
+The builds are then checked with the project's own parsers: the exporter's config and argparse, the
+scaler's argparse and metadata parser, KEDA's ScaledObject CRD through simulator/control, and the RBAC
+rules against the API requests the real Kubernetes clients send to a recording API server.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ BASE = DEPLOY / "base"
 TLS = DEPLOY / "overlays" / "tls"
 PROM_OP = DEPLOY / "overlays" / "prometheus-operator"
 PROM_OP_TLS = PROM_OP / "tls"  # overlays/tls plus the monitors, the scaler scraped over https
-KUSTOMIZATIONS = [BASE, TLS, PROM_OP, PROM_OP_TLS]
+ACTIVATOR = DEPLOY / "overlays" / "activator"  # the base plus `keda-llm activator` (test_deploy_activator.py)
+KUSTOMIZATIONS = [BASE, TLS, PROM_OP, PROM_OP_TLS, ACTIVATOR]
 EXAMPLE_FILES = sorted((DEPLOY / "examples").rglob("*.yaml"))
 NAMESPACE = "keda-llm"  # the scaler's (Pod Security restricted)
 EXPORTER_NS = "keda-llm-exporter"  # the exporter's own (privileged: a hostPath, root)
@@ -60,7 +62,9 @@ CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "ClusterIssu
 
 def strategic_merge(base: Any, patch: Any) -> Any:
     """Kubernetes strategic-merge patch, for the subset used here: maps merge, `null` deletes a key,
-    lists named in MERGE_KEYS merge item by item on their key, other lists are replaced."""
+    lists named in MERGE_KEYS merge item by item on their key, other lists are replaced. Items only the
+    patch has come first, in the patch's order, then the base's (merged) items: kustomize's (kyaml's)
+    order, which test_builder_agrees_with_real_kustomize checks where kubectl is installed."""
     if not isinstance(base, dict) or not isinstance(patch, dict):
         return copy.deepcopy(patch)
     out = copy.deepcopy(base)
@@ -72,13 +76,14 @@ def strategic_merge(base: Any, patch: Any) -> Any:
         elif isinstance(value, list) and key in MERGE_KEYS and isinstance(out.get(key), list):
             merge_key = MERGE_KEYS[key]
             items = list(out[key])
+            added = []
             for item in value:
                 at = next((i for i, old in enumerate(items) if old.get(merge_key) == item.get(merge_key)), None)
                 if at is None:
-                    items.append(copy.deepcopy(item))
+                    added.append(copy.deepcopy(item))
                 else:
                     items[at] = strategic_merge(items[at], item)
-            out[key] = items
+            out[key] = added + items
         else:
             out[key] = strategic_merge(out.get(key), value)
     return out
@@ -214,9 +219,9 @@ def test_strategic_merge_merges_named_items_deletes_nulls_and_replaces_plain_lis
                       "volumes": [{"name": "t", "secret": {"secretName": "t"}}]}}
     assert strategic_merge(base, patch) == {"spec": {
         "containers": [{"name": "a", "args": ["z"], "readinessProbe": {"httpGet": {"port": "http"}},
-                        "volumeMounts": [{"name": "c", "mountPath": "/c"}, {"name": "t", "mountPath": "/t"}]},
+                        "volumeMounts": [{"name": "t", "mountPath": "/t"}, {"name": "c", "mountPath": "/c"}]},
                        {"name": "b", "image": "b:1"}],
-        "volumes": [{"name": "c", "configMap": {"name": "c"}}, {"name": "t", "secret": {"secretName": "t"}}]}}
+        "volumes": [{"name": "t", "secret": {"secretName": "t"}}, {"name": "c", "configMap": {"name": "c"}}]}}
 
 
 def _kustomize_command() -> list[str]:
@@ -415,14 +420,15 @@ def test_tls_overlay_serves_the_cert_manager_secret_and_probes_over_https(base: 
     _, base_args = scaler_args(base)
     # everything but the TLS flags is the base's (the patch repeats the whole list)
     def without_tls(ns: argparse.Namespace) -> dict[str, Any]:
-        return {k: v for k, v in vars(ns).items() if not k.startswith(("tls_", "http_tls_"))}
+        return {k: v for k, v in vars(ns).items() if not k.startswith(("tls_", "http_tls_", "exporters_tls_"))}
 
     assert without_tls(args) == without_tls(base_args)
     mounts = {m["name"]: m for m in c["volumeMounts"]}
     volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
     cert = find(tls, "Certificate", "keda-llm-scaler-tls", NAMESPACE)
     for path, key in ((args.tls_cert, "tls.crt"), (args.tls_key, "tls.key"), (args.tls_client_ca, "ca.crt"),
-                      (args.http_tls_cert, "tls.crt"), (args.http_tls_key, "tls.key"), (args.http_tls_ca, "ca.crt")):
+                      (args.http_tls_cert, "tls.crt"), (args.http_tls_key, "tls.key"), (args.http_tls_ca, "ca.crt"),
+                      (args.exporters_tls_ca, "ca.crt")):
         p = PurePosixPath(path)
         assert p.name == key
         (mount,) = [m for m in mounts.values() if PurePosixPath(m["mountPath"]) == p.parent]
@@ -567,8 +573,13 @@ def scaled_objects() -> list[tuple[Path, JSON]]:
 def test_examples_hold_the_expected_scaled_objects() -> None:
     names = sorted((p.relative_to(DEPLOY / "examples").as_posix(), d["metadata"]["name"]) for p, d in scaled_objects())
     assert names == [("keda-2.18/vllm-scaledobject.yaml", "llama-8b"), ("llamacpp-dev.yaml", "smollm2"),
-                     ("sglang-scaledobject.yaml", "qwen-32b"), ("tls/vllm-scaledobject-tls.yaml", "llama-8b"),
-                     ("vllm-scaledobject.yaml", "llama-8b"), ("warm-capacity.yaml", "llama-8b-warm-capacity")]
+                     ("pools-prefill-decode.yaml", "llama-70b-decode"),
+                     ("pools-prefill-decode.yaml", "llama-70b-prefill"), ("pools-variants.yaml", "llama-8b-h100"),
+                     ("pools-variants.yaml", "llama-8b-l4"), ("sglang-scaledobject.yaml", "qwen-32b"),
+                     ("tls/vllm-scaledobject-tls.yaml", "llama-8b"),
+                     ("tuned/vllm-llama-8b.yaml", "llama-8b"),  # keda-llm tune's output (test_tune_example.py)
+                     ("vllm-scaledobject.yaml", "llama-8b"), ("warm-capacity.yaml", "llama-8b-warm-capacity"),
+                     ("warm-windows.yaml", "llama-8b")]
 
 
 @pytest.mark.parametrize("path_doc", scaled_objects(), ids=lambda pd: pd[0].name)
@@ -724,8 +735,6 @@ def test_tls_monitors_scrape_the_scaler_over_https_with_its_ca(prom_op: list[JSO
     on https verified against the CA in the scaler's own secret under a name its certificate carries."""
     assert find(prom_op_tls, "Deployment", "keda-llm-scaler", NAMESPACE) == find(tls, "Deployment",
                                                                                    "keda-llm-scaler", NAMESPACE)
-    assert find(prom_op_tls, "ServiceMonitor", "keda-llm-exporter", EXPORTER_NS) == find(
-        prom_op, "ServiceMonitor", "keda-llm-exporter", EXPORTER_NS)  # the exporter's port stays plain
     assert find(prom_op_tls, "PrometheusRule", "keda-llm", NAMESPACE) == find(prom_op, "PrometheusRule", "keda-llm",
                                                                                NAMESPACE)
     plain = find(prom_op, "PodMonitor", "keda-llm-scaler", NAMESPACE)
@@ -749,3 +758,75 @@ def test_tls_monitors_scrape_the_scaler_over_https_with_its_ca(prom_op: list[JSO
     assert container_port(container(dep, "scaler"), endpoint["port"]) == 9091
     _, args = scaler_args(prom_op_tls)
     assert args.http_tls_cert and args.http_tls_key  # the port it scrapes over https does speak TLS
+
+
+def test_tls_monitors_scrape_the_exporters_over_https_with_their_ca(prom_op: list[JSON], prom_op_tls: list[JSON],
+                                                                    tls: list[JSON], tmp_path: Path) -> None:
+    plain = find(prom_op, "ServiceMonitor", "keda-llm-exporter", EXPORTER_NS)
+    sm = find(prom_op_tls, "ServiceMonitor", "keda-llm-exporter", EXPORTER_NS)
+    (endpoint,) = sm["spec"]["endpoints"]
+    (plain_endpoint,) = plain["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https" and "scheme" not in plain_endpoint
+    assert {k: v for k, v in endpoint.items() if k not in ("scheme", "tlsConfig")} == plain_endpoint
+    assert {k: v for k, v in sm["spec"].items() if k != "endpoints"} == {
+        k: v for k, v in plain["spec"].items() if k != "endpoints"}
+    cert = find(tls, "Certificate", "keda-llm-exporter-tls", EXPORTER_NS)
+    assert sm["metadata"]["namespace"] == cert["metadata"]["namespace"]  # where the Operator reads the CA
+    assert endpoint["tlsConfig"] == {"ca": {"secret": {"name": cert["spec"]["secretName"], "key": "ca.crt"}},
+                                     "serverName": "keda-llm-exporter.keda-llm-exporter.svc"}
+    assert endpoint["tlsConfig"]["serverName"] in cert["spec"]["dnsNames"]
+    assert find(prom_op_tls, "DaemonSet", "keda-llm-exporter", EXPORTER_NS) == find(
+        tls, "DaemonSet", "keda-llm-exporter", EXPORTER_NS)
+    # the port it scrapes over https does speak TLS: the exporter's own flags say so
+    c = container(find(prom_op_tls, "DaemonSet", "keda-llm-exporter", EXPORTER_NS), "exporter")
+    args = parse_cli(exporter_cli.add_arguments, c["args"], "exporter")
+    assert args.tls_cert and args.tls_key
+
+
+def test_tls_overlay_serves_the_exporters_over_https_and_the_scaler_reads_them_so(base: list[JSON], tls: list[JSON],
+                                                                                  tmp_path: Path) -> None:
+    ds = find(tls, "DaemonSet", "keda-llm-exporter", EXPORTER_NS)
+    base_ds = find(base, "DaemonSet", "keda-llm-exporter", EXPORTER_NS)
+    c = container(ds, "exporter")
+    args = parse_cli(exporter_cli.add_arguments, c["args"], "exporter")
+    cm = find(tls, "ConfigMap", "keda-llm-exporter", EXPORTER_NS)
+    config_file = tmp_path / "exporter.yaml"
+    config_file.write_text(cm["data"][PurePosixPath(args.config).name])
+    args.config = str(config_file)
+    cfg = exporter_cli.build_config(args, {"NODE_NAME": "gpu-node-7"})
+    base_args = parse_cli(exporter_cli.add_arguments, container(base_ds, "exporter")["args"], "exporter")
+    assert {k: v for k, v in vars(args).items() if not k.startswith("tls_") and k != "config"} == {
+        k: v for k, v in vars(base_args).items() if not k.startswith("tls_") and k != "config"}
+    assert cfg.tls.enabled
+    cert = find(tls, "Certificate", "keda-llm-exporter-tls", EXPORTER_NS)
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in ds["spec"]["template"]["spec"]["volumes"]}
+    for path, key in ((cfg.tls.cert_file, "tls.crt"), (cfg.tls.key_file, "tls.key")):
+        p = PurePosixPath(path)
+        assert p.name == key
+        (mount,) = [m for m in mounts.values() if PurePosixPath(m["mountPath"]) == p.parent]
+        assert mount["readOnly"] is True
+        assert volumes[mount["name"]]["secret"]["secretName"] == cert["spec"]["secretName"]
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "metrics", "scheme": "HTTPS"}
+    # everything else is the base's DaemonSet
+    def without_tls(d: JSON) -> JSON:
+        d = copy.deepcopy(d)
+        spec = d["spec"]["template"]["spec"]
+        spec["volumes"] = [v for v in spec["volumes"] if v["name"] != "tls"]
+        (ctr,) = spec["containers"]
+        ctr["volumeMounts"] = [m for m in ctr["volumeMounts"] if m["name"] != "tls"]
+        for key in ("args", "readinessProbe", "livenessProbe"):
+            ctr.pop(key)
+        return d
+    assert without_tls(ds) == without_tls(base_ds)
+    assert "server auth" in cert["spec"]["usages"] and cert["spec"]["issuerRef"]["name"] == "keda-llm-ca"
+    # the scaler reads the exporters over https, verifying them against the CA of the same issuer
+    _, scaler = scaler_args(tls)
+    assert scaler.exporters_tls_ca and PurePosixPath(scaler.exporters_tls_ca).name == "ca.crt"
+    settings = scaler_cli.settings_from_args(scaler)
+    assert settings.exporters_tls_ca == scaler.exporters_tls_ca
+    scaler_cert = find(tls, "Certificate", "keda-llm-scaler-tls", NAMESPACE)
+    assert scaler_cert["spec"]["issuerRef"] == cert["spec"]["issuerRef"]
+    _, base_scaler = scaler_args(base)
+    assert base_scaler.exporters_tls_ca is None  # the base's exporters speak plain http

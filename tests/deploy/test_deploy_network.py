@@ -6,8 +6,9 @@ what some rule admits passes; a connection needs the source's egress and the des
 representative pod of every party, on every port anyone here uses plus one nobody does. The policies must
 allow every row and nothing else. Then the connections the code and manifests make (the scaler's and
 exporter's listen ports, --exporters-service, --peers-service, the examples' scalerAddress and
-prometheusAddress, the API server for every ServiceAccount with RBAC grants) must each be a row: a new
-connection without its row (and so its policy) fails here.
+prometheusAddress, the activator's listeners, scaler URL, models and exporters, the API server for every
+ServiceAccount with RBAC grants) must each be a row: a new connection without its row (and so its
+policy) fails here.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 from test_deploy_manifests import (
+    ACTIVATOR,
     BASE,
     DEPLOY,
     EXAMPLE_FILES,
@@ -33,10 +35,16 @@ from test_deploy_manifests import (
     find,
     granted,
     load_docs,
+    parse_cli,
     scaler_args,
+    service_port,
     split_service_dns,
 )
 
+from keda_llm.activator import cli as activator_cli
+from keda_llm.activator.config import ActivatorConfig
+from keda_llm.activator.config import parse as parse_activator_config
+from keda_llm.activator.config import with_flags as activator_with_flags
 from keda_llm.exporter.config import parse_config
 from keda_llm.scaler import cli as scaler_cli
 
@@ -183,10 +191,9 @@ def all_policies() -> list[JSON]:
 
 def workload_pods() -> dict[str, Pod]:
     """The real pod templates of the parties deploy/ runs (labels and named ports from the manifests)."""
-    base = build(BASE)
+    base = build(ACTIVATOR)  # the base plus the activator: every workload deploy/ runs
     out = {}
-    for party, kind, name, ns in (("scaler", "Deployment", "keda-llm-scaler", NAMESPACE),
-                                  ("exporter", "DaemonSet", "keda-llm-exporter", EXPORTER_NS)):
+    for party, kind, name, ns in WORKLOADS:
         tmpl = find(base, kind, name, ns)["spec"]["template"]
         ports = {p["name"]: p["containerPort"] for c in tmpl["spec"]["containers"] for p in c.get("ports", [])}
         out[party] = Pod(ns, {"kubernetes.io/metadata.name": ns}, dict(tmpl["metadata"]["labels"]), ports)
@@ -196,6 +203,12 @@ def workload_pods() -> dict[str, Pod]:
     ports = {p.get("name", ""): p["containerPort"] for c in tmpl["spec"]["containers"] for p in c.get("ports", [])}
     out["engine"] = Pod("llm", {"kubernetes.io/metadata.name": "llm"}, dict(tmpl["metadata"]["labels"]), ports)
     return out
+
+
+#: (party, kind, name, namespace) of every workload deploy/ runs.
+WORKLOADS = (("scaler", "Deployment", "keda-llm-scaler", NAMESPACE),
+             ("exporter", "DaemonSet", "keda-llm-exporter", EXPORTER_NS),
+             ("activator", "Deployment", "keda-llm-activator", NAMESPACE))
 
 
 def representative(party: Party, real: dict[str, Pod]) -> Pod | None:
@@ -213,7 +226,8 @@ def representative(party: Party, real: dict[str, Pod]) -> Pod | None:
 
 
 #: Every port any row names, plus one nobody uses; each with TCP and UDP.
-PROBE_PORTS = [(p, proto) for p in (53, 443, 6443, 8000, 9090, 9091, 9400, 12345) for proto in ("TCP", "UDP")]
+PROBE_PORTS = [(p, proto) for p in (53, 443, 6443, 8000, 8080, 9090, 9091, 9092, 9400, 12345)
+               for proto in ("TCP", "UDP")]
 STRANGER = Party("stranger", "default", (("app", "something-else"),))
 
 
@@ -222,7 +236,8 @@ def row(rows: set[tuple[str, str, str]], src: str, dst: str, port: int, proto: s
 
 
 #: Which direction the policies here govern for each party's pods (the example model: ingress only).
-MANAGED = {"scaler": {"Ingress", "Egress"}, "exporter": {"Ingress", "Egress"}, "engine": {"Ingress"}}
+MANAGED = {"scaler": {"Ingress", "Egress"}, "exporter": {"Ingress", "Egress"}, "activator": {"Ingress", "Egress"},
+           "engine": {"Ingress"}}
 
 
 def expected(rows: set[tuple[str, str, str]], src: str, dst: str, dst_is_pod: bool, port: int, proto: str) -> bool:
@@ -251,7 +266,7 @@ def test_tables_parse_and_name_only_known_parties(world: Any) -> None:
 
 def test_every_pod_deploy_runs_is_selected_by_a_default_deny_both_ways(world: Any) -> None:
     policies, _, real = world
-    for party in ("scaler", "exporter"):
+    for party, *_ in WORKLOADS:
         pod = real[party]
         denies = [p for p in policies if p["metadata"]["namespace"] == pod.namespace and p["spec"]["podSelector"] == {}
                   and not p["spec"].get("ingress") and not p["spec"].get("egress")]
@@ -339,16 +354,60 @@ def test_every_connection_the_code_makes_has_a_row() -> None:
                 need.add(("keda", "scaler", f"{_port_of(meta['scalerAddress'])}/TCP"))
                 if meta.get("prometheusAddress"):
                     need.add(("scaler", "prometheus", f"{urlsplit(meta['prometheusAddress']).port or 80}/TCP"))
+    need |= activator_connections()
     missing = {n for n in need if n not in rows and (n[0], n[1], ANY_PORT) not in rows}
     assert missing == set(), f"connections with no row (and so no policy): {sorted(missing)}"
     assert c is not None
 
 
+def activator_connections() -> set[tuple[str, str, str]]:
+    """What `keda-llm activator` dials and serves, from overlays/activator's command line and config as
+    the activator's own parsers read them."""
+    objects = build(ACTIVATOR)
+    c = container(find(objects, "Deployment", "keda-llm-activator", NAMESPACE), "activator")
+    args = parse_cli(activator_cli.add_arguments, c["args"], "activator")
+    cm = find(objects, "ConfigMap", "keda-llm-activator", NAMESPACE)
+    cfg = activator_with_flags(parse_activator_config(yaml.safe_load(cm["data"]["activator.yaml"])),
+                               {**vars(args), "config": None})
+    need = {("inference-client", "activator", f"{_port_of(cfg.listen)}/TCP"),
+            ("prometheus", "activator", f"{_port_of(args.admin_listen)}/TCP")}  # /metrics on the admin port
+    # the code's defaults are the manifests' (a changed default needs a new row)
+    defaults = argparse.ArgumentParser()
+    activator_cli.add_arguments(defaults)
+    assert _port_of(defaults.parse_args([]).admin_listen) == _port_of(args.admin_listen)
+    assert _port_of(ActivatorConfig().listen) == _port_of(cfg.listen)
+    # the scaler's activation endpoint, by Service name (so DNS too)
+    scaler = urlsplit(cfg.scaler)
+    name, ns, _ = split_service_dns(scaler.hostname or "")
+    assert (name, ns) == ("keda-llm-scaler", NAMESPACE)
+    need.add(("activator", "scaler", f"{scaler.port}/TCP"))
+    need |= {("activator", "kube-dns", "53/UDP"), ("activator", "kube-dns", "53/TCP")}
+    # each model's replicas, at the container port its Service's named port leads to
+    examples = [d for p in EXAMPLE_FILES for d in load_docs(p)]
+    for m in cfg.models:
+        assert m.service, "a static upstream needs its own row (and egress rule): add them"
+        (svc,) = [d for d in examples if d["kind"] == "Service"
+                  and (d["metadata"]["namespace"], d["metadata"]["name"]) == (m.namespace, m.service)]
+        (dep,) = [d for d in examples if d["kind"] == "Deployment" and d["metadata"]["namespace"] == m.namespace
+                  and all(d["spec"]["template"]["metadata"]["labels"].get(k) == v
+                          for k, v in svc["spec"]["selector"].items())]
+        target = service_port(svc, m.port_name)["targetPort"]
+        if isinstance(target, str):
+            target = next(p["containerPort"] for c_ in dep["spec"]["template"]["spec"]["containers"]
+                          for p in c_.get("ports", []) if p.get("name") == target)
+        need.add(("activator", "engine", f"{target}/TCP"))
+    for url in cfg.exporters:
+        need.add(("activator", "exporter", f"{urlsplit(url).port}/TCP"))
+    if granted(objects, "keda-llm-activator", NAMESPACE):
+        need |= {("activator", "kube-apiserver", "443/TCP"), ("activator", "kube-apiserver", "6443/TCP")}
+    return need
+
+
 def test_every_declared_port_has_a_row() -> None:
     """A container port or Service port added without a row for who may reach it fails here."""
     rows = allowed_rows()
-    base = build(BASE)
-    party_of = {"keda-llm-scaler": "scaler", "keda-llm-exporter": "exporter"}
+    base = build(ACTIVATOR)  # the base and the activator
+    party_of = {"keda-llm-scaler": "scaler", "keda-llm-exporter": "exporter", "keda-llm-activator": "activator"}
     for obj in base:
         if obj["kind"] in ("Deployment", "DaemonSet"):
             party = party_of[obj["metadata"]["name"]]

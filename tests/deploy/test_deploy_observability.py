@@ -142,25 +142,32 @@ def test_scrape_configs_match_the_monitors_and_the_alerts_jobs() -> None:
 
 
 def test_scrape_configs_tls_variant_for_overlays_tls(tmp_path: Path) -> None:
-    """The commented `# overlays/tls` lines, uncommented, make the scaler job scrape over https with the
-    CA and the Service name the TLS overlay's certificate carries; promtool accepts the result (Debian's
-    promtool has no Kubernetes discovery, so the check swaps it for a static target)."""
+    """The commented `# overlays/tls` lines, uncommented, make the scaler and exporter jobs scrape over https
+    with the CA and the Service name the TLS overlay's certificates carry; promtool accepts the result
+    (Debian's promtool has no Kubernetes discovery, so the check swaps it for a static target)."""
     import yaml
 
     text = (DEPLOY / "prometheus" / "scrape-configs.yaml").read_text()
     marked = [line for line in text.splitlines() if line.rstrip().endswith("# overlays/tls")]
-    assert len(marked) == 4
+    assert len(marked) == 8
     tls_text = "\n".join(line.replace("# ", "", 1).split("  #")[0] if line in marked else line
                          for line in text.splitlines()) + "\n"
-    job = {j["job_name"]: j for j in yaml.safe_load(tls_text)["scrape_configs"]}["keda-llm-scaler"]
-    assert job["scheme"] == "https"
-    assert job["tls_config"]["ca_file"].endswith("/ca.crt")
-    plain = {j["job_name"]: j for j in yaml.safe_load(text)["scrape_configs"]}["keda-llm-scaler"]
-    assert {k: v for k, v in job.items() if k not in ("scheme", "tls_config")} == plain and "scheme" not in plain
-    cert = next(d for d in yaml.safe_load_all((DEPLOY / "overlays" / "tls" / "certificates.yaml").read_text())
-                if d["metadata"]["name"] == "keda-llm-scaler-tls")
-    assert job["tls_config"]["server_name"] in cert["spec"]["dnsNames"]
-    assert "insecure_skip_verify" not in job["tls_config"]
+    certs = {d["metadata"]["name"]: d for d in yaml.safe_load_all(
+        (DEPLOY / "overlays" / "tls" / "certificates.yaml").read_text())}
+    cas = set()
+    for name in ("keda-llm-scaler", "keda-llm-exporter"):
+        job = {j["job_name"]: j for j in yaml.safe_load(tls_text)["scrape_configs"]}[name]
+        assert job["scheme"] == "https"
+        assert job["tls_config"]["ca_file"].endswith("/ca.crt")
+        cas.add(job["tls_config"]["ca_file"])
+        plain = {j["job_name"]: j for j in yaml.safe_load(text)["scrape_configs"]}[name]
+        assert {k: v for k, v in job.items() if k not in ("scheme", "tls_config")} == plain and "scheme" not in plain
+        cert = certs[f"{name}-tls"]
+        assert job["tls_config"]["server_name"] in cert["spec"]["dnsNames"]
+        assert "insecure_skip_verify" not in job["tls_config"]
+    # one CA file serves both: the two certificates come from one issuer
+    assert len(cas) == 1 and certs["keda-llm-scaler-tls"]["spec"]["issuerRef"] == certs[
+        "keda-llm-exporter-tls"]["spec"]["issuerRef"]
 
     ca = tmp_path / "ca.crt"
     ca.write_text("")  # promtool checks that the file exists, not what it holds

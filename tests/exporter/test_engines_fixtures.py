@@ -263,5 +263,6 @@ def test_every_bundled_body_is_covered_here() -> None:
         "composed-vllm-dp2.prom", "composed-sglang.prom", "composed-tgi.prom", "composed-triton-trtllm.prom",
         "llamacpp-b11434-idle.prom", "llamacpp-b11434-load.prom", "llamacpp-b11434-after.prom",
         "composed-llamacpp.prom",
+        "composed-vllm-lora.prom", "composed-sglang-lora.prom",  # tests/exporter/test_lora.py
     }
     assert {p.name for p in ENGINE_FIXTURES.glob("*.prom")} == covered

@@ -67,6 +67,11 @@ def test_every_field_in_base_units() -> None:
         temperature_celsius=71.0,
         sm_clock_hertz=1_980_000_000.0,  # 1980 MHz
         throttled=1.0,
+        clock_event_reasons=0x4,
+        ecc_uncorrected_total=0.0,  # volatile uncorrectable ECC count
+        xid_errors_total=0.0,  # event set registered, no XID yet
+        last_xid=None,
+        xid_active=0.0,
     )]
 
 

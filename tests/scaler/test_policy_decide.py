@@ -261,7 +261,10 @@ def test_at_zero_without_any_observation(metadata: dict[str, str], activation: f
 
 def test_tokens_policy_end_to_end() -> None:
     """The default policy through decide(): two replicas of 10,000 KV tokens, half full, 16 queued requests of
-    500 prompt tokens (1,000 prompt tokens/s over 2 finished/s): (10,000 + 8,000) / (10,000 x 0.8) = 2.25 -> 3."""
+    500 prompt tokens (1,000 prompt tokens/s over 2 finished/s). Both replicas queue, so each one's 500 prompt
+    tokens/s is its measured prefill rate and the queue is work: 8,000 tokens / (500/s x the 600 s default
+    cold start) = 0.0267 replicas beside the KV held: 10,000 / (10,000 x 0.8) + 0.0267 = 1.28 -> 2 (the old
+    rule, the queue as KV to hold, asked for (10,000 + 8,000) / 8,000 = 2.25 -> 3)."""
     config = parse_metadata({"model": "m"})
     h = ModelHistory("ns", "m")
     for t in range(1, 61):
@@ -270,7 +273,7 @@ def test_tokens_policy_end_to_end() -> None:
                           prompt_tokens_total=500.0 * t, requests_finished_total=1.0 * t)
             for pod in ("a", "b"))))
     d, _ = decide(h, config, PolicyState(initialized=True), WorkloadState(2, 2), 60.0)
-    want = {"replicas": 3, "reason": "scale_up", "details.demand": 18000.0, "details.capacity_per_replica": 8000.0,
+    want = {"replicas": 2, "reason": "steady", "details.demand": 18000.0, "details.capacity_per_replica": 8000.0,
             "details.tokens_held": 10000.0, "details.tokens_queued": 8000.0, "details.mean_prompt_tokens": 500.0,
-            "details.dspc": 3, "details.panic": 0.0}
+            "details.backlog_desired": 8000.0 / (500.0 * 600.0), "details.dspc": 2, "details.panic": 0.0}
     assert summary(d, set(want)) == want

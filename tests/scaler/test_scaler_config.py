@@ -30,6 +30,13 @@ def test_defaults() -> None:
         "forecast_horizon": None, "forecast_max_ratio": 3.0, "advisory": False, "stale_after": 30.0,
         "min_replicas": None, "max_replicas": None, "max_running": None, "target_ttft": None, "target_itl": None,
         "answer": "replicas", "warm_capacity_max": 2, "warm_path": "", "warm_nodes": 2, "warm_gpu_model": "",
+        "warm_windows": (),
+
+        "role": "", "ratio": "independent", "prefill_decode_ratio": None, "min_prefill_decode_ratio": None,
+        "max_prefill_decode_ratio": None, "prefill_tokens_per_second": None, "variant": "", "variants": (),
+        "pending_timeout": 300.0,
+
+        "degraded_fraction": 0.5, "slow_replica_ratio": 0.7, "seasonality": "auto", "forecast_quantile": 0.9,
     }
 
 
@@ -148,11 +155,14 @@ def test_reference_lists_every_key_once_with_its_default() -> None:
 
 
 def test_every_example_parses() -> None:
-    """The reference's examples are valid values (each alone, with a model)."""
+    """The reference's examples are valid values (each alone, with a model; with its partner key where it needs one)."""
+    partners = {"ratio": {"role": "decode", "prefillDecodeRatio": "1:3"},
+                "variant": {"variants": "llama-8b-l4 pricePerHour=1 capacity=60000"},
+                "variants": {"variant": "llama-8b-l4"}}
     for _, spec, _ in key_specs():
         if spec.key in ("model", "panicWindow"):
             continue
-        parse_metadata({"model": "m", spec.key: spec.example})
+        parse_metadata({"model": "m", spec.key: spec.example, **partners.get(spec.key, {})})
     parse_metadata({"model": "m", "panicWindow": "10s"})
 
 

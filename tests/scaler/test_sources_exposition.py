@@ -65,7 +65,7 @@ def test_escaped_label_values_and_static_targets_without_pod() -> None:
     got = {(o.namespace, o.model): o.replicas for o in observations_from_exposition(body, now=NOW)}
     assert got == {
         ("llm", 'we"ird\\name'): (ReplicaSample(pod="n1/tgi/unified", timestamp=0.0, running=5.0),),
-        ("", "m"): (ReplicaSample(pod="n9/llamacpp/decode", timestamp=0.0, running=2.0),),
+        ("", "m"): (ReplicaSample(pod="n9/llamacpp/decode", timestamp=0.0, running=2.0, role="decode"),),
     }
 
 

@@ -192,10 +192,13 @@ def test_observations_from_vectors_reads_exported_labels_and_drops_bad_values() 
 
 def test_signal_queries_are_one_max_by_pod_per_signal() -> None:
     q = signal_queries('namespace=~"ml-.*"')
-    assert q["running"] == ('max by (namespace, exported_namespace, model, pod, exported_pod) '
+    assert q["running"] == ('max by (namespace, exported_namespace, model, pod, exported_pod, role) '
                             '(llm_requests_running{namespace=~"ml-.*"})')
     assert q["timestamp"].endswith("(llm_engine_last_success_timestamp_seconds{namespace=~\"ml-.*\"})")
-    assert len(q) == 15  # 11 gauges/counters + the TTFT and ITL histograms' _sum and _count
+    # 13 gauges/counters + the TTFT and ITL histograms' _sum and _count + 3 LoRA gauges + llm_replica_degraded
+    assert len(q) == 21
+    assert q["degraded"] == ('max by (namespace, exported_namespace, model, pod, exported_pod, role, reason) '
+                             '(llm_replica_degraded{namespace=~"ml-.*"})')
 
 
 def test_parse_query_response_scalar() -> None:

@@ -1,0 +1,171 @@
+"""The proactive backtest: the whole Azure 2024 code week, split into the tuning days and the held-back days.
+
+    python scripts/week_table.py [--seeds 0 1 2] [--policies ours ours:mode=reactive ...] [--workers N]
+                                 [--hours H] [--update-docs]
+
+Each seed synthesizes the week's requests anew from its per-minute totals (simulator.traces), runs the
+oracle on it (cached under build/week-cache by seed and trace length: it simulates its schedule a dozen
+times) and every policy, in the fluid mode. A policy is `ours` (the ScaledObject the repository ships,
+simulator.policies.default_scaledobject) or `ours:key=value,key=value` (the same with trigger metadata
+changed) or any other policy name. Results per seed and per segment: days 1-5 (what the defaults are
+tuned on), days 6-7 (held back) and the whole week: SLO attainment over all requests and GPU-hours over
+the oracle's on the same segment (a segment's GPU-hours: the pods alive in it, from the 5 s timeline).
+The table reports the worst seed per cell beside the mean. --update-docs writes it into the
+`week-table` block of docs/simulator-results.md. --hours cuts the week (a quick check of the script).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from keda_llm.simulator.controllers import PodPlan
+from keda_llm.simulator.engine import SimResult
+from keda_llm.simulator.oracle import plan_oracle
+from keda_llm.simulator.policies import ITL_TARGET_FRACTION, build_controller, default_scaledobject
+from keda_llm.simulator.presets import get_preset
+from keda_llm.simulator.report import Slo, met_mask
+from keda_llm.simulator.run import Backtest, simulate
+from keda_llm.simulator.traces import Trace, load_azure_2024_minutes
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+CACHE = ROOT / "build" / "week-cache"
+PRESET = "llama-3.1-70b/h100-tp4"
+SLO = Slo(ttft_s=2.0, itl_s=0.1)
+DAY = 86400.0
+SEGMENTS = (("days 1-5", 0.0, 5 * DAY), ("days 6-7", 5 * DAY, 7 * DAY), ("week", 0.0, 7 * DAY))
+
+
+@dataclass(frozen=True)
+class Cell:
+    slo: float  # share of the segment's requests (by arrival) that met the SLO
+    gpu_h: float  # GPU-hours of the pods alive in the segment
+
+
+def backtest(seed: int) -> Backtest:
+    return Backtest(get_preset(PRESET), cold_start="typical", slo=SLO, seed=seed, mode="fluid")
+
+
+def load(seed: int, hours: float | None) -> Trace:
+    return load_azure_2024_minutes("code", seed=seed, minutes=None if hours is None else int(hours * 60))
+
+
+def segment_cells(result: SimResult, gpus_per_replica: int, end_s: float) -> dict[str, Cell]:
+    tab = result.request_table()
+    met = met_mask(tab.ttft_s, tab.tpot_s, SLO)
+    tl = result.timeline
+    t = np.asarray(tl.t, dtype=np.float64)
+    pods = np.asarray(tl.ready, dtype=np.float64) + np.asarray(tl.starting) + np.asarray(tl.draining)
+    dt = np.diff(np.append(t, max(end_s, t[-1] if len(t) else 0.0)))
+    pod_s = pods * dt
+    scale = result.gpu_seconds / max(1e-9, float(pod_s.sum()) * gpus_per_replica)  # the timeline's rows are 5 s apart
+    out: dict[str, Cell] = {}
+    for name, a, b in SEGMENTS:
+        sel = (tab.arrival_s >= a) & (tab.arrival_s < b)
+        w = tab.weight[sel]
+        slo = float(w[met[sel]].sum() / w.sum()) if w.sum() else 1.0
+        rows = (t >= a) & (t < b)
+        out[name] = Cell(slo, float(pod_s[rows].sum()) * gpus_per_replica * scale / 3600.0)
+    return out
+
+
+def oracle_pods(seed: int, hours: float | None) -> tuple[list[PodPlan], dict[str, Cell]]:
+    """The oracle's schedule for this seed (cached: it costs a dozen simulations of the week)."""
+    key = CACHE / f"oracle-seed{seed}-{'week' if hours is None else f'{hours:g}h'}.json"
+    if key.exists():
+        data = json.loads(key.read_text())
+        return ([PodPlan(*p) for p in data["pods"]],
+                {k: Cell(**v) for k, v in data["cells"].items()})
+    tr, bt = load(seed, hours), backtest(seed)
+    p = bt.preset
+    plan = plan_oracle(tr, lambda ctl: simulate(tr, bt, ctl, "fluid"), p.perf(), p.replica_config(),
+                       p.cold_start(bt.cold_start), SLO, bucket_s=300.0, target=bt.oracle_target, seed=seed,
+                       max_replicas=bt.max_replicas, gpus_per_replica=p.tp)
+    cells = segment_cells(plan.result, p.tp, tr.duration_s)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    key.write_text(json.dumps({"pods": [[q.ready_at, q.remove_at, q.cold_start_s] for q in plan.pods],
+                               "cells": {k: vars(v) for k, v in cells.items()}, "status": plan.status()}))
+    print(f"seed {seed}: oracle {plan.status()}", file=sys.stderr, flush=True)
+    return plan.pods, cells
+
+
+def run_one(job: tuple[int, str, float | None]) -> tuple[int, str, dict[str, Cell], float]:
+    seed, policy, hours = job
+    t0 = time.process_time()
+    if policy == "oracle":
+        return seed, policy, oracle_pods(seed, hours)[1], time.process_time() - t0
+    tr, bt = load(seed, hours), backtest(seed)
+    p = bt.preset
+    cold = p.cold_start(bt.cold_start).quantile(0.9)
+    if policy == "ours" or policy.startswith("ours:"):
+        so = default_scaledobject(p.model.name, max_replicas=bt.max_replicas, cold_start_s=cold,
+                                  slo_itl_s=SLO.itl_s * ITL_TARGET_FRACTION)
+        extra = dict(kv.split("=", 1) for kv in policy.partition(":")[2].split(",") if kv)
+        if extra:
+            trig = so.triggers[0]
+            so = replace(so, triggers=(replace(trig, metadata={**trig.metadata, **extra}),))
+        ctl = build_controller("ours", model=p.model.name, max_replicas=bt.max_replicas, concurrency_target=1.0,
+                               static_replicas=1, settings=so)
+    else:
+        ctl = build_controller(policy, model=p.model.name, max_replicas=bt.max_replicas, concurrency_target=1.0,
+                               static_replicas=1, slo=(SLO.ttft_s, SLO.itl_s))
+    result = simulate(tr, bt, ctl, "fluid")
+    return seed, policy, segment_cells(result, p.tp, tr.duration_s), time.process_time() - t0
+
+
+def table(results: dict[tuple[int, str], dict[str, Cell]], seeds: list[int], policies: list[str]) -> str:
+    head = ["policy"] + [f"{s}: SLO worst (mean) / GPU-h÷oracle worst (mean)" for s, _, _ in SEGMENTS]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    for pol in policies:
+        cells = []
+        for seg, _, _ in SEGMENTS:
+            slos = [results[(s, pol)][seg].slo for s in seeds]
+            ratios = [results[(s, pol)][seg].gpu_h / results[(s, "oracle")][seg].gpu_h
+                      if results[(s, "oracle")][seg].gpu_h > 0 else float("nan") for s in seeds]
+            cells.append(f"{100 * min(slos):.1f}% ({100 * np.mean(slos):.1f}%) / "
+                         f"{max(ratios):.2f}x ({np.mean(ratios):.2f}x)")
+        lines.append(f"| {pol} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--policies", nargs="+", default=["ours", "ours:mode=reactive"])
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--hours", type=float, default=None, help="only the first H hours of the week")
+    ap.add_argument("--update-docs", action="store_true")
+    args = ap.parse_args()
+    policies = [p for p in args.policies if p != "oracle"]
+    # the oracles first (one per seed, in parallel): every other cell is a ratio to them
+    jobs = [(s, "oracle", args.hours) for s in args.seeds] + [(s, p, args.hours) for s in args.seeds for p in policies]
+    results: dict[tuple[int, str], dict[str, Cell]] = {}
+    with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
+        for seed, pol, cells, cpu in pool.map(run_one, jobs):
+            results[(seed, pol)] = cells
+            print(f"seed {seed} {pol}: " + ", ".join(f"{k} {100 * c.slo:.2f}% {c.gpu_h:.1f} GPU-h"
+                                                   for k, c in cells.items()) + f" ({cpu:.0f} CPU s)",
+                  file=sys.stderr, flush=True)
+    text = (f"Preset {PRESET}, typical cold starts, SLO TTFT <= {SLO.ttft_s:g} s and mean ITL <= {SLO.itl_s:g} s, "
+            f"fluid mode, seeds {', '.join(map(str, args.seeds))}"
+            + (f", first {args.hours:g} h" if args.hours else "") + ". Each cell: the worst seed (the mean).\n\n"
+            + table(results, args.seeds, [*policies, "oracle"]))
+    print(text)
+    if args.update_docs:
+        sys.path.insert(0, str(ROOT / "scripts"))
+        from simulator_table import replace_block
+
+        replace_block(DOCS / "simulator-results.md", "week-table", text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,277 @@
+"""`keda-llm tune`: find the cheapest ScaledObject that meets an SLO on a trace, and write it.
+
+    keda-llm tune --trace azure-code-2023 --window 0:1800 --preset llama-3.1-8b/h100 --slo-ttft 2 --slo-itl 0.1 \\
+        --out scaledobject.yaml --plot frontier.png
+
+The trace is a shipped one, a CSV/JSONL of requests, a per-minute history (`--format minutes`), or the
+model's own history read from Prometheus (`--from-prometheus URL --model M --since 7d`, optionally kept with
+`--save-history FILE`). The sweep, the pick and the YAML: simulator/tune.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from keda_llm.simulator.cli import ALIASES, TRACE_NAMES, add_trace_arguments, load_trace, shape_trace
+from keda_llm.simulator.presets import PRESETS, ConfigError, get_preset
+from keda_llm.simulator.traces import MINUTE_COLUMNS, Trace, TraceError, load_minutes_csv
+
+PROG = "keda-llm tune"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from keda_llm.simulator.run import MODES
+    from keda_llm.simulator.tune import DEFAULT_MAX_REPLICAS, DEFAULT_SCALER_ADDRESS, FULL_GRID, QUICK_GRID
+
+    add_trace_arguments(p, required=False)
+    h = p.add_argument_group("or the model's own history, from Prometheus")
+    h.add_argument("--from-prometheus", default=None, metavar="URL",
+                   help="read requests and tokens per minute of --model from the llm_* series at this Prometheus")
+    h.add_argument("--since", default="7d", help="how far back (7d, 36h, 90m) [7d]")
+    h.add_argument("--until", default=None, help="end of the span: Unix seconds or ISO 8601 [now]")
+    h.add_argument("--save-history", default=None, metavar="FILE",
+                   help=f"also write the per-minute history here ({', '.join(MINUTE_COLUMNS)})")
+
+    c = p.add_argument_group("cluster and SLO")
+    c.add_argument("--preset", default="llama-3.1-8b/h100",
+                   help=f"model on GPU type: {', '.join(sorted(PRESETS))} [llama-3.1-8b/h100]")
+    c.add_argument("--slo-ttft", type=float, required=True, help="time-to-first-token SLO, seconds")
+    c.add_argument("--slo-itl", type=float, required=True, help="mean inter-token latency SLO, seconds")
+    c.add_argument("--target", type=float, default=0.99,
+                   help="fraction of all requests that must meet the SLO [0.99]")
+    c.add_argument("--cold-start", default="typical", choices=("typical", "fast"), help="cold start case [typical]")
+    c.add_argument("--max-replicas", type=int, default=DEFAULT_MAX_REPLICAS,
+                   help=f"maxReplicaCount of every candidate [{DEFAULT_MAX_REPLICAS}]")
+
+    w = p.add_argument_group("the written ScaledObject")
+    w.add_argument("--model", default=None,
+                   help="served model name (the trigger's `model`; with --from-prometheus, the `model` label) "
+                        "[the preset's model]")
+    w.add_argument("--namespace", default=None, help="its namespace [default]; with --from-prometheus also the "
+                                                     "`namespace` label the series must carry [any]")
+    w.add_argument("--name", default="llm", help="its name [llm]")
+    w.add_argument("--deployment", default="llm", help="the Deployment it scales [llm]")
+    w.add_argument("--scaler-address", default=DEFAULT_SCALER_ADDRESS, help=f"[{DEFAULT_SCALER_ADDRESS}]")
+    w.add_argument("--prometheus-address", default=None, metavar="URL",
+                   help="the trigger's prometheusAddress, for its activationQuery [the scaler's --prometheus-address]")
+    w.add_argument("--out", default=None, metavar="FILE", help="write the ScaledObject here [print it]")
+    w.add_argument("--plot", default=None, metavar="PNG", help="draw the frontier here")
+
+    r = p.add_argument_group("run")
+    r.add_argument("--quick", action="store_true",
+                   help=f"{len(QUICK_GRID.candidates())} candidates (ITL target x mode) instead of "
+                        f"{len(FULL_GRID.candidates())}")
+    r.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes [the CPU count]")
+    r.add_argument("--no-oracle", action="store_true", help="skip the oracle and static references")
+    r.add_argument("--mode", default="auto", choices=MODES, help="simulator mode [auto]")
+    r.add_argument("--seed", type=int, default=0, help="seed for cold starts and synthesized arrivals [0]")
+    r.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+class _Refused(Exception):
+    """An input error: one line, with a hint."""
+
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+def _hint(err: Exception, args: argparse.Namespace) -> str:
+    text = str(err)
+    if "Prometheus" in text:
+        return "check the URL (e.g. http://prometheus.monitoring:9090), --model, --namespace and --since"
+    if "no such file" in text or "unknown trace" in text:
+        return f"give a shipped trace ({', '.join(TRACE_NAMES)}) or the path of a CSV/JSONL/per-minute file"
+    if "missing column" in text or "missing field" in text:
+        return ("name your columns with --time-column/--prompt-column/--output-column, or use --format minutes "
+                f"for a per-minute history ({', '.join(MINUTE_COLUMNS)})")
+    if "no requests" in text or "no minutes" in text or "empty file" in text or "no request arrives" in text:
+        return "the trace (or its --window) must hold at least one request"
+    if "preset" in text:
+        return f"presets: {', '.join(sorted(PRESETS))}"
+    return f"{PROG} --help lists the flags"
+
+
+def _history(args: argparse.Namespace, model: str) -> Trace:
+    from keda_llm.simulator.history import export_minutes, parse_span, parse_time, write_minutes_csv
+
+    end = parse_time(args.until) if args.until else time.time()
+    start = end - parse_span(args.since)
+    minutes = export_minutes(args.from_prometheus, model, start, end, namespace=args.namespace)
+    if not any(m.requests > 0 for m in minutes):
+        raise TraceError(f"Prometheus at {args.from_prometheus}: no requests for model {model!r}"
+                         f"{f' in namespace {args.namespace!r}' if args.namespace else ''} in the last {args.since}")
+    path = Path(args.save_history) if args.save_history else None
+    if path is None:
+        import tempfile
+
+        fd, name = tempfile.mkstemp(suffix=".csv")
+        os.close(fd)
+        path = Path(name)
+    comment = f"{model} from {args.from_prometheus}, {args.since} to {args.until or 'now'}"
+    write_minutes_csv(minutes, path, comment)
+    try:
+        tr = load_minutes_csv(path, seed=args.seed, name=f"{model} (Prometheus, {args.since})")
+    finally:
+        if not args.save_history:
+            path.unlink()
+    return shape_trace(tr, args)
+
+
+def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any]:
+    """(trace, Backtest, Target, Grid) from the arguments; every input error raises with a clear message."""
+    from keda_llm.simulator.report import Slo
+    from keda_llm.simulator.run import Backtest
+    from keda_llm.simulator.tune import FULL_GRID, QUICK_GRID, Target
+
+    preset = get_preset(args.preset)
+    if (args.trace is None) == (args.from_prometheus is None):
+        raise _Refused("give --trace or --from-prometheus (one of them)",
+                       f"--trace NAME|FILE (shipped: {', '.join(TRACE_NAMES)}) or --from-prometheus URL --model M")
+    if not 0 < args.target <= 1:
+        raise _Refused(f"--target {args.target:g}: must be in (0, 1]", "0.99 = 99% of requests meet the SLO")
+    if not (args.slo_ttft > 0 and args.slo_itl > 0):
+        raise _Refused("--slo-ttft and --slo-itl must be > 0 seconds", "e.g. --slo-ttft 2 --slo-itl 0.1")
+    if args.workers < 1 or args.max_replicas < 1:
+        raise _Refused("--workers and --max-replicas must be >= 1", f"{PROG} --help lists the flags")
+    model = args.model or preset.model.name
+    if args.from_prometheus is not None:
+        if args.model is None:
+            raise _Refused("--from-prometheus needs --model (the `model` label of the llm_* series)",
+                           "the served model name, e.g. --model meta-llama/Llama-3.1-8B-Instruct")
+        trace = _history(args, model)
+    else:
+        trace = load_trace(args)
+    slo = Slo(args.slo_ttft, args.slo_itl)
+    bt = Backtest(preset, cold_start=args.cold_start, slo=slo, seed=args.seed, max_replicas=args.max_replicas,
+                  mode=args.mode)
+    target = Target(model=model, name=args.name, namespace=args.namespace or "default", deployment=args.deployment,
+                    max_replicas=args.max_replicas, scaler_address=args.scaler_address,
+                    prometheus_address=args.prometheus_address)
+    return trace, bt, target, QUICK_GRID if args.quick else FULL_GRID
+
+
+def run(args: argparse.Namespace) -> int:
+    from keda_llm.scaler.config import ConfigError as MetadataError
+    from keda_llm.simulator.control import ScaledObjectError
+    from keda_llm.simulator.history import HistoryError
+
+    try:
+        trace, bt, target, grid = build(args)
+    except _Refused as err:
+        print(f"{PROG}: error: {err}; hint: {err.hint}", file=sys.stderr)
+        return 2
+    except (TraceError, ConfigError, ScaledObjectError, MetadataError, HistoryError, ValueError) as err:
+        first = str(err).splitlines()[0]
+        print(f"{PROG}: error: {first}; hint: {_hint(err, args)}", file=sys.stderr)
+        return 2
+    except OSError as err:  # --save-history
+        print(f"{PROG}: error: cannot write: {err}; hint: check the --save-history path", file=sys.stderr)
+        return 2
+    return execute(args, trace, bt, target, grid)
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The command line that writes this ScaledObject again (output paths and run options left out)."""
+    from keda_llm.simulator.tune import DEFAULT_MAX_REPLICAS, DEFAULT_SCALER_ADDRESS
+
+    parts = ["keda-llm", "tune"]
+    if args.trace is not None:
+        parts += ["--trace", ALIASES.get(args.trace, args.trace) if args.trace in ALIASES else
+                  Path(args.trace).name if Path(args.trace).exists() else args.trace]
+    else:
+        parts += ["--from-prometheus", args.from_prometheus, "--since", args.since]
+    if args.window:
+        parts += ["--window", args.window]
+    parts += ["--preset", args.preset, "--slo-ttft", f"{args.slo_ttft:g}", "--slo-itl", f"{args.slo_itl:g}",
+              "--target", f"{args.target:g}"]
+    defaults = {"cold_start": "typical", "max_replicas": DEFAULT_MAX_REPLICAS, "mode": "auto", "seed": 0,
+                "model": None, "namespace": None, "name": "llm", "deployment": "llm",
+                "scaler_address": DEFAULT_SCALER_ADDRESS, "prometheus_address": None}
+    for key, default in defaults.items():
+        if getattr(args, key) != default:
+            parts += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
+    if args.quick:
+        parts.append("--quick")
+    return shlex.join(parts)
+
+
+def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: Any) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from keda_llm.simulator.tune import plot, render_yaml, tune
+
+    console = Console()
+    if not console.is_terminal:
+        columns = os.environ.get("COLUMNS", "")
+        console = Console(width=int(columns) if columns.isdigit() else 160)
+    err_console = Console(stderr=True)
+    n = len(grid.candidates())
+    err_console.print(f"trace {trace.name}: {len(trace)} requests over {trace.duration_s / 3600:.2f} h; "
+                      f"preset {bt.preset.name}; mode {bt.resolved_mode(trace)}; {n} candidates on "
+                      f"{min(args.workers, n)} worker(s)")
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=err_console, transient=True, disable=args.quiet)
+    task = progress.add_task("sweep", total=n + (0 if args.no_oracle else 1))
+    with progress:
+        result = tune(trace, bt, target, grid=grid, target=args.target, workers=args.workers,
+                      with_references=not args.no_oracle,
+                      progress=lambda done, total: progress.update(task, completed=done, total=total))
+    console.print(frontier_table(result, bt))
+    c = result.chosen
+    if result.feasible_share is not None and result.feasible_share < result.target:
+        console.print(f"only {100 * result.feasible_share:.1f}% of requests can meet the SLO at all (a lone request's "
+                      f"own prefill or decode takes longer): no ScaledObject reaches the {100 * result.target:g}% "
+                      "target on this preset")
+    if result.met:
+        console.print(f"recommended: {100 * c.attainment:.1f}% of requests met the SLO at {c.gpu_hours:.2f} "
+                      f"GPU-hours, the cheapest of the points meeting the {100 * result.target:g}% target")
+    else:
+        console.print(f"[bold]no point met the {100 * result.target:g}% target[/bold]; written: the best attainment, "
+                      f"{100 * c.attainment:.1f}% at {c.gpu_hours:.2f} GPU-hours. Raise --max-replicas, relax the SLO "
+                      "or the target, or look at the oracle's line above: what no autoscaler can beat.")
+    text = render_yaml(result, trace=trace, backtest=bt, command=_command(args))
+    try:
+        if args.out:
+            Path(args.out).write_text(text)
+            err_console.print(f"wrote {args.out}")
+        else:
+            console.print(text, markup=False, highlight=False, soft_wrap=True)
+        if args.plot:
+            plot(result, args.plot, title=f"{trace.name} on {bt.preset.name}: TTFT <= {bt.slo.ttft_s:g}s, "
+                                          f"ITL <= {bt.slo.itl_s:g}s")
+            err_console.print(f"wrote {args.plot}")
+    except OSError as err:
+        print(f"{PROG}: error: cannot write: {err}; hint: check the --out/--plot path", file=sys.stderr)
+        return 2
+    return 0 if result.met else 1
+
+
+def frontier_table(result: Any, bt: Any) -> Any:
+    """The frontier (and the pick, the oracle and static beside it) as a rich Table."""
+    from rich.table import Table
+
+    cold = bt.preset.cold_start(bt.cold_start).quantile(0.9)
+    t = Table(title=f"frontier: {len(result.frontier)} of {len(result.points)} points "
+                    f"(target {100 * result.target:g}% of requests)")
+    t.caption = "ITL target: targetInterTokenLatency, KV target: targetKVUtilization, min: minReplicaCount"
+    for col in ("", "ITL target", "KV target", "scaleDownDelay", "mode", "min", "SLO met", "GPU-h", "cold starts"):
+        t.add_column(col, justify="right" if col in ("min", "SLO met", "GPU-h", "cold starts") else "left",
+                     no_wrap=True)
+    chosen = result.chosen
+    shown = result.frontier + ([] if chosen in result.frontier else [chosen])
+    for p in sorted(shown, key=lambda p: p.gpu_hours):
+        mark = "->" if p is chosen else ""
+        k = p.knobs.describe(bt.slo.itl_s, cold)
+        t.add_row(mark, *k.values(), f"{100 * p.attainment:.2f}%", f"{p.gpu_hours:.2f}", str(p.cold_starts))
+    for name, ref in (("oracle", result.oracle), ("static (peak)", result.static)):
+        if ref is not None:
+            t.add_row("", name, "", "", "", "", f"{100 * ref.attainment:.2f}%", f"{ref.gpu_hours:.2f}", "")
+    return t

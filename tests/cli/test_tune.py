@@ -1,0 +1,126 @@
+"""`keda-llm tune` end to end: the written ScaledObject is valid on every supported KEDA (and its HPA on every
+supported Kubernetes), carries only metadata the scaler's own parser accepts, the plot is drawn, the exit
+code says whether the target was met, and bad input is one line with a hint.
+
+The run: the first 10 minutes of azure2023-code, 8B/H100, fast cold start, the 4-candidate `--quick` grid on
+2 workers (each candidate about 0.3 CPU s). There every candidate meets the SLO for 66-68% of requests
+(tests/simulator/test_tune_sweep.py has the sweep whose pick is checked point by point).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from keda_llm.cli import main
+from keda_llm.scaler.config import key_specs, parse_metadata
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deploy"))
+deploy_validate = pytest.importorskip("test_deploy_validate")
+
+RUN = ["tune", "--trace", "azure-code-2023", "--window", "0:600", "--preset", "llama-3.1-8b/h100", "--slo-ttft", "2",
+       "--slo-itl", "0.1", "--cold-start", "fast", "--quick", "--workers", "2", "--mode", "detailed", "--quiet",
+       "--model", "meta-llama/Llama-3.1-8B-Instruct", "--namespace", "llm", "--name", "llama-8b",
+       "--deployment", "vllm-llama-8b"]
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, Path, Path]:
+    tmp = tmp_path_factory.mktemp("tune")
+    out, png = tmp / "so.yaml", tmp / "frontier.png"
+    capture = pytest.MonkeyPatch()
+    import io
+
+    buf = io.StringIO()
+    capture.setattr(sys, "stdout", buf)
+    try:
+        rc = main([*RUN, "--target", "0.6", "--out", str(out), "--plot", str(png), "--no-oracle"])
+    finally:
+        capture.undo()
+    return rc, buf.getvalue(), out, png
+
+
+def test_the_run_meets_its_target_and_says_so(written: tuple[int, str, Path, Path]) -> None:
+    rc, stdout, out, png = written
+    assert rc == 0
+    assert "recommended:" in stdout and "frontier:" in stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    doc = yaml.safe_load(out.read_text())
+    assert doc["metadata"] == {"name": "llama-8b", "namespace": "llm"}
+    assert doc["spec"]["scaleTargetRef"]["name"] == "vllm-llama-8b"
+    assert doc["spec"]["triggers"][0]["metadata"]["model"] == "meta-llama/Llama-3.1-8B-Instruct"
+    header = [line for line in out.read_text().splitlines() if line.startswith("# ")]
+    assert any("azure2023-code[0s,600s)" in h for h in header)
+    assert any("llama-3.1-8b/h100" in h for h in header) and any("TTFT <= 2 s" in h for h in header)
+
+
+@pytest.mark.parametrize("keda", ["2.17.3", "2.18.0", "newest"])
+def test_the_scaledobject_validates_strictly_on_every_supported_keda(written: tuple[int, str, Path, Path],
+                                                                      keda: str) -> None:
+    assert list(deploy_validate.KEDA_ORDER) == ["2.17.3", "2.18.0", "newest"]  # the docs' list, as this test has it
+    doc = yaml.safe_load(written[2].read_text())
+    assert deploy_validate.keda_errors(doc, keda) == []
+
+
+def test_the_hpa_it_makes_validates_on_the_oldest_and_newest_kubernetes(written: tuple[int, str, Path, Path]) -> None:
+    doc = yaml.safe_load(written[2].read_text())
+    for version in (deploy_validate.K8S_VERSIONS[0], deploy_validate.K8S_VERSIONS[-1]):
+        assert deploy_validate.k8s_errors(deploy_validate.hpa_of(doc), version) == [], version
+
+
+def test_its_metadata_is_what_the_scaler_accepts(written: tuple[int, str, Path, Path]) -> None:
+    doc = yaml.safe_load(written[2].read_text())
+    (trigger,) = doc["spec"]["triggers"]
+    assert trigger["type"] == "external-push"
+    meta = trigger["metadata"]
+    assert all(isinstance(v, str) for v in meta.values())  # KEDA's metadata is a map of strings
+    cfg = parse_metadata(meta)  # the real parser: raises on an unknown key or a bad value
+    assert cfg.model == "meta-llama/Llama-3.1-8B-Instruct"
+    known = {spec.key for _, spec, _ in key_specs()} | {"scalerAddress"}
+    assert set(meta) <= known
+
+
+@pytest.mark.parametrize(("argv", "message", "hint"), [
+    (["--trace", "no-such-file.csv"], "unknown trace", "shipped trace"),
+    (["--trace", "{csv_bad_column}"], "missing column 'prompt_tokens'", "--prompt-column"),
+    (["--trace", "{csv_empty}"], "no requests", "at least one request"),
+    (["--trace", "azure-code-2023", "--window", "100000:100060"], "no request arrives", "at least one request"),
+    (["--trace", "azure-code-2023", "--preset", "llama-9b/tpu"], "unknown preset", "presets: llama-3.1-70b"),
+    ([], "give --trace or --from-prometheus", "--trace NAME|FILE"),
+    (["--trace", "azure-code-2023", "--target", "99"], "--target 99", "0.99"),
+    (["--from-prometheus", "http://127.0.0.1:9"], "needs --model", "served model name"),
+    (["--from-prometheus", "{refused}", "--model", "m"], "Prometheus at", "check the URL"),
+])
+def test_bad_input_is_one_line_with_a_hint(argv: list[str], message: str, hint: str, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from prometheus_server import refused_address
+
+    bad = tmp_path / "bad.csv"
+    bad.write_text("timestamp,prompt,output_tokens\n0,1,1\n")
+    empty = tmp_path / "empty.csv"
+    empty.write_text("timestamp,prompt_tokens,output_tokens\n")
+    subs = {"{csv_bad_column}": str(bad), "{csv_empty}": str(empty), "{refused}": f"http://{refused_address()}"}
+    argv = [subs.get(a, a) for a in argv]
+    rc = main(["tune", *argv, "--slo-ttft", "2", "--slo-itl", "0.1", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("keda-llm tune: error: "), lines[0]
+    what, _, said = lines[0].partition("; hint: ")
+    assert message in what and hint in said, lines[0]
+    assert "Traceback" not in err
+
+
+def test_without_the_sim_extra_it_names_the_extra() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packaging"))
+    from test_extras import _run  # the [sim] extra hidden from a child process, as for `simulate`
+
+    code, err = _run("tune", "--trace", "azure-code-2023", "--window", "0:60", "--slo-ttft", "2", "--slo-itl", "0.1",
+                     "--quick")
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "pip install 'keda-llm[sim]'" in lines[0], err

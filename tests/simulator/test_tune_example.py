@@ -1,0 +1,61 @@
+"""deploy/examples/tuned/ ships what `keda-llm tune` wrote, and it measures what its header says.
+
+Each file's header names the command that wrote it. The test rebuilds that command's trace, preset and SLO
+with the tuner's own argument parser, checks the file is the tuner's candidate for the knobs it carries
+(nothing edited by hand), and simulates the file once: SLO attainment and GPU-hours must be the header's
+(one simulation of the hour-long trace, about 1.5 CPU s; the full sweep that chose it is not re-run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from keda_llm.common.durations import parse_duration
+from keda_llm.simulator.manifest import scaledobject_manifest
+from keda_llm.simulator.tune import Knobs, candidate, run_point
+from keda_llm.simulator.tune_cli import add_arguments, build
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "deploy" / "examples" / "tuned").glob("*.yaml"))
+
+
+def _header(text: str) -> dict[str, str]:
+    lines = [line[2:] for line in text.splitlines() if line.startswith("# ")]
+    return {line.split(":", 1)[0]: line.split(":", 1)[1].strip() for line in lines if ":" in line}
+
+
+def test_an_example_is_shipped() -> None:
+    assert [p.name for p in EXAMPLES] == ["vllm-llama-8b.yaml"]
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_the_example_is_the_tuners_output_and_measures_what_it_says(path: Path) -> None:
+    text = path.read_text()
+    head = _header(text)
+    argv = shlex.split(head["Command"])
+    assert argv[:2] == ["keda-llm", "tune"]
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(argv[2:])
+    trace, bt, target, _ = build(args)
+    (swept,) = [v for k, v in head.items() if k.startswith("Knobs (")]
+    knobs_text = dict(kv.split("=", 1) for kv in swept.rstrip(".").split(", "))
+    doc = yaml.safe_load(text)
+    cold = bt.preset.cold_start(bt.cold_start).quantile(0.9)
+    sdd = knobs_text["scaleDownDelay"]
+    knobs = Knobs(itl_fraction=round(parse_duration(knobs_text["targetInterTokenLatency"]) / bt.slo.itl_s, 4),
+                  kv_utilization=float(knobs_text["targetKVUtilization"]),
+                  scale_down_delay=None if sdd == "adaptive" else parse_duration(sdd) / cold,
+                  mode=knobs_text["mode"], min_replicas=int(knobs_text["minReplicaCount"]))
+    assert doc == scaledobject_manifest(candidate(knobs, target, slo_itl_s=bt.slo.itl_s, cold_start_s=cold))
+    point = run_point(trace, bt, knobs, doc)
+    measured = re.match(r"([\d.]+)% of requests met the SLO at ([\d.]+) GPU-hours", head["Measured"])
+    assert measured is not None
+    assert f"{100 * point.attainment:.1f}" == measured.group(1)
+    assert f"{point.gpu_hours:.2f}" == measured.group(2)

@@ -1,0 +1,215 @@
+"""The per-minute history export (simulator.history) against a REAL Prometheus holding two hours of counters.
+
+The data is written as the exporters' series would be scraped every 15 s (two replicas of the model, plus a
+second model and the same model in another namespace, which must not count) and loaded into the real
+TSDB with `promtool tsdb create-blocks-from openmetrics` (Prometheus' own backfill), then a real
+`prometheus` serves it. Each replica's counters rise evenly inside each minute, so a 1 m rate at the minute's
+end, times 60, is exactly that minute's count in Prometheus 2 (closed ranges) and 3 (open on the left,
+extrapolated): the expected rows are the counts written, derived by hand below.
+"""
+
+from __future__ import annotations
+
+import csv
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_server import PrometheusServer, running_prometheus
+
+from keda_llm.common.httpget import fetch
+from keda_llm.simulator.history import (
+    HistoryError,
+    Minute,
+    chunks,
+    export_minutes,
+    parse_span,
+    queries,
+    query_range,
+    write_minutes_csv,
+)
+from keda_llm.simulator.traces import load_minutes_csv
+
+MODEL = 'meta-llama/Llama-3.1-8B-Instruct'
+N = 120  # minutes of data
+PROMPT_PER_REQ, OUTPUT_PER_REQ = 123, 17
+
+
+def per_pod(m: int) -> tuple[int, int]:
+    """Requests finished in minute m by replica 0 and replica 1 (minutes 40-44: none)."""
+    if 40 <= m < 45:
+        return 0, 0
+    return 1 + m % 5, 2 * (m % 3)
+
+
+def expected(t0: int) -> list[Minute]:
+    out = []
+    for m in range(N):
+        r = sum(per_pod(m))
+        out.append(Minute(t0 + 60 * m, float(r), float(PROMPT_PER_REQ * r), float(OUTPUT_PER_REQ * r)))
+    return out
+
+
+def openmetrics(t0: int) -> str:
+    series: list[tuple[str, dict[str, str], int]] = []  # (metric, labels, which replica's counts; 2 = replica 0's)
+    for pod in (0, 1):
+        series.append(("llm_requests_finished", {"model": MODEL, "namespace": "llm", "pod": f"p{pod}"}, pod))
+    series.append(("llm_requests_finished", {"model": "other", "namespace": "llm", "pod": "o0"}, 2))
+    series.append(("llm_requests_finished", {"model": MODEL, "namespace": "dev", "pod": "d0"}, 2))
+    lines: list[str] = []
+    for family, factor in (("llm_requests_finished", 1), ("llm_prompt_tokens", PROMPT_PER_REQ),
+                           ("llm_generation_tokens", OUTPUT_PER_REQ)):
+        lines.append(f"# TYPE {family} counter")
+        for _, labels, which in series:
+            lab = ",".join(f'{k}="{v}"' for k, v in labels.items())
+            value = 0.0
+            lines.append(f"{family}_total{{{lab}}} 0 {t0}")
+            for m in range(N):
+                count = per_pod(m)[which % 2] * factor * (3 if which == 2 else 1)
+                for k in range(1, 5):
+                    value += count / 4
+                    lines.append(f"{family}_total{{{lab}}} {value} {t0 + 60 * m + 15 * k}")
+    lines.append("# EOF")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PrometheusServer, int]]:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool (shipped with prometheus) is not on PATH")
+    tmp = tmp_path_factory.mktemp("history")
+    t0 = (int(time.time()) // 60) * 60 - 60 * (N + 30)  # two hours ending half an hour ago
+    (tmp / "data.om").write_text(openmetrics(t0))
+    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(tmp / "data.om"), str(tmp / "tsdb")],
+                   check=True, capture_output=True)
+    with running_prometheus(tmp, jobs=[]) as server:
+        yield server, t0
+
+
+def test_chunks_stay_under_the_point_limit() -> None:
+    assert chunks(0, 600, 60, 4) == [(0, 180), (240, 420), (480, 600)]
+    assert chunks(0, 0, 60, 4) == [(0, 0)]
+    assert chunks(60, 60 * 11_000, 60) == [(60, 60 * 11_000)]  # 11,000 points: one query
+    assert chunks(60, 60 * 11_001, 60) == [(60, 60 * 11_000), (60 * 11_001, 60 * 11_001)]
+
+
+def test_queries_use_the_vocabulary_and_escape_the_model() -> None:
+    q = queries('a"b', "ns")
+    assert q["requests"] == '60 * sum(rate(llm_requests_finished_total{model="a\\"b",namespace="ns"}[1m]))'
+    assert "llm_prompt_tokens_total" in q["prompt_tokens"] and "llm_generation_tokens_total" in q["output_tokens"]
+    assert queries("m")["requests"] == '60 * sum(rate(llm_requests_finished_total{model="m"}[1m]))'
+
+
+def test_spans() -> None:
+    assert parse_span("7d") == 7 * 86400 and parse_span("2w") == 14 * 86400 and parse_span("90m") == 5400
+    with pytest.raises(HistoryError, match="not a span"):
+        parse_span("soon")
+
+
+def test_the_export_gives_each_minute_of_the_model_in_its_namespace(world: tuple[PrometheusServer, int]) -> None:
+    server, t0 = world
+    calls: list[dict[str, str]] = []
+
+    def counting(url: str, **kw: Any) -> tuple[int, bytes]:
+        calls.append(kw["params"])
+        return fetch(url, **kw)
+
+    got = export_minutes(server.url, MODEL, t0, t0 + 60 * N, namespace="llm", max_points=50, get=counting)
+    assert [m.start for m in got] == [m.start for m in expected(t0)]
+    for g, e in zip(got, expected(t0), strict=True):
+        assert g.requests == pytest.approx(e.requests, abs=1e-6), g
+        assert g.prompt_tokens == pytest.approx(e.prompt_tokens, abs=1e-6), g
+        assert g.output_tokens == pytest.approx(e.output_tokens, abs=1e-6), g
+    assert len(calls) == 3 * 3  # three counters, 120 points in chunks of at most 50
+    assert all((int(c["end"]) - int(c["start"])) // 60 + 1 <= 50 for c in calls)
+
+
+def test_a_week_is_asked_for_in_chunks_prometheus_accepts(world: tuple[PrometheusServer, int]) -> None:
+    server, t0 = world
+    end = t0 + 60 * N
+    q = queries(MODEL, "llm")["requests"]
+    # Prometheus refuses (end - start) / step > 11,000 (web/api/v1/api.go), and says so in these words
+    with pytest.raises(HistoryError, match="exceeded maximum resolution of 11,000 points"):
+        query_range(server.url, q, end - 60 * 11_001, end)
+    assert query_range(server.url, q, end - 60 * 10_999, end)  # 11,000 points: what a chunk asks at most
+    got = export_minutes(server.url, MODEL, end - 8 * 86400, end, namespace="llm")
+    assert [m.start for m in got] == [m.start for m in expected(t0)]
+    assert [m.requests for m in got] == pytest.approx([m.requests for m in expected(t0)])
+
+
+def test_without_a_namespace_every_namespace_counts(world: tuple[PrometheusServer, int]) -> None:
+    server, t0 = world
+    got = export_minutes(server.url, MODEL, t0, t0 + 60 * N)
+    # the dev namespace's replica counts 3x replica 0's: 4 r0 + r1; minutes 0-2: r0 = 1, 2, 3 and r1 = 0, 2, 4
+    assert [m.requests for m in got][:3] == pytest.approx([4.0, 10.0, 16.0])
+    assert [m.requests for m in got] == pytest.approx([4 * per_pod(m)[0] + per_pod(m)[1] for m in range(N)])
+
+
+def test_the_file_reads_back_as_the_same_minutes(world: tuple[PrometheusServer, int], tmp_path: Path) -> None:
+    server, t0 = world
+    got = export_minutes(server.url, MODEL, t0, t0 + 60 * N, namespace="llm")
+    path = tmp_path / "h.csv"
+    write_minutes_csv(got, path, comment="test")
+    rows = list(csv.reader(line for line in path.read_text().splitlines() if not line.startswith("#")))
+    assert rows[0] == ["minute", "requests", "prompt_tokens", "output_tokens"]
+    assert rows[1][1:] == ["1.000", "123.0", "17.0"]
+    trace = load_minutes_csv(path, token_sigma=0)
+    assert len(trace) == sum(sum(per_pod(m)) for m in range(N))  # whole counts: no rounding draws
+    assert set(trace.prompt_tokens.tolist()) == {PROMPT_PER_REQ}
+
+
+def test_a_refused_query_and_an_absent_server_are_history_errors(world: tuple[PrometheusServer, int]) -> None:
+    server, t0 = world
+    with pytest.raises(HistoryError, match="refused"):
+        query_range(server.url, "sum(rate(", t0, t0 + 600)
+    from prometheus_server import refused_address
+
+    with pytest.raises(HistoryError, match="connection"):
+        export_minutes(f"http://{refused_address()}", MODEL, t0, t0 + 600)
+
+
+def test_tune_from_prometheus_end_to_end(world: tuple[PrometheusServer, int], tmp_path: Path) -> None:
+    """`keda-llm tune --from-prometheus`: the saved history is the minutes written, the ScaledObject names the model."""
+    from keda_llm.cli import main
+
+    server, t0 = world
+    hist, out = tmp_path / "history.csv", tmp_path / "so.yaml"
+    rc = main(["tune", "--from-prometheus", server.url, "--model", MODEL, "--namespace", "llm", "--since", "2h",
+               "--until", str(t0 + 60 * N), "--slo-ttft", "2", "--slo-itl", "0.1", "--quick", "--workers", "2",
+               "--no-oracle", "--mode", "detailed", "--cold-start", "fast", "--save-history", str(hist),
+               "--out", str(out), "--quiet"])
+    assert rc in (0, 1)  # 1: written, target not met
+    trace = load_minutes_csv(hist)
+    assert len(trace) == sum(sum(per_pod(m)) for m in range(N))
+    text = out.read_text()
+    assert f"model: {MODEL}" in text and "namespace: llm" in text
+    assert "--from-prometheus" in text  # the header's command names where the traffic came from
+
+
+def test_tune_from_prometheus_for_a_model_it_never_saw(world: tuple[PrometheusServer, int],
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from keda_llm.cli import main
+
+    server, t0 = world
+    rc = main(["tune", "--from-prometheus", server.url, "--model", "llama-nope", "--since", "2h",
+               "--until", str(t0 + 60 * N), "--slo-ttft", "2", "--slo-itl", "0.1", "--quick", "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert "no requests for model 'llama-nope'" in err[0] and "hint: check the URL" in err[0], err[0]
+
+
+def test_a_history_file_that_cannot_be_written_is_one_line(world: tuple[PrometheusServer, int], tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from keda_llm.cli import main
+
+    server, t0 = world
+    rc = main(["tune", "--from-prometheus", server.url, "--model", MODEL, "--since", "2h", "--until",
+               str(t0 + 60 * N), "--slo-ttft", "2", "--slo-itl", "0.1", "--quick", "--quiet",
+               "--save-history", str(tmp_path / "no-such-dir" / "h.csv")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "cannot write" in err[0] and "--save-history" in err[0], err

@@ -1,0 +1,153 @@
+"""The tuner (simulator.tune): the pick and the frontier, the manifest round trip, and a small real sweep.
+
+The sweep runs the first 10 minutes of azure2023-code on 8B/H100 with the fast cold start and a 2 s / 0.1 s
+SLO: starting from one replica the scaler cannot catch the opening burst (about 67% of requests meet the
+SLO), from two it can (about 93%). With a 90% target the tuner must write minReplicaCount 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from keda_llm.scaler.config import parse_metadata
+from keda_llm.simulator.control.scaledobject import load_scaledobject, settings_from_manifest
+from keda_llm.simulator.manifest import scaledobject_manifest
+from keda_llm.simulator.policies import default_scaledobject
+from keda_llm.simulator.presets import get_preset
+from keda_llm.simulator.report import Slo
+from keda_llm.simulator.run import Backtest
+from keda_llm.simulator.traces import Trace, load_shipped
+from keda_llm.simulator.tune import (
+    Grid,
+    Knobs,
+    Point,
+    Target,
+    TuneResult,
+    candidate,
+    pareto,
+    pick,
+    plot,
+    render_yaml,
+    tune,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+GRID = Grid(itl_fraction=(0.3, 0.5), kv_utilization=(0.8,), scale_down_delay=(None,), mode=("hybrid",),
+            min_replicas=(1, 2))
+
+
+def _pt(att: float, gpu_h: float, sdd: float | None = None) -> Point:
+    return Point(Knobs(scale_down_delay=sdd), {}, att, gpu_h, 0, 0.0)
+
+
+def test_pick_is_the_cheapest_meeting_the_target_else_the_best_attainment() -> None:
+    a, b, c, d = _pt(0.995, 3.0), _pt(0.991, 2.0), _pt(0.97, 1.0), _pt(0.991, 2.0, sdd=1.0)
+    assert pick([a, b, c], 0.99) is b
+    assert pick([a, c], 0.99) is a
+    assert pick([a, b, c], 0.999) is a  # none meets it: the best attainment
+    assert pick([c, _pt(0.97, 0.5)], 0.99).gpu_hours == 0.5  # a tie on attainment: the cheaper
+    e, f = _pt(0.9762, 3.67), _pt(0.9758, 2.86)
+    assert pick([e, f, c], 0.99) is f  # within 0.1 point of the best: the cheaper
+    assert pick([e, _pt(0.9751, 2.0)], 0.99) is e  # 0.11 point below: not a tie
+    assert pick([b, d], 0.99) is b  # a full tie: the first swept
+
+
+def test_pareto_keeps_only_points_no_other_beats_on_both_axes() -> None:
+    pts = [_pt(0.90, 1.0), _pt(0.85, 1.5), _pt(0.95, 2.0), _pt(0.95, 2.5), _pt(0.99, 3.0), _pt(0.80, 0.5)]
+    assert [(p.attainment, p.gpu_hours) for p in pareto(pts)] == [(0.80, 0.5), (0.90, 1.0), (0.95, 2.0), (0.99, 3.0)]
+
+
+@pytest.mark.parametrize("source", ["default", "fixture"])
+def test_the_manifest_reads_back_as_the_same_scaledobject(source: str) -> None:
+    if source == "default":
+        so = default_scaledobject(MODEL, max_replicas=8, cold_start_s=120, slo_itl_s=0.05)
+    else:
+        so = load_scaledobject(ROOT / "tests" / "fixtures" / "scaledobjects" / "vllm-push-recommended.yaml")
+    assert settings_from_manifest(scaledobject_manifest(so)) == so
+
+
+def test_a_candidate_carries_its_knobs_and_no_version_limited_field() -> None:
+    so = candidate(Knobs(itl_fraction=0.4, kv_utilization=0.6, scale_down_delay=2.0, mode="reactive", min_replicas=2),
+                   Target(MODEL, name="n", namespace="ns", deployment="d", max_replicas=5), slo_itl_s=0.1,
+                   cold_start_s=150.0)
+    meta = so.triggers[0].metadata
+    assert (meta["targetInterTokenLatency"], meta["targetKVUtilization"], meta["scaleDownDelay"], meta["mode"]) == \
+        ("40ms", "0.6", "5m", "reactive")
+    assert (so.min_replicas, so.max_replicas, so.name, so.namespace, so.target_name) == (2, 5, "n", "ns", "d")
+    assert meta["activationQuery"] == f'sum(keda_llm_activator_held_requests{{model="{MODEL}"}})'
+    cfg = parse_metadata(meta)
+    assert cfg.mode == "reactive" and cfg.target_kv_utilization == 0.6
+    assert "tolerance" not in yaml.safe_dump(scaledobject_manifest(so))
+    assert "scaleDownDelay" not in candidate(Knobs(), Target(MODEL), slo_itl_s=0.1, cold_start_s=150.0) \
+        .triggers[0].metadata  # None: the scaler's adaptive default
+
+
+@pytest.fixture(scope="module")
+def case() -> tuple[Trace, Backtest]:
+    tr = load_shipped("azure2023-code").window(0, 600)
+    return tr, Backtest(get_preset("llama-3.1-8b/h100"), cold_start="fast", slo=Slo(2.0, 0.1), mode="detailed")
+
+
+@pytest.fixture(scope="module")
+def swept(case: tuple[Trace, Backtest]) -> TuneResult:
+    return tune(*case, Target(MODEL), grid=GRID, target=0.9, workers=2)
+
+
+def test_a_small_sweep_picks_the_cheapest_point_meeting_the_target(swept: TuneResult) -> None:
+    assert len(swept.points) == 4
+    assert [p.knobs for p in swept.points] == GRID.candidates()  # in grid order, whatever finished first
+    meeting = [p for p in swept.points if p.attainment >= 0.9]
+    assert meeting and len(meeting) < len(swept.points)  # the case separates the points
+    assert swept.met
+    assert swept.chosen is min(meeting, key=lambda p: p.gpu_hours)
+    assert swept.chosen.knobs.min_replicas == 2
+    assert all(p.attainment < 0.9 for p in swept.points if p.knobs.min_replicas == 1)
+    assert swept.oracle is not None and swept.static is not None
+    assert swept.oracle.gpu_hours < swept.static.gpu_hours
+    assert swept.chosen.manifest["spec"]["minReplicaCount"] == 2
+
+
+def test_parallel_points_equal_serial_ones(case: tuple[Trace, Backtest], swept: TuneResult) -> None:
+    grid = Grid(itl_fraction=(0.5,), kv_utilization=(0.8,), scale_down_delay=(None,), mode=("hybrid",),
+                min_replicas=(1, 2))
+    serial = tune(*case, Target(MODEL), grid=grid, target=0.9, workers=1, with_references=False)
+    par = {p.knobs: p for p in swept.points}
+    assert all(p.same(par[p.knobs]) for p in serial.points)
+    assert serial.oracle is None and serial.static is None
+
+
+def test_the_yaml_is_the_chosen_manifest_under_a_header(case: tuple[Trace, Backtest], swept: TuneResult,
+                                                         tmp_path: Path) -> None:
+    text = render_yaml(swept, trace=case[0], backtest=case[1], command="keda-llm tune --quick")
+    assert yaml.safe_load(text) == swept.chosen.manifest
+    head = [line for line in text.splitlines() if line.startswith("#")]
+    joined = "\n".join(head)
+    for needle in ("azure2023-code[0s,600s)", "llama-3.1-8b/h100", "TTFT <= 2 s", "ITL <= 0.1 s", "target 90%",
+                   f"{100 * swept.chosen.attainment:.1f}% of requests met the SLO at {swept.chosen.gpu_hours:.2f}",
+                   "keda-llm tune --quick"):
+        assert needle in joined, needle
+    out = tmp_path / "f.png"
+    plot(swept, out, title="t")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_when_no_point_meets_the_target_the_best_is_written_and_said_so(case: tuple[Trace, Backtest],
+                                                                         swept: TuneResult) -> None:
+    unmet = TuneResult(swept.points, 0.999, None, None, None, swept.mode)
+    assert not unmet.met
+    best = max(p.attainment for p in swept.points)
+    assert unmet.chosen is min((p for p in swept.points if p.attainment >= best - 0.001), key=lambda p: p.gpu_hours)
+    assert "NO point met the 99.9% target" in render_yaml(unmet, trace=case[0], backtest=case[1])
+
+
+def test_bad_arguments_are_refused(case: tuple[Trace, Backtest]) -> None:
+    with pytest.raises(ValueError, match="target"):
+        tune(*case, Target(MODEL), grid=GRID, target=1.5)
+    with pytest.raises(ValueError, match="workers"):
+        tune(*case, Target(MODEL), grid=GRID, workers=0)
+    with pytest.raises(ValueError, match="no candidate"):
+        tune(*case, Target(MODEL), grid=Grid(mode=()), workers=2)
