@@ -198,3 +198,21 @@ def test_the_activator_proxy_calls_the_same_rules(spies: Spies) -> None:
 
     run(main(), timeout=30)
     assert spies.names() == WANT
+
+
+def test_move_ready_ends_a_cold_start_early_and_the_held_requests_follow() -> None:
+    # the demo's warmed weights: a pod created at 10 (cold start 60 s: scheduled at 20, ready at 70) is told
+    # at 30 that it is ready at 35 instead; the request held since 5 goes to it then: prefill 35-36, four
+    # decode iterations, done at 40; the stale event at 70 changes nothing
+    sim = Simulation(trace([5.0]), config(iteration_s=1.0), ScheduleController("one", [PodPlan(70.0, math.inf, 60.0)]))
+    sim.begin()
+    sim.advance_to(30.0)
+    (pod,) = sim.cluster.replicas
+    assert (pod.scheduled_at, pod.ready_at, sim.router.pending) == (20.0, 70.0, 1)
+    sim.move_ready(pod, 35.0)
+    sim.advance_to(100.0)
+    (req,) = sim.requests
+    assert (req.first_token_s, req.finish_s, pod.startup_seconds) == (36.0, 40.0, 25.0)
+    assert sim.router.waits == [30.0] and sim.router.pending == 0
+    with pytest.raises(ValueError, match="replica-0 is ready, not starting"):
+        sim.move_ready(pod, 80.0)
