@@ -15,6 +15,9 @@ clock.
   else from the requests outstanding through this activator; saturated endpoints are skipped while
   an unsaturated one exists.
 - `retry_after`: the seconds a refused client is told to wait.
+
+The simulator's gateway (simulator/router.py) calls these same rules per request; its fluid mode, which
+holds requests as arrays, calls `room` and `expiry_cutoff` (the bound and the maximum wait) on them.
 """
 
 from __future__ import annotations
@@ -85,7 +88,7 @@ class HeldQueue:
 
     def offer(self, priority: int, now: float, retry_after: int) -> Admitted | Refused:
         """Hold a new request of class `priority` (clamped to the classes there are), or refuse it."""
-        if self._held >= self.max_held:
+        if room(self._held, self.max_held) <= 0:
             return Refused("queue_full", retry_after)
         lane = min(max(priority, 0), len(self._lanes) - 1)
         self._seq += 1
@@ -128,8 +131,9 @@ class HeldQueue:
     def expire(self, now: float) -> list[Ticket]:
         """Take out and return every request held for `max_wait` or longer (oldest first per class)."""
         out: list[Ticket] = []
+        cutoff = expiry_cutoff(now, self.max_wait)
         for lane in self._lanes:
-            while lane and (lane[0].state != "held" or now - lane[0].arrived >= self.max_wait):
+            while lane and (lane[0].state != "held" or lane[0].arrived <= cutoff):
                 ticket = lane.popleft()
                 if ticket.state == "held":
                     ticket.state = "expired"
@@ -143,6 +147,13 @@ class HeldQueue:
         while (t := self.pop()) is not None:
             out.append(t)
         return out
+
+    def held(self) -> Iterator[Ticket]:
+        """The requests held now, in release order (a view: take them out with `pop`)."""
+        for lane in self._lanes:
+            for t in lane:
+                if t.state == "held":
+                    yield t
 
     def oldest(self) -> float | None:
         """Arrival time of the longest-held request, or None when nothing is held."""
@@ -164,6 +175,16 @@ class HeldQueue:
             lane.pop()
         while lane and lane[0].state != "held":
             lane.popleft()
+
+
+def room(held: int, max_held: int) -> int:
+    """How many more requests the queue admits: the bound, as one number (0: refuse, queue_full)."""
+    return max(0, max_held - held)
+
+
+def expiry_cutoff(now: float, max_wait: float) -> float:
+    """A request that arrived at or before this time has waited `max_wait`: it expires now."""
+    return now - max_wait
 
 
 @dataclass
@@ -226,22 +247,36 @@ class Routing:
     cursor: int = 0
 
     def pick(self, endpoints: Sequence[EndpointLoad]) -> str | None:
-        chosen = pick(endpoints, self.rules, self.cursor)
+        i = self.pick_index(endpoints)
+        return None if i is None else endpoints[i].address
+
+    def pick_index(self, endpoints: Sequence[EndpointLoad]) -> int | None:
+        chosen = pick_index(endpoints, self.rules, self.cursor)
         self.cursor += 1
         return chosen
 
 
 def pick(endpoints: Sequence[EndpointLoad], rules: RoutingRules, cursor: int = 0) -> str | None:
     """The least-loaded endpoint that may take one more request, or None (hold the request)."""
-    cands = [e for e in endpoints if rules.max_outstanding <= 0 or e.outstanding < rules.max_outstanding]
+    i = pick_index(endpoints, rules, cursor)
+    return None if i is None else endpoints[i].address
+
+
+def pick_index(endpoints: Sequence[EndpointLoad], rules: RoutingRules, cursor: int = 0) -> int | None:
+    """`pick` as a position in `endpoints` (the simulator's gateway maps it back to its replica).
+    Ties go to the first candidate at or after `cursor`: with cursor 0, the first listed."""
+    if rules.max_outstanding <= 0:
+        cands = list(range(len(endpoints)))
+    else:
+        cands = [i for i, e in enumerate(endpoints) if e.outstanding < rules.max_outstanding]
     if not cands:
         return None
     if len(cands) == 1:
-        return cands[0].address
-    unsaturated = [e for e in cands if e.kv_usage is None or e.kv_usage < rules.kv_saturation]
+        return cands[0]
+    unsaturated = [i for i in cands if (kv := endpoints[i].kv_usage) is None or kv < rules.kv_saturation]
     if unsaturated:
         cands = unsaturated
-    measured = all(e.kv_usage is not None and e.waiting is not None for e in cands)
+    measured = all(endpoints[i].kv_usage is not None and endpoints[i].waiting is not None for i in cands)
 
     def score(e: EndpointLoad) -> float:
         if not measured:
@@ -250,8 +285,8 @@ def pick(endpoints: Sequence[EndpointLoad], rules: RoutingRules, cursor: int = 0
         return e.kv_usage + rules.waiting_weight * e.waiting + rules.outstanding_weight * e.outstanding
 
     n = len(cands)
-    best = min(range(n), key=lambda i: (score(cands[i]), (i - cursor) % n))
-    return cands[best].address
+    best = min(range(n), key=lambda j: (score(endpoints[cands[j]]), (j - cursor) % n))
+    return cands[best]
 
 
 @dataclass(frozen=True)

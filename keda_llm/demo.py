@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import secrets
 import sys
 import threading
 import time
@@ -30,16 +31,18 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
+from keda_llm.activator.proxy import Metrics as ActivatorMetrics
 from keda_llm.demo_engine import EngineServer, Latency, render
 from keda_llm.scaler.assembly import ScalerSettings, ScalerThread, start_in_thread
 from keda_llm.scaler.model import WorkloadState
 from keda_llm.simulator.cluster import Phase as PodPhase
 from keda_llm.simulator.cluster import SimReplica
-from keda_llm.simulator.coldstart import ColdStartModel
+from keda_llm.simulator.coldstart import ColdStartAssumptions, ColdStartModel
 from keda_llm.simulator.coldstart import Phase as ColdStartPhase
 from keda_llm.simulator.control import parse_scaledobjects
 from keda_llm.simulator.control.grpc_scaler import GrpcExternalScaler
@@ -56,6 +59,16 @@ NAME = "llama-8b"  # the ScaledObject and its Deployment
 NODE = "demo-node"
 DEFAULT_DURATION = 180.0
 GIB = 1024**3
+MIB = 1024**2
+#: The cold start's phases as shares of `Scenario.cold_start` (node, image, weights, engine init: the four
+#: levers of docs/design.md), and the weights phase when the exporter warmed them into the page cache:
+#: storage bandwidth over page-cache bandwidth (simulator/coldstart.py's assumptions and their sources).
+COLD_PHASES = (("scheduling", 1 / 9), ("image_pull", 2 / 9), ("weight_load", 5 / 9), ("warmup", 1 / 9))
+_CS = ColdStartAssumptions()
+WARM_WEIGHTS_FACTOR = _CS.storage_bandwidth / _CS.page_cache_bandwidth
+WEIGHTS_BYTES = 16 * MIB  # the demo's stand-in weight file, read by the exporter's POST /v1/warm
+EXAMPLE_WARM_PATH = "/models/llama-8b"
+MAX_HELD = 1000  # the activator's default bound on held requests (activator/config.py)
 
 log = logging.getLogger("keda_llm.demo")
 
@@ -199,8 +212,14 @@ def demo_trace(sc: Scenario, lead: float = 0.0) -> Trace:
                  np.array([a.output for a in sched], dtype=np.int32))
 
 
+def cold_phases(sc: Scenario) -> dict[str, float]:
+    """Seconds of each cold-start phase with cold weights (read from storage)."""
+    return {name: share * sc.cold_start for name, share in COLD_PHASES}
+
+
 def sim_config(sc: Scenario) -> SimConfig:
-    """The simulator's cluster for the demo: a small, slow vLLM-like replica and a fixed cold start.
+    """The simulator's cluster for the demo: a small, slow vLLM-like replica and a fixed cold start in
+    four phases (COLD_PHASES); the weights phase is shortened by the World when the exporter warmed them.
 
     Step time = (1 + 0.002 per token computed + 0.00005 per KV token read) / decode_tokens_per_s: a
     lone sequence decodes at `decode_tokens_per_s` and a full batch of 600-token contexts about 1.5x
@@ -208,9 +227,11 @@ def sim_config(sc: Scenario) -> SimConfig:
     base = 1.0 / sc.decode_tokens_per_s
     replica = ReplicaConfig(max_num_seqs=sc.max_num_seqs, max_num_batched_tokens=2048, kv_blocks=sc.num_blocks,
                             block_size=sc.block_size, enable_prefix_caching=False)
-    cold = ColdStartModel("demo", (ColdStartPhase("loading", sc.cold_start, sc.cold_start),))
+    cold = ColdStartModel("demo", tuple(ColdStartPhase(name, share * sc.cold_start, share * sc.cold_start)
+                                        for name, share in COLD_PHASES))
     return SimConfig(replica, ConstantPerf(base_s=base, per_token_s=0.002 * base, per_kv_token_s=5e-5 * base), cold,
-                     collection_interval_s=1.0, max_wait_s=3600.0, seed=sc.seed, namespace=NAMESPACE, model=MODEL)
+                     collection_interval_s=1.0, max_wait_s=3600.0, max_held=MAX_HELD, seed=sc.seed,
+                     namespace=NAMESPACE, model=MODEL)
 
 
 @dataclass
@@ -223,6 +244,8 @@ class Pod:
     latency: Latency
     created_unix: float
     draining: bool = False
+    phases: dict[str, float] = field(default_factory=dict)  # the cold start as it went (none: started before)
+    weights_warm: bool | None = None  # decided when the pod reaches its weights phase
 
 
 @dataclass
@@ -230,11 +253,16 @@ class Stats:
     sent: int = 0
     served: int = 0
     held: int = 0  # requests that waited at the gateway
+    held_peak: int = 0  # the most held at once (the activator's held gauge)
+    forwarded_after_hold: int = 0  # held requests released to a ready pod
+    refused: int = 0  # answered by the activator past its bound (429) or its max wait (503)
     max_gateway_wait: float = 0.0
     ttft: list[float] = field(default_factory=list)  # arrival -> first token, seconds
     zero_seconds: float = 0.0
     activations: list[tuple[float, int]] = field(default_factory=list)  # (time, HTTP status)
     pods_started: int = 0
+    warm_jobs: list[dict[str, Any]] = field(default_factory=list)  # the exporter's /v1/warm jobs, as it lists them
+    cold_starts: list[tuple[str, dict[str, float], bool]] = field(default_factory=list)  # (pod, phases, warm)
 
 
 Event = Callable[[str], None]
@@ -247,11 +275,13 @@ class GatewayScaler(GrpcExternalScaler):
     `gateway_retry`); the POST runs on its own thread and the push that follows comes back over
     StreamIsActive, as in a cluster, so `activate` asks the emulator for no push of its own."""
 
-    def __init__(self, channel: Any, activate_url: str, stats: Stats, event: Event) -> None:
+    def __init__(self, channel: Any, activate_url: str, stats: Stats, event: Event,
+                 metrics: ActivatorMetrics | None = None) -> None:
         super().__init__(channel)
         self.activate_url = activate_url
         self._stats = stats
         self._event = event
+        self._metrics = metrics
 
     def activate(self, now: float) -> bool:
         threading.Thread(target=self._post, args=(now,), name="gateway-activate", daemon=True).start()
@@ -267,7 +297,9 @@ class GatewayScaler(GrpcExternalScaler):
         except OSError:
             status = 0
         self._stats.activations.append((now, status))
-        self._event(f"gateway: POST /v1/activate/{NAMESPACE}/{NAME} -> {status or 'no answer'}")
+        if self._metrics is not None:
+            self._metrics.activations.labels(MODEL, "ok" if status == 200 else "error").inc()
+        self._event(f"activator: POST /v1/activate/{NAMESPACE}/{NAME} -> {status or 'no answer'}")
 
 
 class DemoKeda(KedaController):
@@ -294,6 +326,13 @@ class World:
 
     def __init__(self, sc: Scenario, event: Event, gpus: list[Any]) -> None:
         self.sc = sc
+        #: the activator's metric families (activator/proxy.py's), fed from the simulated gateway's state
+        self.metrics = ActivatorMetrics()
+        #: whether the node's page cache holds the model's weights now (the exporter's /v1/warm done)
+        self.weights_warm: Callable[[], bool] = lambda: False
+        self._seen_refused = 0
+        self._seen_waits = 0
+        self._seen_expired = 0
         p = sc.polling_interval
         self.lead = (0.5 * p - sc.burst_at) % p  # the burst's first request lands half a poll after a poll
         self.lock = threading.Lock()
@@ -342,9 +381,32 @@ class World:
             sim.advance_to(now + self.lead)
             if self.controller is not None and self._scaler is not None and self._scaler.wait_for_push(0):
                 self.controller.tick(sim)
+            self._load_weights(sim)
             self._sync(sim.now)
             out, self._new_control = self._new_control, []
             return out
+
+    def _load_weights(self, sim: Simulation) -> None:
+        """Pods that reached their weights phase: if the node's page cache holds the weights (the exporter
+        read them on the scaler's POST /v1/warm), the phase takes the page-cache time, so the pod is ready
+        sooner; else it reads them from storage, as planned."""
+        phases = cold_phases(self.sc)
+        for r in sim.cluster.replicas:
+            pod = self.pods.get(r.index)
+            if pod is None or not r.starting or pod.weights_warm is not None:
+                continue
+            weights_at = r.scheduled_at + phases["image_pull"]
+            if sim.now < weights_at:
+                continue
+            pod.weights_warm = self.weights_warm()
+            pod.phases = dict(phases)
+            if pod.weights_warm:
+                pod.phases["weight_load"] = phases["weight_load"] * WARM_WEIGHTS_FACTOR
+                sim.move_ready(r, weights_at + pod.phases["weight_load"] + phases["warmup"])
+                self._event(f"pod {pod.name} loading weights: in the node's page cache (warmed by the exporter), "
+                            f"{pod.phases['weight_load']:.2f} s instead of {phases['weight_load']:.2f} s from storage")
+            else:
+                self._event(f"pod {pod.name} loading weights from storage ({phases['weight_load']:.2f} s): not warmed")
 
     def _finished(self, r: SimReplica, finished: list[Request]) -> None:
         pod = self.pods.get(r.index)
@@ -366,13 +428,20 @@ class World:
             if pod is None:
                 pod = self.pods[idx] = self._new_pod(r, warm)
                 changed = True
+                ph = cold_phases(self.sc)
                 self._event(f"pod {pod.name} running (started before the demo)" if warm else
-                            f"pod {pod.name} created: loading the model ({r.startup_seconds:.1f} s cold start)")
+                            f"pod {pod.name} created: cold start phases scheduling {ph['scheduling']:.2f} s, "
+                            f"image {ph['image_pull']:.2f} s, then weights and engine init")
             if r.phase is PodPhase.READY and not pod.server.serving:
                 pod.server.start()
                 changed = True
                 if not warm:
-                    self._event(f"pod {pod.name} ready after {r.startup_seconds:.1f} s")
+                    ph = pod.phases or cold_phases(self.sc)
+                    warmth = " (warm)" if pod.weights_warm else ""
+                    self.stats.cold_starts.append((pod.name, dict(ph), bool(pod.weights_warm)))
+                    self._event(f"pod {pod.name} ready after {r.startup_seconds:.2f} s: scheduling "
+                                f"{ph['scheduling']:.2f} + image {ph['image_pull']:.2f} + weights "
+                                f"{ph['weight_load']:.2f}{warmth} + engine init {ph['warmup']:.2f} s")
             if r.phase is PodPhase.DRAINING and not pod.draining:
                 pod.draining = True
                 self._event(f"pod {pod.name} terminating: draining {r.outstanding} requests")
@@ -388,9 +457,7 @@ class World:
             events = self.controller.events
             self._new_control.extend(events[self._seen_events:])
             self._seen_events = len(events)
-        queue = sim.router.queue
-        if queue:
-            self.stats.max_gateway_wait = max(self.stats.max_gateway_wait, now - queue[0].arrival_s)
+        self._activator_metrics(sim, now)
         self.stats.sent = sim.arrived
         if isinstance(self.controller, DemoKeda):
             self.stats.held = self.controller.held
@@ -399,6 +466,36 @@ class World:
             self.workload = workload_state(self._settings, sim)
         self._animate_gpus(0.0 if self._last is None else now - self._last)
         self._last = now
+
+    def _activator_metrics(self, sim: Simulation, now: float) -> None:
+        """The simulated gateway (activator/core.py's queue) as the activator's own metrics report it."""
+        router, m = sim.router, self.metrics
+        held = router.pending
+        m.held.labels(MODEL).set(held)
+        m.ready.labels(MODEL).set(sum(1 for r in sim.cluster.replicas if r.phase is PodPhase.READY))
+        if held:
+            oldest = router.held.oldest()
+            if oldest is not None:
+                self.stats.max_gateway_wait = max(self.stats.max_gateway_wait, now - oldest)
+        self.stats.held_peak = max(self.stats.held_peak, held)
+        waits = router.waits[self._seen_waits:]
+        self._seen_waits = len(router.waits)
+        for w in waits:
+            m.wait.labels(MODEL, "forwarded").observe(w)
+        if waits:
+            self.stats.forwarded_after_hold += len(waits)
+            self.stats.max_gateway_wait = max(self.stats.max_gateway_wait, *waits)
+            self._event(f"activator: {len(waits)} held requests forwarded to the ready pod "
+                        f"(held up to {max(waits):.1f} s)")
+        for ref in router.refused[self._seen_refused:]:
+            m.rejects.labels(MODEL, ref.reason).inc()
+            self.stats.refused += 1
+        self._seen_refused = len(router.refused)
+        expired = router.dropped_timeout - self._seen_expired
+        self._seen_expired = router.dropped_timeout
+        if expired:
+            m.rejects.labels(MODEL, "max_wait").inc(expired)
+            self.stats.refused += expired
 
     def _new_pod(self, r: SimReplica, warm: bool) -> Pod:
         used = {p.gpu for p in self.pods.values()}
@@ -462,7 +559,8 @@ class World:
             for r in sim.cluster.replicas:
                 out["ready" if r.phase is PodPhase.READY else "draining" if r.phase is PodPhase.DRAINING
                     else "starting"] += 1
-            out.update(gateway=sim.router.pending, sent=sim.arrived, in_flight=sim.in_flight, spec=sim.desired)
+            out.update(gateway=sim.router.pending, sent=sim.arrived, in_flight=sim.in_flight, spec=sim.desired,
+                       bound=sim.router.bound)
             return out
 
     def load(self, now: float, window: float = 5.0) -> float:
@@ -506,6 +604,15 @@ class World:
 # ---------------------------------------------------------------------------- the real components
 
 
+def _serve(registry: Any) -> Any:
+    """The activator's metrics over HTTP on loopback (prometheus_client's server), as its admin port
+    serves them."""
+    from prometheus_client import start_http_server
+
+    server, _ = start_http_server(0, "127.0.0.1", registry=registry)
+    return server
+
+
 class _PodGpus:
     """GPU source for the exporter: the real NVML collector over a fake NVML, with each GPU attributed to
     the pod that holds it (the kubelet's pod-resources API does this on a real node)."""
@@ -531,20 +638,23 @@ class _PodGpus:
 class _Exporter:
     """The real exporter: Collector + HTTP server, discovering pods from the world's pod list."""
 
-    def __init__(self, sc: Scenario, world: World) -> None:
+    def __init__(self, sc: Scenario, world: World, warm_dir: str, token_file: str) -> None:
         from keda_llm.exporter.cli import build_collector
         from keda_llm.exporter.config import parse_config
         from keda_llm.exporter.fake_nvml import FakeNvml
         from keda_llm.exporter.server import create_server
+        from keda_llm.exporter.warm import Warmer
 
         cfg = parse_config({
             "listen": "127.0.0.1:0", "interval": sc.exporter_interval, "node_name": NODE,
             "kubernetes": {"enabled": True, "refresh_interval": 1.0},
             "gpu": {"nvml": True, "pod_resources_socket": ""},
+            "warm": {"directories": [warm_dir], "token_file": token_file},
         }, env={})
         self.collector = build_collector(cfg, gpu_source=_PodGpus(FakeNvml(world.gpus), world),
                                          list_pods=lambda node: world.pod_list())
-        self.server, port = create_server(cfg.listen_address, self.collector)
+        self.warmer = Warmer(cfg.warm)
+        self.server, port = create_server(cfg.listen_address, self.collector, self.warmer)
         self.url = f"http://127.0.0.1:{port}/metrics"
 
     def start(self) -> None:
@@ -556,11 +666,13 @@ class _Exporter:
         self.collector.stop()
 
 
-def scaler_settings(sc: Scenario) -> ScalerSettings:
-    """`keda-llm scaler`'s assembly on loopback with the demo's shortened intervals; decisions on the RPC path."""
+def scaler_settings(sc: Scenario, warm_token_file: str | None = None) -> ScalerSettings:
+    """`keda-llm scaler`'s assembly on loopback with the demo's shortened intervals; decisions on the RPC path.
+    `warm_token_file`: the exporters' /v1/warm token (`--warm-token-file`), so the scaler warms weights."""
     return ScalerSettings(grpc_address="127.0.0.1:0", http_address=("127.0.0.1", 0), interval_s=sc.scaler_interval,
                           scrape_timeout_s=min(2.0, sc.scaler_interval), tick_s=sc.scaler_tick,
-                          activation_hold_s=sc.activation_hold, refresh_s=None, demand_watch_s=1.0)
+                          activation_hold_s=sc.activation_hold, refresh_s=None, demand_watch_s=1.0,
+                          warm_token_file=warm_token_file, warm_scan_s=max(1.0, sc.scaler_interval))
 
 
 SCALEDOBJECT = """\
@@ -601,15 +713,39 @@ spec:
         panicWindow: "{panic}s"
         scaleToZero: "true"
         idleTimeout: "{idle}s"
+        warmPath: "{warm_path}"
+        coldStart: "{cold_start}s"
 """
 
 
-def scaledobject_yaml(sc: Scenario, scaler: str, exporter: str) -> str:
+def scaledobject_yaml(sc: Scenario, scaler: str, exporter: str, warm_path: str = EXAMPLE_WARM_PATH) -> str:
     return SCALEDOBJECT.format(name=NAME, namespace=NAMESPACE, polling=sc.polling_interval, cooldown=sc.cooldown,
                                max_replicas=sc.max_replicas, down_window=sc.scale_down_stabilization,
                                scaler=scaler, exporter=exporter, model=MODEL, target=sc.target_kv_utilization,
                                stable=f"{sc.stable_window:g}", panic=f"{sc.panic_window:g}",
-                               idle=f"{sc.idle_timeout:g}")
+                               idle=f"{sc.idle_timeout:g}", warm_path=warm_path, cold_start=f"{sc.cold_start:g}")
+
+
+class _Weights:
+    """The model's stand-in weight files in a temporary directory the exporter may warm, and the bearer
+    token the scaler presents (a Secret in a cluster)."""
+
+    def __init__(self) -> None:
+        import tempfile
+
+        self._dir = tempfile.TemporaryDirectory(prefix="keda-llm-demo-")
+        root = Path(self._dir.name)
+        self.warm_dir = str(root / "models")
+        self.path = str(root / "models" / "llama-8b")
+        Path(self.path).mkdir(parents=True)
+        with open(Path(self.path) / "model.safetensors", "wb") as f:
+            for _ in range(WEIGHTS_BYTES // MIB):
+                f.write(bytes(MIB))
+        self.token_file = str(root / "warm-token")
+        Path(self.token_file).write_text(secrets.token_hex(16) + "\n")
+
+    def close(self) -> None:
+        self._dir.cleanup()
 
 
 # ---------------------------------------------------------------------------------- observation
@@ -634,16 +770,25 @@ class View:
     gpus_used: int = 0
     gpu_util: float | None = None
     power_w: float | None = None
+    held: float | None = None  # keda_llm_activator_held_requests, read from the activator's /metrics
+    refused: float = 0.0  # keda_llm_activator_rejects_total, all reasons
+
+
+def _read(url: str) -> str:
+    """One exposition's text ('' when it cannot be read)."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return str(resp.read().decode())
+    except OSError:
+        return ""
 
 
 def _families(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     """Sample name -> (labels, value) of one exposition, read with the exporter's own parser."""
     from keda_llm.exporter.parse import parse
 
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            text = resp.read().decode()
-    except OSError:
+    text = _read(url)
+    if not text:
         return {}
     out: dict[str, list[tuple[dict[str, str], float]]] = {}
     for s in parse(text):
@@ -655,7 +800,8 @@ def _model_values(fams: dict[str, list[tuple[dict[str, str], float]]], name: str
     return [v for labels, v in fams.get(name, []) if labels.get("model") == MODEL and math.isfinite(v)]
 
 
-def observe(t: float, sc: Scenario, world: World, exporter_url: str, scaler_http: str) -> View:
+def observe(t: float, sc: Scenario, world: World, exporter_url: str, scaler_http: str,
+            activator_url: str = "") -> View:
     phase = sc.phase_at(t).name if t < sc.duration else "finishing the requests in flight"
     view = View(t, phase, world.load(t), counts=world.counts())
     ex = _families(exporter_url)
@@ -682,6 +828,11 @@ def observe(t: float, sc: Scenario, world: World, exporter_url: str, scaler_http
     view.active = bool(active[0]) if active else None
     view.reason = reasons[0] if reasons else ""
     view.panic = bool(panic and panic[0])
+    if activator_url:
+        af = _families(activator_url)
+        held = _model_values(af, "keda_llm_activator_held_requests")
+        view.held = held[0] if held else None
+        view.refused = sum(_model_values(af, "keda_llm_activator_rejects_total"))
     return view
 
 
@@ -696,7 +847,7 @@ def plain_line(v: View) -> str:
         pods += f", {c['starting']} starting"
     if c.get("draining"):
         pods += f", {c['draining']} draining"
-    gw = f" | gateway holds {c['gateway']}" if c.get("gateway") else ""
+    gw = f" | activator holds {v.held:.0f}" if v.held else ""
     panic = ", panic" if v.panic and v.reason != "panic" else ""
     scaler = "-" if v.desired is None else f"{v.desired:.0f} ({v.reason}{panic})"
     active = "" if v.active is None else (" active" if v.active else " INACTIVE")
@@ -727,6 +878,8 @@ class Report:
     exporter_running_series: bool = False
     scaler_errors: int = 0
     log_errors: list[str] = field(default_factory=list)
+    activator_held_max: float = 0.0  # the most the activator's held gauge showed over HTTP
+    activator_metrics: str = ""  # the activator's /metrics at the end of the run
 
 
 class _LogCollector(logging.Handler):
@@ -777,6 +930,9 @@ class Demo:
         self._threads: list[threading.Thread] = []
         self.world: World | None = None
         self._last_desired: float | None = None
+        self._warm_seen: set[tuple[int, str]] = set()
+        self.activator_url = ""
+        self._held_shown = 0
 
     def now(self) -> float:
         return time.monotonic() - self._t0
@@ -803,11 +959,29 @@ class Demo:
         """The world on the wall clock: the simulation advanced to now every 50 ms."""
         while not self._stop.wait(0.05):
             self._record(world.advance(self.now()))
+            self._watch_warms(exporter)
             if world.pods_changed.is_set():  # a pod came or went: the exporter re-lists at once
                 world.pods_changed.clear()
                 exporter.collector.refresh_discovery()
             c = world.counts()
             self.report.max_pods = max(self.report.max_pods, c["ready"] + c["starting"])
+
+    def _watch_warms(self, exporter: _Exporter) -> None:
+        """The exporter's /v1/warm jobs (the scaler's calls) as events: accepted, then done."""
+        for job in exporter.warmer.jobs():
+            key = (job["id"], job["state"])
+            if key in self._warm_seen:
+                continue
+            self._warm_seen.add(key)
+            if job["state"] == "running" or (job["id"], "running") not in self._warm_seen:
+                self._warm_seen.add((job["id"], "running"))
+                self.event(f"scaler -> exporter: POST /v1/warm {{path: .../{Path(job['path']).name}}} accepted "
+                           f"({job['bytes'] / MIB:.0f} MiB of weights)")
+            if job["state"] == "done":
+                self.event(f"exporter: weights warmed into the page cache ({job['bytes_read'] / MIB:.0f} MiB in "
+                           f"{job['seconds']:.2f} s): the next pod's weights phase is cut")
+            elif job["state"] == "failed":
+                self.event(f"exporter: warm failed: {job['error']}")
 
     def _record(self, events: list[Any]) -> None:
         lead = self.world.lead if self.world is not None else 0.0
@@ -848,21 +1022,29 @@ class Demo:
         gpus = fake_gpus(self.sc.max_replicas, memory_used=GIB // 2, utilization_gpu=0, power_mw=70_000,
                          temperature_c=35)
         world = self.world = World(self.sc, self.event, gpus)
+        weights = _Weights()
         exporter: _Exporter | None = None
         scaler: ScalerThread | None = None
         channel: Any = None
         ext: GatewayScaler | None = None
+        act_http: Any = None
         interrupted = False
         try:
-            exporter = _Exporter(self.sc, world)
-            scaler = start_in_thread(scaler_settings(self.sc), reader=world)
-            settings = parse_scaledobjects(scaledobject_yaml(self.sc, scaler.grpc_target, exporter.url.split("/")[2]),
-                                           "demo ScaledObject")[0]
+            exporter = _Exporter(self.sc, world, weights.warm_dir, weights.token_file)
+            warmer = exporter.warmer
+            world.weights_warm = lambda: any(j["state"] == "done" and j["path"] == weights.path
+                                             for j in warmer.jobs())
+            act_http = _serve(world.metrics.registry)
+            self.activator_url = f"http://127.0.0.1:{act_http.server_port}/metrics"
+            scaler = start_in_thread(scaler_settings(self.sc, weights.token_file), reader=world)
+            settings = parse_scaledobjects(scaledobject_yaml(self.sc, scaler.grpc_target, exporter.url.split("/")[2],
+                                                             weights.path), "demo ScaledObject")[0]
             cfg = parse_metadata(settings.triggers[0].metadata)
             # what KEDA's first call would do: the scaler starts collecting the model from the exporter
             scaler.scaler.sources.for_config(cfg).watch(NAMESPACE, cfg.model)
             channel = grpc.insecure_channel(scaler.grpc_target)
-            ext = GatewayScaler(channel, f"{scaler.http_url}/v1/activate/{NAMESPACE}/{NAME}", world.stats, self.event)
+            ext = GatewayScaler(channel, f"{scaler.http_url}/v1/activate/{NAMESPACE}/{NAME}", world.stats, self.event,
+                                world.metrics)
             keda = DemoKeda(NAME, settings, ext, initial_replicas=self.sc.initial_replicas,
                             hpa=settings.hpa_config(sync_period_s=self.sc.hpa_sync, configurable_tolerance=True),
                             gateway_activation_interval_s=self.sc.gateway_retry)
@@ -891,8 +1073,15 @@ class Demo:
             world.close()
             if exporter is not None:
                 exporter.stop()
+                world.stats.warm_jobs = exporter.warmer.jobs()
+                exporter.warmer.wait(5.0)
             if scaler is not None:
                 scaler.stop()
+            if act_http is not None:
+                self.report.activator_metrics = _read(self.activator_url)
+                act_http.shutdown()
+                act_http.server_close()
+            weights.close()
             root.handlers, root.level = saved
         r = self.report
         r.stats = world.stats
@@ -922,9 +1111,10 @@ class Demo:
                     break
                 if t >= next_at:
                     next_at += period
-                    view = observe(t, self.sc, world, exporter_url, scaler_http)
+                    view = observe(t, self.sc, world, exporter_url, scaler_http, self.activator_url)
                     if view.running is not None:
                         self.report.exporter_running_series = True
+                    self.report.activator_held_max = max(self.report.activator_held_max, view.held or 0.0)
                     if view.desired is not None and view.desired != self._last_desired:
                         self._last_desired = view.desired
                         self.event(f"scaler: desired {view.desired:.0f} ({view.reason})")
@@ -967,9 +1157,10 @@ class Demo:
         if v.active is not None:
             scaler += "  active" if v.active else "  [red]inactive[/red]"
         grid.add_row("scaler", scaler)
-        gw = c.get("gateway", 0)
-        grid.add_row("gateway", f"[bold yellow]{gw} requests held, waiting for a replica[/bold yellow]" if gw
-                     else "passing requests through")
+        gw = v.held or 0
+        grid.add_row("activator", (f"[bold yellow]{gw:.0f} requests held (bound {c.get('bound', 0)}), waiting for a "
+                                   "replica[/bold yellow]" if gw else "passing requests through")
+                     + f"  (its /metrics; refused {v.refused:.0f})")
         with self._events_lock:
             recent = self.report.events[-12:]
         events = "\n".join(f"{at:6.1f}s  {msg}" for at, msg in recent) or "(none yet)"
@@ -982,15 +1173,21 @@ class Demo:
         lines = [
             f"keda-llm demo: {MODEL} (namespace {NAMESPACE}), {sc.duration:.0f} s of real time, all on loopback.",
             "  real      the keda-llm exporter and scaler, their HTTP and gRPC endpoints:",
-            f"              exporter  {exporter_url}",
+            f"              exporter  {exporter_url}   POST /v1/warm (weights into the page cache)",
             f"              scaler    gRPC {scaler.grpc_target} (KEDA ExternalScaler)   {scaler.http_url}/metrics",
-            f"                        POST {scaler.http_url}/v1/activate/{NAMESPACE}/{NAME}",
+            f"                        POST {scaler.http_url}/v1/activate/{NAMESPACE}/{NAME}   (warmPath set: wakes "
+            "and scale-ups warm the weights)",
+            f"            activator rules (activator/core.py: bound {MAX_HELD}, Retry-After, routing) and metrics "
+            f"{self.activator_url}",
             "  simulated by the simulator the backtests run, on the wall clock: the Deployment's pods, their engines",
             f"            ({sc.max_num_seqs} sequences, {sc.num_blocks * sc.block_size} KV tokens each, "
             f"{sc.cold_start:g} s cold start before the port opens, vLLM /metrics),",
-            "            the load, the gateway that holds requests while no replica is ready, and KEDA + the HPA",
+            "            the load, the gateway that runs the activator's rules, and KEDA + the HPA",
             "            (simulator/control), calling the scaler over real gRPC as KEDA does;"
             f" {sc.max_replicas} GPUs behind a fake NVML.",
+            "  cold start " + " + ".join(f"{n} {v:.2f} s" for n, v in cold_phases(sc).items())
+            + f"; weights from the page cache once warmed: "
+            f"{cold_phases(sc)['weight_load'] * WARM_WEIGHTS_FACTOR:.2f} s",
             f"  shortened pollingInterval {sc.polling_interval}s, cooldownPeriod {sc.cooldown}s, HPA sync "
             f"{sc.hpa_sync:g}s (Kubernetes: 15s), stableWindow {sc.stable_window:g}s, panicWindow "
             f"{sc.panic_window:g}s, idleTimeout {sc.idle_timeout:g}s",
@@ -998,6 +1195,7 @@ class Demo:
             "  stop      Ctrl-C ends early; the summary still prints",
             "  try       curl -s " + exporter_url + " | grep llm_requests      "
             "(the ScaledObject: keda-llm demo --print-scaledobject)",
+            f"            curl -s {self.activator_url} | grep keda_llm_activator_held",
             "",
         ]
         print("\n".join(lines), file=self.out, flush=True)
@@ -1011,6 +1209,10 @@ class Demo:
 
         kinds = [k for _, k, _, _ in r.control]
         ok = [st for _, st in s.activations if st == 200]
+        done_warms = sum(1 for j in s.warm_jobs if j["state"] == "done")
+        warmed = sum(1 for _, _, w in s.cold_starts if w)
+        cold_w = cold_phases(self.sc)["weight_load"]
+        warm_w = cold_w * WARM_WEIGHTS_FACTOR
         lost = r.lost
         cut = f", interrupted in flight {r.unfinished}" if r.interrupted else ""
         if lost:
@@ -1025,8 +1227,14 @@ class Demo:
             f"  requests  sent {s.sent}, served {s.served}{cut}, lost {lost}",
             f"  latency   time to first token p50 {pct(0.5)}, p95 {pct(0.95)}, max {pct(1.0)} "
             "(from arrival, gateway wait included)",
-            f"  gateway   held {s.held} requests while no replica was ready, longest wait {s.max_gateway_wait:.1f} s; "
-            f"activations POSTed {len(s.activations)} ({len(ok)} answered 200)",
+            f"  activator held {s.held} requests while no replica was ready (peak {s.held_peak} at once, bound "
+            f"{MAX_HELD}), forwarded {s.forwarded_after_hold} once a pod was ready, longest hold "
+            f"{s.max_gateway_wait:.1f} s, refused {s.refused}; activations POSTed {len(s.activations)} "
+            f"({len(ok)} answered 200)",
+            f"  warming   {len(s.warm_jobs)} POST /v1/warm by the scaler ({done_warms} done, "
+            f"{sum(j['bytes_read'] for j in s.warm_jobs) / MIB:.0f} MiB read by the exporter); cold starts "
+            f"{len(s.cold_starts)} done, {warmed} with warm weights" + (
+                f" (weights {warm_w:.2f} s instead of {cold_w:.2f} s)" if warmed else ""),
             f"  replicas  peak {r.max_pods}, pods started {s.pods_started}, time at zero {s.zero_seconds:.0f} s",
             f"  scaling   KEDA: {kinds.count('keda_activate') + kinds.count('push_activate')} wake(s) from zero "
             f"({kinds.count('push_activate')} by StreamIsActive push), {kinds.count('keda_deactivate')} scale(s) "

@@ -18,6 +18,7 @@ from typing import Any
 
 from keda_llm.simulator.control import ScaledObjectError, load_scaledobject
 from keda_llm.simulator.presets import PRESETS, ConfigError, get_preset
+from keda_llm.simulator.router import ROUTING_RULES
 from keda_llm.simulator.traces import (
     MINUTE_COLUMNS,
     SHIPPED,
@@ -60,10 +61,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--cold-start", default="typical", choices=("typical", "fast"), help="cold start case [typical]")
     c.add_argument("--max-replicas", type=int, default=None,
                    help="upper bound for baselines and the oracle [the ScaledObject's maxReplicaCount, else 64]")
-    c.add_argument("--routing", default="least_outstanding", choices=("least_outstanding", "round_robin"),
-                   help="how the gateway picks a replica (default least_outstanding)")
+    c.add_argument("--routing", default="least_outstanding", choices=ROUTING_RULES,
+                   help="how the gateway picks a replica: the activator's rule by outstanding requests, or with "
+                        "the exporters' KV usage and waiting (least_loaded, detailed mode), or round robin "
+                        "[least_outstanding]")
     c.add_argument("--max-wait", type=float, default=600.0,
                    help="seconds a request may wait at the gateway for a ready replica before it is dropped [600]")
+    c.add_argument("--max-held", type=int, default=None,
+                   help="the gateway's bound on held requests (the activator's max_held): past it a request is "
+                        "refused 429 with Retry-After [unbounded]")
 
     s = p.add_argument_group("SLO and run")
     s.add_argument("--slo-ttft", type=float, default=2.0, help="time-to-first-token target, seconds [2]")
@@ -176,7 +182,8 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, list[str]]:
     max_replicas = args.max_replicas or (settings.max_replicas if settings is not None else 64)
     trace = load_trace(args)
     bt = Backtest(preset, cold_start=args.cold_start, slo=Slo(args.slo_ttft, args.slo_itl), seed=args.seed,
-                  routing=args.routing, max_wait_s=args.max_wait, scaledobject=settings, max_replicas=max_replicas,
+                  routing=args.routing, max_wait_s=args.max_wait, max_held=args.max_held, scaledobject=settings,
+                  max_replicas=max_replicas,
                   mode=args.mode, fluid_dt_s=args.fluid_dt)
     return trace, bt, policies
 

@@ -27,7 +27,7 @@ from keda_llm.simulator.cluster import Cluster, Phase, SimReplica
 from keda_llm.simulator.coldstart import ColdStartModel
 from keda_llm.simulator.perf import PerfModel
 from keda_llm.simulator.replica import ReplicaConfig, Request
-from keda_llm.simulator.router import Router, RoutingRule
+from keda_llm.simulator.router import Refusal, Router, RoutingRule
 from keda_llm.simulator.traces import Trace
 
 STEP, PHASE, ARRIVAL, OBSERVE, CONTROL = 0, 1, 2, 3, 4
@@ -92,6 +92,7 @@ class SimConfig:
     collection_interval_s: float = 5.0
     routing: RoutingRule = "least_outstanding"
     max_wait_s: float = 600.0
+    max_held: int | None = None  # the gateway's bound (the activator's max_held); None: unbounded
     seed: int = 0
     namespace: str = "default"
     model: str = "model"
@@ -107,6 +108,8 @@ class SimConfig:
             raise ValueError(f"collection_interval_s must be > 0, got {self.collection_interval_s}")
         if self.gpus_per_replica < 1:
             raise ValueError(f"gpus_per_replica must be >= 1, got {self.gpus_per_replica}")
+        if self.max_held is not None and self.max_held < 0:
+            raise ValueError(f"max_held must be >= 0, got {self.max_held}")
 
 
 @dataclass
@@ -166,6 +169,10 @@ class SimResult:
     mode: str = "detailed"
     # the fluid mode keeps no Request objects: it fills this instead (see `request_table`)
     cohorts: RequestTable | None = None
+    #: requests the gateway refused past its bound (429 queue_full, with Retry-After); the fluid mode
+    #: counts them in `refused_count` only
+    refused: list[Refusal] = field(default_factory=list)
+    refused_count: int = 0
 
     def request_table(self) -> RequestTable:
         """Every request of the trace as (arrival, weight, TTFT, TPOT): TTFT inf when not served (dropped),
@@ -194,6 +201,11 @@ def _latency_fields(acc: Sequence[float] | None) -> _LatencyFields:
     return {"ttft_sum": float(a[0]), "ttft_count": float(a[1]), "itl_sum": float(a[2]), "itl_count": float(a[3])}
 
 
+def _settled(r: SimReplica) -> bool:
+    """Gone or ready: a phase event for it has nothing left to do."""
+    return r.phase in (Phase.GONE, Phase.READY)
+
+
 class Simulation:
     """One policy on one trace. `run()` returns the SimResult; `progress(done, total)` is told of arrivals."""
 
@@ -204,7 +216,9 @@ class Simulation:
         self.controller = controller
         self.rng = np.random.default_rng(config.seed)
         self.cluster = Cluster(config.replica, config.perf, config.cold_start, self.rng, config.gpus_per_replica)
-        self.router = Router(config.routing, config.max_wait_s)
+        # the activator's cold_start (the Retry-After it counts down) is the cold start's median here
+        self.router = Router(config.routing, config.max_wait_s, config.max_held, config.cold_start.median_sum_s)
+        self._least_loaded = config.routing == "least_loaded"
         self.now = 0.0
         self.desired = 0  # what the controller last asked for
         self.scale_events = 0
@@ -303,9 +317,7 @@ class Simulation:
                 end = self.now
                 break
         self.now = end
-        for r in list(self.router.queue):
-            self.dropped_timeout.append(r)
-        self.router.queue.clear()
+        self.dropped_timeout.extend(self.router.take_all())
         self.cluster.close(end)
         if self._progress is not None:
             self._progress(n, n)
@@ -313,7 +325,8 @@ class Simulation:
         events = list(getattr(self.controller, "events", []))
         return SimResult(self.controller.name, self.trace.name, self.requests, self.dropped_timeout,
                          self.dropped_rejected, end, self.timeline, s.gpu_seconds, s.cold_starts, s.zero_seconds,
-                         self.scale_events, events)
+                         self.scale_events, events, refused=list(self.router.refused),
+                         refused_count=len(self.router.refused))
 
     # -- handlers ---------------------------------------------------------------------------------
     def _on_arrival(self) -> None:
@@ -335,7 +348,9 @@ class Simulation:
         kicks once, after all of them are queued, so they share the first iteration)."""
         r = self.router.pick(self.cluster.ready())
         if r is None:
-            self.router.hold(req)
+            if self.router.hold(req, self.now) is not None:  # refused past the bound: answered, not held
+                self._open -= 1
+                return None
             self.controller.gateway_hold(self)
             return None
         assert isinstance(r, SimReplica)
@@ -386,7 +401,7 @@ class Simulation:
                 acc[3] += q.target_output - 1
 
     def _on_phase(self, r: SimReplica) -> None:
-        if r.phase is Phase.GONE:
+        if _settled(r):  # READY: the later of two events after a `move_ready`
             return
         self.cluster.advance_phase(r, self.now)
         if r.phase is Phase.LOADING:
@@ -438,6 +453,14 @@ class Simulation:
             self.push(r.ready_at, PHASE, r)
         return r
 
+    def move_ready(self, r: SimReplica, ready_at: float) -> None:
+        """A starting pod's cold start ends at `ready_at` instead (not before now): a phase shortened or
+        lengthened after the pod was created (the demo: weights found warm when the pod loads them)."""
+        if not r.starting:
+            raise ValueError(f"move_ready: {r.pod} is {r.phase.value}, not starting")
+        r.ready_at = max(ready_at, self.now, r.scheduled_at)
+        self.push(r.ready_at, PHASE, r)
+
     def remove_replica(self, r: SimReplica) -> None:
         self.cluster.remove(r, self.now)
 
@@ -447,12 +470,15 @@ class Simulation:
         dt = now - self._last_obs_t
         samples: list[ReplicaSample] = []
         utils: list[float] = []
+        loads: dict[int, tuple[float, float]] = {}
         cfg = self.config.replica
         for r in self.cluster.active():
             eng = r.engine
             if r.phase is not Phase.READY:
                 samples.append(ReplicaSample(pod=r.pod, timestamp=0.0, up=False))
                 continue
+            if self._least_loaded:
+                loads[r.index] = (eng.kv_usage, float(eng.num_waiting))
             c = eng.counters
             busy = c.busy_s - max(0.0, r.step_end - now)  # the engine adds a step's time when it starts it
             util = min(1.0, (busy - r.busy_prev) / dt) if dt > 0 else 0.0
@@ -470,6 +496,8 @@ class Simulation:
                 **_latency_fields(self._latency.get(r.pod)),
             ))
         self._last_obs_t = now
+        if self._least_loaded:
+            self.router.observed(loads)
         obs = Observation(self.config.namespace, self.config.model, now, tuple(samples),
                           upstream_demand=float(self.router.pending))
         return ObservedState(obs, tuple(utils), self.router.pending)

@@ -22,11 +22,15 @@ simulator/fluid_kernel.py):
 
 Not modelled here: prefix caching (so `auto` keeps traces with prefix hashes in the detailed mode).
 Arrivals in a slice are routed at its start in arrival order with the same rules (least outstanding or
-round robin); a request cannot get its first token before its arrival plus its own prefill, nor (on a
-busy replica) before the iteration in flight at its arrival ends. Pods, gateway queue, observations and
-the controllers are the detailed mode's (events keep their exact times). tests/simulator/test_sim_fluid.py
-holds it to the detailed mode on the one-hour traces and a short window per preset;
-scripts/fluid_agreement.py runs the full matrix.
+round robin). The compiled loop cannot call Python per request, so its least outstanding is a copy of
+`activator.core.pick_index` with no exporter metrics and the cursor at 0 (fewest outstanding, ties to
+the oldest replica), held to it by tests/simulator/test_gateway.py; the gateway's bound and maximum
+wait are the activator's, applied to arrays through `core.room` and `core.expiry_cutoff`;
+`least_loaded` is refused here. A request cannot get its first token before its arrival plus its own
+prefill, nor (on a busy replica) before the iteration in flight at its arrival ends. Pods, gateway
+queue, observations and the controllers are the detailed mode's (events keep their exact times).
+tests/simulator/test_sim_fluid.py holds it to the detailed mode on the one-hour traces and a short
+window per preset; scripts/fluid_agreement.py runs the full matrix.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from keda_llm.activator import core
 from keda_llm.scaler.model import Observation, ReplicaSample
 from keda_llm.simulator import fluid_kernel as k
 from keda_llm.simulator.cluster import Phase, SimReplica
@@ -105,6 +110,10 @@ class FluidSimulation(Simulation):
         self._free: list[int] = []
         self._held: list[np.ndarray] = []  # gateway queue: arrays of trace indices, oldest first
         self._held_n = 0
+        self._refused = 0  # refused past the gateway's bound (queue_full)
+        if self.router.rule == "least_loaded":
+            raise ValueError("routing least_loaded (the activator's exporter-metrics rule) runs in the detailed "
+                             "mode only: the fluid mode routes in its compiled loop by outstanding requests")
         self._rule = k.RULE_ROUND_ROBIN if self.router.rule == "round_robin" else k.RULE_LEAST
         self._arr64 = np.ascontiguousarray(trace.arrival_s, dtype=np.float64)
         self._p64 = np.maximum(1, trace.prompt_tokens).astype(np.float64)
@@ -228,9 +237,8 @@ class FluidSimulation(Simulation):
                     self._finish_drains(at)
                 if flags & k.HELD:
                     held = np.arange(ints[k.HELD_LO], ints[k.HELD_HI], dtype=np.int64)
-                    self._held.append(held)
-                    self._held_n += len(held)
-                    self.controller.gateway_hold(self)
+                    if self._hold(held):
+                        self.controller.gateway_hold(self)
                 if flags & k.DONE:
                     end = t
                     break
@@ -244,7 +252,7 @@ class FluidSimulation(Simulation):
         table = RequestTable(self._arr64, np.ones(n), self._ttft.astype(np.float64), self._tpot.astype(np.float64))
         return SimResult(self.controller.name, self.trace.name, [], [], [], end, self.timeline, s.gpu_seconds,
                          s.cold_starts, s.zero_seconds, self.scale_events, list(getattr(self.controller, "events", [])),
-                         mode="fluid", cohorts=table)
+                         mode="fluid", cohorts=table, refused_count=self._refused)
 
     def _finish_drains(self, t: float) -> None:
         slots = self._slots
@@ -259,19 +267,38 @@ class FluidSimulation(Simulation):
         """Route `idx` (in order) to the ready replicas; with none ready they wait at the gateway."""
         ready = self._ready_slots()
         if not len(ready):
-            self._held.append(idx)
-            self._held_n += len(idx)
+            self._hold(idx)
             return
         self._room(len(idx))
         k.route(idx, ready, self._rule, self._ints, self._wait_i, self._wait_f, self._slots, self._p64, self._o64,
                 self._kv_cap)
         self._sync_replicas()
 
+    def _hold(self, idx: np.ndarray) -> int:
+        """Hold `idx` (arrivals in order, no ready replica) under the activator's bound: the first
+        `core.room` of them are held and the rest refused (429 queue_full), as that many
+        `HeldQueue.offer` calls in arrival order would. Returns how many were held."""
+        router = self.router
+        if router.woken_at is None:
+            router.woken_at = self.now
+        n = core.room(self._held_n, router.bound)
+        if n < len(idx):
+            refused = len(idx) - n
+            self._refused += refused
+            self._ints[k.DROPPED] += refused
+            self._ints[k.OPEN] -= refused
+            idx = idx[:n]
+        if len(idx):
+            self._held.append(idx)
+            self._held_n += len(idx)
+        return len(idx)
+
     def _drop_late(self) -> None:
         if not self._held_n:
             return
         held = np.concatenate(self._held)
-        late = self.now - self._arr64[held] > self.config.max_wait_s
+        # HeldQueue.expire's rule, on the array: held since the cutoff or before
+        late = self._arr64[held] <= core.expiry_cutoff(self.now, self.config.max_wait_s)
         if late.any():
             self._ints[k.DROPPED] += int(late.sum())
             self._ints[k.OPEN] -= int(late.sum())
@@ -289,6 +316,7 @@ class FluidSimulation(Simulation):
             self._drop_late()
             held = np.concatenate(self._held) if self._held else np.empty(0, np.int64)
             self._held, self._held_n = [], 0
+            self.router.woken_at = None
             if len(held):
                 self._route(held)
 

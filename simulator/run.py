@@ -43,6 +43,7 @@ class Backtest:
     seed: int = 0
     routing: RoutingRule = "least_outstanding"
     max_wait_s: float = 600.0
+    max_held: int | None = None  # the gateway's bound (the activator's max_held); None: unbounded
     collection_interval_s: float = 5.0
     scaledobject: KedaSettings | None = None
     max_replicas: int = 64
@@ -59,17 +60,25 @@ class Backtest:
             raise ValueError(f"max_replicas must be >= 1, got {self.max_replicas}")
         if not self.fluid_dt_s > 0:
             raise ValueError(f"fluid time slice must be > 0 seconds, got {self.fluid_dt_s}")
+        if self.max_held is not None and self.max_held < 0:
+            raise ValueError(f"max_held must be >= 0, got {self.max_held}")
+        if self.routing == "least_loaded" and self.mode == "fluid":
+            raise ValueError("routing least_loaded runs in the detailed mode only (the fluid mode routes by "
+                             "outstanding requests in its compiled loop)")
 
     def sim_config(self) -> SimConfig:
         p = self.preset
         return SimConfig(p.replica_config(), p.perf(), p.cold_start(self.cold_start), gpus_per_replica=p.tp,
                          collection_interval_s=self.collection_interval_s, routing=self.routing,
-                         max_wait_s=self.max_wait_s, seed=self.seed, model=p.model.name, degraded=self.degraded)
+                         max_wait_s=self.max_wait_s, max_held=self.max_held, seed=self.seed, model=p.model.name,
+                         degraded=self.degraded)
 
     def resolved_mode(self, trace: Trace) -> Literal["detailed", "fluid"]:
         if self.mode == "auto":
-            # the fluid mode does not model prefix caching: traces with prefix hashes stay detailed
-            long = len(trace) > AUTO_FLUID_REQUESTS and trace.hash_offsets is None
+            # the fluid mode does not model prefix caching (traces with prefix hashes stay detailed) nor
+            # least_loaded routing
+            long = (len(trace) > AUTO_FLUID_REQUESTS and trace.hash_offsets is None
+                    and self.routing != "least_loaded")
             return "fluid" if long else "detailed"
         return self.mode
 
@@ -82,7 +91,7 @@ class Backtest:
             "max_num_batched_tokens": p.max_num_batched_tokens, "kv_capacity_tokens": p.kv_capacity_tokens,
             "cold_start": self.cold_start, "cold_start_median_s": round(cs.quantile(0.5), 1),
             "cold_start_p90_s": round(cs.quantile(0.9), 1), "slo_ttft_s": self.slo.ttft_s, "slo_itl_s": self.slo.itl_s,
-            "seed": self.seed, "routing": self.routing, "max_wait_s": self.max_wait_s,
+            "seed": self.seed, "routing": self.routing, "max_wait_s": self.max_wait_s, "max_held": self.max_held,
             "collection_interval_s": self.collection_interval_s, "max_replicas": self.max_replicas,
             "mode": self.mode, "oracle_target": self.oracle_target, "fluid_dt_s": self.fluid_dt_s,
             "scaledobject": None if self.scaledobject is None else {

@@ -2,7 +2,9 @@
 
 The end-to-end run is the real thing (exporter, scaler, gRPC, the KEDA+HPA emulator, simulated
 replicas) in 45 s of wall time: it must lose no request, scale up, go to zero and come back through
-the gateway's activation. The world is the simulator's (its Cluster, Router, engines and KEDA+HPA
+the gateway's activation: the burst held by the activator's rules (its metrics say so over HTTP), the
+wake pushed over StreamIsActive, the weights warmed by the scaler's POST /v1/warm to the exporter,
+and the woken pod's weights phase cut. The world is the simulator's (its Cluster, Router, engines and KEDA+HPA
 controller), advanced on the wall clock. The other tests are small and exact.
 """
 
@@ -137,13 +139,36 @@ def test_compressed_demo_scales_up_down_to_zero_and_back_losing_nothing() -> Non
     assert "keda_deactivate" in kinds, text  # idle -> zero
     assert "push_activate" in kinds, text  # the gateway's activation, pushed over StreamIsActive
     assert stats.zero_seconds > 0
-    # the burst came while at zero: held at the gateway, an activation answered 200, then served
+    # the burst came while at zero: held by the activator's rules, an activation answered 200, then served
     assert stats.held >= sc.burst_requests, text
+    assert stats.held_peak > 0 and stats.forwarded_after_hold == stats.held and stats.refused == 0, text
     assert 200 in [status for _, status in stats.activations], text
+    # the activator's own metrics, read over HTTP: every held request forwarded once a pod was ready
+    series = f'keda_llm_activator_wait_seconds_count{{model="{demo.MODEL}",outcome="forwarded"}}'
+    assert f"{series} {float(stats.held)}" in report.activator_metrics, report.activator_metrics
+    assert f'keda_llm_activator_held_requests{{model="{demo.MODEL}"}} 0.0' in report.activator_metrics
+    assert f'keda_llm_activator_activations_total{{model="{demo.MODEL}",result="ok"}}' in report.activator_metrics
+    # the wake warmed the weights: the scaler's POST /v1/warm reached the real exporter right after the
+    # activation, and the pod it woke loaded its weights from the page cache
+    wake = text.index("activator: POST /v1/activate/demo/llama-8b -> 200")
+    assert "scaler -> exporter: POST /v1/warm" in text[wake:], text
+    assert "exporter: weights warmed into the page cache (16 MiB" in text[wake:], text
+    assert any(j["state"] == "done" and j["bytes_read"] == 16 * 1024 * 1024 for j in stats.warm_jobs), stats.warm_jobs
+    # cold start phases at 45 s (f = 1/4, 2.25 s): scheduling 0.25 + image 0.5 + weights 1.25 + init 0.25; warm
+    # weights at page-cache speed instead of storage: 1.25 x 500e6 / 5.4e9 = 0.1157 s
+    assert stats.cold_starts, text
+    for _, phases, warm in stats.cold_starts:
+        assert (phases["scheduling"], phases["image_pull"], phases["warmup"]) == pytest.approx((0.25, 0.5, 0.25))
+        assert phases["weight_load"] == pytest.approx(1.25 * 500e6 / 5.4e9 if warm else 1.25)
+    woken = [c for c in stats.cold_starts if c[0] in text[wake:]]
+    assert woken and woken[0][2], stats.cold_starts  # the first pod after the wake: warm weights
+    assert "weights 0.12 (warm)" in text[wake:], text
     assert report.scaler_errors == 0 and report.log_errors == [], text
     assert report.exporter_running_series  # llm_requests_running{model=...} was read from the exporter
     assert "http://127.0.0.1:" in text and "/v1/activate/demo/llama-8b" in text
     assert "result    OK: no request lost" in text
+    assert f"  activator held {stats.held} requests while no replica was ready (peak {stats.held_peak} at once" in text
+    assert "lost 0" in text
 
 
 def test_printed_scaledobject_is_valid_and_carries_the_scenario(capsys: pytest.CaptureFixture[str]) -> None:
@@ -161,7 +186,10 @@ def test_printed_scaledobject_is_valid_and_carries_the_scenario(capsys: pytest.C
     assert (trigger.metadata["stableWindow"], trigger.metadata["idleTimeout"]) == ("20s", "20s")
     from keda_llm.scaler.config import parse_metadata
 
-    assert parse_metadata(trigger.metadata).scale_to_zero is True  # the scaler accepts every key
+    cfg = parse_metadata(trigger.metadata)  # the scaler accepts every key
+    assert cfg.scale_to_zero is True
+    # wakes and scale-ups warm the weights on the exporters; the cold start is the demo's (9 s at 180 s)
+    assert (cfg.warm_path, cfg.cold_start) == ("/models/llama-8b", 9.0)
 
 
 def test_ctrl_c_counts_requests_in_flight_as_interrupted_not_lost() -> None:

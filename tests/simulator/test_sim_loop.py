@@ -88,10 +88,11 @@ def test_scale_from_zero_loses_no_request(push: bool, ready_at: float) -> None:
 
 def test_gateway_drops_only_after_max_wait() -> None:
     # Nobody scales (an empty schedule): the requests wait at the gateway and are dropped at the first
-    # collection after 30 s of waiting (t=135: 35 s > 30 s; at 130 exactly 30 s is not yet over).
+    # collection once held 30 s: the activator's rule (core.HeldQueue.expire, held max_wait or longer),
+    # so at t=130 exactly (at 125, 25 s, they are still held).
     res = run(trace([100, 100]), config(max_wait_s=30.0), ScheduleController("none", []))
     assert len(res.dropped_timeout) == 2
-    assert res.end_s == 135.0
+    assert res.end_s == 130.0
     assert all(r.finish_s is None for r in res.requests)
 
 
@@ -113,5 +114,6 @@ def test_request_larger_than_kv_is_dropped_not_stuck() -> None:
 
 
 def test_router_rejects_unknown_rule() -> None:
-    with pytest.raises(ValueError, match="rule must be one of least_outstanding, round_robin, got 'random'"):
+    with pytest.raises(ValueError,
+                       match="rule must be one of least_outstanding, least_loaded, round_robin, got 'random'"):
         Router("random")  # type: ignore[arg-type]
