@@ -387,10 +387,13 @@ class ScalerConfig:
                             "level; scaler/seasonal.py) of request rate and prompt and output tokens/s one "
                             "`forecastHorizon` ahead, at its `forecastQuantile`; `off`: the short-range trend "
                             "alone.", "off")
-    forecast_quantile: float = _key(0.9, "forecastQuantile", parse_float,
+    forecast_quantile: float = _key(0.5, "forecastQuantile", parse_float,
                                     "The seasonal forecast's quantile that is provisioned for: its point plus this "
                                     "quantile of its own past errors at the horizon (higher: more headroom, fewer "
-                                    "misses on a ramp).", "0.95", check=in_range(0.5, 0.999))
+                                    "misses on a ramp, more GPU-hours). 0.5: the scale-down delay already holds "
+                                    "the largest count for a cold start; on the 2024 code week 0.9 on top cost "
+                                    "1.59x the oracle's GPU-hours for 99.35% where 0.5 cost 1.00x for 99.11%.",
+                                    "0.9", check=in_range(0.5, 0.999))
     advisory: bool = _key(False, "advisory", parse_bool,
                           "Decide and record, but hand KEDA the current replica count.", "true")
     stale_after: float = _key(30.0, "staleAfter", parse_duration,

@@ -206,11 +206,14 @@ SEASONAL_RECENT = 5  # minutes: the current rate a seasonal forecast is compared
 
 def _seasonal(x: _Inputs, horizon: float, current: float, state: PolicyState,
               details: dict[str, float]) -> tuple[float | None, PolicyState]:
-    """Step 2b, seasonal part: the current desired count x the largest growth the seasonal forecasts expect
-    one horizon ahead (their upper `forecastQuantile` over the mean of the last SEASONAL_RECENT minutes),
-    over request rate and prompt and output tokens/s: whichever grows most sets the capacity. Replica
-    counts scale with the rates for a given mix, so the current count (the policy's, at its targets) times
-    the growth is the count then, and the upper quantile is headroom sized by the model's own past errors.
+    """Step 2b, seasonal part: the current desired count (the windows', latency term included) x the growth
+    the seasonal forecasts expect one horizon ahead (their upper `forecastQuantile` over the mean of the last
+    SEASONAL_RECENT minutes), the median over request rate and prompt and output tokens/s. Replica counts
+    scale with the rates for a given mix, so the current count times the growth is the count then, and the
+    upper quantile is headroom sized by the model's own past errors. The median, not the largest: each
+    ratio carries minute-scale noise, and the largest of three noisy ratios is biased upward (on the 2024
+    code week the largest ran 1.3-1.9 through quiet nights and, through the scale-down delay, cost 2.8x the
+    oracle's GPU-hours).
     None under a day of minute history or with no recent traffic (the trend forecast alone then). The
     fitted models are kept in the state (refit hourly): a decision reads the last hour of minutes, a refit
     the whole history."""
@@ -244,7 +247,7 @@ def _seasonal(x: _Inputs, horizon: float, current: float, state: PolicyState,
     if not ratios:
         details["seasonal_available"] = 0.0
         return None, state
-    growth = max(ratios)
+    growth = float(np.median(ratios))
     details.update({"seasonal_available": 1.0, "seasonal_growth": growth, "seasonal_desired_raw": current * growth})
     return current * growth, state
 

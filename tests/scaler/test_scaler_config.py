@@ -36,7 +36,7 @@ def test_defaults() -> None:
         "max_prefill_decode_ratio": None, "prefill_tokens_per_second": None, "variant": "", "variants": (),
         "pending_timeout": 300.0,
 
-        "degraded_fraction": 0.5, "slow_replica_ratio": 0.7, "seasonality": "auto", "forecast_quantile": 0.9,
+        "degraded_fraction": 0.5, "slow_replica_ratio": 0.7, "seasonality": "auto", "forecast_quantile": 0.5,
     }
 
 
