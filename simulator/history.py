@@ -28,6 +28,8 @@ from pathlib import Path
 from keda_llm.common.durations import parse_duration
 from keda_llm.common.httpget import FetchError, fetch
 from keda_llm.common.vocabulary import ENGINE_METRICS
+from keda_llm.scaler.sources.errors import SourceError
+from keda_llm.scaler.sources.promql import parse_range_response
 from keda_llm.simulator.traces import MINUTE_COLUMNS
 
 #: points per series in one range query: Prometheus refuses (end - start) / step > 11,000 (web/api/v1/api.go)
@@ -77,25 +79,13 @@ def query_range(url: str, promql: str, start: int, end: int, step: int = STEP_S,
     except FetchError as e:
         raise HistoryError(f"Prometheus at {url}: {e}") from None
     try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise HistoryError(f"Prometheus at {url}: the answer is not JSON: {body[:80]!r}") from None
-    if not isinstance(doc, dict) or doc.get("status") != "success":
-        err = doc.get("error", "?") if isinstance(doc, dict) else "?"
-        raise HistoryError(f"Prometheus at {url} refused {promql!r}: {err}")
-    data = doc.get("data") or {}
-    if data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
-        raise HistoryError(f"Prometheus at {url}: {promql!r} gave no matrix")
-    result = data["result"]
+        result = parse_range_response(body, promql)  # the scaler's parser: one reading of Prometheus' answers
+    except SourceError as e:
+        why = "refused the query" if e.reason == "api_error" else "gave an answer that is not a matrix"
+        raise HistoryError(f"Prometheus at {url} {why}: {e.message}") from None
     if len(result) > 1:
         raise HistoryError(f"Prometheus at {url}: {promql!r} gave {len(result)} series, expected one")
-    out: dict[int, float] = {}
-    for series in result:
-        for ts, raw in series.get("values") or []:
-            v = float(raw)
-            if math.isfinite(v):
-                out[round(float(ts))] = v
-    return out
+    return {round(ts): v for series in result for ts, v in series.points if math.isfinite(v)}
 
 
 @dataclass(frozen=True)

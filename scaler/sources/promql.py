@@ -11,6 +11,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from keda_llm.scaler.sources.errors import SourceError
 from keda_llm.scaler.sources.http import fetch
@@ -36,8 +37,9 @@ def _number(raw: object, where: str) -> float:
         raise SourceError("not_json", f"{where}: value {raw[1][:40]!r} is not a number") from None
 
 
-def parse_query_response(body: bytes, query: str) -> tuple[str, list[VectorSample] | float]:
-    """An /api/v1/query answer -> ("vector", samples) or ("scalar", value). Raises SourceError."""
+def _envelope_data(body: bytes, query: str) -> Any:
+    """The `data` of a Prometheus API answer (query or query_range). Raises SourceError: not JSON, not an
+    envelope, or Prometheus refused the query (its errorType and error in the message)."""
     try:
         doc = json.loads(body)
     except (ValueError, UnicodeDecodeError):
@@ -48,7 +50,12 @@ def parse_query_response(body: bytes, query: str) -> tuple[str, list[VectorSampl
         raise SourceError(
             "api_error", f"query {query!r}: Prometheus said {doc.get('errorType', '?')}: {doc.get('error', '?')}"
         )
-    data = doc.get("data")
+    return doc.get("data")
+
+
+def parse_query_response(body: bytes, query: str) -> tuple[str, list[VectorSample] | float]:
+    """An /api/v1/query answer -> ("vector", samples) or ("scalar", value). Raises SourceError."""
+    data = _envelope_data(body, query)
     if not isinstance(data, dict):
         raise SourceError("not_json", f"query {query!r}: no data object in the answer")
     rtype = data.get("resultType")
@@ -78,17 +85,7 @@ class MatrixSeries:
 
 def parse_range_response(body: bytes, query: str) -> list[MatrixSeries]:
     """An /api/v1/query_range answer -> its series. Raises SourceError as `parse_query_response` does."""
-    try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise SourceError("not_json", f"query {query!r}: answer is not JSON: {body[:80]!r}") from None
-    if not isinstance(doc, dict) or "status" not in doc:
-        raise SourceError("not_json", f"query {query!r}: answer is not a Prometheus API envelope: {body[:80]!r}")
-    if doc["status"] != "success":
-        raise SourceError(
-            "api_error", f"query {query!r}: Prometheus said {doc.get('errorType', '?')}: {doc.get('error', '?')}"
-        )
-    data = doc.get("data")
+    data = _envelope_data(body, query)
     if not isinstance(data, dict) or data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
         rtype = data.get("resultType") if isinstance(data, dict) else None
         raise SourceError("result_type", f"query {query!r}: resultType {rtype!r}, expected matrix")
