@@ -29,6 +29,7 @@ import yaml
 from keda_llm.scaler.config import format_duration, parse_metadata
 from keda_llm.scaler.scaledobject import Behavior
 from keda_llm.simulator.control.scaledobject import KedaSettings, settings_from_manifest
+from keda_llm.simulator.frontier import Reference
 from keda_llm.simulator.manifest import scaledobject_manifest
 from keda_llm.simulator.policies import ITL_TARGET_FRACTION, build_controller, default_scaledobject
 from keda_llm.simulator.report import summarize
@@ -141,14 +142,6 @@ def run_point(trace: Trace, backtest: Backtest, knobs: Knobs, manifest: dict[str
                            static_replicas=1, settings=settings)
     s = summarize(simulate(trace, backtest, ctl, backtest.resolved_mode(trace)), backtest.slo)
     return Point(knobs, manifest, s.slo_attainment, s.gpu_hours, s.cold_starts, time.process_time() - t0)
-
-
-@dataclass(frozen=True)
-class Reference:
-    """A fixed point beside the sweep: the oracle or static provisioning at its peak."""
-
-    attainment: float
-    gpu_hours: float
 
 
 @dataclass(frozen=True)
