@@ -1,0 +1,54 @@
+"""Regenerate every generated table and plot in docs/simulator-results.md (and the backtest docs beside it) in
+one command, in the order they depend on nothing but the code:
+
+    python scripts/regenerate_docs.py [--quick] [--workers N]
+
+1. scripts/simulator_table.py --update-docs: the backtest table (every trace, every baseline, the oracle);
+2. scripts/week_table.py --update-docs: the whole 2024 week, 3 seeds, tuning vs held-back days;
+3. scripts/simulator_table.py --frontier --update-docs: the cost to reach 99% per policy, with plots
+   (--quick: the first 20 minutes of each trace, 3 points per policy);
+4. scripts/pools_table.py --update-docs (docs/pools.md) and scripts/degraded_backtest.py --update-docs
+   (docs/degraded.md).
+Not run by CI: the whole takes CPU hours (the week's oracles are cached under build/week-cache). Each step
+is its own process, so one failing stops the rest with its exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPTS = Path(__file__).resolve().parent
+
+
+def steps(quick: bool, workers: int) -> list[list[str]]:
+    """Each step's argv; `quick` runs each script's short form and writes no docs."""
+    q = ["--quick"] if quick else ["--update-docs"]
+    w = ["--workers", str(workers)]
+    return [
+        ["simulator_table.py", *q],
+        ["week_table.py", *w, *(["--hours", "6", "--seeds", "0"] if quick else ["--update-docs"])],
+        ["simulator_table.py", "--frontier", *w, *q],
+        ["pools_table.py", *q],
+        ["degraded_backtest.py", *q],
+    ]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="each step's quick form, writing no docs: checks the scripts, not the figures")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    args = ap.parse_args()
+    for step in steps(args.quick, args.workers):
+        print("==> " + " ".join(step), flush=True)
+        done = subprocess.run([sys.executable, str(SCRIPTS / step[0]), *step[1:]], check=False)
+        if done.returncode != 0:
+            raise SystemExit(done.returncode)
+
+
+if __name__ == "__main__":
+    main()
