@@ -8,6 +8,7 @@ import pytest
 from keda_llm.scaler.config import parse_metadata
 from keda_llm.scaler.decide import decide
 from keda_llm.scaler.history import ModelHistory
+from keda_llm.scaler.longhistory import decode, unpack
 from keda_llm.scaler.model import Observation, PolicyState, ReplicaSample, WorkloadState
 
 DAY = 86400.0
@@ -19,20 +20,27 @@ def rate(t: float) -> float:
     return 10.0 if BUSY_FROM <= t % DAY < BUSY_TO else 2.0
 
 
-def feed(h: ModelHistory, until: float, step: float = 30.0) -> None:
+def _observations(until: float, step: float = 30.0) -> list[Observation]:
     """Two replicas scraped every `step` seconds; counters grow at the day's rate, 500 prompt and 100 output tokens
     a request; running requests follow the rate (Little: 2 s in the system), KV 1,000 tokens a running request."""
+    out = []
     done = 0.0
     t = 0.0
     while t <= until:
         done += rate(t) * step
         running = rate(t) * 2.0 / 2
-        h.ingest(Observation("ns", "m", t, tuple(
+        out.append(Observation("ns", "m", t, tuple(
             ReplicaSample(pod, t, running=running, waiting=0.0, kv_usage_ratio=running * 1000 / 100_000,
                           kv_capacity_tokens=100_000.0, prompt_tokens_total=500 * done / 2,
                           generation_tokens_total=100 * done / 2, requests_finished_total=done / 2)
             for pod in ("a", "b"))))
         t += step
+    return out
+
+
+def feed(h: ModelHistory, until: float, step: float = 30.0) -> None:
+    for obs in _observations(until, step):
+        h.ingest(obs)
 
 
 def run(meta: dict[str, str], now: float, h: ModelHistory) -> dict[str, float]:
@@ -83,3 +91,26 @@ def test_seasonality_off_and_too_little_history() -> None:
     assert d["seasonal_available"] == 0.0 and "seasonal_growth" not in d
     off = run({"seasonality": "off"}, 0.4 * DAY, h)
     assert "seasonal_available" not in off
+
+
+def test_a_restarted_pod_forecasts_as_the_one_that_ran_through() -> None:
+    """A pod restarted ten minutes before the rise gets its long tier back (the restorer merges minutes from
+    Prometheus or its snapshot: `LongTier.merge`, what both paths end in; tests/scaler/test_history_long*.py
+    hold those minutes equal to the live ones) and then the same live feed: it decides as the pod that ran
+    through, seasonal forecast included."""
+    now = 3 * DAY + BUSY_FROM - 5 * 60
+    restart = now - 600
+    through = ModelHistory("ns", "m")
+    feed(through, now)
+    before = ModelHistory("ns", "m")
+    feed(before, restart)
+    minutes, words = before.long.export()
+    restarted = ModelHistory("ns", "m")
+    restarted.long.merge(minutes, decode(unpack(words)))
+    # the live feed after the restart (the same scrapes the other pod took)
+    for obs in [o for o in _observations(now) if o.at > restart]:
+        restarted.ingest(obs)
+    a, b = run({}, now, through), run({}, now, restarted)
+    seasonal = {k: v for k, v in a.items() if k.startswith("seasonal")}
+    assert seasonal and seasonal == pytest.approx({k: b[k] for k in seasonal}, rel=0.01)
+    assert a["replicas"] == b["replicas"] == 10
