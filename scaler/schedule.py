@@ -51,8 +51,11 @@ MAX_LEAD = 86400.0  # no start-up takes longer than a day
 MAX_TEXT = 16384  # the metadata value, before YAML sees it
 MAX_CRON = 256
 MAX_REPLICAS = 2**31 - 1  # KEDA's replica counts are int32
-# Days scanned for a fire time: a leap-day cron skips 2100, so eight years apart at most (2096 -> 2104).
-SCAN_DAYS = 8 * 366 + 2
+# Days scanned for a fire time. A leap-day cron skips 2100 (2096 -> 2104), and a date AND a weekday (Vixie's
+# rule when one day field starts with `*`: '0 0 1 1 */7' is 1 January on a Sunday) recurs every 28 years at
+# most, up to 40 across the skipped leap day of 2100. Months a cron excludes are skipped whole, so a rare cron
+# costs about a day's check per allowed day scanned.
+SCAN_DAYS = 40 * 366 + 2
 
 _MONTHS = {n: i + 1 for i, n in enumerate(("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT",
                                             "NOV", "DEC"))}

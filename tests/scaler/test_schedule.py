@@ -347,3 +347,20 @@ def test_the_arithmetic_clock_agrees_with_the_exact_conversion_every_day(zone: s
         for h, m in ((0, 0), (0, 30), (1, 30), (2, 0), (2, 30), (3, 0), (12, 0), (23, 0), (23, 59)):
             assert at((h, m)) == _instant(day, h, m, tz), (day, h, m)
         day += timedelta(days=1)
+
+
+@pytest.mark.parametrize("text, after, want", [
+    # Vixie's AND rule (`*/7` starts with `*`): 1 January that is a Sunday; from 2000 the next is 2006
+    ("0 0 1 1 */7", "2000-01-01T00:00:00", "2006-01-01T00:00:00"),
+    # 1 March on a Sunday: 1998, then 2009 (eleven years)
+    ("0 0 1 3 */7", "1998-03-01T00:00:01", "2009-03-01T00:00:00"),
+    # 29 February on a Sunday: 2004, then 2032 (the 28-year cycle)
+    ("0 0 29 2 */7", "2004-02-29T00:00:01", "2032-02-29T00:00:00"),
+])
+def test_rare_date_and_weekday_crons_are_found_years_ahead(text: str, after: str, want: str) -> None:
+    # found by the property test in CI: the scan stopped after eight years and answered "never"
+    c = parse_cron(text)
+    t = datetime.fromisoformat(after).replace(tzinfo=timezone.utc).timestamp()
+    got = next_fire(c, UTC, t)
+    assert got == datetime.fromisoformat(want).replace(tzinfo=timezone.utc).timestamp()
+    assert prev_fire(c, UTC, got + 1) == got
