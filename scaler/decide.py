@@ -202,6 +202,7 @@ def _latency(x: _Inputs, details: dict[str, float]) -> tuple[LatencyDesired | No
 
 SEASONAL_SIGNALS = ("finished_rate", "prompt_rate", "generation_rate")  # requests/s, prompt and output tokens/s
 SEASONAL_RECENT = 5  # minutes: the current rate a seasonal forecast is compared with (the level's half-life)
+SEASONAL_RETRY = 600.0  # seconds between fits while the history is too short for one
 
 
 def _seasonal(x: _Inputs, horizon: float, current: float, state: PolicyState,
@@ -219,6 +220,10 @@ def _seasonal(x: _Inputs, horizon: float, current: float, state: PolicyState,
     the whole history."""
     c = x.config
     if c.seasonality == "off":
+        return None, state
+    failed = state.seasonal_failed_at
+    if not state.seasonal and failed is not None and 0 <= x.now - failed < SEASONAL_RETRY:
+        details["seasonal_available"] = 0.0  # under a day of history: a fit reads 14 days, so not every decision
         return None, state
     kept: dict[str, SeasonalModel] = dict(state.seasonal)
     ratios: list[float] = []
@@ -243,7 +248,7 @@ def _seasonal(x: _Inputs, horizon: float, current: float, state: PolicyState,
         details.update({f"seasonal_{name}_upper": fc.upper, f"seasonal_{name}_point": fc.point,
                         f"seasonal_{name}_recent": recent, f"seasonal_{name}_ratio": fc.upper / recent,
                         "seasonal_days": float(fc.days), "seasonal_level": fc.level})
-    state = replace(state, seasonal=tuple(sorted(kept.items())))
+    state = replace(state, seasonal=tuple(sorted(kept.items())), seasonal_failed_at=None if kept else x.now)
     if not ratios:
         details["seasonal_available"] = 0.0
         return None, state

@@ -168,7 +168,9 @@ class LongTier:
         """Make minute `m` the newest the ring can hold: clear the slots of the minutes skipped."""
         if self.head is not None and m <= self.head:
             return
-        if self.head is None or m - self.head >= self.n:
+        if self.head is None:
+            pass  # a fresh ring is all zeros (CODE_NAN) already: writing them would make every page resident
+        elif m - self.head >= self.n:
             self.words[:] = 0
         else:
             a, b = (self.head + 1) % self.n, m % self.n  # clear slots of head+1 .. m (m's own is rewritten)

@@ -154,3 +154,4 @@ class PolicyState:
     last_delayed: int | None = None  # the count after the scale-down delay step at the last decision
     # the seasonal forecaster's kept models by signal (refit hourly: scaler/seasonal.py), derived data only
     seasonal: tuple[tuple[str, SeasonalModel], ...] = field(default=(), compare=False)
+    seasonal_failed_at: float | None = None  # the last fit that found too little history (retried 10 min on)
