@@ -6,6 +6,7 @@ tests that need certificates skip when neither is available.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -54,3 +55,15 @@ def make_leaf(folder: Path, name: str, ca: Pair, *, server: bool, san: str | Non
     _run("x509", "-req", "-in", str(csr), "-CA", str(ca.cert), "-CAkey", str(ca.key), "-CAcreateserial",
          "-out", str(pair.cert), "-days", "2", "-extfile", str(ext))
     return pair
+
+
+def install(pair: Pair, folder: Path) -> Pair:
+    """Copy a pair where a server reads it (as a Secret volume is mounted), replacing what was there the way
+    the kubelet does: write aside, then rename over."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = Pair(folder / "tls.crt", folder / "tls.key")
+    for src, dst in ((pair.cert, out.cert), (pair.key, out.key)):
+        tmp = dst.with_suffix(".new")
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    return out

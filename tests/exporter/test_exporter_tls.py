@@ -12,15 +12,13 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import os
-import shutil
 import socket
 import ssl
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from certs import OPENSSL, Pair, make_ca, make_leaf
+from certs import OPENSSL, Pair, install, make_ca, make_leaf
 
 from keda_llm.common.tls import ca_client_context, server_context
 from keda_llm.exporter import cli as exporter_cli
@@ -55,17 +53,6 @@ class PKI:
 def pki(tmp_path_factory: pytest.TempPathFactory) -> PKI:
     return PKI(tmp_path_factory.mktemp("pki"))
 
-
-def install(pair: Pair, folder: Path) -> Pair:
-    """Put a pair where the server reads it, replacing what was there as the kubelet does (write aside,
-    rename over)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    out = Pair(folder / "tls.crt", folder / "tls.key")
-    for src, dst in ((pair.cert, out.cert), (pair.key, out.key)):
-        tmp = dst.with_suffix(".new")
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, dst)
-    return out
 
 
 class Running:

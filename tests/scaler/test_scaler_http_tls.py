@@ -20,7 +20,7 @@ from typing import Any
 
 import grpc
 import pytest
-from certs import OPENSSL, Pair, make_ca, make_leaf
+from certs import OPENSSL, Pair, install, make_ca, make_leaf
 from scaler_harness import FakeClock, FakeHistory, ServerThread, StreamReader, make_service, ref, stub, wait_for_streams
 
 from keda_llm.scaler import cli as scaler_cli
@@ -48,17 +48,6 @@ class PKI:
 def pki(tmp_path_factory: pytest.TempPathFactory) -> PKI:
     return PKI(tmp_path_factory.mktemp("pki"))
 
-
-def install(pair: Pair, folder: Path) -> Pair:
-    """Copy a pair where the server reads it (as a Secret volume is mounted), replacing what was there
-    the way the kubelet does: write aside, then rename over."""
-    folder.mkdir(parents=True, exist_ok=True)
-    out = Pair(folder / "tls.crt", folder / "tls.key")
-    for src, dst in ((pair.cert, out.cert), (pair.key, out.key)):
-        tmp = dst.with_suffix(".new")
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, dst)
-    return out
 
 
 def client_context(ca: Pair) -> ssl.SSLContext:
