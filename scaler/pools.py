@@ -247,10 +247,8 @@ def cheapest_mix(need: Amount, variants: Sequence[Variant], per_replica: Mapping
     (its cost per unit of SLO-meeting capacity), the counts that just cover what is left and one fewer
     (4 variants: at most 16 candidates); ties go to more replicas of the more preferred variants (listed
     first). So the cheapest per unit carries the load up to its cap and only the rounding of its last
-    replica may go to the next. It does not try dropping the cheapest per unit altogether, though at small
-    counts a dearer one alone can be cheaper by rounding: a split that flips between variants as the load
-    crosses rounding points pays for both through the HPA's scale-down window (docs/pools.md measures
-    it). Nothing covers it: every variant at its cap."""
+    replica may go to the next; a mix without the cheapest per unit is tried only where it needs one.
+    Nothing covers it: every variant at its cap."""
     want = _vec(need)
     per = {name: _vec(v) for name, v in per_replica.items()}
     if all(x <= 0 for x in want):

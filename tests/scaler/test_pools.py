@@ -318,6 +318,52 @@ def test_variant_rates_parse_and_a_rate_needs_covering() -> None:
         cfg(variant="a", variants="a pricePerHour=1 capacity=1000 decodeTokensPerSecond=0")
 
 
+def rates_history() -> ModelHistory:
+    """Two replicas, each computing 3000 prompt tokens/s and generating 1000 tokens/s over 2 requests/s
+    (mean prompt 1500, mean output 500), holding 10000 KV tokens each, nothing queued."""
+    h = ModelHistory("llm", "m")
+    for i in range(61):
+        t = T0 + i
+        h.ingest(Observation("llm", "m", t, tuple(
+            ReplicaSample(pod=f"r{k}", timestamp=t, running=4.0, waiting=0.0, kv_usage_ratio=0.01,
+                          kv_capacity_tokens=1_000_000.0, prompt_tokens_total=3000.0 * i,
+                          generation_tokens_total=1000.0 * i, requests_finished_total=2.0 * i) for k in range(2))))
+    return h
+
+
+# two GPU types of different speeds: "slow" computes 10000 prompt tokens/s and generates 2500 tokens/s within
+# the ITL target, "fast" 4x both
+TWO = ("slow pricePerHour=1 capacity=1000000 prefillTokensPerSecond=10000 decodeTokensPerSecond=2500{m}; "
+       "fast pricePerHour={p} capacity=1000000 prefillTokensPerSecond=40000 decodeTokensPerSecond=10000")
+
+
+def test_a_replica_carries_its_share_of_the_load_within_the_slo() -> None:
+    # the load: 6000 prompt tokens/s and 2000 generated tokens/s. A slow replica at targetKVUtilization 0.8
+    # (no TTFT target) spends 6000 / 8000 = 0.75 of a replica prefilling and 2000 / 2000 = 1.0 generating:
+    # 1.75 replicas carry it all, one carries 1 / 1.75 = 0.571 of it; a fast one 0.1875 + 0.25 = 0.4375 ->
+    # 2.286 of it. (Each rate on its own would have planned 0.75 -> 1 slow replica for prompts and 1.0 ->
+    # 1 for generation: one replica doing both at once, at 1.75x its time.)
+    h, now = rates_history(), T0 + 60
+    c = cfg(variant="slow", variants=TWO.format(m="", p="5"))
+    counts, details = variant_split(h, c, WorkloadState(2, 2), now)
+    assert details["prefill_tokens_per_s"] == pytest.approx(6000.0)
+    assert details["decode_tokens_per_s"] == pytest.approx(2000.0)
+    assert details["variant_slow_share"] == pytest.approx(1 / 1.75)
+    assert details["variant_fast_share"] == pytest.approx(1 / 0.4375)
+    # per unit of the load: slow 1 x 1.75 = 1.75/h, fast 5 / 2.286 = 2.19/h: 2 slow (2/h) carry it
+    assert counts == {"slow": 2, "fast": 0}
+    # at most 1 slow: it carries 0.571, the other 0.429 spills to one fast: 1 + 5 = 6/h
+    capped = cfg(variant="slow", variants=TWO.format(m=" maxReplicas=1", p="5"))
+    assert variant_split(h, capped, WorkloadState(1, 1), now)[0] == {"slow": 1, "fast": 1}
+    # the fast at 1.5/h: 0.66/h per unit, cheaper per unit than the slow: it goes first, and its one replica
+    # (1.5/h) beats none and 2 slow (2/h)
+    cheap_fast = cfg(variant="slow", variants=TWO.format(m="", p="1.5"))
+    assert variant_split(h, cheap_fast, WorkloadState(2, 2), now)[0] == {"slow": 0, "fast": 1}
+    # at 3/h it is still cheaper per unit (1.31/h), but none and 2 slow (2/h) beat its one replica (3/h)
+    cheap_fast = cfg(variant="slow", variants=TWO.format(m="", p="3"))
+    assert variant_split(h, cheap_fast, WorkloadState(2, 2), now)[0] == {"slow": 2, "fast": 0}
+
+
 def test_variant_metadata_errors_name_the_key() -> None:
     with pytest.raises(ConfigError, match="'variant' = 'a100': is not one of variants"):
         cfg(variant="a100", variants=VARIANTS)
