@@ -34,10 +34,12 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from keda_llm.scaler.config import ScalerConfig, Variant
 from keda_llm.scaler.history import HistoryView, Load, Snapshot
 from keda_llm.scaler.model import Decision, NoData, PolicyState, Reason, WorkloadState
-from keda_llm.scaler.policy import NoSignal, demand, mean_prompt_tokens, tokens
+from keda_llm.scaler.policy import NoSignal, backlog_replicas, cold_start_of, demand, mean_prompt_tokens, tokens
 from keda_llm.scaler.slo import from_window
 from keda_llm.scaler.windows import ceil_replicas
 
@@ -96,21 +98,42 @@ class Need:
     parts: Mapping[str, float]
 
 
+BURST_COLD_STARTS = 3.0  # the prefill pool stands ready for the largest burst seen within this many cold starts
+BURST_BUCKET_S = 10.0  # a burst is a 10 s bucket's prompt rate (the history's middle tier)
+
+
+def burst_prompt_rate(pool: HistoryView, now: float, lookback: float) -> float:
+    """The highest prompt tokens/s any 10 s bucket saw within `lookback` (0 when none).
+
+    A burst that comes and goes within a cold start cannot be answered by scaling: replicas asked for
+    when it starts serve after it ends, while its prompts wait and miss the TTFT target. So the prefill
+    pool keeps the capacity for the bursts it saw lately, as standing headroom."""
+    _, rate = pool.series("prompt_rate", now, max(lookback, BURST_BUCKET_S))
+    finite = rate[np.isfinite(rate)]
+    return float(finite.max()) if finite.size else 0.0
+
+
 def prefill_need(load: Load, snap: Snapshot | None, config: ScalerConfig, per_replica_tps: float,
-                 hit_ratio: float | None = None) -> Need:
-    """Prompt tokens/s to compute against what a prefill replica computes at the TTFT-keeping utilization."""
+                 hit_ratio: float | None = None, burst_tps: float = 0.0) -> Need:
+    """Prompt tokens/s to compute against what a prefill replica computes at the TTFT-keeping utilization,
+    plus the replicas that drain the queued prompts within a cold start (policy.backlog_replicas, at this
+    pool's prefill rate).
+
+    The rate is the window's or the recent burst's (`burst_tps`, burst_prompt_rate), whichever is higher."""
     prompt, _ = mean_prompt_tokens(load, snap)
     net = 1.0 - min(1.0, max(0.0, hit_ratio or 0.0))
-    queued_requests = (load.waiting or 0.0) + (load.upstream or 0.0)
-    drain_s = config.stable_window  # the backlog is cleared within the window demand is averaged over
-    rate = ((load.prompt_rate or 0.0) + queued_requests * (prompt or 0.0) / drain_s) * net
+    queued_tokens = ((load.waiting or 0.0) + (load.upstream or 0.0)) * (prompt or 0.0) * net
+    rate = max(load.prompt_rate or 0.0, burst_tps) * net
     rho = prefill_utilization((prompt or 0.0) * net, per_replica_tps, config.target_ttft,
                               config.target_kv_utilization)
-    need = rate / (per_replica_tps * rho)
-    return Need(need, {"prefill_tokens_per_s": rate, "prefill_capacity_tps": per_replica_tps,
-                       "prefix_hit_ratio": 1.0 - net,
-                       "prefill_utilization": rho, "prefill_need_tokens": need,
-                       "prefill_mean_prompt_tokens": prompt or 0.0})
+    flow = rate / (per_replica_tps * rho)
+    at_rate = replace(snap, prefill_rate=per_replica_tps) if snap is not None else None
+    backlog = backlog_replicas(queued_tokens, config, at_rate) or 0.0
+    return Need(flow + backlog, {"prefill_tokens_per_s": rate, "prefill_capacity_tps": per_replica_tps,
+                                 "prefix_hit_ratio": 1.0 - net, "prefill_burst_tokens_per_s": burst_tps * net,
+                                 "prefill_utilization": rho, "prefill_need_flow": flow,
+                                 "prefill_need_backlog": backlog,
+                                 "prefill_mean_prompt_tokens": prompt or 0.0})
 
 
 def decode_need(load: Load, snap: Snapshot | None, config: ScalerConfig) -> Need:
@@ -152,20 +175,24 @@ def _window_need(pool: HistoryView | None, now: float, config: ScalerConfig, whi
     ready = snap.fresh if snap is not None else 0
     # the pending guard: replicas loading are supply that is coming; no more while they load
     held = float(snap.fresh + snap.stale + snap.loading) if snap is not None and snap.loading > 0 else math.inf
+    burst = burst_prompt_rate(pool, now, BURST_COLD_STARTS * cold_start_of(config, snap)) if which == "prefill" else 0.0
     out = []
     for seconds in (config.stable_window, config.panic_window):
         load = pool.window(now, seconds)
         if which == "prefill":
             assert tps is not None
-            need = prefill_need(load, snap, config, tps, load.prefix_hit_ratio)
+            need = prefill_need(load, snap, config, tps, load.prefix_hit_ratio, burst)
+            # the guard holds the queue's part only: the prompts arriving are demand whatever is loading
+            cap = max(held, need.parts["prefill_need_flow"])
             latency = from_window(load, seconds, ready, replace(config, target_itl=None))
         else:
             need = decode_need(load, snap, config)
             latency = from_window(load, seconds, ready, replace(config, target_ttft=None))
+            cap = held
         if latency is not None and latency.desired > need.replicas:
             need = Need(latency.desired, {**need.parts, f"{which}_latency_desired": latency.desired})
-        if need.replicas > held:
-            need = Need(held, {**need.parts, f"{which}_pending_guard": held})
+        if need.replicas > cap:
+            need = Need(cap, {**need.parts, f"{which}_pending_guard": cap})
         out.append(need)
     return out[0], out[1]
 

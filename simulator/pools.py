@@ -125,6 +125,7 @@ class PdSetup:
     ratio: str = "1:2"  # fixed: P:D
     ratio_bounds: tuple[str, str] = ("1:4", "1:1")  # bounded: [min, max] P:D
     prefill_share_unified: float = MAX_PREFILL_SHARE
+    slo_keys: bool = True  # False: targetTimeToFirstToken only, the cold start unknown (the first tables)
 
 
 class PdSimulation:
@@ -182,6 +183,8 @@ class PdSimulation:
         s = self.setup
         md = {"model": MODEL, "prefillTokensPerSecond": f"{self.prefill_tps:.6g}",
               "targetTimeToFirstToken": f"{s.ttft_slo_s:g}s", "stableWindow": "60s", "panicWindow": "6s"}
+        if s.slo_keys:  # the SLO and the cold start the deployment knows, told to every KEDA-driven mode alike
+            md.update({"targetInterTokenLatency": f"{s.itl_slo_s * 1000:g}ms", "coldStart": f"{s.cold_start_s:g}s"})
         if self.mode == "unified":
             md.pop("prefillTokensPerSecond")  # the scaler's defaults otherwise: the product as shipped
         else:

@@ -135,29 +135,33 @@ def test_prefix_cache_hits_are_not_prefill_work() -> None:
     assert details["prefix_hit_ratio"] == pytest.approx(0.25)
     assert details["prefill_need"] == pytest.approx(9000 / 8000)
     assert counts["prefill"] == 2
-    # measured while queueing: 6000 x 0.75 = 4500 computed per replica; (9000 + 2 x 1500 / 60) / 3600
+    # measured while queueing: 6000 x 0.75 = 4500 computed per replica; 9000 / 3600, plus the 2 queued
+    # prompts' 2 x 1500 tokens drained within the default 600 s cold start: 3000 / (4500 x 600)
     h = pd_history(hit_ratio=0.25, prefill_waiting=1.0)
     _, details = pd_split(h, cfg(role="prefill"), T0 + 120)
     assert details["prefill_capacity_tps"] == pytest.approx(4500.0)
-    assert details["prefill_need"] == pytest.approx((9000 + 2 * 1500 / 60) / 3600)
+    assert details["prefill_need"] == pytest.approx(9000 / 3600 + 3000 / (4500 * 600))
 
 
-def test_queued_prompts_drain_within_the_stable_window() -> None:
-    # 40 requests waiting on each prefill replica, 2000 tokens each: 160000 tokens to compute within the
-    # 20 s stable window = 8000 tok/s more; 12000 + 8000 = 20000 tok/s. rho for 0.2 s prompts in 2 s: 3.6 / 3.8.
+def test_queued_prompts_drain_within_a_cold_start() -> None:
+    # 40 requests waiting on each prefill replica, 2000 tokens each: 160000 tokens, drained within the 20 s
+    # cold start at 10000 tok/s a replica (policy.backlog_replicas): 0.8 replicas; on top of the 12000 tok/s
+    # arriving at rho 3.6 / 3.8 (0.2 s prompts in a 2 s TTFT): 1.267. 2.067 -> 3
     h = pd_history(prefill_waiting=40.0)
-    c = cfg(role="prefill", prefillTokensPerSecond="10000", targetTimeToFirstToken="2s", stableWindow="20s")
+    c = cfg(role="prefill", prefillTokensPerSecond="10000", targetTimeToFirstToken="2s", coldStart="20s")
     counts, details = pd_split(h, c, T0 + 120)
-    assert details["prefill_tokens_per_s"] == pytest.approx(20000.0)
-    assert details["prefill_need"] == pytest.approx(20000 / (10000 * 3.6 / 3.8))
-    assert counts["prefill"] == 3  # 2.11 -> 3
+    assert details["prefill_tokens_per_s"] == pytest.approx(12000.0)
+    assert details["prefill_need_backlog"] == pytest.approx(0.8)
+    assert details["prefill_need"] == pytest.approx(12000 / (10000 * 3.6 / 3.8) + 0.8)
+    assert counts["prefill"] == 3
 
 
 def test_pending_guard_caps_a_pool_while_its_new_replicas_load() -> None:
-    # 400 waiting per prefill replica asks for (12000 + 1.6e6 / 20) / 9473.7 = 9.7 replicas; with a third
-    # prefill replica listed but not up yet (loading), the pool holds at the 3 it has
+    # 400 waiting per prefill replica: 1.6e6 tokens / (10000 x 20 s cold start) = 8 replicas, + 1.267 for the
+    # 12000 tok/s arriving = 9.27 -> 10; with a third prefill replica listed but not up yet (loading), the
+    # pool holds at the 3 it has
     h = pd_history(prefill_waiting=400.0)
-    c = cfg(role="prefill", prefillTokensPerSecond="10000", targetTimeToFirstToken="2s", stableWindow="20s")
+    c = cfg(role="prefill", prefillTokensPerSecond="10000", targetTimeToFirstToken="2s", coldStart="20s")
     assert pd_split(h, c, T0 + 120)[0]["prefill"] == 10
     now = T0 + 121
     reps = [sample(f"p{k}", "prefill", now, prompt=6000.0 * 121, finished=3.0 * 121, waiting=400.0) for k in range(2)]
@@ -167,15 +171,42 @@ def test_pending_guard_caps_a_pool_while_its_new_replicas_load() -> None:
     counts, details = pd_split(h, c, now)
     assert counts["prefill"] == 3 and details["prefill_pending_guard"] == 3.0
     assert counts["decode"] == 2  # the other pool has nothing loading: its own need
+    # the guard holds the queue's part only: at 2000 tok/s a replica a prompt takes 1 s, rho = 2 (2 - 1) /
+    # (4 - 1) = 2/3, and the 12000 tok/s arriving need 12000 / 1333.3 = 9 replicas whatever is loading
+    slow = cfg(role="prefill", prefillTokensPerSecond="2000", targetTimeToFirstToken="2s", coldStart="20s")
+    counts, details = pd_split(h, slow, now)
+    assert details["prefill_need_flow"] == pytest.approx(9.0)
+    assert counts["prefill"] == 9 and details["prefill_pending_guard"] == pytest.approx(9.0)
+
+
+def test_the_prefill_pool_stands_ready_for_the_bursts_of_the_last_three_cold_starts() -> None:
+    # 300 s of 6000 prompt tokens/s a replica (12000 in all), but 18000 a replica (36000) from T0+100 to
+    # T0+120: a burst shorter than a cold start. At T0+300 with a 180 s cold start, the last 540 s hold it:
+    # 36000 / (10000 x 0.8) = 4.5 -> 5 prefill replicas; with a 30 s cold start the last 90 s do not: 1.5 -> 2
+    h = ModelHistory("llm", "m")
+    prompt = 0.0
+    for i in range(301):
+        t = T0 + i
+        prompt += 18000.0 if 100 < i <= 120 else 6000.0
+        reps = [sample(f"p{k}", "prefill", t, prompt=prompt, finished=3.0 * i) for k in range(2)]
+        reps += [sample(f"d{k}", "decode", t, kv=0.5) for k in range(2)]
+        h.ingest(Observation("llm", "m", t, tuple(reps)))
+    counts, details = pd_split(h, cfg(role="prefill", prefillTokensPerSecond="10000", coldStart="180s"), T0 + 300)
+    assert details["prefill_burst_tokens_per_s"] == pytest.approx(36000.0)
+    assert details["prefill_need"] == pytest.approx(4.5)
+    assert counts["prefill"] == 5
+    counts, details = pd_split(h, cfg(role="prefill", prefillTokensPerSecond="10000", coldStart="30s"), T0 + 300)
+    assert details["prefill_need"] == pytest.approx(1.5)
+    assert counts["prefill"] == 2
 
 
 def test_prefill_throughput_is_measured_while_requests_queue() -> None:
     # unset prefillTokensPerSecond: the most one replica computed while requests queued = 6000 tok/s;
-    # with a queue of 1 per replica: (12000 + 2 x 2000 / 60 s stable window) / (6000 x 0.8) = 2.65 -> 3
+    # 12000 / (6000 x 0.8) = 2.5, and a queue of 1 per replica: 4000 tokens / (6000 x 600 s) -> 3
     h = pd_history(prefill_waiting=1.0)
     counts, details = pd_split(h, cfg(role="prefill"), T0 + 120)
     assert details["prefill_capacity_tps"] == pytest.approx(6000.0)
-    assert details["prefill_need"] == pytest.approx((12000 + 4000 / 60) / 4800)
+    assert details["prefill_need"] == pytest.approx(2.5 + 4000 / (6000 * 600))
     assert counts["prefill"] == 3
     # never saturated (no queue): nothing to measure, a clear NoData
     with pytest.raises(NoData, match="prefillTokensPerSecond"):
