@@ -136,9 +136,26 @@ def prefill_need(load: Load, snap: Snapshot | None, config: ScalerConfig, per_re
                                  "prefill_mean_prompt_tokens": prompt or 0.0})
 
 
-def decode_need(load: Load, snap: Snapshot | None, config: ScalerConfig) -> Need:
-    """The configured policy on the decode pool (KV tokens for `tokens`)."""
+def burst_load(pool: HistoryView, load: Load, now: float, lookback: float) -> Load:
+    """`load` with its KV held and its queue at the highest any 10 s bucket within `lookback` saw them
+    (held + queued), for the decode pool's standing headroom, as burst_prompt_rate is the prefill pool's."""
+    _, kv = pool.series("kv_used", now, max(lookback, BURST_BUCKET_S))
+    _, waiting = pool.series("waiting", now, max(lookback, BURST_BUCKET_S))
+    prompt = (load.kv_used / load.running) if load.kv_used and load.running else 0.0  # tokens a request holds
+    both = np.nan_to_num(kv) + np.nan_to_num(waiting) * prompt
+    if not both.size or not float(both.max()) > (load.kv_used or 0.0) + (load.waiting or 0.0) * prompt:
+        return load
+    i = int(np.argmax(both))
+    return replace(load, kv_used=float(np.nan_to_num(kv[i])), waiting=float(np.nan_to_num(waiting[i])))
+
+
+def decode_need(load: Load, snap: Snapshot | None, config: ScalerConfig, burst: Load | None = None) -> Need:
+    """The configured policy on the decode pool (KV tokens for `tokens`), on the window or on the recent
+    burst (`burst`, burst_load), whichever asks more."""
     d = demand(load, config, snap)
+    if burst is not None:
+        b = demand(burst, config, snap)
+        d = b if b.desired > d.desired else d
     return Need(d.desired, {"decode_demand": d.demand, "decode_capacity_per_replica": d.per_replica,
                             "decode_need_policy": d.desired})
 
@@ -186,7 +203,8 @@ def _window_need(pool: HistoryView | None, now: float, config: ScalerConfig, whi
             cap = max(held, need.parts["prefill_need_flow"])
             latency = from_window(load, seconds, ready, replace(config, target_itl=None))
         else:
-            need = decode_need(load, snap, config)
+            lookback = BURST_COLD_STARTS * cold_start_of(config, snap)
+            need = decode_need(load, snap, config, burst_load(pool, load, now, lookback))
             latency = from_window(load, seconds, ready, replace(config, target_ttft=None))
             cap = held
         if latency is not None and latency.desired > need.replicas:

@@ -200,6 +200,25 @@ def test_the_prefill_pool_stands_ready_for_the_bursts_of_the_last_three_cold_sta
     assert counts["prefill"] == 2
 
 
+def test_the_decode_pool_stands_ready_for_the_kv_of_the_last_three_cold_starts() -> None:
+    # 2 decode replicas with half their KV (100000 each) in use, but 0.9 from T0+100 to T0+120. At T0+300
+    # with a 180 s cold start the last 540 s hold it: 2 x 90000 = 180000 tokens / (100000 x 0.8) = 2.25 -> 3;
+    # with a 30 s cold start they do not: 100000 / 80000 = 1.25 -> 2
+    h = ModelHistory("llm", "m")
+    for i in range(301):
+        t = T0 + i
+        reps = [sample(f"p{k}", "prefill", t, prompt=6000.0 * i, finished=3.0 * i) for k in range(2)]
+        reps += [sample(f"d{k}", "decode", t, kv=0.9 if 100 <= i < 120 else 0.5) for k in range(2)]
+        h.ingest(Observation("llm", "m", t, tuple(reps)))
+    c = cfg(role="decode", prefillTokensPerSecond="10000", coldStart="180s")
+    counts, details = pd_split(h, c, T0 + 300)
+    assert details["decode_need"] == pytest.approx(2.25)
+    assert counts["decode"] == 3
+    counts, details = pd_split(h, cfg(role="decode", prefillTokensPerSecond="10000", coldStart="30s"), T0 + 300)
+    assert details["decode_need"] == pytest.approx(1.25)
+    assert counts["decode"] == 2
+
+
 def test_prefill_throughput_is_measured_while_requests_queue() -> None:
     # unset prefillTokensPerSecond: the most one replica computed while requests queued = 6000 tok/s;
     # 12000 / (6000 x 0.8) = 2.5, and a queue of 1 per replica: 4000 tokens / (6000 x 600 s) -> 3
