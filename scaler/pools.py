@@ -7,16 +7,20 @@ collection saw it, the ScaledObject's metadata, what Kubernetes says of the pool
 tick, with no per-pod state. Two pods fed the same collections give the same pair.
 
 Prefill/decode (`role`): the pools are told apart by the replicas' `role` label (history.pool).
-- prefill need = prompt tokens/s to compute (those computed plus the queue drained within the stable
-  window, net of prefix-cache hits where known) / (prefill tokens/s of one replica x a utilization
-  that keeps the mean TTFT within the target: M/D/1 queueing per replica, `prefill_utilization`);
+- prefill need = prompt tokens/s to compute (the window's, or the largest 10 s burst of the last three
+  cold starts: standing headroom for bursts no scaling can answer; net of prefix-cache hits where
+  known) / (prefill tokens/s of one replica x a utilization that keeps the mean TTFT within the target:
+  M/D/1 queueing per replica, `prefill_utilization`), plus the queue drained within a cold start
+  (policy.backlog_replicas, the unified pool's rule);
 - decode need = the configured policy on the decode pool (the `tokens` policy: KV tokens held and
-  queued against KV tokens per replica), with the ITL target's latency term;
+  queued against KV tokens per replica) on the window or the recent KV burst, with the ITL target's
+  latency term;
 - `ratio: fixed` keeps P:D (decode first, prefill = ceil(ratio x decode)); `independent` sizes each
   on its own; `bounded` sizes each on its own, then raises the smaller pool into the ratio limits.
 
-Variants (`variants`): the model's KV-token demand (held + queued, over all its replicas) is spread to
-the cheapest mix of variants that covers it at `targetKVUtilization`, ties to the more preferred; a
+Variants (`variants`): the model's KV-token demand (held + queued, over all its replicas) and, where the
+table gives rates, its whole load (each replica carrying the share its prompt and generation times
+allow, `replica_share`) are spread to the cheapest mix that covers both, ties to the more preferred; a
 variant whose pods stay unscheduled past `pendingTimeout` (no GPU of that type) is capped at the
 replicas it has scheduled, so demand spills to the next, and its answer holds its current count (the
 pending pods stay as the probe that tells when capacity returns) until they are scheduled.
@@ -480,6 +484,6 @@ def with_peers(workload: WorkloadState, peers: Mapping[str, WorkloadState | None
     return replace(workload, peers=known)
 
 
-__all__ = ["Need", "VariantLimit", "cheapest_mix", "decide_pool", "measured_prefill_tps", "pd_split", "pooled",
-           "prefill_need", "prefill_utilization", "split", "split_ratio", "variant_limits", "variant_split",
-           "with_peers"]
+__all__ = ["Need", "VariantLimit", "burst_load", "burst_prompt_rate", "cheapest_mix", "decide_pool", "load_rates",
+           "measured_prefill_tps", "pd_split", "pooled", "prefill_need", "prefill_utilization", "replica_share",
+           "split", "split_ratio", "variant_limits", "variant_split", "with_peers"]

@@ -92,14 +92,15 @@ def variants_table(duration: float) -> str:
             ("none", "a100", VariantSpec("a100", A100, price)),
             ("none", "h100", VariantSpec("a100", A100, price))]
         if price == PRICES["a100"]:
-            runs += [(f"{A100_SCHEDULABLE} schedulable", "tokens:a100", VariantSpec("a100", A100, price, A100_SCHEDULABLE)),
+            stuck = VariantSpec("a100", A100, price, A100_SCHEDULABLE)
+            runs += [(f"{A100_SCHEDULABLE} schedulable", "tokens:a100", stuck),
                      ("none", "tokens:h100", VariantSpec("a100", A100, price))]
         for limit, c, a100 in runs:
             r = VariantsSimulation(tr, [a100, h100], c).run()
             mean = ", ".join(f"{k} {v:.1f}" for k, v in r.mean_replicas.items())
             rows.append(f"| {price:g} | {limit} | {c} | {r.cost:.2f} | {r.gpu_hours:.1f} | {mean} | "
-                        f"{r.pending_s / 60:.0f} | {r.ttft_p99:.1f} | {r.itl_mean * 1000:.0f} | {r.slo_attainment:.1%} | "
-                        f"{r.finished}/{r.arrived} |")
+                        f"{r.pending_s / 60:.0f} | {r.ttft_p99:.1f} | {r.itl_mean * 1000:.0f} | "
+                        f"{r.slo_attainment:.1%} | {r.finished}/{r.arrived} |")
     return "\n".join(rows) + "\n"
 
 
