@@ -344,6 +344,39 @@ def cheapest_mix(need: Amount, variants: Sequence[Variant], per_replica: Mapping
     return best_counts, True
 
 
+def _cost(counts: Mapping[str, int], price: Mapping[str, float]) -> float:
+    return sum(n * price[name] for name, n in counts.items())
+
+
+def _covered(need: tuple[float, ...], counts: Mapping[str, int], per: Mapping[str, Amount]) -> tuple[float, ...]:
+    """What `need` leaves uncovered by `counts` (never below zero)."""
+    return tuple(max(0.0, w - sum(n * _vec(per[name])[d] for name, n in counts.items()))
+                 for d, w in enumerate(need))
+
+
+def anchored_mix(need: Amount, variants: Sequence[Variant], per_replica: Mapping[str, Amount],
+                 limits: Mapping[str, VariantLimit], current: Mapping[str, int]) -> dict[str, int] | None:
+    """The cheapest mix that only shrinks the current counts (where they cover `need`) or only grows them
+    (where they do not): no variant asked to grow while another is asked to shrink. None: none found.
+
+    variant_split answers it instead of the cheapest mix unless the cheapest saves at least one replica
+    of the cheapest variant. A swap costs a cold start on the growing variant while the HPA keeps the
+    shrinking one for its scale-down window; near a rounding point the cheapest mix flips between, say,
+    3 H100s and 2 H100s + 1 A100 as the load moves, and each HPA keeping the larger of its recent counts
+    paid for both (docs/pools.md). A swap that saves a replica's price or more is still made."""
+    want = _vec(need)
+    if any(current.get(v.name, 0) > limits[v.name].most for v in variants):
+        return None
+    rest = _covered(want, current, per_replica)
+    if all(r <= 1e-9 for r in rest):
+        down = {v.name: VariantLimit(min(limits[v.name].most, current.get(v.name, 0))) for v in variants}
+        counts, covered = cheapest_mix(want, variants, per_replica, down)
+        return counts if covered else dict(current)
+    room = {v.name: VariantLimit(limits[v.name].most - current.get(v.name, 0)) for v in variants}
+    more, covered = cheapest_mix(rest, variants, per_replica, room)
+    return {v.name: current.get(v.name, 0) + more[v.name] for v in variants} if covered else None
+
+
 def prompt_mean(load: Load, snap: Snapshot | None) -> float:
     """Mean prompt tokens computed per request, net of prefix-cache hits (0 when unknown)."""
     prompt, _ = mean_prompt_tokens(load, snap)
@@ -429,6 +462,14 @@ def variant_split(history: HistoryView, config: ScalerConfig, workload: Workload
             w = workloads.get(v.name)
             if limits[v.name].stuck and w is not None:
                 counts[v.name] = max(counts[v.name], min(w.current_replicas, wanted[v.name]))
+    elif all(workloads.get(v.name) is not None for v in config.variants):
+        current = {v.name: w.current_replicas for v in config.variants if (w := workloads.get(v.name)) is not None}
+        kept = anchored_mix(needs, config.variants, per_replica, limits, current)
+        price = {v.name: v.price_per_hour for v in config.variants}
+        if kept is not None and kept != counts and (
+                _cost(kept, price) < _cost(counts, price) + min(price.values()) - 1e-9):
+            counts = kept
+            details["variants_anchored"] = 1.0
     details.update({"demand": need, "variants_covered": float(covered),
                     "variants_price_per_hour": sum(counts[v.name] * v.price_per_hour for v in config.variants)})
     for v in config.variants:
@@ -484,6 +525,6 @@ def with_peers(workload: WorkloadState, peers: Mapping[str, WorkloadState | None
     return replace(workload, peers=known)
 
 
-__all__ = ["Need", "VariantLimit", "burst_load", "burst_prompt_rate", "cheapest_mix", "decide_pool", "load_rates",
-           "measured_prefill_tps", "pd_split", "pooled", "prefill_need", "prefill_utilization", "replica_share",
-           "split", "split_ratio", "variant_limits", "variant_split", "with_peers"]
+__all__ = ["Need", "VariantLimit", "anchored_mix", "burst_load", "burst_prompt_rate", "cheapest_mix", "decide_pool",
+           "load_rates", "measured_prefill_tps", "pd_split", "pooled", "prefill_need", "prefill_utilization",
+           "replica_share", "split", "split_ratio", "variant_limits", "variant_split", "with_peers"]

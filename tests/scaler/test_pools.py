@@ -18,6 +18,7 @@ from keda_llm.scaler.history import ModelHistory
 from keda_llm.scaler.model import NoData, Observation, PolicyState, ReplicaSample, WorkloadState
 from keda_llm.scaler.pools import (
     VariantLimit,
+    anchored_mix,
     cheapest_mix,
     pd_split,
     prefill_utilization,
@@ -412,6 +413,31 @@ def test_a_replica_carries_its_share_of_the_load_within_the_slo() -> None:
     # at 3/h it is still cheaper per unit (1.31/h), but none and 2 slow (2/h) beat its one replica (3/h)
     cheap_fast = cfg(variant="slow", variants=TWO.format(m="", p="3"))
     assert variant_split(h, cheap_fast, WorkloadState(2, 2), now)[0] == {"slow": 2, "fast": 0}
+
+
+def test_the_split_swaps_variants_only_when_the_swap_saves_a_replica() -> None:
+    # the load and shares above; the fast at 2.5/h: cheaper per unit (1.09/h), but 2 slow (2/h) beat its one
+    # replica (2.5/h) by rounding. Running 1 fast, which covers the load: a swap to 2 slow saves 0.5/h, less
+    # than the cheapest replica (1/h), so the fast one stays (no cold start on the slow ones while the HPA
+    # keeps the fast one for its window)
+    h, now = rates_history(), T0 + 60
+    c = cfg(variant="slow", variants=TWO.format(m="", p="2.5"))
+    assert variant_split(h, c, WorkloadState(2, 2), now)[0] == {"slow": 2, "fast": 0}  # the other unknown
+    running_fast = with_peers(WorkloadState(0, 0), {"fast": WorkloadState(1, 1)})
+    counts, details = variant_split(h, c, running_fast, now)
+    assert counts == {"slow": 0, "fast": 1} and details["variants_anchored"] == 1.0
+    assert anchored_mix(1.0, [Variant("slow", 1.0, 1e6), Variant("fast", 2.5, 1e6)],
+                        {"slow": 1 / 1.75, "fast": 1 / 0.4375}, {"slow": VariantLimit(math.inf),
+                                                                "fast": VariantLimit(math.inf)},
+                        {"slow": 0, "fast": 1}) == {"slow": 0, "fast": 1}
+    # at 5/h the swap saves 3/h, more than a replica: 2 slow replace the fast one
+    c = cfg(variant="slow", variants=TWO.format(m="", p="5"))
+    counts, details = variant_split(h, c, running_fast, now)
+    assert counts == {"slow": 2, "fast": 0} and "variants_anchored" not in details
+    # short of the load (1 slow carries 0.571), the current counts only grow: 1 more slow (the rest, 0.429,
+    # at 1/h) -> the cheapest mix anyway
+    running_slow = with_peers(WorkloadState(1, 1), {"fast": WorkloadState(0, 0)})
+    assert variant_split(h, c, running_slow, now)[0] == {"slow": 2, "fast": 0}
 
 
 def test_variant_metadata_errors_name_the_key() -> None:
