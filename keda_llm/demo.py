@@ -647,7 +647,8 @@ def _hold_port(port: int, host: str = "127.0.0.1") -> socket.socket:
     return sock
 
 
-def activator_config(sc: Scenario, scaler_http: str, endpoints: list[str], admin_token_file: str) -> ActivatorConfig:
+def activator_config(sc: Scenario, scaler_http: str, endpoints: list[str],
+                     admin_token_file: str = "") -> ActivatorConfig:
     """`keda-llm activator`'s configuration for the demo, through its own parser (as its YAML file is): one
     model, the pods' slots as static endpoints probed on /health, woken through the scaler's POST
     /v1/activate/demo/llama-8b; its bound (`max_held`) is under the burst at zero."""
@@ -1029,6 +1030,8 @@ class Demo:
         self.load: Load | None = None
         self.admin_token = ""
         self._seen: dict[str, float] = {}  # the activator's counters as last turned into events
+        self._refused = 0.0  # 429s not told yet (told at most once a second)
+        self._refused_at = -math.inf
 
     def now(self) -> float:
         return time.monotonic() - self._t0
@@ -1054,9 +1057,9 @@ class Demo:
     def _simulate(self, world: World, exporter: _Exporter) -> None:
         """The world on the wall clock: the simulation advanced to now every 50 ms."""
         while not self._stop.wait(0.05):
+            self._watch_activator()  # first: its hold and wake come before the push they cause
             self._record(world.advance(self.now()))
             self._watch_warms(exporter)
-            self._watch_activator()
             if world.pods_changed.is_set():  # a pod came or went: the exporter re-lists at once
                 world.pods_changed.clear()
                 exporter.collector.refresh_discovery()
@@ -1078,14 +1081,17 @@ class Demo:
 
         route = f"/v1/activate/{NAMESPACE}/{NAME}"
         if now.get("held", 0) and not seen.get("held", 0):
-            self.event("activator: no ready endpoint for the model: holding requests")
+            self.event(f"activator: no ready endpoint for the model: holding requests, POST {route} to the scaler")
         for result, words in (("ok", "200"), ("error", "failed")):
             for _ in range(int(grew(f"activations_{result}"))):
                 self.event(f"activator: POST {route} -> {words}")
-        if n := grew("rejects_queue_full"):
+        self._refused += grew("rejects_queue_full")
+        t = self.now()
+        if self._refused and (t - self._refused_at >= 1.0 or grew("held_forwarded")):
             retry = self.load.stats.retry_after_max if self.load is not None else 0
-            self.event(f"activator: {n:.0f} answered 429 (queue full at its bound {self.sc.max_held}), "
+            self.event(f"activator: {self._refused:.0f} answered 429 (queue full at its bound {self.sc.max_held}), "
                        f"Retry-After up to {retry} s")
+            self._refused, self._refused_at = 0.0, t
         if n := grew("rejects_max_wait"):
             self.event(f"activator: {n:.0f} answered 503 (held past max_wait)")
         if n := grew("held_forwarded"):

@@ -131,7 +131,7 @@ class Serving(Protocol):
 
     def progress(self, request: Request, seen: int, timeout: float) -> tuple[int, bool]:
         """Block until the engine has emitted more than `seen` tokens of `request`, it finished, or `timeout`
-        passed; then (tokens emitted so far, finished)."""
+        passed; then (tokens emitted so far, finished). A ConnectionError: the engine is gone."""
         ...
 
 
@@ -237,15 +237,18 @@ class EngineServer:
                 if q is None:  # the pod went away: drop the connection unanswered, as a closed port would
                     self.close_connection = True
                     return
-                if req.stream:
-                    self._stream(serving, q)
-                    return
-                done = False
-                n = 0
-                while not done:
-                    n, done = serving.progress(q, n, 1.0)
-                body = json.dumps(completion_json(q.rid, model, req.prompt_tokens, n)).encode()
-                self._send(200, body, "application/json")
+                try:
+                    if req.stream:
+                        self._stream(serving, q)
+                        return
+                    done = False
+                    n = 0
+                    while not done:
+                        n, done = serving.progress(q, n, 1.0)
+                    body = json.dumps(completion_json(q.rid, model, req.prompt_tokens, n)).encode()
+                    self._send(200, body, "application/json")
+                except ConnectionError:  # the client left, or the engine went away: the answer stops short
+                    self.close_connection = True
 
             def _stream(self, serving: Serving, q: Request) -> None:
                 self.send_response(200)
