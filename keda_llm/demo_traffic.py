@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -213,13 +212,13 @@ class Load:
                 out.tokens = int(data["usage"]["completion_tokens"])
                 return None
             done = False
-            async for raw in r.content:
-                line = raw.decode().strip()
-                if not line.startswith("data: "):
+            async for raw in r.content:  # to the end of the answer, [DONE] included: the connection is then
+                line = raw.decode().strip()  # clean for its next request (leaving early cuts it under the proxy)
+                if not line.startswith("data: ") or done:
                     continue
                 if line == "data: [DONE]":
                     done = True
-                    break
+                    continue
                 words = json.loads(line[6:])["choices"][0]["text"].split()
                 if words and out.ttft is None:
                     out.ttft = self.clock() - out.sent_at
@@ -228,8 +227,3 @@ class Load:
                 out.error = "the stream ended before [DONE]"
             return None
 
-
-def wall_clock(t0: float | None = None) -> Callable[[], float]:
-    """Seconds since `t0` (time.monotonic(); now when None)."""
-    start = time.monotonic() if t0 is None else t0
-    return lambda: time.monotonic() - start
