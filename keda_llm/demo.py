@@ -1306,7 +1306,7 @@ class Demo:
         grid.add_row("activator", (f"[bold yellow]{gw:.0f} requests held (bound {self.sc.max_held}{oldest}), "
                                    "waiting for a ready endpoint[/bold yellow]" if gw else
                                    f"passing requests through to {_num(v.ready_endpoints)} ready endpoints")
-                     + f"  (its /metrics: forwarded {v.forwarded:.0f}, answered itself {v.refused:.0f})")
+                     + f"  (its /metrics: forwarded {v.forwarded:.0f}, refused with Retry-After {v.refused:.0f})")
         with self._events_lock:
             recent = self.report.events[-12:]
         events = "\n".join(f"{at:6.1f}s  {msg}" for at, msg in recent) or "(none yet)"
