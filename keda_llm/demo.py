@@ -43,7 +43,7 @@ import numpy as np
 
 from keda_llm.activator.config import ActivatorConfig
 from keda_llm.activator.config import parse as parse_activator_config
-from keda_llm.demo_engine import EngineServer, Latency, render
+from keda_llm.demo_engine import BadRequest, EngineServer, Latency, render
 from keda_llm.demo_traffic import Load, LoadStats, LoopThread, RunningActivator, Send, start_activator, stop_activator
 from keda_llm.scaler.assembly import ScalerSettings, ScalerThread, start_in_thread
 from keda_llm.scaler.model import WorkloadState
@@ -405,16 +405,20 @@ class World:
     # -- requests, from the pods' HTTP side ------------------------------------------------------
 
     def submit(self, index: int, prompt_tokens: int, max_tokens: int) -> Request | None:
-        """A request that came in to pod `index`, handed to its engine now; None if the pod is gone (or
-        the request can never fit its KV cache)."""
+        """A request that came in to pod `index`, handed to its engine now; None if the pod is gone.
+        BadRequest if it can never fit the engine's KV cache (vLLM answers 400 too)."""
         with self.lock:
             sim = self.sim
             r = None if sim is None or self.closed else next(
                 (x for x in sim.cluster.replicas if x.index == index), None)
             if sim is None or r is None:
                 return None
+            req = Request(self._rid + 1, sim.now, prompt_tokens, max_tokens)
+            if not r.engine.fits(req):
+                cap = r.engine.config.kv_capacity_tokens
+                raise BadRequest(f"prompt ({prompt_tokens} tokens) + max_tokens ({max_tokens}) is more than the "
+                                 f"engine's KV cache holds ({cap} tokens)")
             self._rid += 1
-            req = Request(self._rid, sim.now, prompt_tokens, max_tokens)
             return req if sim.submit(req, r) else None
 
     def progress(self, req: Request, seen: int, timeout: float) -> tuple[int, bool]:
@@ -532,7 +536,9 @@ class World:
         """A pod in the first free slot (its GPU, its port): the slot's socket gives way to its server's."""
         latency = Latency()
         with self._slots_lock:
-            slot = min(self._free)  # KeyError when every slot is taken: more pods than max_replicas x 2 + 1
+            if not self._free:
+                raise RuntimeError(f"every one of the {len(self.ports)} pod slots is taken")
+            slot = min(self._free)
             self._free.pop(slot).close()
             server = EngineServer(lambda: render(MODEL, r.engine, latency), self.lock, port=self.ports[slot],
                                   serving=_PodServing(self, r.index), model=MODEL)
@@ -1345,6 +1351,8 @@ class Demo:
             "  try       curl -s " + exporter_url + " | grep llm_requests      "
             "(the ScaledObject: keda-llm demo --print-scaledobject)",
             f"            curl -s {act.admin_url}/metrics | grep keda_llm_activator_held",
+            f"            curl -s {act.proxy_url}/v1/completions -d '{{\"model\": \"{MODEL}\", \"prompt\": "
+            "\"hello\", \"max_tokens\": 8}'   (one of your own, through the activator)",
             "",
         ]
         print("\n".join(lines), file=self.out, flush=True)
@@ -1382,7 +1390,8 @@ class Demo:
             "",
             f"Summary ({self.now():.0f} s)",
             f"  requests  sent {q.sent} over HTTP through the activator, answered {q.answered}{cut}, served "
-            f"{q.served} ({sum(1 for o in done if o.streamed and o.complete)} streamed), lost {lost}; HTTP 200 "
+            f"{q.served} ({sum(1 for o in done if o.streamed and o.complete)} streamed; the simulated engines "
+            f"finished {s.engine_finished}), lost {lost}; HTTP 200 "
             f"answers {q.ok_responses}; {retried} sent again after a Retry-After"
             + (" (" + ", ".join(f"{n} x {st}" for st, n in sorted(q.refusals.items())) + ")" if retried else ""),
             f"  latency   time to first token (streamed) p50 {pct(ttft, 0.5)}, p95 {pct(ttft, 0.95)}, max "

@@ -126,7 +126,8 @@ class Serving(Protocol):
         ...
 
     def submit(self, prompt_tokens: int, max_tokens: int) -> Request | None:
-        """Hand a request to the engine now; None when the pod is gone (the connection is then dropped)."""
+        """Hand a request to the engine now; None when the pod is gone (the connection is then dropped).
+        BadRequest: one the engine can never serve (answered 400)."""
         ...
 
     def progress(self, request: Request, seen: int, timeout: float) -> tuple[int, bool]:
@@ -233,7 +234,12 @@ class EngineServer:
                     err = {"error": {"message": str(e), "type": "BadRequestError", "code": 400}}
                     self._send(400, json.dumps(err).encode(), "application/json")
                     return
-                q = serving.submit(req.prompt_tokens, req.max_tokens)
+                try:
+                    q = serving.submit(req.prompt_tokens, req.max_tokens)
+                except BadRequest as e:
+                    err = {"error": {"message": str(e), "type": "BadRequestError", "code": 400}}
+                    self._send(400, json.dumps(err).encode(), "application/json")
+                    return
                 if q is None:  # the pod went away: drop the connection unanswered, as a closed port would
                     self.close_connection = True
                     return

@@ -185,6 +185,11 @@ def test_a_pod_answers_completions_from_its_simulated_engine_whole_and_streamed(
         assert status == 400 and "the model `other` does not exist" in body.decode()
         status, _, body = _post(url + "/v1/completions", {**ask, "max_tokens": 0})
         assert status == 400 and "max_tokens" in body.decode()
+        # 640 blocks of 16 tokens: a 10,240-token prompt and its 7 new tokens can never fit
+        status, _, body = _post(url + "/v1/completions", {**ask, "prompt": list(range(10240))})
+        assert status == 400 and json.loads(body)["error"]["message"] == (
+            "prompt (10240 tokens) + max_tokens (7) is more than the engine's KV cache holds (10240 tokens)")
+        assert world.stats.engine_finished == 2
     finally:
         world.close()
 
