@@ -268,6 +268,7 @@ def test_compressed_demo_scales_up_down_to_zero_and_back_losing_nothing() -> Non
     # the proxy was in the path: its forwarded counter is the 200 answers the client counted, one per request
     m = demo._exposition(report.activator_metrics)
     assert m["forwarded"] == load.ok_responses == load.served, (m, load.ok_responses)
+    assert stats.engine_finished == load.served  # and each reached a simulated engine once: none twice, none lost
     # the burst came while at zero: the activator held up to its bound, answered the rest 429 with
     # Retry-After (the client sent those again after it), woke the model, and forwarded what it held
     assert m["held_forwarded"] >= sc.max_held, m
