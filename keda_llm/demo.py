@@ -549,8 +549,12 @@ class World:
         """The pod is gone: its server closes, and its slot's port is held again for the next pod."""
         pod.server.stop()
         with self._slots_lock:
-            if not self.closed:
+            if self.closed:
+                return
+            try:
                 self._free[pod.gpu] = _hold_port(self.ports[pod.gpu])
+            except OSError as e:  # another socket took the port meanwhile: the slot is lost, its endpoint refuses
+                log.warning("pod slot %d: port %d cannot be held again: %s", pod.gpu, self.ports[pod.gpu], e)
 
     def _animate_gpus(self, dt: float) -> None:
         sim = self.sim
