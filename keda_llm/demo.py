@@ -141,7 +141,7 @@ class Scenario:
     exporter_interval: float = 1.0
     scaler_interval: float = 1.0
     scaler_tick: float = 1.0
-    gateway_retry: float = 5.0  # the activator's activation_interval: POST /v1/activate again while it holds
+    activation_interval: float = 5.0  # the activator's: POST /v1/activate again while it still holds
     seed: int = 7
 
     def scaled(self, duration: float) -> Scenario:
@@ -175,7 +175,7 @@ class Scenario:
             exporter_interval=max(0.5, self.exporter_interval * f),
             scaler_interval=max(0.5, self.scaler_interval * f),
             scaler_tick=max(0.5, self.scaler_tick * f),
-            gateway_retry=max(1.0, self.gateway_retry * f),
+            activation_interval=max(1.0, self.activation_interval * f),
         )
 
     def phase_at(self, t: float) -> Phase:
@@ -665,7 +665,7 @@ def activator_config(sc: Scenario, scaler_http: str, endpoints: list[str],
     return parse_activator_config({
         "listen": "127.0.0.1:0",
         "scaler": scaler_http,
-        "activation_interval": f"{sc.gateway_retry:g}s",
+        "activation_interval": f"{sc.activation_interval:g}s",
         "admin_token_file": admin_token_file,
         "probe_interval": f"{sc.probe_interval:g}s",
         "probe_timeout": "1s",

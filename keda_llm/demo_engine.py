@@ -57,8 +57,9 @@ class Histogram:
 @dataclass
 class Latency:
     """One replica's TTFT and inter-token latency histograms, with vLLM's semantics: TTFT one observation
-    per request (from its arrival, gateway wait included); ITL one per inter-token gap (a request adds
-    output tokens - 1 gaps of its mean gap), as the simulator counts its own `ttft`/`itl` sums."""
+    per request (from its arrival at the engine: an activator's hold before it is not in it); ITL one per
+    inter-token gap (a request adds output tokens - 1 gaps of its mean gap), as the simulator counts its
+    own `ttft`/`itl` sums."""
 
     ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
     itl: Histogram = field(default_factory=lambda: Histogram(ITL_BUCKETS))
