@@ -20,7 +20,10 @@ would. `--event-loop` is passed to the activator. `--pin` pins the three process
 there are three (upstream 0, activator 1, load 2), else the activator alone to CPU 1 and the other two
 to CPU 0. The machine's load average (1 min, at the end of the proxied rounds) and the CPU other
 processes used meanwhile (cores, from /proc/stat less these three processes) are reported beside the
-figures: on a shared machine they say how much of a core the activator could get.
+figures: on a shared machine they say how much of a core the activator could get. Where the kernel groups
+processes by session for the CPU (`/proc/sys/kernel/sched_autogroup_enabled` = 1, as here), all three
+share one session's fair share however they are pinned or niced; `--own-group` starts each in a session of
+its own, as each would have a cgroup of its own as a pod (it takes a larger share of a shared machine).
 """
 
 from __future__ import annotations
@@ -163,13 +166,14 @@ def proc_stat(pid: int) -> tuple[float, int]:
     return cpu, rss
 
 
-def start_activator(cfg: str, admin: int, event_loop: str = "auto") -> subprocess.Popen[bytes]:
+def start_activator(cfg: str, admin: int, event_loop: str = "auto", own_group: bool = False) -> subprocess.Popen[bytes]:
     f = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)  # noqa: SIM115 - the child reads it
     f.write(cfg)
     f.close()
     p = subprocess.Popen([sys.executable, "-m", "keda_llm.cli", "activator", "--config", f.name,
                           "--admin-listen", f"127.0.0.1:{admin}", "--log-level", "WARNING",
-                          "--event-loop", event_loop])
+                          "--event-loop", event_loop], cwd=tempfile.gettempdir(),  # not a checkout's keda_llm/
+                         start_new_session=own_group)
     wait_http(f"http://127.0.0.1:{admin}/healthz")
     return p
 
@@ -185,6 +189,12 @@ def wait_http(url: str, timeout: float = 30) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
+
+
+def run_delay(pid: int) -> tuple[float, int]:
+    """(seconds a process's main thread has waited on a run queue, times it was scheduled)."""
+    _, wait_ns, slices = Path(f"/proc/{pid}/schedstat").read_text().split()
+    return int(wait_ns) / 1e9, int(slices)
 
 
 def pin(pids: dict[str, int]) -> dict[str, set[int]]:
@@ -218,6 +228,8 @@ def main() -> int:
     ap.add_argument("--event-loop", choices=["auto", "uvloop", "asyncio"], default="auto",
                     help="the activator's (keda-llm activator --event-loop)")
     ap.add_argument("--pin", action="store_true", help="pin the three processes to CPUs (see above)")
+    ap.add_argument("--own-group", action="store_true",
+                    help="each process in a session, so a scheduling autogroup, of its own (see above)")
     ap.add_argument("--out", default="", help="also append the table to this markdown file")
     ap.add_argument("--stagger", type=float, default=0.0)
     ap.add_argument("--port", type=int, default=0)
@@ -237,13 +249,13 @@ def main() -> int:
     me = [sys.executable, str(Path(__file__).resolve())]
     up_port, act_port, admin_port = free_port(), free_port(), free_port()
     up = subprocess.Popen([*me, "--role", "upstream", "--port", str(up_port), "--tokens", str(a.tokens),
-                           "--rate", str(a.rate)])
+                           "--rate", str(a.rate)], start_new_session=a.own_group)
     procs: list[subprocess.Popen[Any]] = [up]
     try:
         wait_http(f"http://127.0.0.1:{up_port}/health")
         act = start_activator(
             f"listen: 127.0.0.1:{act_port}\nmodels:\n  - name: m\n    endpoints: [http://127.0.0.1:{up_port}]\n",
-            admin_port, a.event_loop)
+            admin_port, a.event_loop, a.own_group)
         procs.append(act)
         wait_http(f"http://127.0.0.1:{admin_port}/healthz")
         time.sleep(1.5)  # the first probe has found the endpoint ready
@@ -251,22 +263,26 @@ def main() -> int:
         stagger = a.tokens / a.rate if a.arrivals == "staggered" else 0.0
         per_stream = a.per_stream if a.arrivals == "staggered" else 1
         cpu0, _ = proc_stat(act.pid)
+        wait0 = run_delay(act.pid)
         loader = subprocess.Popen([*me, "--role", "load", "--urls", f"{direct},{via}", "--streams", str(a.streams),
                                    "--rounds", str(a.rounds), "--stagger", str(stagger),
                                    "--per-stream", str(per_stream)], stdout=subprocess.PIPE, text=True,
-                                  env={**os.environ, "BENCH_PIDS": f"{up.pid},{act.pid}"})
+                                  env={**os.environ, "BENCH_PIDS": f"{up.pid},{act.pid}"},
+                                  start_new_session=a.own_group)
         procs.append(loader)
         plan = pin({"upstream": up.pid, "activator": act.pid, "load": loader.pid}) if a.pin else {}
         stdout, _ = loader.communicate()
         if loader.returncode:
             raise SystemExit(f"load generator failed ({loader.returncode})")
         cpu1, _ = proc_stat(act.pid)
+        wait1 = run_delay(act.pid)
+        waits = (wait1[0] - wait0[0], wait1[1] - wait0[1])
         out = json.loads(stdout)
         d, v = out[direct], out[via]
         # the activator's CPU in the direct rounds is its probes only (idle): all of it is charged here
         cpu_per_req_ms = (cpu1 - cpu0) / max(1, v["requests"]) * 1000
         if not a.held:
-            report(a, d, v, cpu_per_req_ms, plan, None)
+            report(a, d, v, cpu_per_req_ms, plan, waits, None)
             return 0
 
         # 10,000 held: a second activator whose model is at zero (its endpoint refuses connections)
@@ -294,12 +310,12 @@ def main() -> int:
         for p in procs:
             p.wait(30)
 
-    report(a, d, v, cpu_per_req_ms, plan, (held, rss_held, rss_idle))
+    report(a, d, v, cpu_per_req_ms, plan, waits, (held, rss_held, rss_idle))
     return 0
 
 
 def report(a: argparse.Namespace, d: dict[str, Any], v: dict[str, Any], cpu_per_req_ms: float,
-           plan: dict[str, set[int]], held: tuple[float, int, int] | None) -> None:
+           plan: dict[str, set[int]], waits: tuple[float, int], held: tuple[float, int, int] | None) -> None:
     """Print the run's table (and append it, under the command line and the time, to --out)."""
     lines: list[str] = []
     say = lines.append
@@ -326,6 +342,8 @@ def report(a: argparse.Namespace, d: dict[str, Any], v: dict[str, Any], cpu_per_
     say(f"\nactivator CPU per streamed request: {cpu_per_req_ms:.2f} ms ({a.tokens} chunks: "
         f"{per_chunk_us:.0f} us per chunk with the request's own cost spread over them; "
         f"x {chunks_s:,.0f} chunks/s = {per_chunk_us * chunks_s / 1e6:.2f} of a core)")
+    say(f"activator waited for a CPU {waits[0] / max(1, waits[1]) * ms:.2f} ms on average each of the "
+        f"{waits[1]:,} times it was scheduled, {waits[0]:.2f} s in all over the run (/proc/PID/schedstat)")
     if held is not None:
         n, rss_held, rss_idle = held
         say(f"RSS with {n:.0f} requests held: {rss_held / 2**20:.0f} MiB (idle {rss_idle / 2**20:.0f} MiB, "
