@@ -68,8 +68,9 @@ HOP_BY_HOP = frozenset(h.lower() for h in (
     "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection", "TE",
     "Trailer", "Transfer-Encoding", "Upgrade", "Host", "Content-Length"))
 #: Idle pooled upstream connections are closed after this long: under vLLM's own keep-alive timeout
-#: (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s by default: vllm-project/vllm, vllm/envs.py), so the engine never
-#: closes one just as a request is sent on it (which would read as a refused connection, set aside).
+#: (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s by default: vllm-project/vllm, vllm/envs.py), so an idle connection
+#: is dropped here first rather than closed by the engine just as a request is sent on it (that request
+#: would fail as a refused connection and set a healthy endpoint aside).
 KEEPALIVE_S = 4.0
 TICK_S = 0.1  # expiry, re-activation and set-aside endpoints coming back are checked this often
 WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
