@@ -1,8 +1,9 @@
 """The proxy's hot path over real loopback HTTP: each streamed chunk reaches the client before the
 upstream writes the next (lock-step, so buffering or a chunk held back for an ACK shows as a stall, not
 as a timing to judge), the lock-step through the proxy costs about what it costs direct, and upstream
-connections are pooled (a connection per concurrent stream, reused by the next requests), on asyncio's
-loop and on uvloop's when it is installed. The event-loop choice of `keda-llm activator` too."""
+connections are pooled (a connection per concurrent stream, reused by the next requests) and dropped
+once idle for KEEPALIVE_S, on asyncio's loop and on uvloop's when it is installed. The event-loop choice
+of `keda-llm activator` too."""
 
 from __future__ import annotations
 
@@ -185,3 +186,27 @@ def test_event_loop_uvloop_named_but_not_installed_is_an_error_and_auto_falls_ba
     with pytest.raises(ConfigError, match="uvloop is not installed"):
         loop_factory("uvloop")
     assert loop_factory("auto") is None
+
+
+def test_idle_upstream_connections_are_dropped_before_the_engines_keepalive_would(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import keda_llm.activator.proxy as proxy
+    assert proxy.KEEPALIVE_S < 5.0  # vLLM closes keep-alive connections idle for 5 s (its default)
+    monkeypatch.setattr(proxy, "KEEPALIVE_S", 0.2)
+
+    async def main() -> None:
+        upstream = await LockStep().start()
+        act = await _activator(upstream)
+        try:
+            async with aiohttp.ClientSession() as s:
+                await lockstep(upstream, s, act_url(act), "a", 2)
+                await lockstep(upstream, s, act_url(act), "b", 2)  # at once: same connection
+                await asyncio.sleep(1.5)  # idle well past 0.2 s: the activator closed it
+                await lockstep(upstream, s, act_url(act), "c", 2)
+            assert upstream.peers[0] == upstream.peers[1] != upstream.peers[2], upstream.peers
+        finally:
+            await act.stop()
+            assert upstream.server is not None
+            await upstream.server.close()
+
+    run_on(None, main)
