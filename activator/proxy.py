@@ -16,6 +16,14 @@ token configured, GET /admin/queues (bearer token, constant-time compare).
 
 Shutdown (`stop`): health turns 503, held requests go to ready endpoints or are answered 503 with
 Retry-After at once, requests in flight get `shutdown_grace` to finish, then the listeners close.
+
+The hot path (what a forwarded request costs, bench/bench_activator.py): one ClientSession for the
+activator's life, its pool unbounded (`limit=0`: one kept-alive connection per concurrent stream, reused
+by the next request) and idle connections dropped before the engine's own keep-alive timeout would close
+them under a request; no per-request lookups (loads come from a background poll), no log line on success;
+each chunk is written to the client as it is read (`iter_any`, no re-buffering). Every socket has
+TCP_NODELAY (asyncio and aiohttp set it on each transport), so a chunk is never held back for an ACK;
+tests/activator/test_hot_path.py holds the proxy to that (lock-step chunks, pooled connections).
 """
 
 from __future__ import annotations
@@ -59,6 +67,11 @@ log = logging.getLogger(__name__)
 HOP_BY_HOP = frozenset(h.lower() for h in (
     "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection", "TE",
     "Trailer", "Transfer-Encoding", "Upgrade", "Host", "Content-Length"))
+#: Idle pooled upstream connections are closed after this long: under vLLM's own keep-alive timeout
+#: (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s by default: vllm-project/vllm, vllm/envs.py), so an idle connection
+#: is dropped here first rather than closed by the engine just as a request is sent on it (that request
+#: would fail as a refused connection and set a healthy endpoint aside).
+KEEPALIVE_S = 4.0
 TICK_S = 0.1  # expiry, re-activation and set-aside endpoints coming back are checked this often
 WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
@@ -135,6 +148,8 @@ class Activator:
         self._tasks: list[asyncio.Task[None]] = []
         self._runners: list[web.AppRunner] = []
         self._session: aiohttp.ClientSession | None = None
+        self._upstream_timeout = aiohttp.ClientTimeout(total=None, sock_connect=cfg.connect_timeout,
+                                                       sock_read=cfg.read_timeout)
         self.ports: dict[str, int] = {}
 
     # ---- lifecycle ----
@@ -142,7 +157,8 @@ class Activator:
     async def start(self, proxy: tuple[str, int], admin: tuple[str, int] | None) -> None:
         self._idle.set()
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=10), auto_decompress=False,
+            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=10, keepalive_timeout=KEEPALIVE_S),
+            auto_decompress=False,
             timeout=aiohttp.ClientTimeout(total=None))
         for name, (host, port), app in (("proxy", proxy, self._proxy_app()),
                                         *((("admin", admin, self._admin_app()),) if admin else ())):
@@ -436,11 +452,9 @@ class Activator:
         peer = request.remote or ""
         prior = request.headers.get("X-Forwarded-For")
         headers["X-Forwarded-For"] = f"{prior}, {peer}" if prior else peer
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.cfg.connect_timeout,
-                                        sock_read=self.cfg.read_timeout)
         try:
             up = await self._session.request(request.method, URL(endpoint + path_qs, encoded=True),
-                                             data=body or None, headers=headers, timeout=timeout,
+                                             data=body or None, headers=headers, timeout=self._upstream_timeout,
                                              allow_redirects=False)
         except aiohttp.ServerTimeoutError as e:
             return self._reject(st, _Rejected("upstream"), status=504, message=f"upstream: {e}")
@@ -458,9 +472,10 @@ class Activator:
             if up.content_length is not None and "chunked" not in up.headers.get("Transfer-Encoding", ""):
                 resp.content_length = up.content_length
             await resp.prepare(request)
+            write = resp.write
             try:
-                async for chunk in up.content.iter_any():
-                    await resp.write(chunk)
+                async for chunk in up.content.iter_any():  # each read as it comes: no re-buffering
+                    await write(chunk)
             except (aiohttp.ClientError, asyncio.TimeoutError) as e:
                 # the endpoint broke off mid-answer: cut the client's connection so it sees a short answer
                 log.warning("%s broke off an answer for %s: %s", endpoint, st.cfg.name, e)

@@ -1,6 +1,7 @@
 """What the activator adds to a streaming request, against a direct request in the same run.
 
     python bench/bench_activator.py [--streams 200] [--tokens 40] [--rate 50] [--rounds 3] [--held 10000]
+        [--arrivals burst|staggered] [--event-loop auto|uvloop|asyncio] [--pin]
 
 Three processes on loopback: a fake OpenAI upstream that streams `--tokens` SSE events per request at
 `--rate` tokens/s (each event carries its send time, CLOCK_MONOTONIC, which every process shares), the
@@ -9,7 +10,20 @@ keeps `--streams` streams open at once, alternating rounds direct to the upstrea
 activator. Reported: time to first byte p50/p99 and per-chunk delivery latency (send -> receive) p50/p99
 for both paths, the difference (what the activator adds) and the ratio; the activator's CPU seconds per
 request (from /proc); then a second activator with its model at zero holds `--held` requests and its
-RSS is read (VmRSS) against its RSS idle. Prints a markdown table.
+RSS is read (VmRSS) against its RSS idle (`--held 0` skips it). Prints a markdown table.
+
+`--arrivals burst` (the default) starts every stream of a round at once, so the upstream's tokens of all
+streams fall due on the same ticks and each hop relays `--streams` chunks back to back: the tail is that
+burst. `staggered` spreads stream j's start over one stream's duration (j / streams of it) and has each
+stream make `--per-stream` requests back to back, so the chunks arrive spread out, as independent users'
+would. `--event-loop` is passed to the activator. `--pin` pins the three processes to their own CPUs where
+there are three (upstream 0, activator 1, load 2), else the activator alone to CPU 1 and the other two
+to CPU 0. The machine's load average (1 min, at the end of the proxied rounds) and the CPU other
+processes used meanwhile (cores, from /proc/stat less these three processes) are reported beside the
+figures: on a shared machine they say how much of a core the activator could get. Where the kernel groups
+processes by session for the CPU (`/proc/sys/kernel/sched_autogroup_enabled` = 1, as here), all three
+share one session's fair share however they are pinned or niced; `--own-group` starts each in a session of
+its own, as each would have a cgroup of its own as a pod (it takes a larger share of a shared machine).
 """
 
 from __future__ import annotations
@@ -68,10 +82,13 @@ async def upstream(port: int, tokens: int, rate: float) -> None:
 
 # ---- the load generator (its own process) ----
 
-async def load(urls: list[str], streams: int, rounds: int) -> dict[str, Any]:
+async def load(urls: list[str], streams: int, rounds: int, stagger: float = 0.0,
+               per_stream: int = 1) -> dict[str, Any]:
     import aiohttp
     body = json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}).encode()
-    out: dict[str, Any] = {u: {"ttfb": [], "chunk": [], "requests": 0, "errors": 0} for u in urls}
+    out: dict[str, Any] = {u: {"ttfb": [], "chunk": [], "requests": 0, "errors": 0, "cpu": [0.0, 0.0],
+                               "loadavg": 0.0, "others": 0.0} for u in urls}
+    pids = [int(x) for x in os.environ.get("BENCH_PIDS", "").split(",") if x]  # ours: not "others"
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
         async def one(url: str) -> None:
             rec = out[url]
@@ -95,10 +112,27 @@ async def load(urls: list[str], streams: int, rounds: int) -> dict[str, Any]:
             except aiohttp.ClientError:
                 rec["errors"] += 1
 
+        async def stream(url: str, j: int) -> None:
+            await asyncio.sleep(j / streams * stagger)
+            for _ in range(per_stream):
+                await one(url)
+
         for _ in range(rounds):
             for url in urls:  # alternate the two paths round by round: same machine, same minute
-                await asyncio.gather(*(one(url) for _ in range(streams)))
+                busy0, ours0, t0 = machine_busy(), sum(proc_stat(p)[0] for p in [os.getpid(), *pids]), time.monotonic()
+                await asyncio.gather(*(stream(url, j) for j in range(streams)))
+                ours1, busy1, t1 = sum(proc_stat(p)[0] for p in [os.getpid(), *pids]), machine_busy(), time.monotonic()
+                out[url]["cpu"][0] += ours1 - ours0
+                out[url]["others"] += (busy1 - busy0) - (ours1 - ours0)
+                out[url]["cpu"][1] += t1 - t0
+                out[url]["loadavg"] = float(Path("/proc/loadavg").read_text().split()[0])
     return out
+
+
+def machine_busy() -> float:
+    """CPU seconds all processes have used (all cores; /proc/stat, less idle and iowait)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 async def hold(url: str, n: int, admin: str) -> dict[str, Any]:
@@ -132,12 +166,14 @@ def proc_stat(pid: int) -> tuple[float, int]:
     return cpu, rss
 
 
-def start_activator(cfg: str, admin: int) -> subprocess.Popen[bytes]:
+def start_activator(cfg: str, admin: int, event_loop: str = "auto", own_group: bool = False) -> subprocess.Popen[bytes]:
     f = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)  # noqa: SIM115 - the child reads it
     f.write(cfg)
     f.close()
     p = subprocess.Popen([sys.executable, "-m", "keda_llm.cli", "activator", "--config", f.name,
-                          "--admin-listen", f"127.0.0.1:{admin}", "--log-level", "WARNING"])
+                          "--admin-listen", f"127.0.0.1:{admin}", "--log-level", "WARNING",
+                          "--event-loop", event_loop], cwd=tempfile.gettempdir(),  # not a checkout's keda_llm/
+                         start_new_session=own_group)
     wait_http(f"http://127.0.0.1:{admin}/healthz")
     return p
 
@@ -155,6 +191,25 @@ def wait_http(url: str, timeout: float = 30) -> None:
             time.sleep(0.1)
 
 
+def run_delay(pid: int) -> tuple[float, int]:
+    """(seconds a process's main thread has waited on a run queue, times it was scheduled)."""
+    _, wait_ns, slices = Path(f"/proc/{pid}/schedstat").read_text().split()
+    return int(wait_ns) / 1e9, int(slices)
+
+
+def pin(pids: dict[str, int]) -> dict[str, set[int]]:
+    """Pin upstream, activator and load generator to CPUs of their own where there are three, else the
+    activator alone to CPU 1 and the other two to CPU 0 (one CPU: nothing to do)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return {}
+    plan = ({"upstream": {cpus[0]}, "activator": {cpus[1]}, "load": {cpus[2]}} if len(cpus) >= 3
+            else {"upstream": {cpus[0]}, "activator": {cpus[1]}, "load": {cpus[0]}})
+    for role, pid in pids.items():
+        os.sched_setaffinity(pid, plan[role])
+    return plan
+
+
 def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(p / 100 * len(xs)))] if xs else float("nan")
@@ -167,7 +222,16 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=40)
     ap.add_argument("--rate", type=float, default=50.0, help="tokens per second per stream")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--held", type=int, default=10_000)
+    ap.add_argument("--held", type=int, default=10_000, help="requests held at zero for the RSS (0: skip)")
+    ap.add_argument("--arrivals", choices=["burst", "staggered"], default="burst")
+    ap.add_argument("--per-stream", type=int, default=3, help="requests per stream per round (staggered)")
+    ap.add_argument("--event-loop", choices=["auto", "uvloop", "asyncio"], default="auto",
+                    help="the activator's (keda-llm activator --event-loop)")
+    ap.add_argument("--pin", action="store_true", help="pin the three processes to CPUs (see above)")
+    ap.add_argument("--own-group", action="store_true",
+                    help="each process in a session, so a scheduling autogroup, of its own (see above)")
+    ap.add_argument("--out", default="", help="also append the table to this markdown file")
+    ap.add_argument("--stagger", type=float, default=0.0)
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--urls", default="")
     ap.add_argument("--admin", default="")
@@ -176,7 +240,7 @@ def main() -> int:
         asyncio.run(upstream(a.port, a.tokens, a.rate))
         return 0
     if a.role == "load":
-        print(json.dumps(asyncio.run(load(a.urls.split(","), a.streams, a.rounds))))
+        print(json.dumps(asyncio.run(load(a.urls.split(","), a.streams, a.rounds, a.stagger, a.per_stream))))
         return 0
     if a.role == "hold":
         asyncio.run(hold(a.urls, a.held, a.admin))
@@ -185,31 +249,47 @@ def main() -> int:
     me = [sys.executable, str(Path(__file__).resolve())]
     up_port, act_port, admin_port = free_port(), free_port(), free_port()
     up = subprocess.Popen([*me, "--role", "upstream", "--port", str(up_port), "--tokens", str(a.tokens),
-                           "--rate", str(a.rate)])
+                           "--rate", str(a.rate)], start_new_session=a.own_group)
     procs: list[subprocess.Popen[Any]] = [up]
     try:
         wait_http(f"http://127.0.0.1:{up_port}/health")
         act = start_activator(
             f"listen: 127.0.0.1:{act_port}\nmodels:\n  - name: m\n    endpoints: [http://127.0.0.1:{up_port}]\n",
-            admin_port)
+            admin_port, a.event_loop, a.own_group)
         procs.append(act)
         wait_http(f"http://127.0.0.1:{admin_port}/healthz")
         time.sleep(1.5)  # the first probe has found the endpoint ready
         direct, via = f"http://127.0.0.1:{up_port}", f"http://127.0.0.1:{act_port}"
+        stagger = a.tokens / a.rate if a.arrivals == "staggered" else 0.0
+        per_stream = a.per_stream if a.arrivals == "staggered" else 1
         cpu0, _ = proc_stat(act.pid)
-        res = subprocess.run([*me, "--role", "load", "--urls", f"{direct},{via}", "--streams", str(a.streams),
-                              "--rounds", str(a.rounds)], capture_output=True, text=True, check=True)
+        wait0 = run_delay(act.pid)
+        loader = subprocess.Popen([*me, "--role", "load", "--urls", f"{direct},{via}", "--streams", str(a.streams),
+                                   "--rounds", str(a.rounds), "--stagger", str(stagger),
+                                   "--per-stream", str(per_stream)], stdout=subprocess.PIPE, text=True,
+                                  env={**os.environ, "BENCH_PIDS": f"{up.pid},{act.pid}"},
+                                  start_new_session=a.own_group)
+        procs.append(loader)
+        plan = pin({"upstream": up.pid, "activator": act.pid, "load": loader.pid}) if a.pin else {}
+        stdout, _ = loader.communicate()
+        if loader.returncode:
+            raise SystemExit(f"load generator failed ({loader.returncode})")
         cpu1, _ = proc_stat(act.pid)
-        out = json.loads(res.stdout)
+        wait1 = run_delay(act.pid)
+        waits = (wait1[0] - wait0[0], wait1[1] - wait0[1])
+        out = json.loads(stdout)
         d, v = out[direct], out[via]
         # the activator's CPU in the direct rounds is its probes only (idle): all of it is charged here
         cpu_per_req_ms = (cpu1 - cpu0) / max(1, v["requests"]) * 1000
+        if not a.held:
+            report(a, d, v, cpu_per_req_ms, plan, waits, None)
+            return 0
 
         # 10,000 held: a second activator whose model is at zero (its endpoint refuses connections)
         admin2, act2_port = free_port(), free_port()
         held_cfg = (f"listen: 127.0.0.1:{act2_port}\nmax_held: {a.held * 2}\nmax_wait: 10m\n"
                     f"models:\n  - name: m\n    endpoints: [http://127.0.0.1:{free_port()}]\n")
-        act2 = start_activator(held_cfg, admin2)
+        act2 = start_activator(held_cfg, admin2, a.event_loop)
         procs.append(act2)
         time.sleep(0.5)
         _, rss_idle = proc_stat(act2.pid)
@@ -230,21 +310,52 @@ def main() -> int:
         for p in procs:
             p.wait(30)
 
+    report(a, d, v, cpu_per_req_ms, plan, waits, (held, rss_held, rss_idle))
+    return 0
+
+
+def report(a: argparse.Namespace, d: dict[str, Any], v: dict[str, Any], cpu_per_req_ms: float,
+           plan: dict[str, set[int]], waits: tuple[float, int], held: tuple[float, int, int] | None) -> None:
+    """Print the run's table (and append it, under the command line and the time, to --out)."""
+    lines: list[str] = []
+    say = lines.append
     ms = 1000.0
     rows = [("TTFB", d["ttfb"], v["ttfb"]), ("per chunk (send -> receive)", d["chunk"], v["chunk"])]
-    print(f"\n{a.streams} concurrent streams x {a.rounds} rounds per path, {a.tokens} tokens at {a.rate:g} tok/s; "
-          f"requests: direct {d['requests']} ({d['errors']} errors), "
-          f"activator {v['requests']} ({v['errors']} errors)\n")
-    print("| measure | direct p50 | direct p99 | activator p50 | activator p99 | added at p99 | ratio p99 |")
-    print("|---|---|---|---|---|---|---|")
+    chunks_s = a.streams * a.rate
+    say(f"\n{a.streams} concurrent streams ({a.arrivals}) x {a.rounds} rounds per path, {a.tokens} tokens at "
+        f"{a.rate:g} tok/s ({chunks_s:,.0f} chunks/s); activator event loop {a.event_loop}; "
+        f"pinned {({k: sorted(c) for k, c in plan.items()} if plan else 'no')}; "
+        f"requests: direct {d['requests']} ({d['errors']} errors), "
+        f"activator {v['requests']} ({v['errors']} errors)")
+    say(f"load average (1 min) at the end of the proxied rounds {v['loadavg']:.2f}; CPU of other processes "
+        f"meanwhile {v['others'] / max(1e-9, v['cpu'][1]):.2f} cores (direct rounds "
+        f"{d['others'] / max(1e-9, d['cpu'][1]):.2f}), of {os.cpu_count()}; these three processes "
+        f"{v['cpu'][0] / max(1e-9, v['cpu'][1]):.2f} cores (direct rounds "
+        f"{d['cpu'][0] / max(1e-9, d['cpu'][1]):.2f})\n")
+    say("| measure | direct p50 | direct p99 | activator p50 | activator p99 | added at p99 | ratio p99 |")
+    say("|---|---|---|---|---|---|---|")
     for name, dx, vx in rows:
         dp99, vp99 = pct(dx, 99), pct(vx, 99)
-        print(f"| {name} | {pct(dx, 50) * ms:.2f} ms | {dp99 * ms:.2f} ms | {pct(vx, 50) * ms:.2f} ms | "
-              f"{vp99 * ms:.2f} ms | {(vp99 - dp99) * ms:+.2f} ms | {vp99 / dp99:.2f}x |")
-    print(f"\nactivator CPU per streamed request: {cpu_per_req_ms:.2f} ms ({a.tokens} chunks)")
-    print(f"RSS with {held:.0f} requests held: {rss_held / 2**20:.0f} MiB (idle {rss_idle / 2**20:.0f} MiB, "
-          f"{(rss_held - rss_idle) / max(1, held):.0f} B per held request)")
-    return 0
+        say(f"| {name} | {pct(dx, 50) * ms:.2f} ms | {dp99 * ms:.2f} ms | {pct(vx, 50) * ms:.2f} ms | "
+            f"{vp99 * ms:.2f} ms | {(vp99 - dp99) * ms:+.2f} ms | {vp99 / dp99:.2f}x |")
+    per_chunk_us = cpu_per_req_ms / a.tokens * 1000
+    say(f"\nactivator CPU per streamed request: {cpu_per_req_ms:.2f} ms ({a.tokens} chunks: "
+        f"{per_chunk_us:.0f} us per chunk with the request's own cost spread over them; "
+        f"x {chunks_s:,.0f} chunks/s = {per_chunk_us * chunks_s / 1e6:.2f} of a core)")
+    say(f"activator waited for a CPU {waits[0] / max(1, waits[1]) * ms:.2f} ms on average each of the "
+        f"{waits[1]:,} times it was scheduled, {waits[0]:.2f} s in all over the run (/proc/PID/schedstat)")
+    if held is not None:
+        n, rss_held, rss_idle = held
+        say(f"RSS with {n:.0f} requests held: {rss_held / 2**20:.0f} MiB (idle {rss_idle / 2**20:.0f} MiB, "
+            f"{(rss_held - rss_idle) / max(1, n):.0f} B per held request)")
+    text = "\n".join(lines) + "\n"
+    sys.stdout.write(text)
+    if a.out:
+        argv = sys.argv[1:]
+        args = " ".join(x for k, x in enumerate(argv) if not x.startswith("--out") and argv[k - 1] != "--out")
+        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        with open(a.out, "a", encoding="utf-8") as fh:
+            fh.write(f"\n## `bench_activator.py {args}` ({stamp}, Python {sys.version.split()[0]})\n{text}")
 
 
 if __name__ == "__main__":
