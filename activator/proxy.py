@@ -476,13 +476,18 @@ class Activator:
             try:
                 async for chunk in up.content.iter_any():  # each read as it comes: no re-buffering
                     await write(chunk)
+                await resp.write_eof()
+            except ConnectionResetError:
+                # the client left mid-answer (aiohttp's ClientConnectionResetError is also a ClientError, so
+                # this comes first): nothing to tell it, and not the endpoint's fault
+                log.debug("client left during an answer of %s from %s", st.cfg.name, endpoint)
+                return resp
             except (aiohttp.ClientError, asyncio.TimeoutError) as e:
                 # the endpoint broke off mid-answer: cut the client's connection so it sees a short answer
                 log.warning("%s broke off an answer for %s: %s", endpoint, st.cfg.name, e)
                 if request.transport is not None:
                     request.transport.close()
                 return resp
-            await resp.write_eof()
         return resp
 
     def _reject(self, st: ModelState | None, rej: _Rejected, *, status: int | None = None,
