@@ -9,8 +9,8 @@ are the Simulation's own; how the replicas run between those events is a `Backen
 - `FluidBackend` (simulator/fluid.py): the replicas are stepped in time slices by a compiled kernel between
   events; the events inside a slice are handled at their own times with the state as of the slice's start.
 
-Either way the controller (simulator.controllers, simulator.anchors) decides the replica count through the
-same methods (`scale_to`, `add_replica`, `observe`, ...); this loop only carries it out.
+Either way the controller (simulator.controllers, simulator.anchors) decides the replica count through
+the same methods (`scale_to`, `add_replica`, `observe`, ...); this loop only carries it out.
 """
 
 from __future__ import annotations
