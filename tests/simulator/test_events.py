@@ -59,3 +59,23 @@ def test_the_fluid_backend_runs_whole_not_to_a_given_time() -> None:
     sim.begin()
     with pytest.raises(ValueError, match="fluid mode runs whole"):
         sim.advance_to(10.0)
+
+
+def test_advancing_in_steps_handles_the_same_events_as_one_run() -> None:
+    # a pod from 0 and one more from 20 s (10 s + 50 s cold start: ready at 80 s), 40 requests over 100 s
+    arrivals = [2.5 * i for i in range(40)]
+    plan = [PodPlan(0.0, math.inf, 0.0), PodPlan(20.0, math.inf, 60.0)]
+    whole = Simulation(trace(arrivals, output=30), config(iteration_s=0.2, max_num_seqs=2),
+                       ScheduleController("two", plan))
+    whole.run()
+    stepped = Simulation(trace(arrivals, output=30), config(iteration_s=0.2, max_num_seqs=2),
+                         ScheduleController("two", plan))
+    stepped.begin()
+    t = 0.0
+    while stepped.in_flight or stepped.arrived < len(arrivals):
+        t += 7.0
+        stepped.advance_to(t)
+        assert stepped.now == t
+    assert [(q.first_token_s, q.finish_s) for q in stepped.requests] == \
+        [(q.first_token_s, q.finish_s) for q in whole.requests]
+    assert len(stepped.cluster.replicas) == 2 and all(q.finish_s is not None for q in whole.requests)
