@@ -3,14 +3,17 @@
 What is real and what is simulated:
 - real: the exporter (scraping every replica's /metrics, discovering replicas from a pod list, reading
   GPUs through NVML calls), the scaler (assembled as `keda-llm scaler` assembles it: its exporters
-  source, history, policy, gRPC ExternalScaler server and HTTP side with POST /v1/activate), every
-  HTTP and gRPC hop;
+  source, history, policy, gRPC ExternalScaler server and HTTP side with POST /v1/activate), the
+  activator (`keda-llm activator`'s proxy, `demo_traffic`: every request of the load goes through it
+  as real HTTP, held while no pod is ready, refused past its bound with Retry-After, forwarded to the
+  pods' HTTP endpoints; it wakes the model through the scaler), the load's HTTP client, every HTTP and
+  gRPC hop;
 - simulated, by the simulator the backtests run (`simulator.engine.Simulation`, advanced to the wall
   clock): the Deployment's pods (cold start, readiness, the ReplicaSet's choice of pods to delete on
-  scale-down, draining), the engines (`simulator.replica.Replica`; each serves vLLM-format /metrics
-  derived from its state, `demo_engine`), the gateway that holds requests while no replica is ready,
-  the request load, and KEDA + the HPA (`simulator.controllers.KedaController` over the project's
-  emulator), which calls the real scaler over gRPC with KEDA's call pattern. The GPUs are a fake NVML.
+  scale-down, draining), the engines (`simulator.replica.Replica`; each pod answers /v1/completions from
+  its simulated engine and serves vLLM-format /metrics derived from its state, `demo_engine`), and KEDA
+  + the HPA (`simulator.controllers.KedaController` over the project's emulator), which calls the real
+  scaler over gRPC with KEDA's call pattern. The GPUs are a fake NVML.
 
 Timings are real seconds. The windows, intervals and the HPA sync are shortened so that a
 three-minute run shows scale up, scale down, scale to zero and back; `--duration` compresses or
@@ -20,9 +23,11 @@ stretches the whole script, the timings and the engine speed together.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import secrets
+import socket
 import sys
 import threading
 import time
@@ -36,8 +41,10 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from keda_llm.activator.proxy import Metrics as ActivatorMetrics
-from keda_llm.demo_engine import EngineServer, Latency, render
+from keda_llm.activator.config import ActivatorConfig
+from keda_llm.activator.config import parse as parse_activator_config
+from keda_llm.demo_engine import BadRequest, EngineServer, Latency, render
+from keda_llm.demo_traffic import Load, LoadStats, LoopThread, RunningActivator, Send, start_activator, stop_activator
 from keda_llm.scaler.assembly import ScalerSettings, ScalerThread, start_in_thread
 from keda_llm.scaler.model import WorkloadState
 from keda_llm.simulator.cluster import Phase as PodPhase
@@ -68,7 +75,9 @@ _CS = ColdStartAssumptions()
 WARM_WEIGHTS_FACTOR = _CS.storage_bandwidth / _CS.page_cache_bandwidth
 WEIGHTS_BYTES = 16 * MIB  # the demo's stand-in weight file, read by the exporter's POST /v1/warm
 EXAMPLE_WARM_PATH = "/models/llama-8b"
-MAX_HELD = 1000  # the activator's default bound on held requests (activator/config.py)
+#: The engines' decode runs end at least this often (simulated seconds): a request can come in over HTTP
+#: at any moment, and joins the batch at the next iteration boundary, as in vLLM.
+STEP_S = 0.05
 
 log = logging.getLogger("keda_llm.demo")
 
@@ -104,6 +113,11 @@ class Scenario:
     burst_at: float = 150.0  # a burst of `burst_requests` over `burst_s` on top of the phase's rate
     burst_requests: int = 16
     burst_s: float = 2.0
+    # the activator: its bound on held requests is under the burst, so that the rest of the burst is
+    # answered 429 with Retry-After (and sent again by the client after it)
+    max_held: int = 12
+    max_wait: float = 60.0
+    probe_interval: float = 0.25  # its /health probes of the pods' static endpoints
     # engines (per replica)
     max_num_seqs: int = 16
     num_blocks: int = 640
@@ -127,7 +141,7 @@ class Scenario:
     exporter_interval: float = 1.0
     scaler_interval: float = 1.0
     scaler_tick: float = 1.0
-    gateway_retry: float = 5.0
+    activation_interval: float = 5.0  # the activator's: POST /v1/activate again while it still holds
     seed: int = 7
 
     def scaled(self, duration: float) -> Scenario:
@@ -145,6 +159,8 @@ class Scenario:
             phases=tuple(Phase(p.name, p.start * f, p.end * f, p.rate0 / f, p.rate1 / f) for p in self.phases),
             burst_at=self.burst_at * f,
             burst_requests=max(1, round(self.burst_requests / min(f, 1.0))),
+            max_held=max(1, round(self.max_held / min(f, 1.0))),
+            max_wait=max(20.0, self.max_wait * f),
             burst_s=max(0.5, self.burst_s * f),
             decode_tokens_per_s=self.decode_tokens_per_s / f,
             cold_start=max(1.0, self.cold_start * f),
@@ -159,7 +175,7 @@ class Scenario:
             exporter_interval=max(0.5, self.exporter_interval * f),
             scaler_interval=max(0.5, self.scaler_interval * f),
             scaler_tick=max(0.5, self.scaler_tick * f),
-            gateway_retry=max(1.0, self.gateway_retry * f),
+            activation_interval=max(1.0, self.activation_interval * f),
         )
 
     def phase_at(self, t: float) -> Phase:
@@ -204,12 +220,9 @@ def arrivals(sc: Scenario) -> list[Arrival]:
 # ------------------------------------------------------------------------------------ the world
 
 
-def demo_trace(sc: Scenario, lead: float = 0.0) -> Trace:
-    """The schedule as a simulator trace (arrival seconds from 0, prompt and output tokens), `lead` later."""
-    sched = arrivals(sc)
-    return Trace("demo", np.array([a.at + lead for a in sched], dtype=np.float64),
-                 np.array([a.prompt for a in sched], dtype=np.int32),
-                 np.array([a.output for a in sched], dtype=np.int32))
+def schedule(sc: Scenario) -> list[Send]:
+    """The arrivals as the load's HTTP client sends them (seconds on the demo's clock)."""
+    return [Send(a.at, a.prompt, a.output) for a in arrivals(sc)]
 
 
 def cold_phases(sc: Scenario) -> dict[str, float]:
@@ -230,13 +243,38 @@ def sim_config(sc: Scenario) -> SimConfig:
     cold = ColdStartModel("demo", tuple(ColdStartPhase(name, share * sc.cold_start, share * sc.cold_start)
                                         for name, share in COLD_PHASES))
     return SimConfig(replica, ConstantPerf(base_s=base, per_token_s=0.002 * base, per_kv_token_s=5e-5 * base), cold,
-                     collection_interval_s=1.0, max_wait_s=3600.0, max_held=MAX_HELD, seed=sc.seed,
-                     namespace=NAMESPACE, model=MODEL)
+                     collection_interval_s=1.0, seed=sc.seed, namespace=NAMESPACE, model=MODEL)
+
+
+class HttpSimulation(Simulation):
+    """The simulator's Simulation with its requests coming from outside: its trace is empty, and each
+    request a pod receives over HTTP is handed to that pod's engine at the simulation's now (`submit`).
+
+    No arrival time is known in advance, so the engines' runs of decode iterations end every STEP_S: a
+    request that comes in joins the batch at the next iteration boundary."""
+
+    def __init__(self, config: SimConfig, controller: Any) -> None:
+        empty = Trace("demo", np.zeros(0, dtype=np.float64), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32))
+        super().__init__(empty, config, controller)
+
+    def submit(self, req: Request, r: SimReplica) -> bool:
+        """`req` arrives now at pod `r`; False if the pod is gone or loading, or the request can never fit."""
+        if r.phase not in (PodPhase.READY, PodPhase.DRAINING) or not self.cluster.route_to(r, req, self.now):
+            return False
+        self.requests.append(req)
+        self._open += 1
+        self._arrivals_since += 1
+        if not r.stepping:
+            self._step(r)
+        return True
+
+    def _next_arrival_time(self) -> float:
+        return self.now + STEP_S
 
 
 @dataclass
 class Pod:
-    """The demo's view of one simulated replica: its name, its GPU, its /metrics server and histograms."""
+    """The demo's view of one simulated replica: its name, its GPU (and slot), its HTTP server and histograms."""
 
     name: str
     gpu: int
@@ -250,16 +288,10 @@ class Pod:
 
 @dataclass
 class Stats:
-    sent: int = 0
-    served: int = 0
-    held: int = 0  # requests that waited at the gateway
-    held_peak: int = 0  # the most held at once (the activator's held gauge)
-    forwarded_after_hold: int = 0  # held requests released to a ready pod
-    refused: int = 0  # answered by the activator past its bound (429) or its max wait (503)
-    max_gateway_wait: float = 0.0
-    ttft: list[float] = field(default_factory=list)  # arrival -> first token, seconds
+    """What the world counted; the requests' own numbers are the load's (`LoadStats`, from HTTP answers)."""
+
+    engine_finished: int = 0  # requests the simulated engines finished
     zero_seconds: float = 0.0
-    activations: list[tuple[float, int]] = field(default_factory=list)  # (time, HTTP status)
     pods_started: int = 0
     warm_jobs: list[dict[str, Any]] = field(default_factory=list)  # the exporter's /v1/warm jobs, as it lists them
     cold_starts: list[tuple[str, dict[str, float], bool]] = field(default_factory=list)  # (pod, phases, warm)
@@ -268,97 +300,90 @@ class Stats:
 Event = Callable[[str], None]
 
 
-class GatewayScaler(GrpcExternalScaler):
-    """KEDA's side of the real scaler over gRPC, and the gateway's POST /v1/activate over HTTP.
-
-    The simulator's KedaController calls `activate` when its gateway holds a request (at most every
-    `gateway_retry`); the POST runs on its own thread and the push that follows comes back over
-    StreamIsActive, as in a cluster, so `activate` asks the emulator for no push of its own."""
-
-    def __init__(self, channel: Any, activate_url: str, stats: Stats, event: Event,
-                 metrics: ActivatorMetrics | None = None) -> None:
-        super().__init__(channel)
-        self.activate_url = activate_url
-        self._stats = stats
-        self._event = event
-        self._metrics = metrics
-
-    def activate(self, now: float) -> bool:
-        threading.Thread(target=self._post, args=(now,), name="gateway-activate", daemon=True).start()
-        return False
-
-    def _post(self, now: float) -> None:
-        req = urllib.request.Request(self.activate_url, data=b"", method="POST")
-        try:
-            with urllib.request.urlopen(req, timeout=5) as resp:
-                status = resp.status
-        except urllib.error.HTTPError as e:
-            status = e.code
-        except OSError:
-            status = 0
-        self._stats.activations.append((now, status))
-        if self._metrics is not None:
-            self._metrics.activations.labels(MODEL, "ok" if status == 200 else "error").inc()
-        self._event(f"activator: POST /v1/activate/{NAMESPACE}/{NAME} -> {status or 'no answer'}")
+class EngineGone(ConnectionError):
+    """The pod's engine went away (the demo ended) while a request waited on it."""
 
 
-class DemoKeda(KedaController):
-    """The simulator's KEDA+HPA controller, counting the requests its gateway holds."""
+class _PodServing:
+    """One pod's HTTP side into the world (demo_engine.Serving): ready while the pod is, requests to its engine."""
 
-    held = 0
+    def __init__(self, world: World, index: int) -> None:
+        self._world = world
+        self._index = index
 
-    def gateway_hold(self, sim: Simulation) -> None:
-        self.held += 1
-        super().gateway_hold(sim)
+    def ready(self) -> bool:
+        pod = self._world.pods.get(self._index)
+        return pod is not None and pod.server.serving and not pod.draining
+
+    def submit(self, prompt_tokens: int, max_tokens: int) -> Request | None:
+        return self._world.submit(self._index, prompt_tokens, max_tokens)
+
+    def progress(self, request: Request, seen: int, timeout: float) -> tuple[int, bool]:
+        return self._world.progress(request, seen, timeout)
 
 
 class World:
-    """The simulator's own world on the wall clock: `simulator.engine.Simulation` (its Cluster, Router and
-    gateway, Replica engines, pod lifecycle and scale-down rule, and a KedaController) advanced to the
-    demo's time by `advance(now)`; each simulated replica serves vLLM-format /metrics on loopback.
+    """The simulator's own world on the wall clock: `HttpSimulation` (its Cluster, Replica engines, pod
+    lifecycle and scale-down rule, and a KedaController) advanced to the demo's time by `advance(now)`;
+    each simulated replica serves its engine over HTTP on loopback (`demo_engine.EngineServer`).
+
+    Pods take slots: a slot is one fixed port on loopback, and one of the activator's static endpoints.
+    A free slot's port is held by a bound socket that does not listen, so the activator's probes and
+    requests are refused there (as at a pod that is not there); a pod's server binds it when the pod is
+    created and listens once the pod is ready, as vLLM opens its port once loaded.
 
     Everything here is guarded by `lock`. The scaler reads the Deployment from `workload` (published after
     each step, read without the lock: KEDA's calls are made while the world holds it).
 
     The simulation's clock runs `lead` (under one pollingInterval) ahead of the demo's: the ScaledObject
     exists before the script starts, and the burst arrives midway between two of KEDA's polls, so that
-    the gateway's activation push, not a poll at the same instant, wakes the model."""
+    the activator's activation push, not a poll at the same instant, wakes the model."""
 
     def __init__(self, sc: Scenario, event: Event, gpus: list[Any]) -> None:
         self.sc = sc
-        #: the activator's metric families (activator/proxy.py's), fed from the simulated gateway's state
-        self.metrics = ActivatorMetrics()
         #: whether the node's page cache holds the model's weights now (the exporter's /v1/warm done)
         self.weights_warm: Callable[[], bool] = lambda: False
-        self._seen_refused = 0
-        self._seen_waits = 0
-        self._seen_expired = 0
         p = sc.polling_interval
         self.lead = (0.5 * p - sc.burst_at) % p  # the burst's first request lands half a poll after a poll
         self.lock = threading.Lock()
+        self.progressed = threading.Condition()  # notified after each step of the world
         self._event = event
         self.gpus = gpus
         self.stats = Stats()
-        self.sim: Simulation | None = None
+        self.sim: HttpSimulation | None = None
         self.controller: KedaController | None = None
         self.pods: dict[int, Pod] = {}  # by the simulated replica's index
         self.workload: WorkloadState | None = None
         self.pods_changed = threading.Event()
+        self.closed = False
         self._settings: Any = None
-        self._scaler: GatewayScaler | None = None
+        self._scaler: GrpcExternalScaler | None = None
         self._seen_events = 0
         self._new_control: list[Any] = []
         self._last: float | None = None
         self._t0_unix = time.time()
+        self._rid = 0
+        # the slots: one port each, held by a bound socket while no pod has it
+        self._slots_lock = threading.Lock()
+        self._free: dict[int, socket.socket] = {}
+        self.ports: list[int] = []
+        for i in range(len(gpus) + sc.max_replicas + 1):
+            sock = _hold_port(0)
+            self.ports.append(int(sock.getsockname()[1]))
+            self._free[i] = sock
+
+    def endpoints(self) -> list[str]:
+        """The pods' slots as base URLs: the activator's static endpoints."""
+        return [f"http://127.0.0.1:{port}" for port in self.ports]
 
     # -- set up ----------------------------------------------------------------------------------
 
-    def begin(self, controller: Any, settings: Any = None, scaler: GatewayScaler | None = None) -> None:
+    def begin(self, controller: Any, settings: Any = None, scaler: GrpcExternalScaler | None = None) -> None:
         """Make the simulation with `controller` and put it at time 0 (its initial pods ready, warm)."""
         with self.lock:
             self.controller = controller if isinstance(controller, KedaController) else None
             self._settings, self._scaler = settings, scaler
-            self.sim = Simulation(demo_trace(self.sc, self.lead), sim_config(self.sc), controller)
+            self.sim = HttpSimulation(sim_config(self.sc), controller)
             self.sim.on_finished = self._finished
             self.sim.begin()
             self._t0_unix = time.time()
@@ -367,8 +392,53 @@ class World:
     def close(self) -> None:
         with self.lock:
             pods, self.pods = list(self.pods.values()), {}
+            self.closed = True
+        with self.progressed:
+            self.progressed.notify_all()
         for p in pods:
             p.server.stop()
+        with self._slots_lock:
+            for sock in self._free.values():
+                sock.close()
+            self._free.clear()
+
+    # -- requests, from the pods' HTTP side ------------------------------------------------------
+
+    def submit(self, index: int, prompt_tokens: int, max_tokens: int) -> Request | None:
+        """A request that came in to pod `index`, handed to its engine now; None if the pod is gone.
+        BadRequest if it can never fit the engine's KV cache (vLLM answers 400 too)."""
+        with self.lock:
+            sim = self.sim
+            r = None if sim is None or self.closed else next(
+                (x for x in sim.cluster.replicas if x.index == index), None)
+            if sim is None or r is None:
+                return None
+            req = Request(self._rid + 1, sim.now, prompt_tokens, max_tokens)
+            if not r.engine.fits(req):
+                cap = r.engine.config.kv_capacity_tokens
+                raise BadRequest(f"prompt ({prompt_tokens} tokens) + max_tokens ({max_tokens}) is more than the "
+                                 f"engine's KV cache holds ({cap} tokens)")
+            self._rid += 1
+            return req if sim.submit(req, r) else None
+
+    def progress(self, req: Request, seen: int, timeout: float) -> tuple[int, bool]:
+        """Tokens the engine has emitted of `req` by the simulation's now, and whether it finished; waits
+        (up to `timeout`) for more than `seen` of them. Raises EngineGone once the world is closed."""
+
+        def emitted() -> tuple[int, bool]:
+            sim = self.sim
+            now = -math.inf if sim is None else sim.now
+            if req.finish_s is not None and req.finish_s <= now:
+                return req.target_output, True
+            if req.first_token_s is None or req.first_token_s > now:
+                return 0, False
+            return max(1, min(req._generated, req.target_output - 1)), False
+
+        with self.progressed:
+            self.progressed.wait_for(lambda: self.closed or emitted() != (seen, False), timeout)
+        if self.closed:
+            raise EngineGone(f"request {req.rid}: the demo ended")
+        return emitted()
 
     # -- time passes -----------------------------------------------------------------------------
 
@@ -384,7 +454,9 @@ class World:
             self._load_weights(sim)
             self._sync(sim.now)
             out, self._new_control = self._new_control, []
-            return out
+        with self.progressed:
+            self.progressed.notify_all()
+        return out
 
     def _load_weights(self, sim: Simulation) -> None:
         """Pods that reached their weights phase: if the node's page cache holds the weights (the exporter
@@ -412,10 +484,7 @@ class World:
         pod = self.pods.get(r.index)
         if pod is not None:
             pod.latency.add(finished)
-        for q in finished:
-            self.stats.served += 1
-            if q.first_token_s is not None:
-                self.stats.ttft.append(q.first_token_s - q.arrival_s)
+        self.stats.engine_finished += len(finished)
 
     def _sync(self, now: float, warm: bool = False) -> None:
         """Bring the pods' servers, the GPUs and the published state in line with the simulation."""
@@ -450,60 +519,42 @@ class World:
             changed = True
             was = "stopped" if pod.draining else ("terminated" if pod.server.serving else "deleted while loading")
             self._event(f"pod {pod.name} {was}")
-            threading.Thread(target=pod.server.stop, name="pod-stop", daemon=True).start()
+            threading.Thread(target=self._free_slot, args=(pod,), name="pod-stop", daemon=True).start()
         if changed:
             self.pods_changed.set()
         if self.controller is not None:
             events = self.controller.events
             self._new_control.extend(events[self._seen_events:])
             self._seen_events = len(events)
-        self._activator_metrics(sim, now)
-        self.stats.sent = sim.arrived
-        if isinstance(self.controller, DemoKeda):
-            self.stats.held = self.controller.held
         self.stats.pods_started = sim.cluster.stats.cold_starts
         if self._settings is not None:
             self.workload = workload_state(self._settings, sim)
         self._animate_gpus(0.0 if self._last is None else now - self._last)
         self._last = now
 
-    def _activator_metrics(self, sim: Simulation, now: float) -> None:
-        """The simulated gateway (activator/core.py's queue) as the activator's own metrics report it."""
-        router, m = sim.router, self.metrics
-        held = router.pending
-        m.held.labels(MODEL).set(held)
-        m.ready.labels(MODEL).set(sum(1 for r in sim.cluster.replicas if r.phase is PodPhase.READY))
-        if held:
-            oldest = router.held.oldest()
-            if oldest is not None:
-                self.stats.max_gateway_wait = max(self.stats.max_gateway_wait, now - oldest)
-        self.stats.held_peak = max(self.stats.held_peak, held)
-        waits = router.waits[self._seen_waits:]
-        self._seen_waits = len(router.waits)
-        for w in waits:
-            m.wait.labels(MODEL, "forwarded").observe(w)
-        if waits:
-            self.stats.forwarded_after_hold += len(waits)
-            self.stats.max_gateway_wait = max(self.stats.max_gateway_wait, *waits)
-            self._event(f"activator: {len(waits)} held requests forwarded to the ready pod "
-                        f"(held up to {max(waits):.1f} s)")
-        for ref in router.refused[self._seen_refused:]:
-            m.rejects.labels(MODEL, ref.reason).inc()
-            self.stats.refused += 1
-        self._seen_refused = len(router.refused)
-        expired = router.dropped_timeout - self._seen_expired
-        self._seen_expired = router.dropped_timeout
-        if expired:
-            m.rejects.labels(MODEL, "max_wait").inc(expired)
-            self.stats.refused += expired
-
     def _new_pod(self, r: SimReplica, warm: bool) -> Pod:
-        used = {p.gpu for p in self.pods.values()}
-        gpu = next(i for i in range(len(self.gpus) + self.sc.max_replicas + 1) if i not in used)
+        """A pod in the first free slot (its GPU, its port): the slot's socket gives way to its server's."""
         latency = Latency()
-        server = EngineServer(lambda: render(MODEL, r.engine, latency), self.lock)
+        with self._slots_lock:
+            if not self._free:
+                raise RuntimeError(f"every one of the {len(self.ports)} pod slots is taken")
+            slot = min(self._free)
+            self._free.pop(slot).close()
+            server = EngineServer(lambda: render(MODEL, r.engine, latency), self.lock, port=self.ports[slot],
+                                  serving=_PodServing(self, r.index), model=MODEL)
         created = self._t0_unix + r.created_at - (3600.0 if warm else 0.0)  # warm: started long before
-        return Pod(f"{NAME}-{r.index + 1}", gpu, server, latency, created)
+        return Pod(f"{NAME}-{r.index + 1}", slot, server, latency, created)
+
+    def _free_slot(self, pod: Pod) -> None:
+        """The pod is gone: its server closes, and its slot's port is held again for the next pod."""
+        pod.server.stop()
+        with self._slots_lock:
+            if self.closed:
+                return
+            try:
+                self._free[pod.gpu] = _hold_port(self.ports[pod.gpu])
+            except OSError as e:  # another socket took the port meanwhile: the slot is lost, its endpoint refuses
+                log.warning("pod slot %d: port %d cannot be held again: %s", pod.gpu, self.ports[pod.gpu], e)
 
     def _animate_gpus(self, dt: float) -> None:
         sim = self.sim
@@ -559,23 +610,11 @@ class World:
             for r in sim.cluster.replicas:
                 out["ready" if r.phase is PodPhase.READY else "draining" if r.phase is PodPhase.DRAINING
                     else "starting"] += 1
-            out.update(gateway=sim.router.pending, sent=sim.arrived, in_flight=sim.in_flight, spec=sim.desired,
-                       bound=sim.router.bound)
+            out.update(engines=sim.in_flight, spec=sim.desired)
             return out
 
-    def load(self, now: float, window: float = 5.0) -> float:
-        """Requests per second over the last `window` seconds."""
-        with self.lock:
-            if self.sim is None:
-                return 0.0
-            n = 0
-            for q in reversed(self.sim.requests):
-                if q.arrival_s < now + self.lead - window:
-                    break
-                n += 1
-        return n / min(window, max(now, 1.0))
-
     def in_flight(self) -> int:
+        """Requests the simulated engines hold (queued or running)."""
         with self.lock:
             return 0 if self.sim is None else self.sim.in_flight
 
@@ -604,13 +643,37 @@ class World:
 # ---------------------------------------------------------------------------- the real components
 
 
-def _serve(registry: Any) -> Any:
-    """The activator's metrics over HTTP on loopback (prometheus_client's server), as its admin port
-    serves them."""
-    from prometheus_client import start_http_server
+def _hold_port(port: int, host: str = "127.0.0.1") -> socket.socket:
+    """A socket bound to `port` (0: a free one) that does not listen: connections to it are refused, and
+    no other socket is given the port meanwhile (SO_REUSEADDR, as the pods' servers bind it, so a pod's
+    server can take it at once after)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
-    server, _ = start_http_server(0, "127.0.0.1", registry=registry)
-    return server
+
+def activator_config(sc: Scenario, scaler_http: str, endpoints: list[str],
+                     admin_token_file: str = "") -> ActivatorConfig:
+    """`keda-llm activator`'s configuration for the demo, through its own parser (as its YAML file is): one
+    model, the pods' slots as static endpoints probed on /health, woken through the scaler's POST
+    /v1/activate/demo/llama-8b; its bound (`max_held`) is under the burst at zero."""
+    return parse_activator_config({
+        "listen": "127.0.0.1:0",
+        "scaler": scaler_http,
+        "activation_interval": f"{sc.activation_interval:g}s",
+        "admin_token_file": admin_token_file,
+        "probe_interval": f"{sc.probe_interval:g}s",
+        "probe_timeout": "1s",
+        "shutdown_grace": "5s",
+        "default_model": MODEL,
+        "models": [{"name": MODEL, "namespace": NAMESPACE, "scaled_object": NAME, "endpoints": endpoints,
+                    "max_held": sc.max_held, "max_wait": f"{sc.max_wait:g}s", "cold_start": f"{sc.cold_start:g}s"}],
+    })
 
 
 class _PodGpus:
@@ -727,8 +790,8 @@ def scaledobject_yaml(sc: Scenario, scaler: str, exporter: str, warm_path: str =
 
 
 class _Weights:
-    """The model's stand-in weight files in a temporary directory the exporter may warm, and the bearer
-    token the scaler presents (a Secret in a cluster)."""
+    """The model's stand-in weight files in a temporary directory the exporter may warm, the bearer
+    token the scaler presents to it and the activator's admin token (Secrets in a cluster)."""
 
     def __init__(self) -> None:
         import tempfile
@@ -743,6 +806,9 @@ class _Weights:
                 f.write(bytes(MIB))
         self.token_file = str(root / "warm-token")
         Path(self.token_file).write_text(secrets.token_hex(16) + "\n")
+        self.admin_token_file = str(root / "activator-admin-token")  # the activator's GET /admin/queues
+        self.admin_token = secrets.token_hex(16)
+        Path(self.admin_token_file).write_text(self.admin_token + "\n")
 
     def close(self) -> None:
         self._dir.cleanup()
@@ -770,14 +836,21 @@ class View:
     gpus_used: int = 0
     gpu_util: float | None = None
     power_w: float | None = None
-    held: float | None = None  # keda_llm_activator_held_requests, read from the activator's /metrics
+    # the activator's own numbers, read from its admin port (/metrics and /admin/queues)
+    held: float | None = None  # keda_llm_activator_held_requests
     refused: float = 0.0  # keda_llm_activator_rejects_total, all reasons
+    forwarded: float = 0.0  # keda_llm_activator_forwarded_total, all endpoints
+    ready_endpoints: float | None = None  # keda_llm_activator_ready_endpoints
+    oldest_held: float | None = None  # /admin/queues: seconds the oldest held request has waited
+    sent: int = 0  # the load's client: requests sent, and not answered yet
+    in_flight: int = 0
 
 
-def _read(url: str) -> str:
-    """One exposition's text ('' when it cannot be read)."""
+def _read(url: str, token: str = "") -> str:
+    """One exposition's (or document's) text ('' when it cannot be read); `token`: a bearer token."""
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
+        with urllib.request.urlopen(req, timeout=2) as resp:
             return str(resp.read().decode())
     except OSError:
         return ""
@@ -800,10 +873,12 @@ def _model_values(fams: dict[str, list[tuple[dict[str, str], float]]], name: str
     return [v for labels, v in fams.get(name, []) if labels.get("model") == MODEL and math.isfinite(v)]
 
 
-def observe(t: float, sc: Scenario, world: World, exporter_url: str, scaler_http: str,
-            activator_url: str = "") -> View:
+def observe(t: float, sc: Scenario, world: World, exporter_url: str, scaler_http: str, load: Load | None = None,
+            activator_admin: str = "", admin_token: str = "") -> View:
     phase = sc.phase_at(t).name if t < sc.duration else "finishing the requests in flight"
-    view = View(t, phase, world.load(t), counts=world.counts())
+    view = View(t, phase, 0.0 if load is None else load.rate(t), counts=world.counts())
+    if load is not None:
+        view.sent, view.in_flight = load.stats.sent, load.stats.in_flight
     ex = _families(exporter_url)
     up = _model_values(ex, "llm_engine_up")
     view.engines_up = int(sum(up))
@@ -828,11 +903,18 @@ def observe(t: float, sc: Scenario, world: World, exporter_url: str, scaler_http
     view.active = bool(active[0]) if active else None
     view.reason = reasons[0] if reasons else ""
     view.panic = bool(panic and panic[0])
-    if activator_url:
-        af = _families(activator_url)
+    if activator_admin:
+        af = _families(activator_admin + "/metrics")
         held = _model_values(af, "keda_llm_activator_held_requests")
         view.held = held[0] if held else None
         view.refused = sum(_model_values(af, "keda_llm_activator_rejects_total"))
+        view.forwarded = sum(_model_values(af, "keda_llm_activator_forwarded_total"))
+        ready = _model_values(af, "keda_llm_activator_ready_endpoints")
+        view.ready_endpoints = ready[0] if ready else None
+        if view.held:
+            queues = _read(activator_admin + "/admin/queues", admin_token)
+            oldest = json.loads(queues).get(MODEL, {}).get("oldest_held_seconds") if queues else None
+            view.oldest_held = float(oldest) if isinstance(oldest, int | float) else None
     return view
 
 
@@ -847,12 +929,13 @@ def plain_line(v: View) -> str:
         pods += f", {c['starting']} starting"
     if c.get("draining"):
         pods += f", {c['draining']} draining"
-    gw = f" | activator holds {v.held:.0f}" if v.held else ""
+    gw = f" | activator holds {v.held:.0f}" + (f" (oldest {v.oldest_held:.1f} s)" if v.oldest_held is not None
+                                                else "") if v.held else ""
     panic = ", panic" if v.panic and v.reason != "panic" else ""
     scaler = "-" if v.desired is None else f"{v.desired:.0f} ({v.reason}{panic})"
     active = "" if v.active is None else (" active" if v.active else " INACTIVE")
-    return (f"[{v.t:5.0f}s] {v.phase:<13} load {v.load:5.1f} req/s | running {_num(v.running):>3} "
-            f"waiting {_num(v.waiting):>3} kv {_num(None if v.kv is None else 100 * v.kv):>3}% | "
+    return (f"[{v.t:5.0f}s] {v.phase:<13} load {v.load:5.1f} req/s, {v.in_flight:3d} in flight | running "
+            f"{_num(v.running):>3} waiting {_num(v.waiting):>3} kv {_num(None if v.kv is None else 100 * v.kv):>3}% | "
             f"{pods} | deployment {c.get('spec', 0)} | scaler wants {scaler}{active}{gw}")
 
 
@@ -865,13 +948,15 @@ class Report:
 
     exit_code: int = 0
     stats: Stats = field(default_factory=Stats)
-    unfinished: int = 0  # requests still held or being served when the run ended
+    load: LoadStats = field(default_factory=LoadStats)  # the requests, as the load's HTTP client saw them
+    unfinished: int = 0  # requests with no final answer when the run ended
     interrupted: bool = False  # Ctrl-C: the unfinished requests were cut off by the user, not lost
 
     @property
     def lost(self) -> int:
-        """Requests sent and never served, less those a Ctrl-C cut off while in flight."""
-        return self.stats.sent - self.stats.served - (self.unfinished if self.interrupted else 0)
+        """Requests sent and never served (a complete 200 answer), less those a Ctrl-C cut off in flight."""
+        return self.load.sent - self.load.served - (self.unfinished if self.interrupted else 0)
+
     events: list[tuple[float, str]] = field(default_factory=list)
     control: list[tuple[float, str, int, int]] = field(default_factory=list)  # KEDA/HPA events
     max_pods: int = 0
@@ -879,7 +964,27 @@ class Report:
     scaler_errors: int = 0
     log_errors: list[str] = field(default_factory=list)
     activator_held_max: float = 0.0  # the most the activator's held gauge showed over HTTP
-    activator_metrics: str = ""  # the activator's /metrics at the end of the run
+    activator_metrics: str = ""  # the activator's /metrics at the end of the run (its admin port)
+
+
+def _activator_numbers(registry: Any) -> dict[str, float]:
+    """The demo model's series of the activator's registry (activator/proxy.py's Metrics) by short name."""
+    out: dict[str, float] = {}
+    for fam in registry.collect():
+        for smp in fam.samples:
+            if smp.labels.get("model") != MODEL:
+                continue
+            key = {"keda_llm_activator_held_requests": "held",
+                   "keda_llm_activator_ready_endpoints": "ready",
+                   "keda_llm_activator_activations_total": f"activations_{smp.labels.get('result')}",
+                   "keda_llm_activator_rejects_total": f"rejects_{smp.labels.get('reason')}",
+                   "keda_llm_activator_forwarded_total": "forwarded",
+                   "keda_llm_activator_wait_seconds_count": f"held_{smp.labels.get('outcome')}",
+                   "keda_llm_activator_wait_seconds_sum": f"held_{smp.labels.get('outcome')}_sum",
+                   }.get(smp.name)
+            if key is not None:
+                out[key] = out.get(key, 0.0) + smp.value
+    return out
 
 
 class _LogCollector(logging.Handler):
@@ -931,8 +1036,12 @@ class Demo:
         self.world: World | None = None
         self._last_desired: float | None = None
         self._warm_seen: set[tuple[int, str]] = set()
-        self.activator_url = ""
-        self._held_shown = 0
+        self.activator: RunningActivator | None = None
+        self.load: Load | None = None
+        self.admin_token = ""
+        self._seen: dict[str, float] = {}  # the activator's counters as last turned into events
+        self._refused = 0.0  # 429s not told yet (told at most once a second)
+        self._refused_at = -math.inf
 
     def now(self) -> float:
         return time.monotonic() - self._t0
@@ -958,6 +1067,7 @@ class Demo:
     def _simulate(self, world: World, exporter: _Exporter) -> None:
         """The world on the wall clock: the simulation advanced to now every 50 ms."""
         while not self._stop.wait(0.05):
+            self._watch_activator()  # first: its hold and wake come before the push they cause
             self._record(world.advance(self.now()))
             self._watch_warms(exporter)
             if world.pods_changed.is_set():  # a pod came or went: the exporter re-lists at once
@@ -965,6 +1075,40 @@ class Demo:
                 exporter.collector.refresh_discovery()
             c = world.counts()
             self.report.max_pods = max(self.report.max_pods, c["ready"] + c["starting"])
+
+    def _watch_activator(self) -> None:
+        """The activator's own counters and gauges (its Metrics, read in process) as events: holding,
+        waking the model, refusing past its bound, forwarding what it held."""
+        if self.activator is None:
+            return
+        now = _activator_numbers(self.activator.activator.metrics.registry)
+        seen, self._seen = self._seen, now
+        if not seen:
+            return
+
+        def grew(key: str) -> float:
+            return now.get(key, 0.0) - seen.get(key, 0.0)
+
+        route = f"/v1/activate/{NAMESPACE}/{NAME}"
+        if now.get("held", 0) and not seen.get("held", 0):
+            self.event(f"activator: no ready endpoint for the model: holding requests, POST {route} to the scaler")
+        for result, words in (("ok", "200"), ("error", "failed")):
+            for _ in range(int(grew(f"activations_{result}"))):
+                self.event(f"activator: POST {route} -> {words}")
+        self._refused += grew("rejects_queue_full")
+        t = self.now()
+        if self._refused and (t - self._refused_at >= 1.0 or grew("held_forwarded")):
+            retry = self.load.stats.retry_after_max if self.load is not None else 0
+            self.event(f"activator: {self._refused:.0f} answered 429 (queue full at its bound {self.sc.max_held}), "
+                       f"Retry-After up to {retry} s")
+            self._refused, self._refused_at = 0.0, t
+        if n := grew("rejects_max_wait"):
+            self.event(f"activator: {n:.0f} answered 503 (held past max_wait)")
+        if n := grew("held_forwarded"):
+            waited = grew("held_forwarded_sum") / n
+            self.event(f"activator: {n:.0f} held requests forwarded to a ready endpoint (mean hold {waited:.1f} s)")
+        if now.get("ready", 0) and not seen.get("ready", 0):
+            self.event("activator: its /health probe finds a ready endpoint")
 
     def _watch_warms(self, exporter: _Exporter) -> None:
         """The exporter's /v1/warm jobs (the scaler's calls) as events: accepted, then done."""
@@ -1023,31 +1167,32 @@ class Demo:
                          temperature_c=35)
         world = self.world = World(self.sc, self.event, gpus)
         weights = _Weights()
+        self.admin_token = weights.admin_token
         exporter: _Exporter | None = None
         scaler: ScalerThread | None = None
         channel: Any = None
-        ext: GatewayScaler | None = None
-        act_http: Any = None
+        ext: GrpcExternalScaler | None = None
+        http: LoopThread | None = None
         interrupted = False
         try:
             exporter = _Exporter(self.sc, world, weights.warm_dir, weights.token_file)
             warmer = exporter.warmer
             world.weights_warm = lambda: any(j["state"] == "done" and j["path"] == weights.path
                                              for j in warmer.jobs())
-            act_http = _serve(world.metrics.registry)
-            self.activator_url = f"http://127.0.0.1:{act_http.server_port}/metrics"
             scaler = start_in_thread(scaler_settings(self.sc, weights.token_file), reader=world)
+            http = LoopThread()
+            self.activator = start_activator(http, activator_config(self.sc, scaler.http_url, world.endpoints(),
+                                                                    weights.admin_token_file))
+            self.load = Load(f"{self.activator.proxy_url}/v1/completions", MODEL, schedule(self.sc), self.now)
             settings = parse_scaledobjects(scaledobject_yaml(self.sc, scaler.grpc_target, exporter.url.split("/")[2],
                                                              weights.path), "demo ScaledObject")[0]
             cfg = parse_metadata(settings.triggers[0].metadata)
             # what KEDA's first call would do: the scaler starts collecting the model from the exporter
             scaler.scaler.sources.for_config(cfg).watch(NAMESPACE, cfg.model)
             channel = grpc.insecure_channel(scaler.grpc_target)
-            ext = GatewayScaler(channel, f"{scaler.http_url}/v1/activate/{NAMESPACE}/{NAME}", world.stats, self.event,
-                                world.metrics)
-            keda = DemoKeda(NAME, settings, ext, initial_replicas=self.sc.initial_replicas,
-                            hpa=settings.hpa_config(sync_period_s=self.sc.hpa_sync, configurable_tolerance=True),
-                            gateway_activation_interval_s=self.sc.gateway_retry)
+            ext = GrpcExternalScaler(channel)
+            keda = KedaController(NAME, settings, ext, initial_replicas=self.sc.initial_replicas,
+                                  hpa=settings.hpa_config(sync_period_s=self.sc.hpa_sync, configurable_tolerance=True))
             self._header(exporter.url, scaler)
             self._t0 = time.monotonic()
             world.begin(keda, settings, ext)
@@ -1055,8 +1200,9 @@ class Demo:
             ext.open_stream(keda.loop.keda.refs[0])  # KEDA's push loop opens the stream of an external-push trigger
             exporter.start()
             self._wait_for_data(scaler, cfg)
-            self._t0 = time.monotonic()  # the simulation's time 0
+            self._t0 = time.monotonic()  # the simulation's time 0, and the load's
             self._spawn(lambda: self._simulate(world, exporter), "demo-world")
+            http.spawn(self.load.run())
             try:
                 self._show(world, exporter.url, scaler.http_url)
             except KeyboardInterrupt:
@@ -1065,6 +1211,13 @@ class Demo:
             self._stop.set()
             for t in self._threads:
                 t.join(10)
+            if http is not None:
+                if self.load is not None and not self.load.done:  # Ctrl-C, or the grace passed
+                    http.call(self.load.cancel())
+                if self.activator is not None:
+                    self.report.activator_metrics = _read(self.activator.admin_url + "/metrics")
+                    stop_activator(http, self.activator)
+                http.close()
             world.finish()
             if ext is not None:
                 ext.close()
@@ -1077,15 +1230,13 @@ class Demo:
                 exporter.warmer.wait(5.0)
             if scaler is not None:
                 scaler.stop()
-            if act_http is not None:
-                self.report.activator_metrics = _read(self.activator_url)
-                act_http.shutdown()
-                act_http.server_close()
             weights.close()
             root.handlers, root.level = saved
         r = self.report
         r.stats = world.stats
-        r.unfinished = world.in_flight()
+        if self.load is not None:
+            r.load = self.load.stats
+        r.unfinished = r.load.in_flight
         r.log_errors = collector.errors
         r.interrupted = interrupted
         self._summary(collector.warnings)
@@ -1093,8 +1244,10 @@ class Demo:
         return r
 
     def _show(self, world: World, exporter_url: str, scaler_http: str) -> None:
-        """Refresh the view until the script ends and every request has finished (or a grace passes)."""
+        """Refresh the view until the script ends and every request was answered (or a grace passes)."""
         grace = max(15.0, 0.15 * self.sc.duration)
+        load = self.load
+        admin = self.activator.admin_url if self.activator is not None else ""
         live: Any = None
         if not self.plain:
             from rich.console import Console
@@ -1107,11 +1260,11 @@ class Demo:
         try:
             while True:
                 t = self.now()
-                if t >= self.sc.duration and (world.in_flight() == 0 or t >= self.sc.duration + grace):
+                if t >= self.sc.duration and (load is None or load.done or t >= self.sc.duration + grace):
                     break
                 if t >= next_at:
                     next_at += period
-                    view = observe(t, self.sc, world, exporter_url, scaler_http, self.activator_url)
+                    view = observe(t, self.sc, world, exporter_url, scaler_http, load, admin, self.admin_token)
                     if view.running is not None:
                         self.report.exporter_running_series = True
                     self.report.activator_held_max = max(self.report.activator_held_max, view.held or 0.0)
@@ -1141,7 +1294,8 @@ class Demo:
         bar = int(30 * min(1.0, v.t / self.sc.duration))
         grid.add_row("time", f"{v.t:5.0f} s of {self.sc.duration:.0f} s  [{'#' * bar}{'.' * (30 - bar)}]  "
                              f"phase: [bold]{v.phase}[/bold]")
-        grid.add_row("load", f"{v.load:.1f} req/s  (sent {c.get('sent', 0)}, in flight {c.get('in_flight', 0)})")
+        grid.add_row("load", f"{v.load:.1f} req/s over HTTP to the activator  (sent {v.sent}, awaiting an answer "
+                             f"{v.in_flight})")
         grid.add_row("engines", f"running {_num(v.running)}  waiting {_num(v.waiting)}  KV cache "
                                 f"{_num(None if v.kv is None else 100 * v.kv)}%  (from the exporter, "
                                 f"{v.engines_up} up)")
@@ -1158,9 +1312,11 @@ class Demo:
             scaler += "  active" if v.active else "  [red]inactive[/red]"
         grid.add_row("scaler", scaler)
         gw = v.held or 0
-        grid.add_row("activator", (f"[bold yellow]{gw:.0f} requests held (bound {c.get('bound', 0)}), waiting for a "
-                                   "replica[/bold yellow]" if gw else "passing requests through")
-                     + f"  (its /metrics; refused {v.refused:.0f})")
+        oldest = f", oldest {v.oldest_held:.1f} s" if v.oldest_held is not None else ""
+        grid.add_row("activator", (f"[bold yellow]{gw:.0f} requests held (bound {self.sc.max_held}{oldest}), "
+                                   "waiting for a ready endpoint[/bold yellow]" if gw else
+                                   f"passing requests through to {_num(v.ready_endpoints)} ready endpoints")
+                     + f"  (its /metrics: forwarded {v.forwarded:.0f}, refused with Retry-After {v.refused:.0f})")
         with self._events_lock:
             recent = self.report.events[-12:]
         events = "\n".join(f"{at:6.1f}s  {msg}" for at, msg in recent) or "(none yet)"
@@ -1169,21 +1325,24 @@ class Demo:
 
     def _header(self, exporter_url: str, scaler: ScalerThread) -> None:
         sc = self.sc
+        act = self.activator
+        assert act is not None
         starts = " -> ".join(f"{p.start:.0f}s {p.name}" for p in sc.phases)
         lines = [
             f"keda-llm demo: {MODEL} (namespace {NAMESPACE}), {sc.duration:.0f} s of real time, all on loopback.",
-            "  real      the keda-llm exporter and scaler, their HTTP and gRPC endpoints:",
+            "  real      the keda-llm exporter, scaler and activator, their HTTP and gRPC endpoints:",
             f"              exporter  {exporter_url}   POST /v1/warm (weights into the page cache)",
             f"              scaler    gRPC {scaler.grpc_target} (KEDA ExternalScaler)   {scaler.http_url}/metrics",
             f"                        POST {scaler.http_url}/v1/activate/{NAMESPACE}/{NAME}   (warmPath set: wakes "
             "and scale-ups warm the weights)",
-            f"            activator rules (activator/core.py: bound {MAX_HELD}, Retry-After, routing) and metrics "
-            f"{self.activator_url}",
+            f"              activator {act.proxy_url}/v1/completions (the load's requests; bound {sc.max_held} held, "
+            "then 429 + Retry-After)",
+            f"                        {act.admin_url}/metrics   (the pods: {len(self.world.ports) if self.world else 0}"
+            " static endpoints, probed on /health)",
             "  simulated by the simulator the backtests run, on the wall clock: the Deployment's pods, their engines",
             f"            ({sc.max_num_seqs} sequences, {sc.num_blocks * sc.block_size} KV tokens each, "
-            f"{sc.cold_start:g} s cold start before the port opens, vLLM /metrics),",
-            "            the load, the gateway that runs the activator's rules, and KEDA + the HPA",
-            "            (simulator/control), calling the scaler over real gRPC as KEDA does;"
+            f"{sc.cold_start:g} s cold start before the port opens; /v1/completions and vLLM /metrics),",
+            "            and KEDA + the HPA (simulator/control), calling the scaler over real gRPC as KEDA does;"
             f" {sc.max_replicas} GPUs behind a fake NVML.",
             "  cold start " + " + ".join(f"{n} {v:.2f} s" for n, v in cold_phases(sc).items())
             + f"; weights from the page cache once warmed: "
@@ -1191,24 +1350,28 @@ class Demo:
             f"  shortened pollingInterval {sc.polling_interval}s, cooldownPeriod {sc.cooldown}s, HPA sync "
             f"{sc.hpa_sync:g}s (Kubernetes: 15s), stableWindow {sc.stable_window:g}s, panicWindow "
             f"{sc.panic_window:g}s, idleTimeout {sc.idle_timeout:g}s",
-            f"  script    {starts}",
+            f"  script    {starts}; every other request streamed",
             "  stop      Ctrl-C ends early; the summary still prints",
             "  try       curl -s " + exporter_url + " | grep llm_requests      "
             "(the ScaledObject: keda-llm demo --print-scaledobject)",
-            f"            curl -s {self.activator_url} | grep keda_llm_activator_held",
+            f"            curl -s {act.admin_url}/metrics | grep keda_llm_activator_held",
+            f"            curl -s {act.proxy_url}/v1/completions -d '{{\"model\": \"{MODEL}\", \"prompt\": "
+            "\"hello\", \"max_tokens\": 8}'   (one of your own, through the activator)",
             "",
         ]
         print("\n".join(lines), file=self.out, flush=True)
 
     def _summary(self, warnings: int) -> None:
-        r, s = self.report, self.report.stats
-        ttft = sorted(s.ttft)
+        r, s, q = self.report, self.report.stats, self.report.load
+        done = q.outcomes
+        ttft = sorted(o.ttft for o in done if o.ttft is not None)
+        whole = sorted(o.latency for o in done if not o.streamed and o.complete and o.latency is not None)
 
-        def pct(q: float) -> str:
-            return f"{ttft[min(len(ttft) - 1, int(q * len(ttft)))]:.1f} s" if ttft else "-"
+        def pct(xs: list[float], p: float) -> str:
+            return f"{xs[min(len(xs) - 1, int(p * len(xs)))]:.1f} s" if xs else "-"
 
+        act = _exposition(r.activator_metrics)
         kinds = [k for _, k, _, _ in r.control]
-        ok = [st for _, st in s.activations if st == 200]
         done_warms = sum(1 for j in s.warm_jobs if j["state"] == "done")
         warmed = sum(1 for _, _, w in s.cold_starts if w)
         cold_w = cold_phases(self.sc)["weight_load"]
@@ -1217,20 +1380,32 @@ class Demo:
         cut = f", interrupted in flight {r.unfinished}" if r.interrupted else ""
         if lost:
             result = f"FAILED: {lost} requests not served"
+            first = next((o for o in q.failed), None)
+            if first is not None:
+                result += f" (first: status {first.status} {first.error})"
         elif r.interrupted:
             result = f"stopped early (Ctrl-C): {r.unfinished} requests were in flight, none lost"
         else:
             result = "OK: no request lost"
+        held_n, held_sum = act.get("held_forwarded", 0.0), act.get("held_forwarded_sum", 0.0)
+        rejected = {k.removeprefix("rejects_"): v for k, v in act.items() if k.startswith("rejects_") and v}
+        retried = sum(1 for o in done if o.refusals)
         lines = [
             "",
             f"Summary ({self.now():.0f} s)",
-            f"  requests  sent {s.sent}, served {s.served}{cut}, lost {lost}",
-            f"  latency   time to first token p50 {pct(0.5)}, p95 {pct(0.95)}, max {pct(1.0)} "
-            "(from arrival, gateway wait included)",
-            f"  activator held {s.held} requests while no replica was ready (peak {s.held_peak} at once, bound "
-            f"{MAX_HELD}), forwarded {s.forwarded_after_hold} once a pod was ready, longest hold "
-            f"{s.max_gateway_wait:.1f} s, refused {s.refused}; activations POSTed {len(s.activations)} "
-            f"({len(ok)} answered 200)",
+            f"  requests  sent {q.sent} over HTTP through the activator, answered {q.answered}{cut}, served "
+            f"{q.served} ({sum(1 for o in done if o.streamed and o.complete)} streamed; the simulated engines "
+            f"finished {s.engine_finished}), lost {lost}; HTTP 200 "
+            f"answers {q.ok_responses}; {retried} sent again after a Retry-After"
+            + (" (" + ", ".join(f"{n} x {st}" for st, n in sorted(q.refusals.items())) + ")" if retried else ""),
+            f"  latency   time to first token (streamed) p50 {pct(ttft, 0.5)}, p95 {pct(ttft, 0.95)}, max "
+            f"{pct(ttft, 1.0)}; whole answers p50 {pct(whole, 0.5)}, p95 {pct(whole, 0.95)} (the client's clock: "
+            "holds and retries included)",
+            f"  activator forwarded {act.get('forwarded', 0):.0f}, held {held_n:.0f} while no endpoint was ready "
+            f"(mean hold {held_sum / held_n if held_n else 0:.1f} s, bound {self.sc.max_held}), answered itself "
+            + (", ".join(f"{v:.0f} {k}" for k, v in sorted(rejected.items())) or "0")
+            + f"; POST /v1/activate {act.get('activations_ok', 0):.0f} ok, {act.get('activations_error', 0):.0f} "
+            "failed (its /metrics)",
             f"  warming   {len(s.warm_jobs)} POST /v1/warm by the scaler ({done_warms} done, "
             f"{sum(j['bytes_read'] for j in s.warm_jobs) / MIB:.0f} MiB read by the exporter); cold starts "
             f"{len(s.cold_starts)} done, {warmed} with warm weights" + (
@@ -1245,6 +1420,17 @@ class Demo:
             f"  result    {result}",
         ]
         print("\n".join(lines), file=self.out, flush=True)
+
+
+def _exposition(text: str) -> dict[str, float]:
+    """The demo model's activator series of a /metrics text, by the short names of `_activator_numbers`."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    class _Registry:
+        def collect(self) -> Any:
+            return text_string_to_metric_families(text)
+
+    return _activator_numbers(_Registry())
 
 
 # ------------------------------------------------------------------------------------------ CLI

@@ -7,16 +7,20 @@ collection saw it, the ScaledObject's metadata, what Kubernetes says of the pool
 tick, with no per-pod state. Two pods fed the same collections give the same pair.
 
 Prefill/decode (`role`): the pools are told apart by the replicas' `role` label (history.pool).
-- prefill need = prompt tokens/s to compute (those computed plus the queue drained within the stable
-  window, net of prefix-cache hits where known) / (prefill tokens/s of one replica x a utilization
-  that keeps the mean TTFT within the target: M/D/1 queueing per replica, `prefill_utilization`);
+- prefill need = prompt tokens/s to compute (the window's, or the largest 10 s burst of the last three
+  cold starts: standing headroom for bursts no scaling can answer; net of prefix-cache hits where
+  known) / (prefill tokens/s of one replica x a utilization that keeps the mean TTFT within the target:
+  M/D/1 queueing per replica, `prefill_utilization`), plus the queue drained within a cold start
+  (policy.backlog_replicas, the unified pool's rule);
 - decode need = the configured policy on the decode pool (the `tokens` policy: KV tokens held and
-  queued against KV tokens per replica), with the ITL target's latency term;
+  queued against KV tokens per replica) on the window or the recent KV burst, with the ITL target's
+  latency term;
 - `ratio: fixed` keeps P:D (decode first, prefill = ceil(ratio x decode)); `independent` sizes each
   on its own; `bounded` sizes each on its own, then raises the smaller pool into the ratio limits.
 
-Variants (`variants`): the model's KV-token demand (held + queued, over all its replicas) is spread to
-the cheapest mix of variants that covers it at `targetKVUtilization`, ties to the more preferred; a
+Variants (`variants`): the model's KV-token demand (held + queued, over all its replicas) and, where the
+table gives rates, its whole load (each replica carrying the share its prompt and generation times
+allow, `replica_share`) are spread to the cheapest mix that covers both, ties to the more preferred; a
 variant whose pods stay unscheduled past `pendingTimeout` (no GPU of that type) is capped at the
 replicas it has scheduled, so demand spills to the next, and its answer holds its current count (the
 pending pods stay as the probe that tells when capacity returns) until they are scheduled.
@@ -34,10 +38,12 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from keda_llm.scaler.config import ScalerConfig, Variant
 from keda_llm.scaler.history import HistoryView, Load, Snapshot
 from keda_llm.scaler.model import Decision, NoData, PolicyState, Reason, WorkloadState
-from keda_llm.scaler.policy import NoSignal, demand, mean_prompt_tokens, tokens
+from keda_llm.scaler.policy import NoSignal, backlog_replicas, cold_start_of, demand, mean_prompt_tokens, tokens
 from keda_llm.scaler.slo import from_window
 from keda_llm.scaler.windows import ceil_replicas
 
@@ -96,26 +102,64 @@ class Need:
     parts: Mapping[str, float]
 
 
+BURST_COLD_STARTS = 3.0  # the prefill pool stands ready for the largest burst seen within this many cold starts
+BURST_BUCKET_S = 10.0  # a burst is a 10 s bucket's prompt rate (the history's middle tier)
+
+
+def burst_prompt_rate(pool: HistoryView, now: float, lookback: float) -> float:
+    """The highest prompt tokens/s any 10 s bucket saw within `lookback` (0 when none).
+
+    A burst that comes and goes within a cold start cannot be answered by scaling: replicas asked for
+    when it starts serve after it ends, while its prompts wait and miss the TTFT target. So the prefill
+    pool keeps the capacity for the bursts it saw lately, as standing headroom."""
+    _, rate = pool.series("prompt_rate", now, max(lookback, BURST_BUCKET_S))
+    finite = rate[np.isfinite(rate)]
+    return float(finite.max()) if finite.size else 0.0
+
+
 def prefill_need(load: Load, snap: Snapshot | None, config: ScalerConfig, per_replica_tps: float,
-                 hit_ratio: float | None = None) -> Need:
-    """Prompt tokens/s to compute against what a prefill replica computes at the TTFT-keeping utilization."""
+                 hit_ratio: float | None = None, burst_tps: float = 0.0) -> Need:
+    """Prompt tokens/s to compute against what a prefill replica computes at the TTFT-keeping utilization,
+    plus the replicas that drain the queued prompts within a cold start (policy.backlog_replicas, at this
+    pool's prefill rate).
+
+    The rate is the window's or the recent burst's (`burst_tps`, burst_prompt_rate), whichever is higher."""
     prompt, _ = mean_prompt_tokens(load, snap)
     net = 1.0 - min(1.0, max(0.0, hit_ratio or 0.0))
-    queued_requests = (load.waiting or 0.0) + (load.upstream or 0.0)
-    drain_s = config.stable_window  # the backlog is cleared within the window demand is averaged over
-    rate = ((load.prompt_rate or 0.0) + queued_requests * (prompt or 0.0) / drain_s) * net
+    queued_tokens = ((load.waiting or 0.0) + (load.upstream or 0.0)) * (prompt or 0.0) * net
+    rate = max(load.prompt_rate or 0.0, burst_tps) * net
     rho = prefill_utilization((prompt or 0.0) * net, per_replica_tps, config.target_ttft,
                               config.target_kv_utilization)
-    need = rate / (per_replica_tps * rho)
-    return Need(need, {"prefill_tokens_per_s": rate, "prefill_capacity_tps": per_replica_tps,
-                       "prefix_hit_ratio": 1.0 - net,
-                       "prefill_utilization": rho, "prefill_need_tokens": need,
-                       "prefill_mean_prompt_tokens": prompt or 0.0})
+    flow = rate / (per_replica_tps * rho)
+    at_rate = replace(snap, prefill_rate=per_replica_tps) if snap is not None else None
+    backlog = backlog_replicas(queued_tokens, config, at_rate) or 0.0
+    return Need(flow + backlog, {"prefill_tokens_per_s": rate, "prefill_capacity_tps": per_replica_tps,
+                                 "prefix_hit_ratio": 1.0 - net, "prefill_burst_tokens_per_s": burst_tps * net,
+                                 "prefill_utilization": rho, "prefill_need_flow": flow,
+                                 "prefill_need_backlog": backlog,
+                                 "prefill_mean_prompt_tokens": prompt or 0.0})
 
 
-def decode_need(load: Load, snap: Snapshot | None, config: ScalerConfig) -> Need:
-    """The configured policy on the decode pool (KV tokens for `tokens`)."""
+def burst_load(pool: HistoryView, load: Load, now: float, lookback: float) -> Load:
+    """`load` with its KV held and its queue at the highest any 10 s bucket within `lookback` saw them
+    (held + queued), for the decode pool's standing headroom, as burst_prompt_rate is the prefill pool's."""
+    _, kv = pool.series("kv_used", now, max(lookback, BURST_BUCKET_S))
+    _, waiting = pool.series("waiting", now, max(lookback, BURST_BUCKET_S))
+    prompt = (load.kv_used / load.running) if load.kv_used and load.running else 0.0  # tokens a request holds
+    both = np.nan_to_num(kv) + np.nan_to_num(waiting) * prompt
+    if not both.size or not float(both.max()) > (load.kv_used or 0.0) + (load.waiting or 0.0) * prompt:
+        return load
+    i = int(np.argmax(both))
+    return replace(load, kv_used=float(np.nan_to_num(kv[i])), waiting=float(np.nan_to_num(waiting[i])))
+
+
+def decode_need(load: Load, snap: Snapshot | None, config: ScalerConfig, burst: Load | None = None) -> Need:
+    """The configured policy on the decode pool (KV tokens for `tokens`), on the window or on the recent
+    burst (`burst`, burst_load), whichever asks more."""
     d = demand(load, config, snap)
+    if burst is not None:
+        b = demand(burst, config, snap)
+        d = b if b.desired > d.desired else d
     return Need(d.desired, {"decode_demand": d.demand, "decode_capacity_per_replica": d.per_replica,
                             "decode_need_policy": d.desired})
 
@@ -152,20 +196,25 @@ def _window_need(pool: HistoryView | None, now: float, config: ScalerConfig, whi
     ready = snap.fresh if snap is not None else 0
     # the pending guard: replicas loading are supply that is coming; no more while they load
     held = float(snap.fresh + snap.stale + snap.loading) if snap is not None and snap.loading > 0 else math.inf
+    burst = burst_prompt_rate(pool, now, BURST_COLD_STARTS * cold_start_of(config, snap)) if which == "prefill" else 0.0
     out = []
     for seconds in (config.stable_window, config.panic_window):
         load = pool.window(now, seconds)
         if which == "prefill":
             assert tps is not None
-            need = prefill_need(load, snap, config, tps, load.prefix_hit_ratio)
+            need = prefill_need(load, snap, config, tps, load.prefix_hit_ratio, burst)
+            # the guard holds the queue's part only: the prompts arriving are demand whatever is loading
+            cap = max(held, need.parts["prefill_need_flow"])
             latency = from_window(load, seconds, ready, replace(config, target_itl=None))
         else:
-            need = decode_need(load, snap, config)
+            lookback = BURST_COLD_STARTS * cold_start_of(config, snap)
+            need = decode_need(load, snap, config, burst_load(pool, load, now, lookback))
             latency = from_window(load, seconds, ready, replace(config, target_ttft=None))
+            cap = held
         if latency is not None and latency.desired > need.replicas:
             need = Need(latency.desired, {**need.parts, f"{which}_latency_desired": latency.desired})
-        if need.replicas > held:
-            need = Need(held, {**need.parts, f"{which}_pending_guard": held})
+        if need.replicas > cap:
+            need = Need(cap, {**need.parts, f"{which}_pending_guard": cap})
         out.append(need)
     return out[0], out[1]
 
@@ -241,17 +290,25 @@ def cheapest_mix(need: Amount, variants: Sequence[Variant], per_replica: Mapping
                  limits: Mapping[str, VariantLimit]) -> tuple[dict[str, int], bool]:
     """Counts per variant covering `need` at the least price per hour; (counts, covered).
 
-    `need` and each variant's `per_replica` are amounts of one or more resources (KV tokens, and prompt
-    tokens/s where the variants say); a mix covers every one. Searches, variant by variant in order of
-    price per unit of the first resource, the counts that just cover what is left and one fewer (with up
-    to MAX_VARIANTS variants, at most 2^16 candidates; 4 variants: 16). Ties go to more replicas of the
-    more preferred variants (listed first). Nothing covers it: every variant at its cap."""
+    `need` and each variant's `per_replica` are amounts of one or more resources (KV tokens, and the share
+    of the load it carries within the SLO where the variants give rates); a mix covers every one. Searches,
+    variant by variant in order of price per unit of what a replica covers of the resource that binds it
+    (its cost per unit of SLO-meeting capacity), the counts that just cover what is left and one fewer
+    (4 variants: at most 16 candidates); ties go to more replicas of the more preferred variants (listed
+    first). So the cheapest per unit carries the load up to its cap and only the rounding of its last
+    replica may go to the next; a mix without the cheapest per unit is tried only where it needs one.
+    Nothing covers it: every variant at its cap."""
     want = _vec(need)
     per = {name: _vec(v) for name, v in per_replica.items()}
     if all(x <= 0 for x in want):
         return {v.name: 0 for v in variants}, True
-    order = sorted(range(len(variants)),
-                   key=lambda i: (variants[i].price_per_hour / per[variants[i].name][0], i))
+
+    def unit_price(i: int) -> float:
+        """Price per unit of what one replica covers on the resource that binds it (the share of `need`)."""
+        covers = min((c / w for c, w in zip(per[variants[i].name], want, strict=True) if w > 0), default=math.inf)
+        return variants[i].price_per_hour / covers if covers > 0 else math.inf
+
+    order = sorted(range(len(variants)), key=lambda i: (unit_price(i), i))
     best: tuple[float, tuple[int, ...]] | None = None
     best_counts: dict[str, int] | None = None
 
@@ -261,7 +318,7 @@ def cheapest_mix(need: Amount, variants: Sequence[Variant], per_replica: Mapping
         full = max((ceil_replicas(r / c) if c > 0 else (math.inf if r > 1e-9 else 0)
                     for r, c in zip(rest, per[v.name], strict=True)), default=0)
         cands = {min(full, top), min(max(full - 1, 0), top)}
-        return sorted(int(c) for c in cands)
+        return sorted((int(c) for c in cands if math.isfinite(c)), reverse=True)
 
     def walk(k: int, rest: tuple[float, ...], chosen: dict[str, int]) -> None:
         nonlocal best, best_counts
@@ -287,6 +344,77 @@ def cheapest_mix(need: Amount, variants: Sequence[Variant], per_replica: Mapping
     return best_counts, True
 
 
+def _cost(counts: Mapping[str, int], price: Mapping[str, float]) -> float:
+    return sum(n * price[name] for name, n in counts.items())
+
+
+def _covered(need: tuple[float, ...], counts: Mapping[str, int], per: Mapping[str, Amount]) -> tuple[float, ...]:
+    """What `need` leaves uncovered by `counts` (never below zero)."""
+    return tuple(max(0.0, w - sum(n * _vec(per[name])[d] for name, n in counts.items()))
+                 for d, w in enumerate(need))
+
+
+def anchored_mix(need: Amount, variants: Sequence[Variant], per_replica: Mapping[str, Amount],
+                 limits: Mapping[str, VariantLimit], current: Mapping[str, int]) -> dict[str, int] | None:
+    """The cheapest mix that only shrinks the current counts (where they cover `need`) or only grows them
+    (where they do not): no variant asked to grow while another is asked to shrink. None: none found.
+
+    variant_split answers it instead of the cheapest mix unless the cheapest saves at least one replica
+    of the cheapest variant. A swap costs a cold start on the growing variant while the HPA keeps the
+    shrinking one for its scale-down window; near a rounding point the cheapest mix flips between, say,
+    3 H100s and 2 H100s + 1 A100 as the load moves, and each HPA keeping the larger of its recent counts
+    paid for both (docs/pools.md). A swap that saves a replica's price or more is still made."""
+    want = _vec(need)
+    if any(current.get(v.name, 0) > limits[v.name].most for v in variants):
+        return None
+    rest = _covered(want, current, per_replica)
+    if all(r <= 1e-9 for r in rest):
+        down = {v.name: VariantLimit(min(limits[v.name].most, current.get(v.name, 0))) for v in variants}
+        counts, covered = cheapest_mix(want, variants, per_replica, down)
+        return counts if covered else dict(current)
+    room = {v.name: VariantLimit(limits[v.name].most - current.get(v.name, 0)) for v in variants}
+    more, covered = cheapest_mix(rest, variants, per_replica, room)
+    return {v.name: current.get(v.name, 0) + more[v.name] for v in variants} if covered else None
+
+
+def prompt_mean(load: Load, snap: Snapshot | None) -> float:
+    """Mean prompt tokens computed per request, net of prefix-cache hits (0 when unknown)."""
+    prompt, _ = mean_prompt_tokens(load, snap)
+    return (prompt or 0.0) * (1.0 - min(1.0, max(0.0, load.prefix_hit_ratio or 0.0)))
+
+
+def load_rates(load: Load, snap: Snapshot | None, config: ScalerConfig) -> tuple[float, float]:
+    """(prompt tokens/s to compute, tokens/s to generate): what the model's replicas did over the window
+    plus the queue's (waiting + upstream requests at the mean prompt and output) drained within the stable
+    window, prompts net of prefix-cache hits."""
+    queued = (load.waiting or 0.0) + (load.upstream or 0.0)
+    net = 1.0 - min(1.0, max(0.0, load.prefix_hit_ratio or 0.0))
+    prompt, _ = mean_prompt_tokens(load, snap)
+    prompt_tps = ((load.prompt_rate or 0.0) + queued * (prompt or 0.0) / config.stable_window) * net
+    out_tokens = (load.generation_rate / load.finished_rate if load.generation_rate and load.finished_rate
+                  else 0.0)
+    gen_tps = (load.generation_rate or 0.0) + queued * out_tokens / config.stable_window
+    return prompt_tps, gen_tps
+
+
+def replica_share(v: Variant, prompt_tps: float, gen_tps: float, mean_prompt: float,
+                  config: ScalerConfig) -> float:
+    """The share of the model's load one replica of `v` carries within the SLO (math.inf: unbounded).
+
+    A unified replica computes prompts and generates in turns (chunked prefill), so carrying the whole load
+    takes prompt_tps / (its prompt rate x the TTFT-keeping utilization) + gen_tps / (its generation rate at
+    the ITL target x targetKVUtilization) replicas: the time each part takes, summed, as Dynamo's planner
+    sums its prefill and decode loads for an aggregated engine (simulator/anchors/dynamo.py). A replica
+    carries the inverse of that. A rate the table leaves out is not a constraint."""
+    time = 0.0
+    if v.prefill_tps is not None and prompt_tps > 0:
+        rho = prefill_utilization(mean_prompt, v.prefill_tps, config.target_ttft, config.target_kv_utilization)
+        time += prompt_tps / (v.prefill_tps * min(rho, config.target_kv_utilization))  # never planned fuller
+    if v.decode_tps is not None and gen_tps > 0:
+        time += gen_tps / (v.decode_tps * config.target_kv_utilization)
+    return 1.0 / time if time > 0 else math.inf
+
+
 def variant_split(history: HistoryView, config: ScalerConfig, workload: WorkloadState,
                   now: float) -> tuple[dict[str, int], dict[str, float]]:
     """Counts per variant at `now`: the tokens demand over all the model's replicas, to the cheapest mix."""
@@ -304,32 +432,19 @@ def variant_split(history: HistoryView, config: ScalerConfig, workload: Workload
     details: dict[str, float] = {}
     needs: list[float] = [need]
     per_replica: dict[str, Amount] = dict(kv_per)
-    has_prefill = any(v.prefill_tps is not None for v in config.variants)
-    if has_prefill:
-        # prompt compute too: tokens/s to compute against each variant's rate at its TTFT-keeping utilization
+    if any(v.prefill_tps is not None or v.decode_tps is not None for v in config.variants):
+        # replica time: a unified replica computes prompts and generates in turns, so what it carries at the
+        # SLO is a share of the model's whole load (replica_share), not a prompt and a generation capacity
+        # covered each on its own (that planned the slower GPU as if it could do both at once)
         load = history.window(now, config.stable_window)
-        prompt, _ = mean_prompt_tokens(load, snap)
-        net = 1.0 - min(1.0, max(0.0, load.prefix_hit_ratio or 0.0))
-        queued = ((load.waiting or 0.0) + (load.upstream or 0.0)) * (prompt or 0.0)
-        rate = ((load.prompt_rate or 0.0) + queued / config.stable_window) * net
-        needs.append(rate)
+        prompt_tps, gen_tps = load_rates(load, snap, config)
+        needs.append(1.0 if prompt_tps > 0 or gen_tps > 0 else 0.0)
         for v in config.variants:
-            tps = v.prefill_tps
-            per_replica[v.name] = (kv_per[v.name], math.inf if tps is None else tps * prefill_utilization(
-                (prompt or 0.0) * net, tps, config.target_ttft, config.target_kv_utilization))
-        details["prefill_tokens_per_s"] = rate
-    if any(v.decode_tps is not None for v in config.variants):
-        # generation too: tokens/s generated (and the queue's, at the mean output, within the stable window)
-        load = history.window(now, config.stable_window)
-        out_tokens = (load.generation_rate / load.finished_rate if load.generation_rate and load.finished_rate
-                      else 0.0)
-        gen = (load.generation_rate or 0.0) + ((load.waiting or 0.0) + (load.upstream or 0.0)) * out_tokens / (
-            config.stable_window)
-        needs.append(gen)
-        for v in config.variants:  # at targetKVUtilization of what it generates at the ITL target
-            per_replica[v.name] = (*_vec(per_replica[v.name]), math.inf if v.decode_tps is None
-                                   else v.decode_tps * config.target_kv_utilization)
-        details["decode_tokens_per_s"] = gen
+            per_replica[v.name] = (kv_per[v.name], replica_share(v, prompt_tps, gen_tps, prompt_mean(load, snap),
+                                                                 config))
+        details["prefill_tokens_per_s"], details["decode_tokens_per_s"] = prompt_tps, gen_tps
+        for v in config.variants:
+            details[f"variant_{v.name}_share"] = _vec(per_replica[v.name])[1]
     if snap is not None and snap.loading > 0:  # the pending guard: replicas loading are supply that is coming
         have = [sum((w.current_replicas - w.unscheduled) * _vec(per_replica[name])[d]
                     for name, w in workloads.items() if w is not None and name in per_replica)
@@ -347,6 +462,14 @@ def variant_split(history: HistoryView, config: ScalerConfig, workload: Workload
             w = workloads.get(v.name)
             if limits[v.name].stuck and w is not None:
                 counts[v.name] = max(counts[v.name], min(w.current_replicas, wanted[v.name]))
+    elif all(workloads.get(v.name) is not None for v in config.variants):
+        current = {v.name: w.current_replicas for v in config.variants if (w := workloads.get(v.name)) is not None}
+        kept = anchored_mix(needs, config.variants, per_replica, limits, current)
+        price = {v.name: v.price_per_hour for v in config.variants}
+        if kept is not None and kept != counts and (
+                _cost(kept, price) < _cost(counts, price) + min(price.values()) - 1e-9):
+            counts = kept
+            details["variants_anchored"] = 1.0
     details.update({"demand": need, "variants_covered": float(covered),
                     "variants_price_per_hour": sum(counts[v.name] * v.price_per_hour for v in config.variants)})
     for v in config.variants:
@@ -402,6 +525,6 @@ def with_peers(workload: WorkloadState, peers: Mapping[str, WorkloadState | None
     return replace(workload, peers=known)
 
 
-__all__ = ["Need", "VariantLimit", "cheapest_mix", "decide_pool", "measured_prefill_tps", "pd_split", "pooled",
-           "prefill_need", "prefill_utilization", "split", "split_ratio", "variant_limits", "variant_split",
-           "with_peers"]
+__all__ = ["Need", "VariantLimit", "anchored_mix", "burst_load", "burst_prompt_rate", "cheapest_mix", "decide_pool",
+           "load_rates", "measured_prefill_tps", "pd_split", "pooled", "prefill_need", "prefill_utilization",
+           "replica_share", "split", "split_ratio", "variant_limits", "variant_split", "with_peers"]

@@ -8,7 +8,7 @@ one command, in the order they depend on nothing but the code:
 3. scripts/simulator_table.py --frontier --update-docs: the cost to reach 99% per policy, with plots
    (--quick: the first 20 minutes of each trace, 3 points per policy);
 4. scripts/pools_table.py --update-docs (docs/pools.md) and scripts/degraded_backtest.py --update-docs
-   (docs/degraded.md).
+   (docs/degraded.md), then its KV-bound world (--preset llama-3.1-8b/l4 --trace azure2023-code).
 Not run by CI: the whole takes CPU hours (the week's oracles are cached under build/week-cache). Each step
 is its own process, so one failing stops the rest with its exit status.
 """
@@ -34,6 +34,7 @@ def steps(quick: bool, workers: int) -> list[list[str]]:
         ["simulator_table.py", "--frontier", *w, *q],
         ["pools_table.py", *q],
         ["degraded_backtest.py", *q],
+        ["degraded_backtest.py", "--preset", "llama-3.1-8b/l4", "--trace", "azure2023-code", *q],
     ]
 
 

@@ -125,6 +125,7 @@ class PdSetup:
     ratio: str = "1:2"  # fixed: P:D
     ratio_bounds: tuple[str, str] = ("1:4", "1:1")  # bounded: [min, max] P:D
     prefill_share_unified: float = MAX_PREFILL_SHARE
+    slo_keys: bool = True  # False: targetTimeToFirstToken only, the cold start unknown (the first tables)
 
 
 class PdSimulation:
@@ -182,6 +183,8 @@ class PdSimulation:
         s = self.setup
         md = {"model": MODEL, "prefillTokensPerSecond": f"{self.prefill_tps:.6g}",
               "targetTimeToFirstToken": f"{s.ttft_slo_s:g}s", "stableWindow": "60s", "panicWindow": "6s"}
+        if s.slo_keys:  # the SLO and the cold start the deployment knows, told to every KEDA-driven mode alike
+            md.update({"targetInterTokenLatency": f"{s.itl_slo_s * 1000:g}ms", "coldStart": f"{s.cold_start_s:g}s"})
         if self.mode == "unified":
             md.pop("prefillTokensPerSecond")  # the scaler's defaults otherwise: the product as shipped
         else:
@@ -417,6 +420,7 @@ class VariantSpec:
     preset: Preset
     price_per_hour: float
     schedulable: int | None = None
+    max_replicas: int | None = None  # declared in the variants table (`maxReplicas`): a known limit
 
 
 @dataclass(frozen=True)
@@ -435,17 +439,23 @@ class VariantsResult:
 
 class VariantsSimulation:
     """Unified replicas of several variants behind one router (fluid, 1 s): prefill work is shared in
-    proportion to each variant's prefill rate, a request is admitted where most KV is free, and its
-    tokens come at that variant's iteration time. `controller`: `mix` (the scaler's variant split) or
-    the name of one variant (that variant alone, under the scaler's `tokens` policy)."""
+    proportion to each variant's prefill rate, a request is admitted where its tokens come fastest (the
+    variant whose iteration at its batch + 1 is shortest, with KV and a batch slot free: a load-aware
+    router that knows each replica's latency), and its tokens come at that variant's iteration time.
+    `controller`: `mix` (the scaler's variant split over all the variants), the name of one variant (the
+    split with that variant alone: the same capacity model, one GPU type), or `tokens:<name>` (that
+    variant alone under the scaler's `tokens` policy, the single-pool product as shipped)."""
 
     def __init__(self, trace: Trace, variants: list[VariantSpec], controller: str, *, ttft_slo_s: float = 2.0,
                  itl_slo_s: float = 0.1, cold_start_s: float = 180.0, pending_timeout_s: float = 180.0,
                  max_replicas: int = 32) -> None:
         self.trace, self.controller = trace, controller
-        self.variants = variants if controller == "mix" else [v for v in variants if v.name == controller]
+        self.policy = controller.startswith("tokens:")
+        alone = controller.removeprefix("tokens:")
+        self.variants = variants if controller == "mix" else [v for v in variants if v.name == alone]
         if not self.variants:
-            raise ValueError(f"controller {controller!r}: mix or one of {', '.join(v.name for v in variants)}")
+            raise ValueError(f"controller {controller!r}: mix, one of {', '.join(v.name for v in variants)}, "
+                             "or tokens:<one of them>")
         self.ttft_slo, self.itl_slo, self.cold, self.max = ttft_slo_s, itl_slo_s, cold_start_s, max_replicas
         self.pending_since: dict[str, float | None] = {v.name: None for v in self.variants}
         isl = float(np.mean(trace.prompt_tokens)) if len(trace) else 1000.0
@@ -457,11 +467,12 @@ class VariantsSimulation:
         self.gen = {v.name: decode_tokens_per_s(self.perf[v.name], self.cfgs[v.name], isl + osl / 2, itl_slo_s)
                     for v in self.variants}  # profiled, as Dynamo's profiler does (anchors/dynamo.py)
         table = "; ".join(f"{v.name} pricePerHour={v.price_per_hour:g} capacity={self.kv[v.name]:.0f} "
-                          f"maxReplicas={max_replicas} prefillTokensPerSecond={self.tps[v.name]:.0f} "
+                          f"maxReplicas={min(max_replicas, v.max_replicas or max_replicas)} "
+                          f"prefillTokensPerSecond={self.tps[v.name]:.0f} "
                           f"decodeTokensPerSecond={self.gen[v.name]:.0f}" for v in self.variants)
         md = {"model": MODEL, "targetTimeToFirstToken": f"{ttft_slo_s:g}s",
               "pendingTimeout": f"{pending_timeout_s:g}s"}
-        if controller == "mix":
+        if not self.policy:
             md.update({"variant": self.variants[0].name, "variants": table})
         self.cfg = parse_metadata(md)
         # warm start: the controller's last variant (the roomiest listed last) sized for the trace's first
@@ -490,7 +501,7 @@ class VariantsSimulation:
                              unscheduled_since=self.pending_since[v.name] if stuck else None)
 
     def _control(self, now: float) -> None:
-        if self.controller != "mix":
+        if self.policy:
             v = self.variants[0]
             try:
                 d, self.state = decide(self.history, self.cfg, self.state, self._workload(v, now), now)
@@ -560,14 +571,21 @@ class VariantsSimulation:
                 else:
                     head_left = left
             share = computed / rate if rate else 0.0
-            # admission: where the most KV is free
+            # admission: where the request's tokens come fastest, among the variants with room for it
             while admit_q:
                 i = admit_q[0]
-                free = {v.name: self.pools[v.name].ready * self.kv[v.name] - kv_used[v.name] for v in self.variants}
-                slots = {v.name: self.pools[v.name].ready * self.cfgs[v.name].max_num_seqs - len(resident[v.name])
-                         for v in self.variants}
-                name = max(free, key=lambda k: free[k])
-                if free[name] < prompt[i] + out[i] or slots[name] <= 0:
+                best, name = math.inf, ""
+                for v in self.variants:
+                    pool, res = self.pools[v.name], resident[v.name]
+                    if (not pool.ready or pool.ready * self.kv[v.name] - kv_used[v.name] < prompt[i] + out[i]
+                            or len(res) >= pool.ready * self.cfgs[v.name].max_num_seqs):
+                        continue
+                    b = (len(res) + 1) / pool.ready
+                    kv_b = (kv_used[v.name] + prompt[i] + out[i]) / pool.ready
+                    it = step_time(self.perf[v.name], b, kv_b, kv_b + b)
+                    if it < best:
+                        best, name = it, v.name
+                if not name:
                     break
                 admit_q.pop(0)
                 kv_used[name] += prompt[i] + out[i]
@@ -576,9 +594,10 @@ class VariantsSimulation:
             for v in self.variants:
                 pool, res = self.pools[v.name], resident[v.name]
                 made_total, fin_n = 0.0, 0
-                if len(res) and pool.ready:
-                    b = len(res) / pool.ready
-                    kv_now = float(np.sum(prompt[res] + generated[res])) / pool.ready
+                serving = pool.ready + pool.draining  # a removed replica finishes what it holds, taking no more
+                if len(res) and serving:
+                    b = len(res) / serving
+                    kv_now = float(np.sum(prompt[res] + generated[res])) / serving
                     itl = step_time(self.perf[v.name], b, kv_now, kv_now + b) / max(1e-3, 1.0 - min(share, 0.9))
                     new = np.isnan(first[res])
                     first[res[new]] = np.maximum(ready_at[res[new]], now - 1.0) + itl
@@ -592,7 +611,9 @@ class VariantsSimulation:
                         kv_used[v.name] -= float(np.sum(prompt[res[fin]] + out[res[fin]]))
                         fin_n = int(fin.sum())
                         resident[v.name] = res[~fin]
-                scheduled = min(pool.spec, self._schedulable(v))
+                if pool.draining and kv_used[v.name] <= pool.ready * self.kv[v.name]:
+                    pool.draining = 0  # what is resident fits the replicas that stay
+                scheduled = min(pool.spec, self._schedulable(v)) + pool.draining
                 cost += scheduled * v.price_per_hour / 3600.0
                 gpu_s += scheduled * v.preset.tp
                 replica_s[v.name] += scheduled

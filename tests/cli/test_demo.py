@@ -1,25 +1,35 @@
 """`keda-llm demo`: one compressed run end to end, and the demo's own pieces.
 
-The end-to-end run is the real thing (exporter, scaler, gRPC, the KEDA+HPA emulator, simulated
-replicas) in 45 s of wall time: it must lose no request, scale up, go to zero and come back through
-the gateway's activation: the burst held by the activator's rules (its metrics say so over HTTP), the
-wake pushed over StreamIsActive, the weights warmed by the scaler's POST /v1/warm to the exporter,
-and the woken pod's weights phase cut. The world is the simulator's (its Cluster, Router, engines and KEDA+HPA
-controller), advanced on the wall clock. The other tests are small and exact.
+The end-to-end run is the real thing (exporter, scaler, the activator proxy, gRPC, the KEDA+HPA
+emulator, simulated replicas) in 45 s of wall time: every request goes over HTTP through the real
+activator and must be answered once and served; the model scales up, goes to zero and comes back
+through the activator's wake: the burst held (and past its bound answered 429 with Retry-After, then
+sent again), the wake pushed over StreamIsActive, the weights warmed by the scaler's POST /v1/warm to
+the exporter, and the woken pod's weights phase cut. The world is the simulator's (its Cluster,
+engines and KEDA+HPA controller), advanced on the wall clock. The other tests are small and exact; the
+activator's path at zero is also checked request by request on a world whose clock the test moves.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
+import json
 import threading
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
+from httpstub import HttpStub, json_response
 
 from keda_llm import demo
-from keda_llm.demo_engine import EngineServer, Latency, render
+from keda_llm.demo_engine import EngineServer, Latency, render, text
+from keda_llm.demo_traffic import LoopThread, start_activator, stop_activator
 from keda_llm.exporter.discovery import pods_to_targets
 from keda_llm.exporter.engines import normalize
 from keda_llm.exporter.model import Target
@@ -105,14 +115,128 @@ def test_the_world_is_the_simulators_and_its_pods_are_what_the_exporter_discover
         assert [(t.namespace, t.pod, t.max_running) for t in targets] == [
             ("demo", "llama-8b-1", 16.0), ("demo", "llama-8b-2", 16.0)]
         assert [t.url for t in targets] == [p.server.url for p in world.pods.values()]
+        # the pods took the first two slots: the activator's first two static endpoints
+        assert [p.server.base_url for p in world.pods.values()] == world.endpoints()[:2]
         assert all(t.container_start is not None for t in targets)
         with urllib.request.urlopen(targets[0].url, timeout=2) as resp:  # ready: its port is open
             assert b"vllm:num_requests_running" in resp.read()
-        # the demo's clock moves the simulation: arrivals reach the simulated engines through its router
-        world.advance(sc.phases[1].end)
-        assert world.sim.arrived > 0 and world.counts()["sent"] == world.sim.arrived
-        assert world.stats.served > 0
+        with pytest.raises(urllib.error.URLError):  # a slot no pod has refuses connections
+            urllib.request.urlopen(world.endpoints()[2] + "/health", timeout=2)
     finally:
+        world.close()
+
+
+def _post(url: str, doc: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+    req = urllib.request.Request(url, data=json.dumps(doc).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def _in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    out: list[Any] = []
+    t = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+    t.start()
+    return t, out
+
+
+def _run_world(world: demo.World, start: float, until: Callable[[], bool], limit: float = 60.0) -> float:
+    """Move the world's clock 50 ms per 10 ms of wall time until `until()` (a bound, not a timing: fails at `limit`)."""
+    t, deadline = start, time.monotonic() + limit
+    while not until():
+        assert time.monotonic() < deadline, "the world never got there"
+        t += 0.05
+        world.advance(t)
+        time.sleep(0.01)
+    return t
+
+
+def test_a_pod_answers_completions_from_its_simulated_engine_whole_and_streamed() -> None:
+    world = demo.World(demo.Scenario(), lambda msg: None, [])
+    world.begin(ScheduleController("one", [PodPlan(0.0, float("inf"), 0.0)]))
+    try:
+        url = world.endpoints()[0]
+        with urllib.request.urlopen(url + "/health", timeout=2) as resp:
+            assert resp.status == 200
+        ask = {"model": demo.MODEL, "prompt": list(range(300)), "max_tokens": 7}
+        whole, got_whole = _in_thread(lambda: _post(url + "/v1/completions", ask))
+        streamed, got_streamed = _in_thread(lambda: _post(url + "/v1/completions", {**ask, "stream": True}))
+        _run_world(world, 0.0, lambda: not whole.is_alive() and not streamed.is_alive())
+        # the first 7 of the engine's words, one per token
+        seven = " the model woke from zero and answered"
+        assert text(0, 7) == seven
+        status, _, body = got_whole[0]
+        doc = json.loads(body)
+        assert status == 200 and doc["choices"][0]["text"] == seven
+        assert doc["usage"] == {"prompt_tokens": 300, "completion_tokens": 7, "total_tokens": 307}
+        status, headers, body = got_streamed[0]
+        assert status == 200 and headers["Content-Type"] == "text/event-stream"
+        lines = [ln for ln in body.decode().split("\n\n") if ln]
+        assert lines[-1] == "data: [DONE]"
+        events = [json.loads(ln.removeprefix("data: ")) for ln in lines[:-1]]
+        assert "".join(e["choices"][0]["text"] for e in events) == seven
+        assert [e["choices"][0]["finish_reason"] for e in events][-1] == "length"
+        assert all(e["choices"][0]["finish_reason"] is None for e in events[:-1])
+        assert world.stats.engine_finished == 2  # both went through the simulated engine
+        # a body the engine cannot read is refused with vLLM's kind of answer
+        status, _, body = _post(url + "/v1/completions", {**ask, "model": "other"})
+        assert status == 400 and "the model `other` does not exist" in body.decode()
+        status, _, body = _post(url + "/v1/completions", {**ask, "max_tokens": 0})
+        assert status == 400 and "max_tokens" in body.decode()
+        # 640 blocks of 16 tokens: a 10,240-token prompt and its 7 new tokens can never fit
+        status, _, body = _post(url + "/v1/completions", {**ask, "prompt": list(range(10240))})
+        assert status == 400 and json.loads(body)["error"]["message"] == (
+            "prompt (10240 tokens) + max_tokens (7) is more than the engine's KV cache holds (10240 tokens)")
+        assert world.stats.engine_finished == 2
+    finally:
+        world.close()
+
+
+def _activator_series(admin_url: str) -> dict[str, float]:
+    with urllib.request.urlopen(admin_url + "/metrics", timeout=2) as resp:
+        return demo._exposition(resp.read().decode())
+
+
+def test_a_request_at_zero_is_held_by_the_real_activator_woken_and_answered_by_the_engine(tmp_path: Path) -> None:
+    """No pod at first: the activator holds the request, POSTs the wake to the scaler's activation endpoint
+    (a stub here: the full run uses the real scaler), refuses one past its bound with the Retry-After of
+    the cold start, and forwards the held one once the pod is ready: 200 with the engine's answer."""
+    sc = dataclasses.replace(demo.Scenario(), max_held=1)  # cold start 9 s
+    world = demo.World(sc, lambda msg: None, [])
+    world.begin(ScheduleController("wake", [PodPlan(2.0, float("inf"), 1.0)]))  # created at 1 s, ready at 2 s
+    loop = LoopThread()
+    try:
+        with HttpStub(lambda req: json_response(200, {"activated": True})) as scaler:
+            act = start_activator(loop, demo.activator_config(sc, scaler.url, world.endpoints()))
+            try:
+                url = act.proxy_url + "/v1/completions"
+                ask = {"model": demo.MODEL, "prompt": list(range(100)), "max_tokens": 5}
+                held, got = _in_thread(lambda: _post(url, ask))
+                deadline = time.monotonic() + 30
+                while _activator_series(act.admin_url).get("held", 0) != 1 or not scaler.requests:
+                    assert time.monotonic() < deadline, "never held"
+                    time.sleep(0.02)
+                assert [(r.method, r.path) for r in scaler.requests][:1] == [("POST", "/v1/activate/demo/llama-8b")]
+                assert held.is_alive()  # no pod yet: held, unanswered
+                status, headers, body = _post(url, ask)  # past the bound of 1
+                # Retry-After: what is left of the 9 s cold start since the wake, in whole seconds up: 9 while
+                # under a second has passed (8 on a machine so loaded that a second passed)
+                assert status == 429 and headers["Retry-After"] in ("9", "8"), headers
+                assert json.loads(body)["error"]["type"] == "queue_full"
+                _run_world(world, 0.0, lambda: not held.is_alive())
+                status, _, body = got[0]
+                assert status == 200
+                assert json.loads(body)["choices"][0]["text"] == " the model woke from zero"  # 5 tokens
+                m = _activator_series(act.admin_url)
+                assert (m["held"], m["held_forwarded"], m["forwarded"]) == (0.0, 1.0, 1.0)
+                assert m["rejects_queue_full"] == 1.0 and m["activations_ok"] >= 1.0
+                assert world.stats.engine_finished == 1
+            finally:
+                stop_activator(loop, act)
+    finally:
+        loop.close()
         world.close()
 
 
@@ -130,27 +254,37 @@ def test_compressed_demo_scales_up_down_to_zero_and_back_losing_nothing() -> Non
     report = run.run()
     text = out.getvalue()
     assert run.world is not None and type(run.world.sim.cluster) is Cluster  # the simulator's own world
-    stats = report.stats
+    stats, load = report.stats, report.load
     assert report.exit_code == 0, text
-    assert stats.sent > 100 and stats.served == stats.sent and report.unfinished == 0, text
+    # every request went over HTTP through the activator and got one answer: a whole completion
+    assert load.sent > 100 and load.answered == load.sent == len(load.outcomes), text
+    assert load.served == load.sent and report.unfinished == 0 and not load.failed, text
+    assert sum(1 for o in load.outcomes if o.streamed) == (load.sent + 1) // 2  # every other one streamed
+    assert all(o.ttft is not None for o in load.outcomes if o.streamed)
     kinds = [kind for _, kind, _, _ in report.control]
     assert "hpa_created" in kinds
     assert "hpa_scale_up" in kinds, text
     assert "keda_deactivate" in kinds, text  # idle -> zero
-    assert "push_activate" in kinds, text  # the gateway's activation, pushed over StreamIsActive
+    assert "push_activate" in kinds, text  # the activator's wake, pushed over StreamIsActive
     assert stats.zero_seconds > 0
-    # the burst came while at zero: held by the activator's rules, an activation answered 200, then served
-    assert stats.held >= sc.burst_requests, text
-    assert stats.held_peak > 0 and stats.forwarded_after_hold == stats.held and stats.refused == 0, text
-    assert 200 in [status for _, status in stats.activations], text
-    # the activator's own metrics, read over HTTP: every held request forwarded once a pod was ready
-    series = f'keda_llm_activator_wait_seconds_count{{model="{demo.MODEL}",outcome="forwarded"}}'
-    assert f"{series} {float(stats.held)}" in report.activator_metrics, report.activator_metrics
-    assert f'keda_llm_activator_held_requests{{model="{demo.MODEL}"}} 0.0' in report.activator_metrics
-    assert f'keda_llm_activator_activations_total{{model="{demo.MODEL}",result="ok"}}' in report.activator_metrics
+    # the proxy was in the path: its forwarded counter is the 200 answers the client counted, one per request
+    m = demo._exposition(report.activator_metrics)
+    assert m["forwarded"] == load.ok_responses == load.served, (m, load.ok_responses)
+    assert stats.engine_finished == load.served  # and each reached a simulated engine once: none twice, none lost
+    # the burst came while at zero: the activator held up to its bound, answered the rest 429 with
+    # Retry-After (the client sent those again after it), woke the model, and forwarded what it held
+    assert m["held_forwarded"] >= sc.max_held, m
+    assert m["rejects_queue_full"] == load.refusals[429] > 0, (m, load.refusals)
+    assert m.get("rejects_max_wait", 0) == 0 and set(load.refusals) == {429}
+    assert 1 <= load.retry_after_max <= 3  # what is left of the 2.25 s cold start, in whole seconds
+    assert m["activations_ok"] >= 1 and m["held"] == 0.0, m
+    assert report.activator_held_max > 0  # its held gauge, read over HTTP (once a second) during the run
+    refused = [o for o in load.outcomes if o.refusals]
+    assert refused and all(o.complete for o in refused)
     # the wake warmed the weights: the scaler's POST /v1/warm reached the real exporter right after the
     # activation, and the pod it woke loaded its weights from the page cache
-    wake = text.index("activator: POST /v1/activate/demo/llama-8b -> 200")
+    wake = text.index("activator: no ready endpoint for the model: holding requests")
+    assert "activator: POST /v1/activate/demo/llama-8b -> 200" in text[wake:], text
     assert "scaler -> exporter: POST /v1/warm" in text[wake:], text
     assert "exporter: weights warmed into the page cache (16 MiB" in text[wake:], text
     assert any(j["state"] == "done" and j["bytes_read"] == 16 * 1024 * 1024 for j in stats.warm_jobs), stats.warm_jobs
@@ -167,7 +301,9 @@ def test_compressed_demo_scales_up_down_to_zero_and_back_losing_nothing() -> Non
     assert report.exporter_running_series  # llm_requests_running{model=...} was read from the exporter
     assert "http://127.0.0.1:" in text and "/v1/activate/demo/llama-8b" in text
     assert "result    OK: no request lost" in text
-    assert f"  activator held {stats.held} requests while no replica was ready (peak {stats.held_peak} at once" in text
+    assert (f"  requests  sent {load.sent} over HTTP through the activator, answered {load.sent}, served {load.sent} "
+            in text), text
+    assert f"  activator forwarded {load.sent:.0f}, held {m['held_forwarded']:.0f} while no endpoint was ready" in text
     assert "lost 0" in text
 
 

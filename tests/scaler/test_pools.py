@@ -18,6 +18,7 @@ from keda_llm.scaler.history import ModelHistory
 from keda_llm.scaler.model import NoData, Observation, PolicyState, ReplicaSample, WorkloadState
 from keda_llm.scaler.pools import (
     VariantLimit,
+    anchored_mix,
     cheapest_mix,
     pd_split,
     prefill_utilization,
@@ -135,29 +136,33 @@ def test_prefix_cache_hits_are_not_prefill_work() -> None:
     assert details["prefix_hit_ratio"] == pytest.approx(0.25)
     assert details["prefill_need"] == pytest.approx(9000 / 8000)
     assert counts["prefill"] == 2
-    # measured while queueing: 6000 x 0.75 = 4500 computed per replica; (9000 + 2 x 1500 / 60) / 3600
+    # measured while queueing: 6000 x 0.75 = 4500 computed per replica; 9000 / 3600, plus the 2 queued
+    # prompts' 2 x 1500 tokens drained within the default 600 s cold start: 3000 / (4500 x 600)
     h = pd_history(hit_ratio=0.25, prefill_waiting=1.0)
     _, details = pd_split(h, cfg(role="prefill"), T0 + 120)
     assert details["prefill_capacity_tps"] == pytest.approx(4500.0)
-    assert details["prefill_need"] == pytest.approx((9000 + 2 * 1500 / 60) / 3600)
+    assert details["prefill_need"] == pytest.approx(9000 / 3600 + 3000 / (4500 * 600))
 
 
-def test_queued_prompts_drain_within_the_stable_window() -> None:
-    # 40 requests waiting on each prefill replica, 2000 tokens each: 160000 tokens to compute within the
-    # 20 s stable window = 8000 tok/s more; 12000 + 8000 = 20000 tok/s. rho for 0.2 s prompts in 2 s: 3.6 / 3.8.
+def test_queued_prompts_drain_within_a_cold_start() -> None:
+    # 40 requests waiting on each prefill replica, 2000 tokens each: 160000 tokens, drained within the 20 s
+    # cold start at 10000 tok/s a replica (policy.backlog_replicas): 0.8 replicas; on top of the 12000 tok/s
+    # arriving at rho 3.6 / 3.8 (0.2 s prompts in a 2 s TTFT): 1.267. 2.067 -> 3
     h = pd_history(prefill_waiting=40.0)
-    c = cfg(role="prefill", prefillTokensPerSecond="10000", targetTimeToFirstToken="2s", stableWindow="20s")
+    c = cfg(role="prefill", prefillTokensPerSecond="10000", targetTimeToFirstToken="2s", coldStart="20s")
     counts, details = pd_split(h, c, T0 + 120)
-    assert details["prefill_tokens_per_s"] == pytest.approx(20000.0)
-    assert details["prefill_need"] == pytest.approx(20000 / (10000 * 3.6 / 3.8))
-    assert counts["prefill"] == 3  # 2.11 -> 3
+    assert details["prefill_tokens_per_s"] == pytest.approx(12000.0)
+    assert details["prefill_need_backlog"] == pytest.approx(0.8)
+    assert details["prefill_need"] == pytest.approx(12000 / (10000 * 3.6 / 3.8) + 0.8)
+    assert counts["prefill"] == 3
 
 
 def test_pending_guard_caps_a_pool_while_its_new_replicas_load() -> None:
-    # 400 waiting per prefill replica asks for (12000 + 1.6e6 / 20) / 9473.7 = 9.7 replicas; with a third
-    # prefill replica listed but not up yet (loading), the pool holds at the 3 it has
+    # 400 waiting per prefill replica: 1.6e6 tokens / (10000 x 20 s cold start) = 8 replicas, + 1.267 for the
+    # 12000 tok/s arriving = 9.27 -> 10; with a third prefill replica listed but not up yet (loading), the
+    # pool holds at the 3 it has
     h = pd_history(prefill_waiting=400.0)
-    c = cfg(role="prefill", prefillTokensPerSecond="10000", targetTimeToFirstToken="2s", stableWindow="20s")
+    c = cfg(role="prefill", prefillTokensPerSecond="10000", targetTimeToFirstToken="2s", coldStart="20s")
     assert pd_split(h, c, T0 + 120)[0]["prefill"] == 10
     now = T0 + 121
     reps = [sample(f"p{k}", "prefill", now, prompt=6000.0 * 121, finished=3.0 * 121, waiting=400.0) for k in range(2)]
@@ -167,15 +172,61 @@ def test_pending_guard_caps_a_pool_while_its_new_replicas_load() -> None:
     counts, details = pd_split(h, c, now)
     assert counts["prefill"] == 3 and details["prefill_pending_guard"] == 3.0
     assert counts["decode"] == 2  # the other pool has nothing loading: its own need
+    # the guard holds the queue's part only: at 2000 tok/s a replica a prompt takes 1 s, rho = 2 (2 - 1) /
+    # (4 - 1) = 2/3, and the 12000 tok/s arriving need 12000 / 1333.3 = 9 replicas whatever is loading
+    slow = cfg(role="prefill", prefillTokensPerSecond="2000", targetTimeToFirstToken="2s", coldStart="20s")
+    counts, details = pd_split(h, slow, now)
+    assert details["prefill_need_flow"] == pytest.approx(9.0)
+    assert counts["prefill"] == 9 and details["prefill_pending_guard"] == pytest.approx(9.0)
+
+
+def test_the_prefill_pool_stands_ready_for_the_bursts_of_the_last_three_cold_starts() -> None:
+    # 300 s of 6000 prompt tokens/s a replica (12000 in all), but 18000 a replica (36000) from T0+100 to
+    # T0+120: a burst shorter than a cold start. At T0+300 with a 180 s cold start, the last 540 s hold it:
+    # 36000 / (10000 x 0.8) = 4.5 -> 5 prefill replicas; with a 30 s cold start the last 90 s do not: 1.5 -> 2
+    h = ModelHistory("llm", "m")
+    prompt = 0.0
+    for i in range(301):
+        t = T0 + i
+        prompt += 18000.0 if 100 < i <= 120 else 6000.0
+        reps = [sample(f"p{k}", "prefill", t, prompt=prompt, finished=3.0 * i) for k in range(2)]
+        reps += [sample(f"d{k}", "decode", t, kv=0.5) for k in range(2)]
+        h.ingest(Observation("llm", "m", t, tuple(reps)))
+    counts, details = pd_split(h, cfg(role="prefill", prefillTokensPerSecond="10000", coldStart="180s"), T0 + 300)
+    assert details["prefill_burst_tokens_per_s"] == pytest.approx(36000.0)
+    assert details["prefill_need"] == pytest.approx(4.5)
+    assert counts["prefill"] == 5
+    counts, details = pd_split(h, cfg(role="prefill", prefillTokensPerSecond="10000", coldStart="30s"), T0 + 300)
+    assert details["prefill_need"] == pytest.approx(1.5)
+    assert counts["prefill"] == 2
+
+
+def test_the_decode_pool_stands_ready_for_the_kv_of_the_last_three_cold_starts() -> None:
+    # 2 decode replicas with half their KV (100000 each) in use, but 0.9 from T0+100 to T0+120. At T0+300
+    # with a 180 s cold start the last 540 s hold it: 2 x 90000 = 180000 tokens / (100000 x 0.8) = 2.25 -> 3;
+    # with a 30 s cold start they do not: 100000 / 80000 = 1.25 -> 2
+    h = ModelHistory("llm", "m")
+    for i in range(301):
+        t = T0 + i
+        reps = [sample(f"p{k}", "prefill", t, prompt=6000.0 * i, finished=3.0 * i) for k in range(2)]
+        reps += [sample(f"d{k}", "decode", t, kv=0.9 if 100 <= i < 120 else 0.5) for k in range(2)]
+        h.ingest(Observation("llm", "m", t, tuple(reps)))
+    c = cfg(role="decode", prefillTokensPerSecond="10000", coldStart="180s")
+    counts, details = pd_split(h, c, T0 + 300)
+    assert details["decode_need"] == pytest.approx(2.25)
+    assert counts["decode"] == 3
+    counts, details = pd_split(h, cfg(role="decode", prefillTokensPerSecond="10000", coldStart="30s"), T0 + 300)
+    assert details["decode_need"] == pytest.approx(1.25)
+    assert counts["decode"] == 2
 
 
 def test_prefill_throughput_is_measured_while_requests_queue() -> None:
     # unset prefillTokensPerSecond: the most one replica computed while requests queued = 6000 tok/s;
-    # with a queue of 1 per replica: (12000 + 2 x 2000 / 60 s stable window) / (6000 x 0.8) = 2.65 -> 3
+    # 12000 / (6000 x 0.8) = 2.5, and a queue of 1 per replica: 4000 tokens / (6000 x 600 s) -> 3
     h = pd_history(prefill_waiting=1.0)
     counts, details = pd_split(h, cfg(role="prefill"), T0 + 120)
     assert details["prefill_capacity_tps"] == pytest.approx(6000.0)
-    assert details["prefill_need"] == pytest.approx((12000 + 4000 / 60) / 4800)
+    assert details["prefill_need"] == pytest.approx(2.5 + 4000 / (6000 * 600))
     assert counts["prefill"] == 3
     # never saturated (no queue): nothing to measure, a clear NoData
     with pytest.raises(NoData, match="prefillTokensPerSecond"):
@@ -240,15 +291,21 @@ def test_ties_go_to_the_more_preferred_variant() -> None:
 
 
 def test_a_mix_covers_prompt_compute_as_well_as_kv() -> None:
-    # per replica (KV tokens, prompt tokens/s): A100 (400000, 10000) at 1.8/h, H100 (400000, 25000) at 4.1/h;
-    # need 300000 KV tokens and 40000 tok/s: 4 A100 = 7.2/h beats 2 H100 = 8.2/h (KV alone: 1 A100)
+    # per replica (KV tokens, prompt tokens/s): A100 (400000, 10000) at 1.8/h, H100 (400000, 20000) at 4.1/h;
+    # need 300000 KV tokens and 40000 tok/s: prompt compute binds both; per 10000 tok/s an A100 costs 1.8,
+    # an H100 2.05: 4 A100 = 7.2/h (2 H100 = 8.2/h; 3 A100 + 1 H100 = 9.5/h). KV alone: 1 A100.
     a100, h100 = Variant("a100", 1.8, 400_000.0), Variant("h100", 4.1, 400_000.0)
-    per = {"a100": (400_000.0, 10_000.0), "h100": (400_000.0, 25_000.0)}
+    per = {"a100": (400_000.0, 10_000.0), "h100": (400_000.0, 20_000.0)}
     free = {"a100": VariantLimit(math.inf), "h100": VariantLimit(math.inf)}
     assert cheapest_mix((300_000.0, 40_000.0), [a100, h100], per, free) == ({"a100": 4, "h100": 0}, True)
+    # the H100 at 25000 tok/s is cheaper per unit (1.64 per 10000): it goes first, 2 H100 = 8.2/h, or 1 H100 and
+    # 2 A100 for the last 15000 = 7.7/h. (4 A100 = 7.2/h is cheaper by rounding; the search does not drop the
+    # cheaper-per-unit variant altogether: docs/pools.md)
+    fast = {**per, "h100": (400_000.0, 25_000.0)}
+    assert cheapest_mix((300_000.0, 40_000.0), [a100, h100], fast, free) == ({"a100": 2, "h100": 1}, True)
     assert cheapest_mix(300_000.0, [a100, h100], {"a100": 400_000.0, "h100": 400_000.0}, free)[0] == {
         "a100": 1, "h100": 0}
-    # at most 2 A100: 2 A100 (20000) + 1 H100 (25000) = 7.7/h beats 2 H100
+    # at most 2 A100: 2 A100 (20000) + 1 H100 (20000) = 7.7/h beats 2 H100
     capped = {"a100": VariantLimit(2), "h100": VariantLimit(math.inf)}
     assert cheapest_mix((300_000.0, 40_000.0), [a100, h100], per, capped) == ({"a100": 2, "h100": 1}, True)
 
@@ -310,6 +367,77 @@ def test_variant_rates_parse_and_a_rate_needs_covering() -> None:
     assert c.variants == (Variant("a", 1.0, 1000.0, None, 500.0, 200.0), Variant("b", 2.0, 1000.0))
     with pytest.raises(ConfigError, match="decodeTokensPerSecond must be in"):
         cfg(variant="a", variants="a pricePerHour=1 capacity=1000 decodeTokensPerSecond=0")
+
+
+def rates_history() -> ModelHistory:
+    """Two replicas, each computing 3000 prompt tokens/s and generating 1000 tokens/s over 2 requests/s
+    (mean prompt 1500, mean output 500), holding 10000 KV tokens each, nothing queued."""
+    h = ModelHistory("llm", "m")
+    for i in range(61):
+        t = T0 + i
+        h.ingest(Observation("llm", "m", t, tuple(
+            ReplicaSample(pod=f"r{k}", timestamp=t, running=4.0, waiting=0.0, kv_usage_ratio=0.01,
+                          kv_capacity_tokens=1_000_000.0, prompt_tokens_total=3000.0 * i,
+                          generation_tokens_total=1000.0 * i, requests_finished_total=2.0 * i) for k in range(2))))
+    return h
+
+
+# two GPU types of different speeds: "slow" computes 10000 prompt tokens/s and generates 2500 tokens/s within
+# the ITL target, "fast" 4x both
+TWO = ("slow pricePerHour=1 capacity=1000000 prefillTokensPerSecond=10000 decodeTokensPerSecond=2500{m}; "
+       "fast pricePerHour={p} capacity=1000000 prefillTokensPerSecond=40000 decodeTokensPerSecond=10000")
+
+
+def test_a_replica_carries_its_share_of_the_load_within_the_slo() -> None:
+    # the load: 6000 prompt tokens/s and 2000 generated tokens/s. A slow replica at targetKVUtilization 0.8
+    # (no TTFT target) spends 6000 / 8000 = 0.75 of a replica prefilling and 2000 / 2000 = 1.0 generating:
+    # 1.75 replicas carry it all, one carries 1 / 1.75 = 0.571 of it; a fast one 0.1875 + 0.25 = 0.4375 ->
+    # 2.286 of it. (Each rate on its own would have planned 0.75 -> 1 slow replica for prompts and 1.0 ->
+    # 1 for generation: one replica doing both at once, at 1.75x its time.)
+    h, now = rates_history(), T0 + 60
+    c = cfg(variant="slow", variants=TWO.format(m="", p="5"))
+    counts, details = variant_split(h, c, WorkloadState(2, 2), now)
+    assert details["prefill_tokens_per_s"] == pytest.approx(6000.0)
+    assert details["decode_tokens_per_s"] == pytest.approx(2000.0)
+    assert details["variant_slow_share"] == pytest.approx(1 / 1.75)
+    assert details["variant_fast_share"] == pytest.approx(1 / 0.4375)
+    # per unit of the load: slow 1 x 1.75 = 1.75/h, fast 5 / 2.286 = 2.19/h: 2 slow (2/h) carry it
+    assert counts == {"slow": 2, "fast": 0}
+    # at most 1 slow: it carries 0.571, the other 0.429 spills to one fast: 1 + 5 = 6/h
+    capped = cfg(variant="slow", variants=TWO.format(m=" maxReplicas=1", p="5"))
+    assert variant_split(h, capped, WorkloadState(1, 1), now)[0] == {"slow": 1, "fast": 1}
+    # the fast at 1.5/h: 0.66/h per unit, cheaper per unit than the slow: it goes first, and its one replica
+    # (1.5/h) beats none and 2 slow (2/h)
+    cheap_fast = cfg(variant="slow", variants=TWO.format(m="", p="1.5"))
+    assert variant_split(h, cheap_fast, WorkloadState(2, 2), now)[0] == {"slow": 0, "fast": 1}
+    # at 3/h it is still cheaper per unit (1.31/h), but none and 2 slow (2/h) beat its one replica (3/h)
+    cheap_fast = cfg(variant="slow", variants=TWO.format(m="", p="3"))
+    assert variant_split(h, cheap_fast, WorkloadState(2, 2), now)[0] == {"slow": 2, "fast": 0}
+
+
+def test_the_split_swaps_variants_only_when_the_swap_saves_a_replica() -> None:
+    # the load and shares above; the fast at 2.5/h: cheaper per unit (1.09/h), but 2 slow (2/h) beat its one
+    # replica (2.5/h) by rounding. Running 1 fast, which covers the load: a swap to 2 slow saves 0.5/h, less
+    # than the cheapest replica (1/h), so the fast one stays (no cold start on the slow ones while the HPA
+    # keeps the fast one for its window)
+    h, now = rates_history(), T0 + 60
+    c = cfg(variant="slow", variants=TWO.format(m="", p="2.5"))
+    assert variant_split(h, c, WorkloadState(2, 2), now)[0] == {"slow": 2, "fast": 0}  # the other unknown
+    running_fast = with_peers(WorkloadState(0, 0), {"fast": WorkloadState(1, 1)})
+    counts, details = variant_split(h, c, running_fast, now)
+    assert counts == {"slow": 0, "fast": 1} and details["variants_anchored"] == 1.0
+    assert anchored_mix(1.0, [Variant("slow", 1.0, 1e6), Variant("fast", 2.5, 1e6)],
+                        {"slow": 1 / 1.75, "fast": 1 / 0.4375}, {"slow": VariantLimit(math.inf),
+                                                                "fast": VariantLimit(math.inf)},
+                        {"slow": 0, "fast": 1}) == {"slow": 0, "fast": 1}
+    # at 5/h the swap saves 3/h, more than a replica: 2 slow replace the fast one
+    c = cfg(variant="slow", variants=TWO.format(m="", p="5"))
+    counts, details = variant_split(h, c, running_fast, now)
+    assert counts == {"slow": 2, "fast": 0} and "variants_anchored" not in details
+    # short of the load (1 slow carries 0.571), the current counts only grow: 1 more slow (the rest, 0.429,
+    # at 1/h) -> the cheapest mix anyway
+    running_slow = with_peers(WorkloadState(1, 1), {"fast": WorkloadState(0, 0)})
+    assert variant_split(h, c, running_slow, now)[0] == {"slow": 2, "fast": 0}
 
 
 def test_variant_metadata_errors_name_the_key() -> None:

@@ -191,7 +191,9 @@ def test_independent_pools_each_follow_their_own_signal(pd_world: World) -> None
     w = pd_world
     a = ScalerPod(w.clock)
     w.pods.append(a)
-    common = {"model": MODEL, "exporters": w.address, "prefillTokensPerSecond": "10000"}
+    # a 20 s cold start: each pool stands ready for what the last 60 s asked (three cold starts), so by T0+200
+    # the shift's new level is all either pool remembers
+    common = {"model": MODEL, "exporters": w.address, "prefillTokensPerSecond": "10000", "coldStart": "20s"}
     client = stub(a.channel)
     for name, role in (("p", "prefill"), ("d", "decode")):  # KEDA's first call: the scaler starts collecting
         client.GetMetricSpec(pb.ScaledObjectRef(name=name, namespace=NS, scalerMetadata={**common, "role": role}))

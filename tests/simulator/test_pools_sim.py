@@ -128,3 +128,17 @@ def test_dynamo_disaggregated_planner_by_hand() -> None:
     cfg = ReplicaConfig(max_num_seqs=64, max_num_batched_tokens=2048, kv_blocks=1000, block_size=16)
     assert disaggregated_replicas(perf, cfg, 20.0, 1000.0, 200.0, 0.0132) == (3, 4)
     assert disaggregated_replicas(perf, cfg, 0.0, 1000.0, 200.0, 0.0132) == (1, 1)
+
+
+def test_the_mix_moves_to_the_cheaper_variant_and_a_removed_replica_finishes_what_it_holds() -> None:
+    # 4 requests/s of 1000 prompt and 200 output tokens for 20 minutes. The mix starts warm on the H100s (the
+    # variant listed last); an A100 replica at 1.0/h carries this load's share for far less than an H100 at
+    # 4.1/h (about 1.8x less rate for 4.1x less price), so the split moves it to A100s. The H100 replicas
+    # it removes hold requests: they finish them (every request served).
+    tr = steady(4800, 0.25, 1000, 200)
+    vs = [VariantSpec("a100", get_preset("llama-3.1-8b/a100"), 1.0),
+          VariantSpec("h100", get_preset("llama-3.1-8b/h100"), 4.1)]
+    r = VariantsSimulation(tr, vs, "mix").run()
+    assert (r.finished, r.arrived) == (4800, 4800)
+    assert r.mean_replicas["a100"] > r.mean_replicas["h100"]
+    assert r.slo_attainment > 0.95
