@@ -54,6 +54,7 @@ from keda_llm.simulator.coldstart import Phase as ColdStartPhase
 from keda_llm.simulator.control import parse_scaledobjects
 from keda_llm.simulator.control.grpc_scaler import GrpcExternalScaler
 from keda_llm.simulator.controllers import KedaController
+from keda_llm.simulator.detailed import DetailedBackend
 from keda_llm.simulator.engine import SimConfig, Simulation
 from keda_llm.simulator.inprocess import workload_state
 from keda_llm.simulator.perf import ConstantPerf
@@ -246,22 +247,19 @@ def sim_config(sc: Scenario) -> SimConfig:
                      collection_interval_s=1.0, seed=sc.seed, namespace=NAMESPACE, model=MODEL)
 
 
-class HttpSimulation(Simulation):
-    """The simulator's Simulation with its requests coming from outside: its trace is empty, and each
-    request a pod receives over HTTP is handed to that pod's engine at the simulation's now (`submit`).
+class HttpBackend(DetailedBackend):
+    """The detailed backend with its requests coming from outside: each request a pod receives over HTTP is
+    handed to that pod's engine at the simulation's now (`submit`).
 
     No arrival time is known in advance, so the engines' runs of decode iterations end every STEP_S: a
     request that comes in joins the batch at the next iteration boundary."""
 
-    def __init__(self, config: SimConfig, controller: Any) -> None:
-        empty = Trace("demo", np.zeros(0, dtype=np.float64), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32))
-        super().__init__(empty, config, controller)
-
     def submit(self, req: Request, r: SimReplica) -> bool:
         """`req` arrives now at pod `r`; False if the pod is gone or loading, or the request can never fit."""
-        if r.phase not in (PodPhase.READY, PodPhase.DRAINING) or not self.cluster.route_to(r, req, self.now):
+        sim = self.sim
+        if r.phase not in (PodPhase.READY, PodPhase.DRAINING) or not sim.cluster.route_to(r, req, self.loop.now):
             return False
-        self.requests.append(req)
+        sim.requests.append(req)
         self._open += 1
         self._arrivals_since += 1
         if not r.stepping:
@@ -269,7 +267,21 @@ class HttpSimulation(Simulation):
         return True
 
     def _next_arrival_time(self) -> float:
-        return self.now + STEP_S
+        return self.loop.now + STEP_S
+
+
+class HttpSimulation(Simulation):
+    """The simulator's Simulation with an empty trace and the HTTP backend: its requests come from outside."""
+
+    def __init__(self, config: SimConfig, controller: Any) -> None:
+        empty = Trace("demo", np.zeros(0, dtype=np.float64), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32))
+        super().__init__(empty, config, controller, backend=HttpBackend)
+        assert isinstance(self.backend, HttpBackend)
+        self.http: HttpBackend = self.backend
+
+    def submit(self, req: Request, r: SimReplica) -> bool:
+        """`req` arrives now at pod `r` (HttpBackend.submit)."""
+        return self.http.submit(req, r)
 
 
 @dataclass

@@ -1,38 +1,38 @@
-"""The detailed discrete-event loop: trace arrivals, engine iterations, pod lifecycle, observations, control.
+"""The simulation: one policy on one trace, the same loop for both modes.
 
-Every event sits on one heap keyed `(time, priority, seq)`; at one instant the priorities order them:
+The loop (`Simulation.run`) pops the events of its `EventLoop` (simulator/events.py: the clock and the heap)
+and handles them: pods' phases, collections (observations for the controller) and the controller's ticks
+are the Simulation's own; how the replicas run between those events is a `Backend`'s:
 
-  0 step    an engine iteration (or decode run) ends: its finished requests leave, the next one starts
-  1 phase   a pod is scheduled or becomes ready (a ready pod takes the gateway's queue)
-  2 arrival the next trace request reaches the gateway
-  3 observe collection: the replicas' gauges and counters become an Observation (every interval)
-  4 control the controller's next tick (KEDA poll / HPA sync / StreamIsActive push, or a schedule step)
+- `DetailedBackend` (simulator/detailed.py): every engine iteration and every arrival is an event of its own;
+  nothing happens between events;
+- `FluidBackend` (simulator/fluid.py): the replicas are stepped in time slices by a compiled kernel between
+  events; the events inside a slice are handled at their own times with the state as of the slice's start.
 
-and `seq` (insertion order) breaks the remaining ties, so a run is a pure function of its inputs and
-seed. The controller (simulator.controllers) decides the replica count; this loop only carries it out.
+Either way the controller (simulator.controllers, simulator.anchors) decides the replica count through
+the same methods (`scale_to`, `add_replica`, `observe`, ...); this loop only carries it out.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypedDict
+from typing import Any, Protocol
 
 import numpy as np
 
 from keda_llm.scaler.model import Observation, ReplicaSample
 from keda_llm.simulator.cluster import Cluster, Phase, SimReplica
 from keda_llm.simulator.coldstart import ColdStartModel
+from keda_llm.simulator.events import ARRIVAL, CONTROL, OBSERVE, PHASE, STEP, EventLoop
 from keda_llm.simulator.perf import PerfModel
 from keda_llm.simulator.replica import ReplicaConfig, Request
 from keda_llm.simulator.router import Refusal, Router, RoutingRule
 from keda_llm.simulator.traces import Trace
 
-STEP, PHASE, ARRIVAL, OBSERVE, CONTROL = 0, 1, 2, 3, 4
 #: a scrape at time 0 is stamped just after it: the scaler reads a timestamp of 0 as "never scraped"
-_EPSILON_S = 1e-6
+EPSILON_S = 1e-6
 
 
 @dataclass(frozen=True)
@@ -188,17 +188,80 @@ class SimResult:
         return RequestTable(arrival, np.ones(len(reqs)), ttft, tpot)
 
 
-class _LatencyFields(TypedDict):
-    ttft_sum: float
-    ttft_count: float
-    itl_sum: float
-    itl_count: float
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a backend adds to a run's result: per-request cohorts (fluid) and the gateway's refusals."""
+
+    cohorts: RequestTable | None
+    refused: list[Refusal]
+    refused_count: int
 
 
-def _latency_fields(acc: Sequence[float] | None) -> _LatencyFields:
-    """ReplicaSample's TTFT/ITL _sum/_count from [ttft_sum, ttft_count, itl_sum, itl_count] (zeros: none yet)."""
-    a = acc if acc is not None else (0.0, 0.0, 0.0, 0.0)
-    return {"ttft_sum": float(a[0]), "ttft_count": float(a[1]), "itl_sum": float(a[2]), "itl_count": float(a[3])}
+class Backend(Protocol):
+    """How the replicas run between the loop's events, take the gateway's work and are measured.
+
+    The loop asks `window` which events to handle next: those due before `until`, each at its own time or
+    at `floor` when that is later. After each it asks `finished`; when the window has none left it calls
+    `advance`, which moves the replicas on and returns the run's end time, or None to go on."""
+
+    mode: str
+    #: every change of state is an event (the loop can stop at any time: `Simulation.advance_to`)
+    event_driven: bool
+
+    @property
+    def arrived(self) -> int:
+        """Requests of the trace that have reached the gateway so far."""
+        ...
+
+    @property
+    def in_flight(self) -> int:
+        """Requests that arrived and were neither finished nor dropped (held at the gateway included)."""
+        ...
+
+    def handlers(self) -> dict[int, Callable[[Any], None]]:
+        """Its own event kinds (simulator/events.py) and their handlers."""
+        ...
+
+    def begin(self) -> None:
+        """Its first events, after the controller's."""
+        ...
+
+    def window(self, hard_end: float) -> tuple[float, float]:
+        """(until, floor): the events the loop handles before the next `advance`."""
+        ...
+
+    def finished(self) -> bool:
+        """Every request of the trace arrived and none is open: the run ends now."""
+        ...
+
+    def advance(self, hard_end: float) -> float | None:
+        """Move the replicas to the next event: the run's end time when it ends, else None."""
+        ...
+
+    def on_ready(self) -> None:
+        """A pod became ready: the requests held at the gateway go to the ready pods."""
+        ...
+
+    def before_observe(self) -> None:
+        """A collection is due: the gateway drops what waited too long."""
+        ...
+
+    def samples(self, now: float, dt: float) -> tuple[list[ReplicaSample], list[float], int]:
+        """Every active pod's exporter sample, the ready pods' GPU utilization over the last `dt` seconds, and
+        the requests held at the gateway."""
+        ...
+
+    def row(self) -> tuple[int, int, int, int]:
+        """The timeline's counts now: (arrivals since the last row, held at the gateway, running, waiting)."""
+        ...
+
+    def close(self, end: float) -> Outcome:
+        """The run ended at `end`: what is still held is dropped."""
+        ...
+
+
+BackendFactory = Callable[["Simulation"], Backend]
 
 
 def _settled(r: SimReplica) -> bool:
@@ -206,11 +269,19 @@ def _settled(r: SimReplica) -> bool:
     return r.phase in (Phase.GONE, Phase.READY)
 
 
+def _no_handler(kind: int) -> Callable[[Any], None]:
+    def fail(obj: Any) -> None:
+        raise RuntimeError(f"simulation: an event of kind {kind} has no handler in this backend")
+    return fail
+
+
 class Simulation:
-    """One policy on one trace. `run()` returns the SimResult; `progress(done, total)` is told of arrivals."""
+    """One policy on one trace. `run()` returns the SimResult; `progress(done, total)` is told of arrivals.
+
+    `backend`: how the replicas run (default: the detailed engine); `FluidBackend` for the fluid mode."""
 
     def __init__(self, trace: Trace, config: SimConfig, controller: Controller,
-                 progress: Callable[[int, int], None] | None = None) -> None:
+                 progress: Callable[[int, int], None] | None = None, backend: BackendFactory | None = None) -> None:
         self.trace = trace
         self.config = config
         self.controller = controller
@@ -218,217 +289,126 @@ class Simulation:
         self.cluster = Cluster(config.replica, config.perf, config.cold_start, self.rng, config.gpus_per_replica)
         # the activator's cold_start (the Retry-After it counts down) is the cold start's median here
         self.router = Router(config.routing, config.max_wait_s, config.max_held, config.cold_start.median_sum_s)
-        self._least_loaded = config.routing == "least_loaded"
-        self.now = 0.0
+        self.loop = EventLoop()
         self.desired = 0  # what the controller last asked for
         self.scale_events = 0
-        self.requests: list[Request] = []
+        self.requests: list[Request] = []  # the detailed backend's, in arrival order (the fluid keeps none)
         self.dropped_timeout: list[Request] = []
         self.dropped_rejected: list[Request] = []
         self.timeline = Timeline()
-        self._heap: list[tuple[float, int, int, int, Any]] = []
-        self._seq = 0
-        self._next_arrival = 0
-        self._open = 0  # arrived, neither finished nor dropped
-        self._arrivals_since = 0
-        self._progress = progress
+        self.progress = progress
         self._last_obs_t = 0.0
-        self._arr = trace.arrival_s
-        self._prompt = trace.prompt_tokens
-        self._output = trace.output_tokens
-        self._hashes = trace.hash_offsets is not None
-        # Per pod, the engine's TTFT and ITL histograms' _sum/_count, from its finished requests (see
-        # _count_latency): [ttft_sum_s, ttft_count, itl_sum_s, itl_count].
-        self._latency: dict[str, list[float]] = {}
-        #: told of each engine step's finished requests, at the step's end (the demo's per-pod histograms)
+        #: told of each engine step's finished requests, at the step's end (the demo's per-pod histograms;
+        #: detailed backend only)
         self.on_finished: Callable[[SimReplica, list[Request]], None] | None = None
+        if backend is None:
+            from keda_llm.simulator.detailed import DetailedBackend
 
-    # -- heap -------------------------------------------------------------------------------------
-    def push(self, at: float, kind: int, obj: Any = None) -> None:
-        self._seq += 1
-        heapq.heappush(self._heap, (at, kind, self._seq, kind, obj))
+            backend = DetailedBackend
+        self.backend = backend(self)
+        own = self.backend.handlers()
+        shared: dict[int, Callable[[Any], None]] = {PHASE: self._on_phase, OBSERVE: self._on_observe,
+                                                    CONTROL: self._on_control}
+        self._handlers = [own.get(kind) or shared.get(kind) or _no_handler(kind)
+                          for kind in (STEP, PHASE, ARRIVAL, OBSERVE, CONTROL)]
 
-    def _next_arrival_time(self) -> float:
-        i = self._next_arrival
-        return float(self._arr[i]) if i < len(self._arr) else math.inf
+    @property
+    def now(self) -> float:
+        """The simulated time (the event loop's clock)."""
+        return self.loop.now
+
+    @now.setter
+    def now(self, t: float) -> None:
+        self.loop.now = t
 
     # -- run --------------------------------------------------------------------------------------
-    def _start_control(self) -> None:
-        """The controller's pods at time 0, the first observation and its first control tick on the heap."""
+    def begin(self) -> None:
+        """The state at time 0: the controller's pods and first tick, the first observation, the backend's
+        first events (the detailed backend's first arrival)."""
         self.controller.start(self)
-        self.push(0.0, OBSERVE)
+        self.loop.push(0.0, OBSERVE)
         t_ctl = self.controller.next_time()
         if t_ctl is not None:
-            self.push(t_ctl, CONTROL)
-
-    def begin(self) -> None:
-        """The state at time 0: the controller's pods and first tick, the first observation and arrival."""
-        self._start_control()
-        if len(self.trace):
-            self.push(float(self._arr[0]), ARRIVAL)
-
-    def _handle(self, kind: int, obj: Any) -> None:
-        if kind == STEP:
-            self._on_step(obj)
-        elif kind == PHASE:
-            self._on_phase(obj)
-        elif kind == ARRIVAL:
-            self._on_arrival()
-        elif kind == OBSERVE:
-            self._on_observe()
-        else:
-            self._on_control()
+            self.loop.push(t_ctl, CONTROL)
+        self.backend.begin()
 
     def advance_to(self, t: float) -> None:
         """Handle every event due at or before `t`, in the heap's order, then stand at `t` (never back).
 
         For a caller that moves time itself (the demo steps the world to the wall clock): after `begin()`,
-        any sequence of calls handles the same events in the same order as `run()` up to that time."""
-        heap = self._heap
-        while heap and heap[0][0] <= t:
-            at, _, _, kind, obj = heapq.heappop(heap)
-            self.now = at
-            self._handle(kind, obj)
-        self.now = max(self.now, t)
+        any sequence of calls handles the same events in the same order as `run()` up to that time.
+        Event-driven backends only (the fluid mode runs whole)."""
+        if not self.backend.event_driven:
+            raise ValueError(f"advance_to: the {self.backend.mode} mode runs whole (run()), not to a given time")
+        loop, handlers = self.loop, self._handlers
+        until = math.nextafter(t, math.inf)
+        while (ev := loop.pop_before(until)) is not None:
+            at, kind, obj = ev
+            loop.now = at
+            handlers[kind](obj)
+        loop.now = max(loop.now, t)
 
     @property
     def arrived(self) -> int:
         """Requests of the trace that have reached the gateway so far."""
-        return self._next_arrival
+        return self.backend.arrived
 
     @property
     def in_flight(self) -> int:
         """Requests that arrived and were neither finished nor dropped (held at the gateway included)."""
-        return self._open
+        return self.backend.in_flight
 
     def run(self) -> SimResult:
         n = len(self.trace)
-        last = float(self._arr[-1]) if n else 0.0
-        hard_end = last + self.config.tail_s
+        hard_end = (float(self.trace.arrival_s[-1]) if n else 0.0) + self.config.tail_s
         self.begin()
-        end = hard_end
-        while self._heap:
-            at, _, _, kind, obj = heapq.heappop(self._heap)
-            if at > hard_end:
-                break
-            self.now = at
-            self._handle(kind, obj)
-            if self._next_arrival >= n and self._open == 0:
-                end = self.now
-                break
-        self.now = end
-        self.dropped_timeout.extend(self.router.take_all())
+        loop, backend, handlers = self.loop, self.backend, self._handlers
+        end: float | None = None
+        while end is None:
+            until, floor = backend.window(hard_end)
+            while (ev := loop.pop_before(until)) is not None:
+                at, kind, obj = ev
+                loop.now = at if at > floor else floor
+                handlers[kind](obj)
+                if backend.finished():
+                    end = loop.now
+                    break
+            else:
+                end = backend.advance(hard_end)
+        loop.now = end
+        outcome = backend.close(end)
         self.cluster.close(end)
-        if self._progress is not None:
-            self._progress(n, n)
+        if self.progress is not None:
+            self.progress(n, n)
         s = self.cluster.stats
         events = list(getattr(self.controller, "events", []))
         return SimResult(self.controller.name, self.trace.name, self.requests, self.dropped_timeout,
                          self.dropped_rejected, end, self.timeline, s.gpu_seconds, s.cold_starts, s.zero_seconds,
-                         self.scale_events, events, refused=list(self.router.refused),
-                         refused_count=len(self.router.refused))
+                         self.scale_events, events, mode=backend.mode, cohorts=outcome.cohorts,
+                         refused=outcome.refused, refused_count=outcome.refused_count)
 
-    # -- handlers ---------------------------------------------------------------------------------
-    def _on_arrival(self) -> None:
-        i = self._next_arrival
-        hashes = self.trace.prefix_hashes(i) if self._hashes else ()
-        req = Request(i, float(self._arr[i]), max(1, int(self._prompt[i])), int(self._output[i]), hashes)
-        self.requests.append(req)
-        self._open += 1
-        self._arrivals_since += 1
-        self._next_arrival = i + 1
-        if self._next_arrival < len(self._arr):
-            self.push(float(self._arr[self._next_arrival]), ARRIVAL)
-        if self._progress is not None and i % 4096 == 0:
-            self._progress(i, len(self._arr))
-        self._dispatch(req)
-
-    def _dispatch(self, req: Request, kick: bool = True) -> SimReplica | None:
-        """Route one request; `kick`: start the replica's engine now if it is idle (a batch of releases
-        kicks once, after all of them are queued, so they share the first iteration)."""
-        r = self.router.pick(self.cluster.ready())
-        if r is None:
-            if self.router.hold(req, self.now) is not None:  # refused past the bound: answered, not held
-                self._open -= 1
-                return None
-            self.controller.gateway_hold(self)
-            return None
-        assert isinstance(r, SimReplica)
-        if not self.cluster.route_to(r, req, self.now):
-            self.dropped_rejected.append(req)
-            self._open -= 1
-            return None
-        if kick and not r.stepping:
-            self._step(r)
-        return r
-
-    def _step(self, r: SimReplica) -> None:
-        if self.config.degraded:
-            spell = self.config.spell(r.index, self.now)
-            r.engine.speed = spell.speed if spell is not None else 1.0
-        res = r.engine.step(self.now, self._next_arrival_time())
-        r.stepping = True
-        r.step_end = self.now + res.duration
-        self.push(self.now + res.duration, STEP, (r, res.finished))
-
-    def _on_step(self, obj: tuple[SimReplica, list[Request]]) -> None:
-        r, finished = obj
-        r.stepping = False
-        if finished:
-            self._count_latency(r.pod, finished)
-            if self.on_finished is not None:
-                self.on_finished(r, finished)
-        r.outstanding -= len(finished)
-        self._open -= len(finished)
-        if r.engine.has_work:
-            self._step(r)
-        elif r.phase is Phase.DRAINING:
-            self.cluster.finish_drain(r, self.now)
-
-    def _count_latency(self, pod: str, finished: list[Request]) -> None:
-        """Add finished requests to the pod's latency histograms, with vLLM's semantics: TTFT one
-        observation per request; ITL one per inter-token gap, so a request adds finish - first token
-        (the sum of its gaps) over output tokens - 1 gaps, and the mean is sum of gaps / gaps. Counted
-        when the request finishes (vLLM observes as tokens come; the difference is a request's duration)."""
-        acc = self._latency.setdefault(pod, [0.0, 0.0, 0.0, 0.0])
-        for q in finished:
-            if q.first_token_s is None or q.finish_s is None:
-                continue
-            acc[0] += q.first_token_s - q.arrival_s
-            acc[1] += 1.0
-            if q.target_output >= 2:
-                acc[2] += q.finish_s - q.first_token_s
-                acc[3] += q.target_output - 1
-
+    # -- the loop's own events ----------------------------------------------------------------------
     def _on_phase(self, r: SimReplica) -> None:
         if _settled(r):  # READY: the later of two events after a `move_ready`
             return
         self.cluster.advance_phase(r, self.now)
         if r.phase is Phase.LOADING:
-            self.push(r.ready_at, PHASE, r)
+            self.loop.push(r.ready_at, PHASE, r)
         elif r.phase is Phase.READY:
-            keep, late = self.router.release(self.now)
-            self.dropped_timeout.extend(late)
-            self._open -= len(late)
-            touched = {self._dispatch(req, kick=False) for req in keep}
-            for rep in sorted((t for t in touched if t is not None), key=lambda x: x.index):
-                if not rep.stepping and rep.engine.has_work:
-                    self._step(rep)
+            self.backend.on_ready()
 
-    def _on_observe(self) -> None:
-        late = self.router.expire(self.now)
-        self.dropped_timeout.extend(late)
-        self._open -= len(late)
+    def _on_observe(self, _: Any = None) -> None:
+        self.backend.before_observe()
         state = self.observe()
         self.controller.observe(self, state)
         self._record()
-        self.push(self.now + self.config.collection_interval_s, OBSERVE)
+        self.loop.push(self.now + self.config.collection_interval_s, OBSERVE)
 
-    def _on_control(self) -> None:
+    def _on_control(self, _: Any = None) -> None:
         self.controller.tick(self)
         t = self.controller.next_time()
         if t is not None:
-            self.push(max(t, self.now), CONTROL)
+            self.loop.push(max(t, self.now), CONTROL)
 
     # -- what controllers call ---------------------------------------------------------------------
     def scale_to(self, target: int) -> None:
@@ -448,9 +428,9 @@ class Simulation:
     def add_replica(self, cold_start_s: float | None = None, *, warm: bool = False) -> SimReplica:
         r = self.cluster.add(self.now, cold_start_s, warm=warm)
         if r.phase is Phase.PENDING:
-            self.push(r.scheduled_at, PHASE, r)
+            self.loop.push(r.scheduled_at, PHASE, r)
         elif r.phase is Phase.LOADING:
-            self.push(r.ready_at, PHASE, r)
+            self.loop.push(r.ready_at, PHASE, r)
         return r
 
     def move_ready(self, r: SimReplica, ready_at: float) -> None:
@@ -459,7 +439,7 @@ class Simulation:
         if not r.starting:
             raise ValueError(f"move_ready: {r.pod} is {r.phase.value}, not starting")
         r.ready_at = max(ready_at, self.now, r.scheduled_at)
-        self.push(r.ready_at, PHASE, r)
+        self.loop.push(r.ready_at, PHASE, r)
 
     def remove_replica(self, r: SimReplica) -> None:
         self.cluster.remove(r, self.now)
@@ -467,44 +447,12 @@ class Simulation:
     def observe(self) -> ObservedState:
         """The replicas' gauges and counters now, as the exporters would report them."""
         now = self.now
-        dt = now - self._last_obs_t
-        samples: list[ReplicaSample] = []
-        utils: list[float] = []
-        loads: dict[int, tuple[float, float]] = {}
-        cfg = self.config.replica
-        for r in self.cluster.active():
-            eng = r.engine
-            if r.phase is not Phase.READY:
-                samples.append(ReplicaSample(pod=r.pod, timestamp=0.0, up=False))
-                continue
-            if self._least_loaded:
-                loads[r.index] = (eng.kv_usage, float(eng.num_waiting))
-            c = eng.counters
-            busy = c.busy_s - max(0.0, r.step_end - now)  # the engine adds a step's time when it starts it
-            util = min(1.0, (busy - r.busy_prev) / dt) if dt > 0 else 0.0
-            r.busy_prev = busy
-            utils.append(max(0.0, util))
-            samples.append(ReplicaSample(
-                pod=r.pod, timestamp=now if now > 0 else _EPSILON_S, up=True, running=float(eng.num_running),
-                waiting=float(eng.num_waiting),
-                max_running=float(cfg.max_num_seqs), kv_usage_ratio=eng.kv_usage,
-                kv_capacity_tokens=float(cfg.kv_capacity_tokens), prompt_tokens_total=float(c.prompt_tokens),
-                generation_tokens_total=float(c.generation_tokens), requests_finished_total=float(c.requests_finished),
-                startup_seconds=r.startup_seconds if r.startup_seconds > 0 else None,
-                degraded=("gpu_throttled",) if (d := self.config.spell(r.index, now)) is not None and d.reported
-                else (),
-                **_latency_fields(self._latency.get(r.pod)),
-            ))
+        samples, utils, pending = self.backend.samples(now, now - self._last_obs_t)
         self._last_obs_t = now
-        if self._least_loaded:
-            self.router.observed(loads)
         obs = Observation(self.config.namespace, self.config.model, now, tuple(samples),
-                          upstream_demand=float(self.router.pending))
-        return ObservedState(obs, tuple(utils), self.router.pending)
+                          upstream_demand=float(pending))
+        return ObservedState(obs, tuple(utils), pending)
 
     def _record(self) -> None:
-        running = sum(r.engine.num_running for r in self.cluster.replicas)
-        waiting = sum(r.engine.num_waiting for r in self.cluster.replicas)
-        self.timeline.add(self.now, self._arrivals_since, self.cluster, self.desired, self.router.pending,
-                          running, waiting)
-        self._arrivals_since = 0
+        arrivals, gateway, running, waiting = self.backend.row()
+        self.timeline.add(self.now, arrivals, self.cluster, self.desired, gateway, running, waiting)

@@ -1,4 +1,4 @@
-"""The fluid mode: the same cluster, router, control loop and policies, with engines stepped in time slices.
+"""The fluid backend: the same loop, cluster, gateway rules and policies, with engines stepped in time slices.
 
 The detailed mode runs every engine iteration of every request, which is exact but costs tens of
 microseconds per request: a week of the Azure 2024 code trace (16.8 M requests) would take an hour.
@@ -28,36 +28,28 @@ the oldest replica), held to it by tests/simulator/test_gateway.py; the gateway'
 wait are the activator's, applied to arrays through `core.room` and `core.expiry_cutoff`;
 `least_loaded` is refused here. A request cannot get its first token before its arrival plus its own
 prefill, nor (on a busy replica) before the iteration in flight at its arrival ends. Pods, gateway
-queue, observations and the controllers are the detailed mode's (events keep their exact times).
+queue, observations and the controllers are the Simulation's, as in the detailed mode (events keep their
+exact times; simulator/engine.py runs both modes' loop).
 tests/simulator/test_sim_fluid.py holds it to the detailed mode on the one-hour traces and a short
 window per preset; scripts/fluid_agreement.py runs the full matrix.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from keda_llm.activator import core
-from keda_llm.scaler.model import Observation, ReplicaSample
+from keda_llm.scaler.model import ReplicaSample
 from keda_llm.simulator import fluid_kernel as k
 from keda_llm.simulator.cluster import Phase, SimReplica
-from keda_llm.simulator.engine import (
-    _EPSILON_S,
-    CONTROL,
-    OBSERVE,
-    PHASE,
-    Controller,
-    ObservedState,
-    RequestTable,
-    SimConfig,
-    SimResult,
-    Simulation,
-)
+from keda_llm.simulator.engine import EPSILON_S, Outcome, RequestTable
 from keda_llm.simulator.perf import PerfModel
-from keda_llm.simulator.traces import Trace
+
+if TYPE_CHECKING:
+    from keda_llm.simulator.engine import BackendFactory, Simulation
 
 DEFAULT_DT_S = 0.25
 _START_ROWS = 1024
@@ -78,22 +70,28 @@ def own_prefill(perf: PerfModel, prompt: np.ndarray, budget: float) -> np.ndarra
         done += budget
 
 
-class FluidSimulation(Simulation):
-    """Simulation with time-sliced engines, all replicas stepped together; see the module docstring.
+class FluidBackend:
+    """Time-sliced engines, all replicas stepped together by the compiled kernel; see the module docstring.
 
     The requests in flight are two pools of rows the compiled kernel works on: running (admission
     order) and waiting (arrival order), each row a trace index and the replica's slot; FIFO within a
     replica is the rows' order among those of its slot. Slots are reused once their replica is gone."""
 
-    def __init__(self, trace: Trace, config: SimConfig, controller: Controller,
-                 progress: Callable[[int, int], None] | None = None, dt_s: float = DEFAULT_DT_S) -> None:
-        super().__init__(trace, config, controller, progress)
+    mode = "fluid"
+    event_driven = False
+
+    def __init__(self, sim: Simulation, dt_s: float = DEFAULT_DT_S) -> None:
         if not dt_s > 0:
             raise ValueError(f"fluid: dt_s must be > 0, got {dt_s}")
+        config, trace = sim.config, sim.trace
         if config.degraded:
             raise ValueError("fluid: degraded replicas (SimConfig.degraded) are modelled in the detailed mode only")
+        self.sim = sim
+        self.loop = sim.loop
         self.dt = dt_s
+        self.t = 0.0  # the start of the next slice
         n = len(trace)
+        self._n = n
         self._coef = k.coefficients(config.perf)
         self._ttft = np.full(n, np.inf, dtype=np.float32)
         self._tpot = np.full(n, np.nan, dtype=np.float32)
@@ -111,10 +109,11 @@ class FluidSimulation(Simulation):
         self._held: list[np.ndarray] = []  # gateway queue: arrays of trace indices, oldest first
         self._held_n = 0
         self._refused = 0  # refused past the gateway's bound (queue_full)
-        if self.router.rule == "least_loaded":
+        self._next_progress = 0
+        if sim.router.rule == "least_loaded":
             raise ValueError("routing least_loaded (the activator's exporter-metrics rule) runs in the detailed "
                              "mode only: the fluid mode routes in its compiled loop by outstanding requests")
-        self._rule = k.RULE_ROUND_ROBIN if self.router.rule == "round_robin" else k.RULE_LEAST
+        self._rule = k.RULE_ROUND_ROBIN if sim.router.rule == "round_robin" else k.RULE_LEAST
         self._arr64 = np.ascontiguousarray(trace.arrival_s, dtype=np.float64)
         self._p64 = np.maximum(1, trace.prompt_tokens).astype(np.float64)
         self._o64 = np.maximum(1, trace.output_tokens).astype(np.float64)
@@ -125,7 +124,11 @@ class FluidSimulation(Simulation):
         self._lat = config.perf.request_latency_s
         self._own_prefill = own_prefill(config.perf, self._p64, self._budget)
 
-    # -- counts the base class and the report read ------------------------------------------------
+    @staticmethod
+    def slices(dt_s: float) -> BackendFactory:
+        """The backend with time slices of `dt_s` seconds, for `Simulation(..., backend=...)`."""
+        return lambda sim: FluidBackend(sim, dt_s)
+
     @property
     def running(self) -> int:
         return int(self._ints[k.N_RUN])
@@ -133,6 +136,14 @@ class FluidSimulation(Simulation):
     @property
     def waiting(self) -> int:
         return int(self._ints[k.N_WAIT])
+
+    @property
+    def arrived(self) -> int:
+        return int(self._ints[k.NEXT])
+
+    @property
+    def in_flight(self) -> int:
+        return int(self._ints[k.OPEN])  # the held ones included
 
     # -- slots and pools ------------------------------------------------------------------------------
     def _slot_of(self, r: SimReplica) -> int:
@@ -179,7 +190,7 @@ class FluidSimulation(Simulation):
             self._gain = np.zeros(cap)
 
     def _ready_slots(self) -> np.ndarray:
-        return np.array([self._slot_of(r) for r in self.cluster.ready()], dtype=np.int64)
+        return np.array([self._slot_of(r) for r in self.sim.cluster.ready()], dtype=np.int64)
 
     def _sync_replicas(self) -> None:
         """Hand the kernel's per-slot outstanding counts to the pods (scale-down reads them) and the pods'
@@ -190,69 +201,61 @@ class FluidSimulation(Simulation):
                 r.outstanding = int(out[s])
                 self._slots[k.DRAINING, s] = 1.0 if r.phase is Phase.DRAINING else 0.0
 
-    # -- run ----------------------------------------------------------------------------------------
-    def run(self) -> SimResult:
-        n = len(self.trace)
-        last = float(self._arr64[-1]) if n else 0.0
-        hard_end = last + self.config.tail_s
-        self._start_control()
-        ints = self._ints
-        t = 0.0
-        end = hard_end
-        next_progress = 0
-        while True:
-            t_next = t + self.dt
-            # events due in [t, t_next): in time order, each at its own time (state as of the slice start)
-            while self._heap and self._heap[0][0] < t_next:
-                at, _, _, kind, obj = heapq.heappop(self._heap)
-                self.now = max(at, t)
-                if kind == PHASE:
-                    self._on_phase_fluid(obj)
-                elif kind == OBSERVE:
-                    self._on_observe_fluid()
-                elif kind == CONTROL:
-                    self._on_control()
-            self.now = t
-            self._sync_replicas()
-            t_event = self._heap[0][0] if self._heap else np.inf
-            ready = self._ready_slots()  # may add slots: before the slot arrays are handed over
-            t, reason, flags, at = k.advance(
-                t, self.dt, t_event, hard_end, self._held_n, ready, self._rule, self._budget,
-                self._seqs, self._kv_cap, self._lat, self._coef, ints, self._run_i, self._run_f, self._wait_i,
-                self._wait_f, self._gain, self._slots, self._scratch, len(self._by_slot), self._p64, self._o64,
-                self._arr64, self._own_prefill, self._ttft, self._tpot)
-            self._sync_replicas()
-            if self._progress is not None and ints[k.NEXT] >= next_progress:
-                self._progress(int(ints[k.NEXT]), n)
-                next_progress = int(ints[k.NEXT]) + max(1, n // 200)
-            if reason == k.GROW:
-                # room for the arrivals of the slice it stopped at (t, not the t_next of this pass)
-                self._room(int(np.searchsorted(self._arr64, t + self.dt)) - int(ints[k.NEXT]))
-                continue
-            if reason == k.END:
-                break
-            if reason == k.AFTER_SLICE:
-                self.now = at
-                if flags & k.DRAIN:
-                    self._finish_drains(at)
-                if flags & k.HELD:
-                    held = np.arange(ints[k.HELD_LO], ints[k.HELD_HI], dtype=np.int64)
-                    if self._hold(held):
-                        self.controller.gateway_hold(self)
-                if flags & k.DONE:
-                    end = t
-                    break
-        self.now = end
-        ints[k.DROPPED] += self._held_n
+    # -- what the loop asks -------------------------------------------------------------------------
+    def handlers(self) -> dict[int, Callable[[Any], None]]:
+        return {}  # no events of its own: the kernel steps the replicas between the loop's events
+
+    def begin(self) -> None:
+        pass
+
+    def window(self, hard_end: float) -> tuple[float, float]:
+        # events due in [t, t + dt): in time order, each at its own time (state as of the slice start)
+        return self.t + self.dt, self.t
+
+    def finished(self) -> bool:
+        return False  # the kernel says when every request is done (DONE)
+
+    def advance(self, hard_end: float) -> float | None:
+        sim, ints = self.sim, self._ints
+        t = self.t
+        sim.now = t
+        self._sync_replicas()
+        t_event = self.loop.next_time()
+        ready = self._ready_slots()  # may add slots: before the slot arrays are handed over
+        t, reason, flags, at = k.advance(
+            t, self.dt, t_event, hard_end, self._held_n, ready, self._rule, self._budget,
+            self._seqs, self._kv_cap, self._lat, self._coef, ints, self._run_i, self._run_f, self._wait_i,
+            self._wait_f, self._gain, self._slots, self._scratch, len(self._by_slot), self._p64, self._o64,
+            self._arr64, self._own_prefill, self._ttft, self._tpot)
+        self.t = t
+        self._sync_replicas()
+        if sim.progress is not None and ints[k.NEXT] >= self._next_progress:
+            sim.progress(int(ints[k.NEXT]), self._n)
+            self._next_progress = int(ints[k.NEXT]) + max(1, self._n // 200)
+        if reason == k.GROW:
+            # room for the arrivals of the slice it stopped at (t, not the t_next of this pass)
+            self._room(int(np.searchsorted(self._arr64, t + self.dt)) - int(ints[k.NEXT]))
+            return None
+        if reason == k.END:
+            return hard_end
+        if reason == k.AFTER_SLICE:
+            sim.now = at
+            if flags & k.DRAIN:
+                self._finish_drains(at)
+            if flags & k.HELD:
+                held = np.arange(ints[k.HELD_LO], ints[k.HELD_HI], dtype=np.int64)
+                if self._hold(held):
+                    sim.controller.gateway_hold(sim)
+            if flags & k.DONE:
+                return t
+        return None
+
+    def close(self, end: float) -> Outcome:
+        self._ints[k.DROPPED] += self._held_n
         self._held, self._held_n = [], 0
-        self.cluster.close(end)
-        if self._progress is not None:
-            self._progress(n, n)
-        s = self.cluster.stats
-        table = RequestTable(self._arr64, np.ones(n), self._ttft.astype(np.float64), self._tpot.astype(np.float64))
-        return SimResult(self.controller.name, self.trace.name, [], [], [], end, self.timeline, s.gpu_seconds,
-                         s.cold_starts, s.zero_seconds, self.scale_events, list(getattr(self.controller, "events", [])),
-                         mode="fluid", cohorts=table, refused_count=self._refused)
+        table = RequestTable(self._arr64, np.ones(self._n), self._ttft.astype(np.float64),
+                             self._tpot.astype(np.float64))
+        return Outcome(table, [], self._refused)
 
     def _finish_drains(self, t: float) -> None:
         slots = self._slots
@@ -260,7 +263,7 @@ class FluidSimulation(Simulation):
             slots[k.DRAINED, s] = 0.0
             r = self._by_slot[s]
             if r is not None and r.phase is Phase.DRAINING and r.outstanding == 0:
-                self.cluster.finish_drain(r, t + float(min(slots[k.LAST_BUSY, s], self.dt)))
+                self.sim.cluster.finish_drain(r, t + float(min(slots[k.LAST_BUSY, s], self.dt)))
 
     # -- gateway and routing --------------------------------------------------------------------------
     def _route(self, idx: np.ndarray) -> None:
@@ -278,9 +281,9 @@ class FluidSimulation(Simulation):
         """Hold `idx` (arrivals in order, no ready replica) under the activator's bound: the first
         `core.room` of them are held and the rest refused (429 queue_full), as that many
         `HeldQueue.offer` calls in arrival order would. Returns how many were held."""
-        router = self.router
+        router = self.sim.router
         if router.woken_at is None:
-            router.woken_at = self.now
+            router.woken_at = self.loop.now
         n = core.room(self._held_n, router.bound)
         if n < len(idx):
             refused = len(idx) - n
@@ -298,7 +301,7 @@ class FluidSimulation(Simulation):
             return
         held = np.concatenate(self._held)
         # HeldQueue.expire's rule, on the array: held since the cutoff or before
-        late = self._arr64[held] <= core.expiry_cutoff(self.now, self.config.max_wait_s)
+        late = self._arr64[held] <= core.expiry_cutoff(self.loop.now, self.sim.config.max_wait_s)
         if late.any():
             self._ints[k.DROPPED] += int(late.sum())
             self._ints[k.OPEN] -= int(late.sum())
@@ -306,34 +309,25 @@ class FluidSimulation(Simulation):
         self._held = [held] if len(held) else []
         self._held_n = len(held)
 
-    def _on_phase_fluid(self, r: SimReplica) -> None:
-        if r.phase is Phase.GONE:
+    def on_ready(self) -> None:
+        if not self._held_n:
             return
-        self.cluster.advance_phase(r, self.now)
-        if r.phase is Phase.LOADING:
-            self.push(r.ready_at, PHASE, r)
-        elif r.phase is Phase.READY and self._held_n:
-            self._drop_late()
-            held = np.concatenate(self._held) if self._held else np.empty(0, np.int64)
-            self._held, self._held_n = [], 0
-            self.router.woken_at = None
-            if len(held):
-                self._route(held)
+        self._drop_late()
+        held = np.concatenate(self._held) if self._held else np.empty(0, np.int64)
+        self._held, self._held_n = [], 0
+        self.sim.router.woken_at = None
+        if len(held):
+            self._route(held)
 
-    def _on_observe_fluid(self) -> None:
+    def before_observe(self) -> None:
         self._drop_late()
         self._release_gone()
-        state = self.observe()
-        self.controller.observe(self, state)
-        self._record()
-        self.push(self.now + self.config.collection_interval_s, OBSERVE)
 
-    # -- what the controllers see -------------------------------------------------------------------------
-    def observe(self) -> ObservedState:
-        now = self.now
-        dt = now - self._last_obs_t
-        cfg = self.config.replica
-        active = self.cluster.active()
+    # -- what the exporters would report ---------------------------------------------------------------
+    def samples(self, now: float, dt: float) -> tuple[list[ReplicaSample], list[float], int]:
+        sim = self.sim
+        cfg = sim.config.replica
+        active = sim.cluster.active()
         for r in active:  # slots first: the totals below cover every one
             if r.phase is Phase.READY:
                 self._slot_of(r)
@@ -352,7 +346,7 @@ class FluidSimulation(Simulation):
             r.busy_prev = busy
             utils.append(max(0.0, util))
             samples.append(ReplicaSample(
-                pod=r.pod, timestamp=now if now > 0 else _EPSILON_S, up=True, running=n_run[s],
+                pod=r.pod, timestamp=now if now > 0 else EPSILON_S, up=True, running=n_run[s],
                 waiting=n_wait[s], max_running=float(cfg.max_num_seqs),
                 kv_usage_ratio=min(1.0, kv[s] / self._kv_cap), kv_capacity_tokens=self._kv_cap,
                 prompt_tokens_total=counters[k.PROMPT_TOK][s], generation_tokens_total=counters[k.GEN_TOK][s],
@@ -361,15 +355,12 @@ class FluidSimulation(Simulation):
                 ttft_sum=counters[k.TTFT_SUM][s], ttft_count=counters[k.TTFT_N][s],
                 itl_sum=counters[k.ITL_SUM][s], itl_count=counters[k.ITL_N][s],
             ))
-        self._last_obs_t = now
-        obs = Observation(self.config.namespace, self.config.model, now, tuple(samples),
-                          upstream_demand=float(self._held_n))
-        return ObservedState(obs, tuple(utils), self._held_n)
+        return samples, utils, self._held_n
 
-    def _record(self) -> None:
-        self.timeline.add(self.now, int(self._ints[k.ARRIVED]), self.cluster, self.desired, self._held_n,
-                          self.running, self.waiting)
+    def row(self) -> tuple[int, int, int, int]:
+        arrivals = int(self._ints[k.ARRIVED])
         self._ints[k.ARRIVED] = 0
+        return arrivals, self._held_n, self.running, self.waiting
 
 
-__all__ = ["DEFAULT_DT_S", "FluidSimulation"]
+__all__ = ["DEFAULT_DT_S", "FluidBackend", "own_prefill"]

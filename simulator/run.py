@@ -110,11 +110,9 @@ def simulate(trace: Trace, backtest: Backtest, controller: Controller, mode: Lit
     """Run one controller on the trace in the given mode."""
     config = backtest.sim_config()
     if mode == "fluid":
-        from keda_llm.simulator.fluid import FluidSimulation
+        from keda_llm.simulator.fluid import FluidBackend
 
-        fluid: SimResult = FluidSimulation(trace, config, controller, progress=progress,
-                                           dt_s=backtest.fluid_dt_s).run()
-        return fluid
+        return Simulation(trace, config, controller, progress, FluidBackend.slices(backtest.fluid_dt_s)).run()
     return Simulation(trace, config, controller, progress=progress).run()
 
 

@@ -24,7 +24,7 @@ from keda_llm.activator import proxy as activator_proxy
 from keda_llm.activator.config import ActivatorConfig
 from keda_llm.simulator.controllers import PodPlan, ScheduleController
 from keda_llm.simulator.engine import SimConfig, Simulation
-from keda_llm.simulator.fluid import FluidSimulation
+from keda_llm.simulator.fluid import FluidBackend
 from keda_llm.simulator.router import Router
 
 BURST = [100.0 + i for i in range(10)]  # ten requests, one a second, at zero
@@ -56,7 +56,7 @@ def test_a_burst_at_zero_past_the_bound_gets_the_activators_429s_with_retry_afte
 
 
 def test_the_fluid_mode_refuses_the_same_requests() -> None:
-    res = FluidSimulation(trace(BURST), bounded(4), ScheduleController("one", ONE_POD_AT_130)).run()
+    res = Simulation(trace(BURST), bounded(4), ScheduleController("one", ONE_POD_AT_130), backend=FluidBackend).run()
     table = res.request_table()
     assert res.refused_count == 6
     assert np.isinf(table.ttft_s).tolist() == [False] * 4 + [True] * 6  # the first four held, then served
@@ -123,7 +123,7 @@ def test_least_loaded_routes_on_the_last_collection_with_the_saturation_escape()
 def test_least_loaded_refuses_the_fluid_mode() -> None:
     cfg = config(routing="least_loaded")
     with pytest.raises(ValueError, match=r"least_loaded .* detailed mode only"):
-        FluidSimulation(trace([1.0]), cfg, ScheduleController("none", []))
+        Simulation(trace([1.0]), cfg, ScheduleController("none", []), backend=FluidBackend)
 
 
 # ------------------------------------------------------------------------- one copy of the rules

@@ -10,7 +10,7 @@ from sim_helpers import config, trace
 
 from keda_llm.simulator.controllers import KedaController, PodPlan, ScheduleController
 from keda_llm.simulator.engine import Simulation
-from keda_llm.simulator.fluid import FluidSimulation
+from keda_llm.simulator.fluid import FluidBackend
 from keda_llm.simulator.policies import build_controller, default_scaledobject
 
 
@@ -29,8 +29,8 @@ def test_detailed_replicas_count_ttft_per_request_and_itl_per_gap_by_hand() -> N
 def test_fluid_replicas_report_what_the_slo_judges() -> None:
     # One replica, 3 requests of 5 output tokens (4 gaps each): the counters hold the fluid mode's own
     # per-request TTFTs (summed) and TPOT x 4 gaps per request, whatever those are.
-    sim = FluidSimulation(trace([0, 10, 20]), config(iteration_s=1.0),
-                          ScheduleController("static", [PodPlan(0.0, math.inf, 0.0)]), dt_s=0.25)
+    sim = Simulation(trace([0, 10, 20]), config(iteration_s=1.0),
+                     ScheduleController("static", [PodPlan(0.0, math.inf, 0.0)]), backend=FluidBackend.slices(0.25))
     table = sim.run().request_table()
     (a,) = sim.observe().observation.replicas
     assert (a.ttft_count, a.itl_count) == (3.0, 12.0)
