@@ -45,8 +45,8 @@ N_SLOT_ROWS = 16
 # scratch rows, per slot, for one slice
 (_KV, _NRUN, _BDEC, _PEND, _NWAIT, _CHUNK, _ROOM, _CUM, _RANK, _C, _LIVE, _NPF, _PRESUM, _TAU1, _T1, _DONE,
  _B2, _GAINSUM, _TAU2, _BUSY, _LAST, _NFIN, _FIRSTS, _GENSUM, _TTFTS, _ITLS, _ITLN, _NROWS, _R0, _BUSY_FROM,
- _TAIL, _NTOT, _GROW, _PEND0, _IDLE0, _TAUD, _E0, _NIT, _A0, _LEAD, _NITP) = range(41)
-N_SCRATCH = 41
+ _TAIL, _NTOT, _GROW, _PEND0, _IDLE0, _TAUD, _E0, _NIT) = range(38)
+N_SCRATCH = 38
 # advance's reasons for returning
 EVENT, END, GROW, AFTER_SLICE = 0, 1, 2, 3
 # flags set by a slice (AFTER_SLICE)
@@ -314,14 +314,11 @@ def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, l
         gain[j] = 0.0
     if any_pending:
         # prefill phase: chunks of the budget left by the decoding requests, FIFO over the prompts
-        sc[_A0, :n_slots] = np.inf
         for j in range(n_run):
             if run_f[0, j] > 0.0:
                 s = run_i[1, j]
-                i = run_i[0, j]
                 sc[_NPF, s] += 1.0
-                sc[_PRESUM, s] += p64[i] + run_f[1, j]  # a preempted one recomputes its output too
-                sc[_A0, s] = min(sc[_A0, s], max(arr[i], slots[READY_AT, s]))
+                sc[_PRESUM, s] += p64[run_i[0, j]] + run_f[1, j]  # a preempted one recomputes its output too
         for s in range(n_slots):
             pend = sc[_PEND, s]
             b = sc[_BDEC, s]
@@ -355,24 +352,10 @@ def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, l
                 pre_mean = sc[_PRESUM, s] / max(sc[_NPF, s], 1.0)
                 # a chunk's tokens attend, on average, to half of their own prompt
                 tau1 = step_time(coef, b + c, kv, kv + b + c * (pre_mean + 1) / 2) if c > 0.0 else tau0
-                # no prompt from earlier slices: prefill starts when the first one arrives, on a busy replica
-                # once the decode iteration in flight then ends (as _first_floor times its first token). The
-                # slice's decoding ran until then: starting the phase at the slice's start took up to a slice
-                # of decode iterations from the requests beside it (their TPOT 20% high at 0.25 s slices
-                # under the 2024 week's peak, tests/simulator/test_sim_fluid.py)
-                lead = 0.0
-                a0 = sc[_A0, s]
-                if x == 0.0 and a0 > t:
-                    lead = sc[_TAUD, s] * math.ceil((a0 - t) / sc[_TAUD, s] - 1e-9) if b > 0.0 else a0 - t
-                    lead = min(lead, dt)
-                t1 = min(dt - lead, e0 + (rest / c * tau1 if c > 0.0 else 0.0))
-                done = t1 / tau0 * c0 if e0 > 0.0 and t1 <= e0 else rem0 + (t1 - e0) / tau1 * c
-                # iterations in the phase (each gives every decoding request a token), fractions included, and
-                # the decode iterations before it
-                nitp = (min(t1, e0) / tau0 if e0 > 0.0 else 0.0) + max(0.0, t1 - e0) / tau1
-                sc[_NITP, s] = nitp
-                sc[_NIT, s] = nitp + (lead / sc[_TAUD, s] if b > 0.0 else 0.0)
-                sc[_LEAD, s] = lead
+                t1 = min(dt, e0 + (rest / c * tau1 if c > 0.0 else 0.0))
+                done = t1 / tau0 * c0 if t1 <= e0 else rem0 + (t1 - e0) / tau1 * c
+                # iterations in the phase (each gives every decoding request a token), fractions included
+                sc[_NIT, s] = (min(t1, e0) / tau0 if e0 > 0.0 else 0.0) + max(0.0, t1 - e0) / tau1
                 # the fresh iterations that end prompts: chunks of c, the last holding only the remainder at
                 # its own, shorter time: its prompts' first tokens come then (the phase's length stays pro
                 # rata: in a stream of arrivals the remainder's room goes to the next prompts)
@@ -384,10 +367,10 @@ def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, l
                 sc[_NTOT, s] = n_tot
                 sc[_TAIL, s] = tail
                 sc[_TAU1, s] = tau1
-                sc[_T1, s] = lead + t1  # the phase's end, from the slice's start
+                sc[_T1, s] = t1
                 sc[_DONE, s] = done
                 if done < pend - 1e-6:  # prefill goes on in the next slice: where the iteration in flight is
-                    if e0 > 0.0 and t1 <= e0:  # still the carried one
+                    if t1 <= e0:  # still the carried one
                         slots[ITER_X, s] = x + done
                         slots[ITER_C, s] = c0
                         slots[ITER_TAU, s] = tau0
@@ -413,7 +396,7 @@ def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, l
                 i = run_i[0, j]
                 # the carried iteration ends at e0, then fresh ones every tau1 (the last at its own time)
                 rem0 = sc[_R0, s]
-                end = sc[_LEAD, s] + sc[_E0, s]
+                end = sc[_E0, s]
                 if cum > rem0 + 1e-6:
                     n_tot = sc[_NTOT, s]
                     k = min(max(1.0, math.ceil((cum - rem0 - 1e-5) / sc[_C, s])), n_tot)
@@ -466,12 +449,8 @@ def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, l
             # the last token: back from the slice's end over the tokens past the output, at the decode phase's
             # pace, then (a request done before it) at the prefill phase's, back from that phase's end
             over = gen - (out - 1.0)
-            if over <= g_dec:
-                t_last = t + dt - over * sc[_TAU2, s]
-            elif over - g_dec <= sc[_NITP, s]:
-                t_last = t + sc[_T1, s] - (over - g_dec) * sc[_TAU1, s]
-            else:  # in the decode iterations before the prefill phase
-                t_last = t + sc[_LEAD, s] - (over - g_dec - sc[_NITP, s]) * sc[_TAUD, s]
+            in_dec = over <= g_dec
+            t_last = t + dt - over * sc[_TAU2, s] if in_dec else t + sc[_T1, s] - (over - g_dec) * sc[_TAU1, s]
             t_fin = max(t_last, first - lat) + lat
             ttft[i] = first - arr[i]
             tpot[i] = (t_fin - first) / (out - 1.0) if out >= 2.0 else np.nan
