@@ -44,9 +44,9 @@ N_INTS = 10
 N_SLOT_ROWS = 16
 # scratch rows, per slot, for one slice
 (_KV, _NRUN, _BDEC, _PEND, _NWAIT, _CHUNK, _ROOM, _CUM, _RANK, _C, _LIVE, _NPF, _PRESUM, _TAU1, _T1, _DONE,
- _B2, _GAINSUM, _TAU2, _BUSY, _LAST, _NFIN, _FIRSTS, _GENSUM, _TTFTS, _ITLS, _ITLN, _NROWS, _X, _BUSY_FROM,
- _TAIL, _NTOT, _GROW, _PEND0, _IDLE0, _TAUD) = range(36)
-N_SCRATCH = 36
+ _B2, _GAINSUM, _TAU2, _BUSY, _LAST, _NFIN, _FIRSTS, _GENSUM, _TTFTS, _ITLS, _ITLN, _NROWS, _R0, _BUSY_FROM,
+ _TAIL, _NTOT, _GROW, _PEND0, _IDLE0, _TAUD, _E0, _NIT) = range(38)
+N_SCRATCH = 38
 # advance's reasons for returning
 EVENT, END, GROW, AFTER_SLICE = 0, 1, 2, 3
 # flags set by a slice (AFTER_SLICE)
@@ -323,16 +323,26 @@ def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, l
             pend = sc[_PEND, s]
             b = sc[_BDEC, s]
             # an iteration is scheduled whole: one that a previous slice started (slices shorter than a long
-            # prefill iteration) keeps its chunk and duration; a new one takes the budget left by decoding
+            # prefill iteration) keeps its chunk and duration until it ends (e0: rem0 of its c0 tokens left);
+            # the iterations after it are planned afresh, at this slice's batch, KV and prompts
             x = slots[ITER_X, s]
+            c0 = 0.0
+            tau0 = 0.0
+            rem0 = 0.0
+            e0 = 0.0
             if x > 0.0 and pend > 0.0:
-                c = slots[ITER_C, s]
+                c0 = slots[ITER_C, s]
+                tau0 = slots[ITER_TAU, s]
+                rem0 = min(c0 - x, pend)
+                e0 = rem0 / c0 * tau0
             else:
-                c = min(max(budget - b, 0.0), pend)
                 x = 0.0
+            rest = pend - rem0
+            c = min(max(budget - b, 0.0), rest)
             sc[_C, s] = c
-            sc[_X, s] = x
-            live = pend > 0.0 and c > 0.0
+            sc[_R0, s] = rem0
+            sc[_E0, s] = e0
+            live = pend > 0.0 and (rem0 > 0.0 or c > 0.0)
             sc[_LIVE, s] = 1.0 if live else 0.0
             sc[_CUM, s] = 0.0
             slots[ITER_X, s] = 0.0
@@ -341,15 +351,16 @@ def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, l
                 sc[_TAUD, s] = step_time(coef, b, kv, kv + b) if b > 0.0 else 0.0
                 pre_mean = sc[_PRESUM, s] / max(sc[_NPF, s], 1.0)
                 # a chunk's tokens attend, on average, to half of their own prompt
-                tau1 = slots[ITER_TAU, s] if x > 0.0 else step_time(coef, b + c, kv, kv + b + c * (pre_mean + 1) / 2)
-                t1 = min(dt, pend / c * tau1)
-                done = t1 / tau1 * c
-                # the iterations that end prompts: the one in flight (x of its c done), then chunks of c;
-                # the last one holds only the remainder and takes its own, shorter time: its prompts' first
-                # tokens come then (the phase's length stays pro rata: in a stream of arrivals the
-                # remainder's room goes to the next prompts)
-                n_tot = max(1.0, math.ceil((pend + x - 1e-5) / c))
-                r = pend + x - (n_tot - 1.0) * c
+                tau1 = step_time(coef, b + c, kv, kv + b + c * (pre_mean + 1) / 2) if c > 0.0 else tau0
+                t1 = min(dt, e0 + (rest / c * tau1 if c > 0.0 else 0.0))
+                done = t1 / tau0 * c0 if t1 <= e0 else rem0 + (t1 - e0) / tau1 * c
+                # iterations in the phase (each gives every decoding request a token), fractions included
+                sc[_NIT, s] = (min(t1, e0) / tau0 if e0 > 0.0 else 0.0) + max(0.0, t1 - e0) / tau1
+                # the fresh iterations that end prompts: chunks of c, the last holding only the remainder at
+                # its own, shorter time: its prompts' first tokens come then (the phase's length stays pro
+                # rata: in a stream of arrivals the remainder's room goes to the next prompts)
+                n_tot = max(1.0, math.ceil((rest - 1e-5) / c)) if c > 0.0 else 0.0
+                r = rest - (n_tot - 1.0) * c
                 tail = tau1
                 if n_tot > 1.0 and r < c - 1e-5:
                     tail = step_time(coef, b + r, kv, kv + b + r * (pre_mean + 1) / 2)
@@ -359,18 +370,23 @@ def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, l
                 sc[_T1, s] = t1
                 sc[_DONE, s] = done
                 if done < pend - 1e-6:  # prefill goes on in the next slice: where the iteration in flight is
-                    into = (x + done) / c
-                    into -= math.floor(into + 1e-9)
-                    if into > 1e-9:
-                        slots[ITER_X, s] = into * c
-                        slots[ITER_C, s] = c
-                        slots[ITER_TAU, s] = tau1
+                    if t1 <= e0:  # still the carried one
+                        slots[ITER_X, s] = x + done
+                        slots[ITER_C, s] = c0
+                        slots[ITER_TAU, s] = tau0
+                    else:
+                        into = (done - rem0) / c
+                        into -= math.floor(into + 1e-9)
+                        if into > 1e-9:
+                            slots[ITER_X, s] = into * c
+                            slots[ITER_C, s] = c
+                            slots[ITER_TAU, s] = tau1
         for j in range(n_run):
             s = run_i[1, j]
             pre = run_f[0, j]
             if pre <= 0.0:  # decoding already: decodes through the prefill phase too
                 if sc[_LIVE, s] > 0.0:
-                    gain[j] += sc[_T1, s] / sc[_TAU1, s]
+                    gain[j] += sc[_NIT, s]
                 continue
             cum = sc[_CUM, s] + pre
             sc[_CUM, s] = cum
@@ -378,11 +394,13 @@ def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, l
             if sc[_LIVE, s] > 0.0 and cum <= done + 1e-6:
                 tau1 = sc[_TAU1, s]
                 i = run_i[0, j]
-                # iterations end every tau1 from the start of the one in flight (x of its c tokens done at t)
-                c = sc[_C, s]
-                x = sc[_X, s]
-                k = min(max(1.0, math.ceil((cum + x - 1e-5) / c)), sc[_NTOT, s])
-                end = (k - x / c) * tau1 if k < sc[_NTOT, s] else (k - 1.0 - x / c) * tau1 + sc[_TAIL, s]
+                # the carried iteration ends at e0, then fresh ones every tau1 (the last at its own time)
+                rem0 = sc[_R0, s]
+                end = sc[_E0, s]
+                if cum > rem0 + 1e-6:
+                    n_tot = sc[_NTOT, s]
+                    k = min(max(1.0, math.ceil((cum - rem0 - 1e-5) / sc[_C, s])), n_tot)
+                    end += k * tau1 if k < n_tot else (k - 1.0) * tau1 + sc[_TAIL, s]
                 run_f[0, j] = 0.0
                 if not np.isnan(run_f[2, j]):  # preempted and recomputed: its next token, the first kept
                     gain[j] += 1.0 + max(0.0, sc[_T1, s] - end) / tau1

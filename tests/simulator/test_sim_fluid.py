@@ -1,8 +1,8 @@
 """The fluid mode agrees with the detailed mode on the shipped one-hour Azure traces: GPU-hours within 5%
 (relative) and SLO attainment within 1 percentage point, for our policy and every baseline.
 
-Two cases on the bursty code trace are compared as ensembles: KEDA's Prometheus scaler on
-num_requests_waiting > 5, and ours (whose scale-down delay doubles after a regretted release). Their
+Three cases on the bursty code trace are compared as ensembles: KEDA's Prometheus scaler on
+num_requests_waiting > 5, ours (whose scale-down delay doubles after a regretted release) and concurrency. Their
 outcome hangs on a few threshold crossings, so the detailed mode itself moves by more than the
 tolerance (the queue baseline by 40% in GPU-hours) when the arrivals shift by half a second against the
 control loop's phase (a test below shows it); the mean over six such shifts is what both modes must
@@ -48,7 +48,9 @@ def _run(trace: Trace, policy: str, mode: str) -> tuple[float, float, int]:
 POLICIES = ("ours", "static", "concurrency", "queue", "gpu")
 
 
-ENSEMBLES = (("azure2023-code", "queue"), ("azure2023-code", "ours"))
+# concurrency joined them when the prefill cost stopped freezing under a backlog: over six shifts the detailed
+# mode's SLO spans 69.8-71.7% and the means agree (fluid -4.1% GPU-h, +0.14 points), one run is 1.02 points off
+ENSEMBLES = (("azure2023-code", "queue"), ("azure2023-code", "ours"), ("azure2023-code", "concurrency"))
 
 
 @pytest.mark.parametrize("trace, policy", [
@@ -310,9 +312,11 @@ def test_the_kernel_compiles_where_numba_has_nowhere_to_cache(monkeypatch: pytes
 
 def test_a_prompt_over_the_budget_is_timed_chunk_by_chunk() -> None:
     # budget 1000: the 1500-token prompt runs as 1000 tokens (0.01 + 1e-4 x 1000 = 0.11 s) then the 500 left
-    # (0.06 s): first token at 0.17 s. (With slices shorter than an iteration the second, shorter iteration
-    # is carried at the first one's rate: 0.22 s at 0.05 s slices; docs/simulator-results.md.)
-    for dt in (0.25, 0.5):
+    # (0.06 s): first token at 0.17 s, whatever the slice. With slices shorter than the first iteration it is
+    # carried into the next slices, but only until it ends: the one after is planned afresh (500 tokens, 0.06
+    # s). Handing the carried chunk and duration on to it gave 0.22 s at 0.05 s slices, and under a backlog
+    # froze the prefill cost at one prompt's for seconds (docs/simulator-results.md, "Fluid vs detailed").
+    for dt in (0.25, 0.5, 0.1, 0.05):
         e = Engines([(0.0, 1500, 2)], budget=1000.0, per_token_s=1e-4)
         assert e.own[0] == pytest.approx(0.17)
         e.route([0], [0])
@@ -458,11 +462,13 @@ def _run_on(preset: str, trace: Trace, ctl: Controller, mode: str) -> tuple[floa
 # peak with 64 replicas: it gets the conversation trace's first 20 minutes.
 STATIC_CASES = (("llama-3.1-8b/h100", "peak", 10), ("llama-3.1-8b/a100", "peak", 24),
                 ("llama-3.1-8b/l4", "conv", 24), ("llama-3.1-70b/h100-tp4", "peak", 24))
-# Open (docs/simulator-results.md, "Fluid vs detailed"): under the week's peak load the fluid mode's decode is
-# slower than the detailed engine's (one replica at 1/24 of the load on 8B A100: mean TPOT 0.062 s against
-# 0.045 s; 0.050 s at 0.05 s slices), 1.3 to 3.5 SLO points low. Strict: these fail loudly once fixed.
-_OPEN_UNDER_LOAD = pytest.mark.xfail(strict=True, reason="fluid decode slower under the 2024 peak (open)")
-STATIC_PARAMS = [pytest.param(*c, marks=_OPEN_UNDER_LOAD) if c[1] == "peak" else c for c in STATIC_CASES]
+# Open (docs/simulator-results.md, "Fluid vs detailed"): on the 8B presets under the week's peak load the fluid
+# mode's TPOT is still high at 0.25 s slices (short outputs decoding beside prompts that arrive later in the
+# slice, prefilled from its start), 1.8 and 4.0 SLO points low; at 0.05 s slices they agree. 70B TP4 agrees
+# since a carried iteration no longer freezes the prefill cost. Strict: these fail loudly once fixed.
+_OPEN_UNDER_LOAD = pytest.mark.xfail(strict=True, reason="fluid TPOT high on 8B under the 2024 peak (open)")
+STATIC_PARAMS = [pytest.param(*c, marks=_OPEN_UNDER_LOAD) if c[1] == "peak" and c[0].startswith("llama-3.1-8b")
+                 else c for c in STATIC_CASES]
 
 
 @pytest.mark.parametrize("preset, window, replicas", STATIC_PARAMS)
