@@ -421,6 +421,13 @@ class ScalerConfig:
                                     "as `targetTimeToFirstToken`; unset: off.", "100ms",
                                     check=bounded(0.0, HOUR, lo_open=True, duration=True),
                                     shown_default="(off)")
+    short_output_tokens: float = _key(40.0, "shortOutputTokens", parse_float,
+                                      "With `targetInterTokenLatency`: traffic whose answers average fewer output "
+                                      "tokens per request (stable window) holds the mean ITL at that share of the "
+                                      "target (at least a quarter): a short answer's per-request ITL is its few "
+                                      "decode steps beside other prompts' prefill chunks, so its tail sits further "
+                                      "above the mean (scaler/slo.py `short_output_factor`). 0: off.", "60",
+                                      check=bounded(0.0, 1e6))
     answer: str = _key("replicas", "answer", one_of(*ANSWERS),
                        "`replicas`: the model's replica count; `warmCapacity`: placeholder replicas to keep for "
                        "the model (the decided count beyond the replicas running, at most `warmCapacityMax`, 0 "
