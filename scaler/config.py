@@ -423,7 +423,7 @@ class ScalerConfig:
                                     shown_default="(off)")
     short_output_tokens: float = _key(40.0, "shortOutputTokens", parse_float,
                                       "With `targetInterTokenLatency`: traffic whose answers average fewer output "
-                                      "tokens per request (stable window) holds the mean ITL at that share of the "
+                                      "tokens per request (last 10 minutes) holds the mean ITL at that share of the "
                                       "target (at least a quarter): a short answer's per-request ITL is its few "
                                       "decode steps beside other prompts' prefill chunks, so its tail sits further "
                                       "above the mean (scaler/slo.py `short_output_factor`). 0: off.", "60",

@@ -90,7 +90,7 @@ def from_window(load: Load, window_s: float, ready: int, config: ScalerConfig,
                 itl_factor: float = 1.0) -> LatencyDesired | None:
     """The term over one window of history: means are rate(_sum) / rate(_count); the requests completed
     are the TTFT count's rate (else requests finished) x the window. `itl_factor` scales the ITL target
-    (`short_output_factor`, read over the stable window by the caller so the panic window's few finished
+    (`short_output_factor`, read by the caller over the last 10 minutes so the panic window's few finished
     requests do not move it)."""
     per_s = load.ttft_count_rate if load.ttft_count_rate is not None else load.finished_rate
     completed = (per_s or 0.0) * window_s
