@@ -121,10 +121,10 @@ def build_controller(policy: str, *, model: str, max_replicas: int, concurrency_
     with the mean at the SLO, about half the requests miss it. Short answers need less: there a request
     decoded beside a long prompt's prefill chunks (8,192 tokens, ~0.6 s an iteration on 70B TP4) misses the
     SLO while the mean stays low. The scaler tightens the target itself for such traffic (`shortOutputTokens`,
-    scaler/slo.py `short_output_factor`: the target x output tokens per request / 40 below 40), so one
-    ScaledObject serves both: the whole Azure 2024 code week 99.03-99.05% at 0.96-0.98x the oracle's
-    GPU-hours on seeds 0-2 (scripts/week_table.py; 94.9% before, when a second ScaledObject with 27.5 ms was
-    shipped for code traffic), azure2023-conv still 100.0% at 1.20x. Before that, half the SLO against the
+    scaler/slo.py `short_output_factor`: the target x output tokens per request / 45 below 45), so one
+    ScaledObject serves both: the whole Azure 2024 code week 99.16% at 1.00x the oracle's GPU-hours (seed 0,
+    scripts/week_table.py; 94.9% before, when a second ScaledObject with 27.5 ms was shipped for code
+    traffic), azure2023-conv still 100.0% at 1.20x. Before that, half the SLO against the
     SLO itself on the 70B/4xH100 backtests (the adaptive scale-down delay in both): azure2023-code 81.9% -> 89.2% of the
     SLO (0.99x -> 1.02x the oracle's GPU-hours), azure2023-conv 95.7% -> 99.5% (1.01x -> 1.11x), four
     6-hour windows of the 2024 week +4.7 to +8.4 points with -25% to +26% GPU-hours; mooncake-conv 80.7%
