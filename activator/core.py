@@ -16,7 +16,7 @@ clock.
   an unsaturated one exists.
 - `retry_after`: the seconds a refused client is told to wait.
 
-The simulator's gateway (simulator/router.py) calls these same rules per request; its fluid mode, which
+The simulator's gateway (simulator/cluster/router.py) calls these same rules per request; its fluid mode, which
 holds requests as arrays, calls `room` and `expiry_cutoff` (the bound and the maximum wait) on them.
 """
 

@@ -117,11 +117,11 @@ def bench_cpu(calls: int) -> list[str]:
 
 
 def bench_sim(trace_name: str, minutes: float, preset_name: str, rate_scale: float) -> list[str]:
-    from keda_llm.simulator.policies import OursController, build_controller, default_scaledobject
-    from keda_llm.simulator.presets import PRESETS
-    from keda_llm.simulator.report import Slo, summarize
+    from keda_llm.simulator.control.policies import OursController, build_controller, default_scaledobject
+    from keda_llm.simulator.hardware.presets import PRESETS
+    from keda_llm.simulator.report.summary import Slo, summarize
     from keda_llm.simulator.run import Backtest, concurrency_target, simulate
-    from keda_llm.simulator.traces import load_shipped
+    from keda_llm.simulator.workload.traces import load_shipped
 
     trace = load_shipped(trace_name).window(0.0, minutes * 60.0)
     if rate_scale != 1.0:
@@ -160,7 +160,7 @@ def bench_sim(trace_name: str, minutes: float, preset_name: str, rate_scale: flo
         f"preset `{preset.name}`, cold start "
         f"`{backtest.cold_start}` (p90 {cold.quantile(0.9):.0f} s, passed as `coldStart`), simulator mode "
         f"`{mode_sim}`, SLO TTFT {Slo().ttft_s:g} s / ITL {Slo().itl_s:g} s; the recommended ScaledObject "
-        "(`simulator.policies.default_scaledobject`) with only `mode` changed; `concurrency` rows also set "
+        "(`simulator.control.policies.default_scaledobject`) with only `mode` changed; `concurrency` rows also set "
         f"`policy: concurrency`, `targetConcurrency: {target:g}` (the simulator's concurrency baseline target: 70% "
         "of the largest batch that meets the ITL SLO).", "",
         "| policy | mode | SLO attainment | GPU-hours | TTFT p90 s | TTFT p99 s | scale events | cold starts | "
@@ -180,11 +180,11 @@ BASELINES = ("static", "queue", "gpu", "concurrency", "oracle")
 
 def compare(trace_name: str, rate_scale: float, minutes: float, preset_name: str) -> list[str]:
     """keda-llm's variants and every simulator baseline on one trace window; one Markdown table."""
-    from keda_llm.simulator.policies import OursController, default_scaledobject
-    from keda_llm.simulator.presets import PRESETS
-    from keda_llm.simulator.report import Slo, Summary, summarize, with_oracle_ratio
+    from keda_llm.simulator.control.policies import OursController, default_scaledobject
+    from keda_llm.simulator.hardware.presets import PRESETS
+    from keda_llm.simulator.report.summary import Slo, Summary, summarize, with_oracle_ratio
     from keda_llm.simulator.run import Backtest, run_policies, simulate
-    from keda_llm.simulator.traces import load_shipped
+    from keda_llm.simulator.workload.traces import load_shipped
 
     trace = load_shipped(trace_name).window(0.0, minutes * 60.0)
     if rate_scale != 1.0:

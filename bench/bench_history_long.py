@@ -176,10 +176,10 @@ def rebuild_per_model(models: int = 3) -> tuple[float, float, int] | str:
 def simulator(rounds: int = 3) -> tuple[list[float], list[float], int] | str:
     """(CPU s with the long tier per round, without, observations ingested per run)."""
     try:
-        from keda_llm.simulator.policies import build_controller
-        from keda_llm.simulator.presets import get_preset
+        from keda_llm.simulator.control.policies import build_controller
+        from keda_llm.simulator.hardware.presets import get_preset
         from keda_llm.simulator.run import Backtest, simulate
-        from keda_llm.simulator.traces import load_shipped
+        from keda_llm.simulator.workload.traces import load_shipped
     except ImportError as err:
         return f"skipped: {err}"
     from keda_llm.scaler import history

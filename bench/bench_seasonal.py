@@ -53,7 +53,7 @@ FloatArray = npt.NDArray[np.float64]
 
 def cold_start_p90() -> float:
     """The 70B TP4 H100 preset's typical cold start p90 (the simulator's seeded Monte Carlo)."""
-    from keda_llm.simulator.presets import PRESETS
+    from keda_llm.simulator.hardware.presets import PRESETS
 
     return PRESETS["llama-3.1-70b/h100-tp4"].cold_start("typical").quantile(0.9)
 

@@ -15,11 +15,11 @@ import platform
 import time
 from pathlib import Path
 
-from keda_llm.simulator.policies import build_controller
-from keda_llm.simulator.presets import get_preset
-from keda_llm.simulator.report import summarize
+from keda_llm.simulator.control.policies import build_controller
+from keda_llm.simulator.hardware.presets import get_preset
+from keda_llm.simulator.report.summary import summarize
 from keda_llm.simulator.run import Backtest, simulate
-from keda_llm.simulator.traces import Trace, load_shipped
+from keda_llm.simulator.workload.traces import Trace, load_shipped
 
 PRESET = "llama-3.1-8b/h100"
 

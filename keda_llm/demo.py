@@ -8,11 +8,11 @@ What is real and what is simulated:
   as real HTTP, held while no pod is ready, refused past its bound with Retry-After, forwarded to the
   pods' HTTP endpoints; it wakes the model through the scaler), the load's HTTP client, every HTTP and
   gRPC hop;
-- simulated, by the simulator the backtests run (`simulator.engine.Simulation`, advanced to the wall
+- simulated, by the simulator the backtests run (`simulator.cluster.engine.Simulation`, advanced to the wall
   clock): the Deployment's pods (cold start, readiness, the ReplicaSet's choice of pods to delete on
-  scale-down, draining), the engines (`simulator.replica.Replica`; each pod answers /v1/completions from
+  scale-down, draining), the engines (`simulator.hardware.replica.Replica`; each pod answers /v1/completions from
   its simulated engine and serves vLLM-format /metrics derived from its state, `demo_engine`), and KEDA
-  + the HPA (`simulator.controllers.KedaController` over the project's emulator), which calls the real
+  + the HPA (`simulator.control.controllers.KedaController` over the project's emulator), which calls the real
   scaler over gRPC with KEDA's call pattern. The GPUs are a fake NVML.
 
 Timings are real seconds. The windows, intervals and the HPA sync are shortened so that a
@@ -47,19 +47,19 @@ from keda_llm.demo_engine import BadRequest, EngineServer, Latency, render
 from keda_llm.demo_traffic import Load, LoadStats, LoopThread, RunningActivator, Send, start_activator, stop_activator
 from keda_llm.scaler.assembly import ScalerSettings, ScalerThread, start_in_thread
 from keda_llm.scaler.model import WorkloadState
-from keda_llm.simulator.cluster import Phase as PodPhase
-from keda_llm.simulator.cluster import SimReplica
-from keda_llm.simulator.coldstart import ColdStartAssumptions, ColdStartModel
-from keda_llm.simulator.coldstart import Phase as ColdStartPhase
+from keda_llm.simulator.cluster.detailed import DetailedBackend
+from keda_llm.simulator.cluster.engine import SimConfig, Simulation
+from keda_llm.simulator.cluster.pods import Phase as PodPhase
+from keda_llm.simulator.cluster.pods import SimReplica
 from keda_llm.simulator.control import parse_scaledobjects
+from keda_llm.simulator.control.controllers import KedaController
 from keda_llm.simulator.control.grpc_scaler import GrpcExternalScaler
-from keda_llm.simulator.controllers import KedaController
-from keda_llm.simulator.detailed import DetailedBackend
-from keda_llm.simulator.engine import SimConfig, Simulation
-from keda_llm.simulator.inprocess import workload_state
-from keda_llm.simulator.perf import ConstantPerf
-from keda_llm.simulator.replica import ReplicaConfig, Request
-from keda_llm.simulator.traces import Trace
+from keda_llm.simulator.control.scaler import workload_state
+from keda_llm.simulator.hardware.coldstart import ColdStartAssumptions, ColdStartModel
+from keda_llm.simulator.hardware.coldstart import Phase as ColdStartPhase
+from keda_llm.simulator.hardware.perf import ConstantPerf
+from keda_llm.simulator.hardware.replica import ReplicaConfig, Request
+from keda_llm.simulator.workload.traces import Trace
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 NAMESPACE = "demo"
@@ -70,7 +70,7 @@ GIB = 1024**3
 MIB = 1024**2
 #: The cold start's phases as shares of `Scenario.cold_start` (node, image, weights, engine init: the four
 #: levers of docs/design.md), and the weights phase when the exporter warmed them into the page cache:
-#: storage bandwidth over page-cache bandwidth (simulator/coldstart.py's assumptions and their sources).
+#: storage bandwidth over page-cache bandwidth (simulator/hardware/coldstart.py's assumptions and their sources).
 COLD_PHASES = (("scheduling", 1 / 9), ("image_pull", 2 / 9), ("weight_load", 5 / 9), ("warmup", 1 / 9))
 _CS = ColdStartAssumptions()
 WARM_WEIGHTS_FACTOR = _CS.storage_bandwidth / _CS.page_cache_bandwidth

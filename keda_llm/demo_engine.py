@@ -1,7 +1,7 @@
 """What one simulated replica of the demo serves over HTTP: vLLM-format `/metrics` from the simulator's
 engine state, `/health`, and `POST /v1/completions` answered by the simulated engine.
 
-The engine is the simulator's (`simulator.replica.Replica`: continuous batching, a KV-block budget with
+The engine is the simulator's (`simulator.hardware.replica.Replica`: continuous batching, a KV-block budget with
 preemption, chunked prefill); this module only renders its gauges and counters under vLLM's metric
 names, with the latency histograms vLLM keeps (`Latency`, fed with each finished request), and speaks
 vLLM's OpenAI completions API in front of it: a request that comes in is handed to the simulated engine
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
-from keda_llm.simulator.replica import Replica, Request
+from keda_llm.simulator.hardware.replica import Replica, Request
 
 #: TTFT histogram bounds, seconds (a subset of vLLM's own buckets).
 TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0)

@@ -404,7 +404,7 @@ def replica_share(v: Variant, prompt_tps: float, gen_tps: float, mean_prompt: fl
     A unified replica computes prompts and generates in turns (chunked prefill), so carrying the whole load
     takes prompt_tps / (its prompt rate x the TTFT-keeping utilization) + gen_tps / (its generation rate at
     the ITL target x targetKVUtilization) replicas: the time each part takes, summed, as Dynamo's planner
-    sums its prefill and decode loads for an aggregated engine (simulator/anchors/dynamo.py). A replica
+    sums its prefill and decode loads for an aggregated engine (simulator/control/anchors/dynamo.py). A replica
     carries the inverse of that. A rate the table leaves out is not a constraint."""
     time = 0.0
     if v.prefill_tps is not None and prompt_tps > 0:

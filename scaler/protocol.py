@@ -1,7 +1,7 @@
 """KEDA's ExternalScaler RPCs, transport-neutral: a request in, an answer or a `StatusError` out.
 
 The one place for the rules of KEDA's protocol, whatever carries it: the gRPC servicer
-(scaler/servicer.py) and the simulator's in-process scaler (simulator/inprocess.py) are adapters that
+(scaler/servicer.py) and the simulator's in-process scaler (simulator/control/scaler.py) are adapters that
 call these functions and put the answer, or the status, on their transport.
 
 - GetMetricSpec: one metric, named after the model (scaler/names.py), with target `TARGET` = 1;

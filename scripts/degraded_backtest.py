@@ -23,12 +23,12 @@ import dataclasses
 import time
 from pathlib import Path
 
-from keda_llm.simulator.engine import DegradedSpell
-from keda_llm.simulator.policies import ITL_TARGET_FRACTION, default_scaledobject
-from keda_llm.simulator.presets import get_preset
-from keda_llm.simulator.report import Slo, Summary, summarize
+from keda_llm.simulator.cluster.engine import DegradedSpell
+from keda_llm.simulator.control.policies import ITL_TARGET_FRACTION, default_scaledobject
+from keda_llm.simulator.hardware.presets import get_preset
+from keda_llm.simulator.report.summary import Slo, Summary, summarize
 from keda_llm.simulator.run import Backtest, run_policies
-from keda_llm.simulator.traces import load_shipped
+from keda_llm.simulator.workload.traces import load_shipped
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "degraded.md"
 PRESET = "llama-3.1-70b/h100-tp4"

@@ -28,15 +28,15 @@ from functools import lru_cache
 
 import numpy as np
 
-from keda_llm.simulator.anchors import AnchorContext
-from keda_llm.simulator.controllers import ScheduleController
-from keda_llm.simulator.engine import Controller
-from keda_llm.simulator.oracle import OraclePlan, plan_oracle
-from keda_llm.simulator.policies import build_controller
-from keda_llm.simulator.presets import get_preset
-from keda_llm.simulator.report import Slo, summarize
+from keda_llm.simulator.cluster.engine import Controller
+from keda_llm.simulator.control.anchors import AnchorContext
+from keda_llm.simulator.control.controllers import ScheduleController
+from keda_llm.simulator.control.policies import build_controller
+from keda_llm.simulator.hardware.presets import get_preset
+from keda_llm.simulator.report.oracle import OraclePlan, plan_oracle
+from keda_llm.simulator.report.summary import Slo, summarize
 from keda_llm.simulator.run import Backtest, concurrency_target, simulate
-from keda_llm.simulator.traces import Trace, load_shipped
+from keda_llm.simulator.workload.traces import Trace, load_shipped
 
 SLO = Slo(ttft_s=2.0, itl_s=0.1)
 PRESETS = ("llama-3.1-8b/h100", "llama-3.1-8b/a100", "llama-3.1-8b/l4", "llama-3.1-70b/h100-tp4")

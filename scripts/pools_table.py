@@ -20,10 +20,10 @@ import sys
 import time
 from pathlib import Path
 
-from keda_llm.simulator.anchors.dynamo import prefill_tokens_per_s
+from keda_llm.simulator.control.anchors.dynamo import prefill_tokens_per_s
+from keda_llm.simulator.hardware.presets import get_preset
 from keda_llm.simulator.pools import PdSetup, PdSimulation, VariantSpec, VariantsSimulation, shifted_trace
-from keda_llm.simulator.presets import get_preset
-from keda_llm.simulator.traces import Trace, load_shipped
+from keda_llm.simulator.workload.traces import Trace, load_shipped
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "pools.md"

@@ -7,7 +7,7 @@
 For each trace it runs ours (the scaler's tokens policy through KEDA+HPA, keda-llm's recommended
 ScaledObject), static provisioning at the oracle's peak, the queue (num_requests_waiting > 5), GPU
 utilization and concurrency baselines, and the oracle, and prints SLO attainment, GPU-hours / oracle and
-GPU-hours / the lower bound (simulator.oracle.lower_bound) as Markdown (plus the full table per trace and the
+GPU-hours / the lower bound (simulator.report.oracle.lower_bound) as Markdown (plus the full table per trace and the
 oracle's status: target met, or why not). Not run by CI: it takes minutes. The Azure 2024 week is
 cut to a 6-hour window (the oracle simulates its schedule several times); --quick cuts every trace to
 its first 20 minutes, to check the script itself. --update-docs writes the tables into the marked blocks
@@ -18,7 +18,7 @@ unless each oracle meets its target or says why not, and each bound is at or bel
 the opt-in slow counterpart of tests/simulator/test_sim_oracle_traces.py.
 
 --frontier sweeps every policy that has a knob (ours, queue, gpu, concurrency and the nine anchors) over
-it on each trace (simulator.frontier: from the documented default toward more capacity until it meets
+it on each trace (simulator.report.frontier: from the documented default toward more capacity until it meets
 99% or costs more than static at the oracle's peak) and prints one table per trace: the cost to reach 99%
 or "never (best X%)", the knob there and every point tried; with --update-docs it writes the traces it ran
 into the `frontier` block of docs/simulator-results.md (one section per trace, the others kept) and one
@@ -36,12 +36,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from keda_llm.simulator.frontier import SWEPT, TraceFrontier, frontier
-from keda_llm.simulator.oracle import OraclePlan
-from keda_llm.simulator.presets import get_preset
-from keda_llm.simulator.report import Slo, Summary, markdown_table, summarize, with_oracle_ratio
+from keda_llm.simulator.hardware.presets import get_preset
+from keda_llm.simulator.report.frontier import SWEPT, TraceFrontier, frontier
+from keda_llm.simulator.report.oracle import OraclePlan
+from keda_llm.simulator.report.summary import Slo, Summary, markdown_table, summarize, with_oracle_ratio
 from keda_llm.simulator.run import Backtest, run_policies
-from keda_llm.simulator.traces import Trace, load_shipped
+from keda_llm.simulator.workload.traces import Trace, load_shipped
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 PRESET = "llama-3.1-70b/h100-tp4"

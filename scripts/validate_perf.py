@@ -1,11 +1,11 @@
 """Fit the performance model's efficiencies on public vLLM measurements and validate on others.
 
 Run:  python scripts/validate_perf.py            (prints the Markdown tables for docs/simulator.md; minutes)
-      python scripts/validate_perf.py --no-fit   (uses simulator.perf.FITTED as is)
+      python scripts/validate_perf.py --no-fit   (uses simulator.hardware.perf.FITTED as is)
 
 Every measurement is replayed through the same Replica the simulator uses, with the benchmark's own
 requests (token counts) and load (all at once, a closed loop of C clients, or a Poisson QPS sweep of
-ShareGPT-like requests: simulator/calibration.py), and the metric the source reports is computed from the
+ShareGPT-like requests: simulator/hardware/calibration.py), and the metric the source reports is computed from the
 simulated requests the way the benchmark computes it. The fit takes the small-batch fit rows and the
 loaded curves L1-L3 together (one engine version, vLLM 0.6.0 with multi-step scheduling): their mean TPOT
 at every finite QPS and their throughput at QPS = inf.
@@ -20,11 +20,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from keda_llm.simulator import calibration as cal
-from keda_llm.simulator.hardware import A100_SXM_40GB, A100_SXM_80GB, GPU, H100_SXM_80GB
-from keda_llm.simulator.models import LLAMA_3_1_8B, LLAMA_3_1_70B, ModelSpec
-from keda_llm.simulator.perf import FITTED, Efficiency, PhysicsPerf
-from keda_llm.simulator.replica import Replica, ReplicaConfig, Request
+import keda_llm.simulator.hardware.calibration as cal
+from keda_llm.simulator.hardware.gpus import A100_SXM_40GB, A100_SXM_80GB, GPU, H100_SXM_80GB
+from keda_llm.simulator.hardware.models import LLAMA_3_1_8B, LLAMA_3_1_70B, ModelSpec
+from keda_llm.simulator.hardware.perf import FITTED, Efficiency, PhysicsPerf
+from keda_llm.simulator.hardware.replica import Replica, ReplicaConfig, Request
 
 LAMBDA = "https://github.com/LambdaLabsML/vllm-benchmark/blob/main/"
 # The 10 ShareGPT prompts every Lambda "prompt_10" run sends at once (request rate inf), input tokens.
@@ -262,7 +262,7 @@ def sources() -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--no-fit", action="store_true", help="use simulator.perf.FITTED instead of refitting")
+    ap.add_argument("--no-fit", action="store_true", help="use simulator.hardware.perf.FITTED instead of refitting")
     args = ap.parse_args()
     eff = FITTED if args.no_fit else fit([p for p in POINTS if p.role == "fit"], FITTED)
     print(f"Efficiency: bandwidth={eff.bandwidth:.3f} mfu={eff.mfu:.3f} "

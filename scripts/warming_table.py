@@ -3,7 +3,7 @@
     .venv/bin/python scripts/warming_table.py [--quick] [--out FILE]
 
 Same preset, SLO and trace window as scripts/simulator_table.py's Azure 2024 code case (minutes 600-960
-of the week, 6 hours). Four cold-start distributions (simulator/coldstart.py), in a cluster where a
+of the week, 6 hours). Four cold-start distributions (simulator/hardware/coldstart.py), in a cluster where a
 scale-up without placeholder capacity waits for a new GPU node:
 
 - none:    node provisioning + image + weights from network storage + engine init
@@ -25,11 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-from keda_llm.simulator.coldstart import ColdStartModel, cold_start_model
-from keda_llm.simulator.presets import Preset, get_preset
-from keda_llm.simulator.report import Slo, summarize
+from keda_llm.simulator.hardware.coldstart import ColdStartModel, cold_start_model
+from keda_llm.simulator.hardware.presets import Preset, get_preset
+from keda_llm.simulator.report.summary import Slo, summarize
 from keda_llm.simulator.run import Backtest, run_policies
-from keda_llm.simulator.traces import load_shipped
+from keda_llm.simulator.workload.traces import load_shipped
 
 PRESET = "llama-3.1-70b/h100-tp4"
 SLO = Slo(ttft_s=2.0, itl_s=0.1)

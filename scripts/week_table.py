@@ -3,7 +3,7 @@
     python scripts/week_table.py [--seeds 0 1 2] [--policies ours ours:mode=reactive ...] [--workers N]
                                  [--hours H] [--update-docs]
 
-Each seed synthesizes the week's requests anew from its per-minute totals (simulator.traces), runs the oracle
+Each seed synthesizes the week's requests anew from its per-minute totals (simulator.workload.traces), runs the oracle
 on it (cached under build/week-cache by seed and trace length: it simulates its schedule a dozen times) and
 every policy, in the fluid mode. A policy is `ours` (the ScaledObject the repository ships for this preset and
 SLO, the one the docs table runs: deploy/examples/keda-2.18/llama-70b-h100-tp4.yaml), `ours:key=value,...`
@@ -27,15 +27,15 @@ from pathlib import Path
 
 import numpy as np
 
+from keda_llm.simulator.cluster.engine import SimResult
+from keda_llm.simulator.control.controllers import PodPlan
+from keda_llm.simulator.control.policies import build_controller
 from keda_llm.simulator.control.scaledobject import load_scaledobject
-from keda_llm.simulator.controllers import PodPlan
-from keda_llm.simulator.engine import SimResult
-from keda_llm.simulator.oracle import plan_oracle
-from keda_llm.simulator.policies import build_controller
-from keda_llm.simulator.presets import get_preset
-from keda_llm.simulator.report import Slo, met_mask
+from keda_llm.simulator.hardware.presets import get_preset
+from keda_llm.simulator.report.oracle import plan_oracle
+from keda_llm.simulator.report.summary import Slo, met_mask
 from keda_llm.simulator.run import Backtest, simulate
-from keda_llm.simulator.traces import Trace, load_azure_2024_minutes
+from keda_llm.simulator.workload.traces import Trace, load_azure_2024_minutes
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from keda_llm.simulator.cluster.router import ROUTING_RULES
 from keda_llm.simulator.control import ScaledObjectError, load_scaledobject
-from keda_llm.simulator.presets import PRESETS, ConfigError, get_preset
-from keda_llm.simulator.router import ROUTING_RULES
-from keda_llm.simulator.traces import (
+from keda_llm.simulator.hardware.presets import PRESETS, ConfigError, get_preset
+from keda_llm.simulator.workload.traces import (
     MINUTE_COLUMNS,
     SHIPPED,
     Trace,
@@ -45,7 +45,7 @@ TRACE_NAMES = tuple(sorted(set(SHIPPED) | set(ALIASES)))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from keda_llm.simulator.policies import DEFAULT_POLICIES, POLICIES
+    from keda_llm.simulator.control.policies import DEFAULT_POLICIES, POLICIES
     from keda_llm.simulator.run import MODES
 
     add_trace_arguments(p)
@@ -150,7 +150,7 @@ def shape_trace(tr: Trace, args: argparse.Namespace) -> Trace:
 
 
 def _policies(text: str) -> list[str]:
-    from keda_llm.simulator.policies import POLICIES
+    from keda_llm.simulator.control.policies import POLICIES
 
     out = [p.strip() for p in text.split(",") if p.strip()]
     if not out:
@@ -165,8 +165,8 @@ def _policies(text: str) -> list[str]:
 
 def build(args: argparse.Namespace) -> tuple[Trace, Any, list[str]]:
     """Trace, Backtest and policy list from the arguments; every input error raises with a clear message."""
-    from keda_llm.simulator.inprocess import trigger_config
-    from keda_llm.simulator.report import Slo
+    from keda_llm.simulator.control.scaler import trigger_config
+    from keda_llm.simulator.report.summary import Slo
     from keda_llm.simulator.run import Backtest
 
     policies = _policies(args.policies)
@@ -203,7 +203,7 @@ def execute(trace: Trace, bt: Any, policies: list[str], *, out: str | None, quie
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from keda_llm.simulator.report import plot, render_table, summarize, to_json, with_oracle_ratio
+    from keda_llm.simulator.report.summary import plot, render_table, summarize, to_json, with_oracle_ratio
     from keda_llm.simulator.run import run_policies
 
     console = Console()

@@ -36,15 +36,15 @@ from keda_llm.scaler.decide import decide
 from keda_llm.scaler.history import ModelHistory
 from keda_llm.scaler.model import NoData, Observation, PolicyState, ReplicaSample, WorkloadState
 from keda_llm.scaler.pools import pd_split, variant_split, with_peers
-from keda_llm.simulator.anchors.dynamo import (
+from keda_llm.simulator.control.anchors.dynamo import (
     KalmanPredictor,
     decode_tokens_per_s,
     disaggregated_replicas,
     prefill_tokens_per_s,
 )
-from keda_llm.simulator.perf import PerfModel, step_time
-from keda_llm.simulator.presets import Preset
-from keda_llm.simulator.traces import Trace
+from keda_llm.simulator.hardware.perf import PerfModel, step_time
+from keda_llm.simulator.hardware.presets import Preset
+from keda_llm.simulator.workload.traces import Trace
 
 NS, MODEL = "sim", "model"
 POLL_S = 15.0  # KEDA's default pollingInterval

@@ -15,15 +15,15 @@ from typing import Any, Literal
 
 import numpy as np
 
-from keda_llm.simulator.anchors import AnchorContext
+from keda_llm.simulator.cluster.engine import Controller, DegradedSpell, SimConfig, SimResult, Simulation
+from keda_llm.simulator.cluster.router import RoutingRule
 from keda_llm.simulator.control import KedaSettings
-from keda_llm.simulator.engine import Controller, DegradedSpell, SimConfig, SimResult, Simulation
-from keda_llm.simulator.oracle import OraclePlan, plan_oracle, sustainable_batch
-from keda_llm.simulator.policies import POLICIES, build_controller, is_policy
-from keda_llm.simulator.presets import Preset
-from keda_llm.simulator.report import Slo
-from keda_llm.simulator.router import RoutingRule
-from keda_llm.simulator.traces import Trace
+from keda_llm.simulator.control.anchors import AnchorContext
+from keda_llm.simulator.control.policies import POLICIES, build_controller, is_policy
+from keda_llm.simulator.hardware.presets import Preset
+from keda_llm.simulator.report.oracle import OraclePlan, plan_oracle, sustainable_batch
+from keda_llm.simulator.report.summary import Slo
+from keda_llm.simulator.workload.traces import Trace
 
 Mode = Literal["detailed", "fluid", "auto"]
 MODES: tuple[Mode, ...] = ("detailed", "fluid", "auto")
@@ -110,7 +110,7 @@ def simulate(trace: Trace, backtest: Backtest, controller: Controller, mode: Lit
     """Run one controller on the trace in the given mode."""
     config = backtest.sim_config()
     if mode == "fluid":
-        from keda_llm.simulator.fluid import FluidBackend
+        from keda_llm.simulator.cluster.fluid import FluidBackend
 
         return Simulation(trace, config, controller, progress, FluidBackend.slices(backtest.fluid_dt_s)).run()
     return Simulation(trace, config, controller, progress=progress).run()

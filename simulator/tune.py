@@ -28,13 +28,13 @@ import yaml
 
 from keda_llm.scaler.config import format_duration, parse_metadata
 from keda_llm.scaler.scaledobject import Behavior
+from keda_llm.simulator.control.manifest import scaledobject_manifest
+from keda_llm.simulator.control.policies import ITL_TARGET_FRACTION, build_controller, default_scaledobject
 from keda_llm.simulator.control.scaledobject import KedaSettings, settings_from_manifest
-from keda_llm.simulator.frontier import Reference
-from keda_llm.simulator.manifest import scaledobject_manifest
-from keda_llm.simulator.policies import ITL_TARGET_FRACTION, build_controller, default_scaledobject
-from keda_llm.simulator.report import summarize
+from keda_llm.simulator.report.frontier import Reference
+from keda_llm.simulator.report.summary import summarize
 from keda_llm.simulator.run import Backtest, run_policies, simulate
-from keda_llm.simulator.traces import Trace
+from keda_llm.simulator.workload.traces import Trace
 
 #: What the activator exports for the model's held requests (docs/activator.md): the demand seen at zero.
 ACTIVATION_QUERY = 'sum(keda_llm_activator_held_requests{{model="{model}"}})'

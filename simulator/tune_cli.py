@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from keda_llm.simulator.cli import ALIASES, TRACE_NAMES, add_trace_arguments, load_trace, shape_trace
-from keda_llm.simulator.presets import PRESETS, ConfigError, get_preset
-from keda_llm.simulator.traces import MINUTE_COLUMNS, Trace, TraceError, load_minutes_csv
+from keda_llm.simulator.hardware.presets import PRESETS, ConfigError, get_preset
+from keda_llm.simulator.workload.traces import MINUTE_COLUMNS, Trace, TraceError, load_minutes_csv
 
 PROG = "keda-llm tune"
 
@@ -99,7 +99,7 @@ def _hint(err: Exception, args: argparse.Namespace) -> str:
 
 
 def _history(args: argparse.Namespace, model: str) -> Trace:
-    from keda_llm.simulator.history import export_minutes, parse_span, parse_time, write_minutes_csv
+    from keda_llm.simulator.workload.history import export_minutes, parse_span, parse_time, write_minutes_csv
 
     end = parse_time(args.until) if args.until else time.time()
     start = end - parse_span(args.since)
@@ -126,7 +126,7 @@ def _history(args: argparse.Namespace, model: str) -> Trace:
 
 def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any]:
     """(trace, Backtest, Target, Grid) from the arguments; every input error raises with a clear message."""
-    from keda_llm.simulator.report import Slo
+    from keda_llm.simulator.report.summary import Slo
     from keda_llm.simulator.run import Backtest
     from keda_llm.simulator.tune import FULL_GRID, QUICK_GRID, Target
 
@@ -160,7 +160,7 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any]:
 def run(args: argparse.Namespace) -> int:
     from keda_llm.scaler.config import ConfigError as MetadataError
     from keda_llm.simulator.control import ScaledObjectError
-    from keda_llm.simulator.history import HistoryError
+    from keda_llm.simulator.workload.history import HistoryError
 
     try:
         trace, bt, target, grid = build(args)

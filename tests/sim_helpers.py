@@ -6,11 +6,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from keda_llm.simulator.coldstart import ColdStartModel, Phase
-from keda_llm.simulator.engine import Controller, SimConfig, SimResult, Simulation
-from keda_llm.simulator.perf import ConstantPerf
-from keda_llm.simulator.replica import ReplicaConfig
-from keda_llm.simulator.traces import Trace
+from keda_llm.simulator.cluster.engine import Controller, SimConfig, SimResult, Simulation
+from keda_llm.simulator.hardware.coldstart import ColdStartModel, Phase
+from keda_llm.simulator.hardware.perf import ConstantPerf
+from keda_llm.simulator.hardware.replica import ReplicaConfig
+from keda_llm.simulator.workload.traces import Trace
 
 
 def fixed_cold_start(scheduling_s: float, loading_s: float) -> ColdStartModel:

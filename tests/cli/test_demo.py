@@ -33,11 +33,11 @@ from keda_llm.demo_traffic import LoopThread, start_activator, stop_activator
 from keda_llm.exporter.discovery import pods_to_targets
 from keda_llm.exporter.engines import normalize
 from keda_llm.exporter.model import Target
-from keda_llm.simulator.cluster import Cluster
-from keda_llm.simulator.controllers import PodPlan, ScheduleController
-from keda_llm.simulator.engine import Simulation
-from keda_llm.simulator.perf import ConstantPerf
-from keda_llm.simulator.replica import Replica, ReplicaConfig, Request
+from keda_llm.simulator.cluster.engine import Simulation
+from keda_llm.simulator.cluster.pods import Cluster
+from keda_llm.simulator.control.controllers import PodPlan, ScheduleController
+from keda_llm.simulator.hardware.perf import ConstantPerf
+from keda_llm.simulator.hardware.replica import Replica, ReplicaConfig, Request
 
 
 def test_replica_metrics_are_the_simulated_engine_in_vllm_format() -> None:

@@ -62,7 +62,7 @@ def test_every_module_of_every_part_is_in_the_wheel(wheel: Path) -> None:
                 continue
             expected.add("/".join([*package.split("."), *rel.parts]))
     assert expected - names == set()
-    assert any(n.endswith("simulator/data/azure_llm_2023/AzureLLMInferenceTrace_code.csv.gz") for n in names)
+    assert any(n.endswith("simulator/workload/data/azure_llm_2023/AzureLLMInferenceTrace_code.csv.gz") for n in names)
     assert "keda_llm/scaler/py.typed" in names
 
 

@@ -18,7 +18,7 @@ from keda_llm.scaler.externalscaler import externalscaler_pb2 as pb
 from keda_llm.scaler.model import WorkloadState
 from keda_llm.scaler.service import ScalerService
 from keda_llm.simulator.control import KedaSettings, ScaledObjectRef, ScalerUnavailable, Trigger
-from keda_llm.simulator.inprocess import ServiceScaler
+from keda_llm.simulator.control.scaler import ServiceScaler
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 NAME = "llm-meta-llama-llama-3-1-8b-instruct-" + hashlib.sha256(MODEL.encode()).hexdigest()[:6]

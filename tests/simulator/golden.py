@@ -27,13 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from keda_llm.simulator.anchors import AnchorContext
-from keda_llm.simulator.engine import SimResult
-from keda_llm.simulator.policies import build_controller
-from keda_llm.simulator.presets import get_preset
-from keda_llm.simulator.report import Slo
+from keda_llm.simulator.cluster.engine import SimResult
+from keda_llm.simulator.control.anchors import AnchorContext
+from keda_llm.simulator.control.policies import build_controller
+from keda_llm.simulator.hardware.presets import get_preset
+from keda_llm.simulator.report.summary import Slo
 from keda_llm.simulator.run import Backtest, concurrency_target, simulate
-from keda_llm.simulator.traces import load_shipped
+from keda_llm.simulator.workload.traces import load_shipped
 
 RECORDING = Path(__file__).with_name("golden_runs.json")
 SLO = Slo(ttft_s=2.0, itl_s=0.1)

@@ -1,4 +1,4 @@
-"""The replica model under load against published vLLM serving measurements (simulator/calibration.py,
+"""The replica model under load against published vLLM serving measurements (simulator/hardware/calibration.py,
 docs/simulator.md "Under load").
 
 L1-L3 (vLLM 0.6.0 with multi-step scheduling, the engine version the presets' timing is fitted on) are
@@ -13,10 +13,10 @@ import math
 
 import pytest
 
-from keda_llm.simulator import calibration as cal
-from keda_llm.simulator.perf import FITTED, PhysicsPerf
-from keda_llm.simulator.presets import get_preset
-from keda_llm.simulator.replica import ReplicaConfig
+import keda_llm.simulator.hardware.calibration as cal
+from keda_llm.simulator.hardware.perf import FITTED, PhysicsPerf
+from keda_llm.simulator.hardware.presets import get_preset
+from keda_llm.simulator.hardware.replica import ReplicaConfig
 
 
 def _replay(c: cal.LoadedCurve, qps: float) -> cal.Replay:

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from keda_llm.simulator.coldstart import Phase, cold_start_model
-from keda_llm.simulator.presets import get_preset
+from keda_llm.simulator.hardware.coldstart import Phase, cold_start_model
+from keda_llm.simulator.hardware.presets import get_preset
 
 
 def test_phase_medians_by_hand() -> None:

@@ -7,11 +7,11 @@ import math
 import pytest
 from sim_helpers import config, trace
 
-from keda_llm.simulator.controllers import PodPlan, ScheduleController
-from keda_llm.simulator.detailed import DetailedBackend
-from keda_llm.simulator.engine import Simulation
-from keda_llm.simulator.events import ARRIVAL, CONTROL, OBSERVE, PHASE, STEP, EventLoop
-from keda_llm.simulator.fluid import FluidBackend
+from keda_llm.simulator.cluster.detailed import DetailedBackend
+from keda_llm.simulator.cluster.engine import Simulation
+from keda_llm.simulator.cluster.events import ARRIVAL, CONTROL, OBSERVE, PHASE, STEP, EventLoop
+from keda_llm.simulator.cluster.fluid import FluidBackend
+from keda_llm.simulator.control.controllers import PodPlan, ScheduleController
 
 
 def test_events_leave_by_time_then_priority_then_insertion() -> None:

@@ -1,4 +1,4 @@
-"""Frontier sweeps (simulator.frontier) and the docs' frontier block (scripts/simulator_table.py --frontier).
+"""Frontier sweeps (simulator.report.frontier) and the docs' frontier block (scripts/simulator_table.py --frontier).
 
 A synthetic 10-minute trace (5 QPS, prompts 500-3000, outputs 300-900 tokens) on 8B/H100 with a 20 ms ITL
 target: a replica holds only a small batch within it, so more replicas clearly raise attainment. On it
@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from keda_llm.simulator.frontier import Frontier, frontier, knob_grid, sweep
-from keda_llm.simulator.presets import get_preset
-from keda_llm.simulator.report import Slo
+from keda_llm.simulator.hardware.presets import get_preset
+from keda_llm.simulator.report.frontier import Frontier, frontier, knob_grid, sweep
+from keda_llm.simulator.report.summary import Slo
 from keda_llm.simulator.run import Backtest
-from keda_llm.simulator.traces import Trace
+from keda_llm.simulator.workload.traces import Trace
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICIES = ["hpa-kv", "concurrency"]

@@ -22,10 +22,10 @@ from activator_harness import FakeModel, act_url, model_config, run, start_activ
 from keda_llm.activator import core
 from keda_llm.activator import proxy as activator_proxy
 from keda_llm.activator.config import ActivatorConfig
-from keda_llm.simulator.controllers import PodPlan, ScheduleController
-from keda_llm.simulator.engine import SimConfig, Simulation
-from keda_llm.simulator.fluid import FluidBackend
-from keda_llm.simulator.router import Router
+from keda_llm.simulator.cluster.engine import SimConfig, Simulation
+from keda_llm.simulator.cluster.fluid import FluidBackend
+from keda_llm.simulator.cluster.router import Router
+from keda_llm.simulator.control.controllers import PodPlan, ScheduleController
 
 BURST = [100.0 + i for i in range(10)]  # ten requests, one a second, at zero
 ONE_POD_AT_130 = [PodPlan(130.0, math.inf, 30.0)]  # created at 100 (the first hold), ready at 130
@@ -92,7 +92,7 @@ def test_least_outstanding_is_fewest_outstanding_ties_to_the_oldest() -> None:
 
 def test_the_fluid_loops_least_outstanding_is_cores_pick() -> None:
     # the compiled loop cannot call Python per request: its copy of the rule must pick what core picks
-    from keda_llm.simulator import fluid_kernel as k
+    import keda_llm.simulator.cluster.fluid_kernel as k
 
     rng = np.random.default_rng(11)
     for _ in range(300):

@@ -5,10 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from keda_llm.simulator.hardware import A100_SXM_80GB, H100_SXM_80GB, L4
-from keda_llm.simulator.models import LLAMA_3_1_8B, LLAMA_3_1_70B
-from keda_llm.simulator.perf import N_COEF, ConstantPerf, Efficiency, PhysicsPerf, coefficient_step_times, step_time
-from keda_llm.simulator.presets import PRESETS, ConfigError, Preset, get_preset
+from keda_llm.simulator.hardware.gpus import A100_SXM_80GB, H100_SXM_80GB, L4
+from keda_llm.simulator.hardware.models import LLAMA_3_1_8B, LLAMA_3_1_70B
+from keda_llm.simulator.hardware.perf import (
+    N_COEF,
+    ConstantPerf,
+    Efficiency,
+    PhysicsPerf,
+    coefficient_step_times,
+    step_time,
+)
+from keda_llm.simulator.hardware.presets import PRESETS, ConfigError, Preset, get_preset
 
 EFF = Efficiency(bandwidth=0.5, mfu=0.5, step_overhead_s=0.001, allreduce_latency_s=13e-6, frontend_latency_s=0.0,
                  kv_bandwidth=0.5)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from keda_llm.simulator.anchors.dynamo import disaggregated_replicas
-from keda_llm.simulator.perf import ConstantPerf
+from keda_llm.simulator.control.anchors.dynamo import disaggregated_replicas
+from keda_llm.simulator.hardware.perf import ConstantPerf
+from keda_llm.simulator.hardware.presets import get_preset
+from keda_llm.simulator.hardware.replica import ReplicaConfig
 from keda_llm.simulator.pools import (
     PdSetup,
     PdSimulation,
@@ -16,9 +18,7 @@ from keda_llm.simulator.pools import (
     VariantsSimulation,
     shifted_trace,
 )
-from keda_llm.simulator.presets import get_preset
-from keda_llm.simulator.replica import ReplicaConfig
-from keda_llm.simulator.traces import Trace
+from keda_llm.simulator.workload.traces import Trace
 
 H100_70B = get_preset("llama-3.1-70b/h100-tp4")
 

@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from keda_llm.simulator.hardware import H100_SXM_80GB
-from keda_llm.simulator.models import LLAMA_3_1_8B
-from keda_llm.simulator.perf import ConstantPerf, Efficiency, PhysicsPerf
-from keda_llm.simulator.replica import Replica, ReplicaConfig, Request
+from keda_llm.simulator.hardware.gpus import H100_SXM_80GB
+from keda_llm.simulator.hardware.models import LLAMA_3_1_8B
+from keda_llm.simulator.hardware.perf import ConstantPerf, Efficiency, PhysicsPerf
+from keda_llm.simulator.hardware.replica import Replica, ReplicaConfig, Request
 
 TEN_MS = ConstantPerf(base_s=0.01)
 

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from keda_llm.scaler.config import parse_metadata
+from keda_llm.simulator.control.policies import ITL_TARGET_FRACTION, default_scaledobject
 from keda_llm.simulator.control.scaledobject import KedaSettings, load_scaledobject
-from keda_llm.simulator.policies import ITL_TARGET_FRACTION, default_scaledobject
-from keda_llm.simulator.presets import get_preset
+from keda_llm.simulator.hardware.presets import get_preset
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "deploy" / "examples" / "keda-2.18"

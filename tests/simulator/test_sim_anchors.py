@@ -1,4 +1,4 @@
-"""The field's autoscalers (simulator.anchors): each decision rule worked by hand on small inputs, then one
+"""The field's autoscalers (simulator.control.anchors): each decision rule worked by hand on small inputs, then one
 short run each on a shipped trace window."""
 
 from __future__ import annotations
@@ -7,16 +7,16 @@ import numpy as np
 import pytest
 from sim_helpers import config, run, trace
 
-from keda_llm.simulator.anchors import ANCHORS, AnchorContext, build_anchor
-from keda_llm.simulator.anchors.aibrix import apa_desired
-from keda_llm.simulator.anchors.base import Signals
-from keda_llm.simulator.anchors.dynamo import ConstantPredictor, DynamoPlanner, KalmanPredictor
-from keda_llm.simulator.anchors.keda_driven import KvUsageScaler, wva_v1_target, wva_v2_target
-from keda_llm.simulator.anchors.knative import KnativeKpa, KpaDecider
-from keda_llm.simulator.anchors.ray_serve import RayServe, ray_desired
-from keda_llm.simulator.perf import ConstantPerf
-from keda_llm.simulator.policies import POLICIES, build_controller, parse_policy
-from keda_llm.simulator.replica import ReplicaConfig
+from keda_llm.simulator.control.anchors import ANCHORS, AnchorContext, build_anchor
+from keda_llm.simulator.control.anchors.aibrix import apa_desired
+from keda_llm.simulator.control.anchors.base import Signals
+from keda_llm.simulator.control.anchors.dynamo import ConstantPredictor, DynamoPlanner, KalmanPredictor
+from keda_llm.simulator.control.anchors.keda_driven import KvUsageScaler, wva_v1_target, wva_v2_target
+from keda_llm.simulator.control.anchors.knative import KnativeKpa, KpaDecider
+from keda_llm.simulator.control.anchors.ray_serve import RayServe, ray_desired
+from keda_llm.simulator.control.policies import POLICIES, build_controller, parse_policy
+from keda_llm.simulator.hardware.perf import ConstantPerf
+from keda_llm.simulator.hardware.replica import ReplicaConfig
 
 
 def _sig(running: list[float], waiting: list[float], kv: list[float], pending: float = 0.0) -> Signals:
@@ -95,7 +95,7 @@ def test_wva_v2_token_capacity() -> None:
 # -- HPA on KV usage ---------------------------------------------------------------------------------------
 def test_hpa_kv_reports_the_sum_at_its_scrape_interval() -> None:
     from keda_llm.scaler.model import Observation, ReplicaSample
-    from keda_llm.simulator.engine import ObservedState
+    from keda_llm.simulator.cluster.engine import ObservedState
 
     def state(at: float, kv: float) -> ObservedState:
         obs = Observation("d", "m", at, (ReplicaSample("a", at, kv_usage_ratio=kv, running=1, waiting=0),
@@ -195,7 +195,7 @@ def test_names_and_knobs() -> None:
 # -- one short run each on a shipped trace ------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def window() -> object:
-    from keda_llm.simulator.traces import load_shipped
+    from keda_llm.simulator.workload.traces import load_shipped
 
     return load_shipped("azure2023-conv", seed=0).window(0, 600)
 
@@ -204,7 +204,7 @@ def window() -> object:
 def test_anchor_on_a_shipped_window(name: str, window: object) -> None:
     """The first 10 minutes of the Azure 2023 conversation trace on Llama-3.1-8B / L4 (one L4 cannot carry
     it): every request is served and every anchor scales up."""
-    from keda_llm.simulator.presets import get_preset
+    from keda_llm.simulator.hardware.presets import get_preset
     from keda_llm.simulator.run import Backtest, run_policies
 
     (res,), _ = run_policies(window, Backtest(get_preset("llama-3.1-8b/l4"), max_replicas=16), [name])  # type: ignore[arg-type]

@@ -6,10 +6,10 @@ import pytest
 from sim_helpers import config, run, trace
 
 from keda_llm.scaler.model import Observation, ReplicaSample
-from keda_llm.simulator.baselines import MetricScaler, concurrency_baseline, gpu_baseline, queue_baseline
-from keda_llm.simulator.controllers import KedaController
-from keda_llm.simulator.engine import ObservedState
-from keda_llm.simulator.policies import build_controller
+from keda_llm.simulator.cluster.engine import ObservedState
+from keda_llm.simulator.control.baselines import MetricScaler, concurrency_baseline, gpu_baseline, queue_baseline
+from keda_llm.simulator.control.controllers import KedaController
+from keda_llm.simulator.control.policies import build_controller
 
 
 def _ups(ctl: KedaController) -> list[tuple[float, int, int]]:

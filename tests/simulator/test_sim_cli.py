@@ -10,7 +10,7 @@ import pytest
 
 from keda_llm.cli import main
 from keda_llm.simulator import cli
-from keda_llm.simulator.presets import ConfigError, get_preset
+from keda_llm.simulator.hardware.presets import ConfigError, get_preset
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "scaledobjects"
 

@@ -19,16 +19,16 @@ import math
 import numpy as np
 import pytest
 
-from keda_llm.simulator import fluid_kernel as k
-from keda_llm.simulator.controllers import PodPlan, ScheduleController
-from keda_llm.simulator.engine import Controller
-from keda_llm.simulator.fluid import own_prefill
-from keda_llm.simulator.perf import ConstantPerf
-from keda_llm.simulator.policies import build_controller
-from keda_llm.simulator.presets import get_preset
-from keda_llm.simulator.report import Slo, summarize
+import keda_llm.simulator.cluster.fluid_kernel as k
+from keda_llm.simulator.cluster.engine import Controller
+from keda_llm.simulator.cluster.fluid import own_prefill
+from keda_llm.simulator.control.controllers import PodPlan, ScheduleController
+from keda_llm.simulator.control.policies import build_controller
+from keda_llm.simulator.hardware.perf import ConstantPerf
+from keda_llm.simulator.hardware.presets import get_preset
+from keda_llm.simulator.report.summary import Slo, summarize
 from keda_llm.simulator.run import Backtest, concurrency_target, simulate
-from keda_llm.simulator.traces import Trace, load_shipped
+from keda_llm.simulator.workload.traces import Trace, load_shipped
 
 SLO = Slo(ttft_s=2.0, itl_s=0.1)
 

@@ -8,10 +8,10 @@ import math
 import pytest
 from sim_helpers import config, trace
 
-from keda_llm.simulator.controllers import KedaController, PodPlan, ScheduleController
-from keda_llm.simulator.engine import Simulation
-from keda_llm.simulator.fluid import FluidBackend
-from keda_llm.simulator.policies import build_controller, default_scaledobject
+from keda_llm.simulator.cluster.engine import Simulation
+from keda_llm.simulator.cluster.fluid import FluidBackend
+from keda_llm.simulator.control.controllers import KedaController, PodPlan, ScheduleController
+from keda_llm.simulator.control.policies import build_controller, default_scaledobject
 
 
 def test_detailed_replicas_count_ttft_per_request_and_itl_per_gap_by_hand() -> None:
@@ -45,7 +45,7 @@ def test_ours_carries_the_backtest_slo_as_latency_targets() -> None:
 
 
 def test_the_backtests_ours_holds_the_mean_itl_at_half_the_slo() -> None:
-    # the term holds the mean ITL over all tokens; the SLO is judged per request (simulator/policies.py)
+    # the term holds the mean ITL over all tokens; the SLO is judged per request (simulator/control/policies.py)
     ctl = build_controller("ours", model="m", max_replicas=8, concurrency_target=8, static_replicas=1,
                            slo=(2.0, 0.1))
     assert isinstance(ctl, KedaController)

@@ -9,10 +9,10 @@ from dataclasses import replace
 import pytest
 from sim_helpers import at, config, run, trace
 
+from keda_llm.simulator.cluster.router import Router
 from keda_llm.simulator.control import KedaSettings
-from keda_llm.simulator.controllers import PodPlan, ScheduleController
-from keda_llm.simulator.policies import OursController, default_scaledobject
-from keda_llm.simulator.router import Router
+from keda_llm.simulator.control.controllers import PodPlan, ScheduleController
+from keda_llm.simulator.control.policies import OursController, default_scaledobject
 
 
 def _static(n: int) -> ScheduleController:

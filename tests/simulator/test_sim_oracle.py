@@ -8,9 +8,11 @@ from collections.abc import Callable
 import numpy as np
 from sim_helpers import config, fixed_cold_start
 
-from keda_llm.simulator.controllers import ScheduleController
-from keda_llm.simulator.engine import SimConfig, SimResult, Simulation
-from keda_llm.simulator.oracle import (
+from keda_llm.simulator.cluster.engine import SimConfig, SimResult, Simulation
+from keda_llm.simulator.control.controllers import ScheduleController
+from keda_llm.simulator.hardware.perf import ConstantPerf
+from keda_llm.simulator.hardware.replica import ReplicaConfig
+from keda_llm.simulator.report.oracle import (
     cold_start_table,
     first_counts,
     idle_ttft,
@@ -20,10 +22,8 @@ from keda_llm.simulator.oracle import (
     pods_from_counts,
     sustainable_batch,
 )
-from keda_llm.simulator.perf import ConstantPerf
-from keda_llm.simulator.replica import ReplicaConfig
-from keda_llm.simulator.report import Slo, met_mask
-from keda_llm.simulator.traces import Trace
+from keda_llm.simulator.report.summary import Slo, met_mask
+from keda_llm.simulator.workload.traces import Trace
 
 SLO = Slo(ttft_s=0.5, itl_s=0.05)
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from keda_llm.simulator.presets import get_preset
-from keda_llm.simulator.report import Slo, met_mask, summarize
+from keda_llm.simulator.hardware.presets import get_preset
+from keda_llm.simulator.report.summary import Slo, met_mask, summarize
 from keda_llm.simulator.run import Backtest, run_policies
-from keda_llm.simulator.traces import load_shipped
+from keda_llm.simulator.workload.traces import load_shipped
 
 SLO = Slo(ttft_s=2.0, itl_s=0.1)
 PRESET = "llama-3.1-70b/h100-tp4"

@@ -13,8 +13,8 @@ from dataclasses import replace
 
 from sim_helpers import at, config, run, trace
 
-from keda_llm.simulator.engine import SimResult
-from keda_llm.simulator.policies import OursController, default_scaledobject
+from keda_llm.simulator.cluster.engine import SimResult
+from keda_llm.simulator.control.policies import OursController, default_scaledobject
 
 WINDOW = "[{start: '5 0 1 1 *', duration: 5m, timezone: UTC, desiredReplicas: 3, leadTime: 0s}]"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from keda_llm.simulator.traces import (
+from keda_llm.simulator.workload.traces import (
     TraceError,
     load_azure_2023,
     load_azure_2024_minutes,

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from keda_llm.common.durations import parse_duration
-from keda_llm.simulator.manifest import scaledobject_manifest
+from keda_llm.simulator.control.manifest import scaledobject_manifest
 from keda_llm.simulator.tune import Knobs, candidate, run_point
 from keda_llm.simulator.tune_cli import add_arguments, build
 

@@ -1,4 +1,4 @@
-"""The per-minute history export (simulator.history) against a REAL Prometheus holding two hours of counters.
+"""The per-minute history export (simulator.workload.history) against a REAL Prometheus holding two hours of counters.
 
 The data is written as the exporters' series would be scraped every 15 s (two replicas of the model, plus a
 second model and the same model in another namespace, which must not count) and loaded into the real
@@ -22,7 +22,7 @@ import pytest
 from prometheus_server import PrometheusServer, running_prometheus
 
 from keda_llm.common.httpget import fetch
-from keda_llm.simulator.history import (
+from keda_llm.simulator.workload.history import (
     HistoryError,
     Minute,
     chunks,
@@ -32,7 +32,7 @@ from keda_llm.simulator.history import (
     query_range,
     write_minutes_csv,
 )
-from keda_llm.simulator.traces import load_minutes_csv
+from keda_llm.simulator.workload.traces import load_minutes_csv
 
 MODEL = 'meta-llama/Llama-3.1-8B-Instruct'
 N = 120  # minutes of data

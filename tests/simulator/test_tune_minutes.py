@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from keda_llm.simulator.traces import TraceError, is_minutes_csv, load_azure_2024_minutes, load_minutes_csv
+from keda_llm.simulator.workload.traces import TraceError, is_minutes_csv, load_azure_2024_minutes, load_minutes_csv
 
 
 def _write(tmp_path: Path, text: str, name: str = "m.csv") -> Path:

@@ -13,13 +13,12 @@ import pytest
 import yaml
 
 from keda_llm.scaler.config import parse_metadata
+from keda_llm.simulator.control.manifest import scaledobject_manifest
+from keda_llm.simulator.control.policies import default_scaledobject
 from keda_llm.simulator.control.scaledobject import load_scaledobject, settings_from_manifest
-from keda_llm.simulator.manifest import scaledobject_manifest
-from keda_llm.simulator.policies import default_scaledobject
-from keda_llm.simulator.presets import get_preset
-from keda_llm.simulator.report import Slo
+from keda_llm.simulator.hardware.presets import get_preset
+from keda_llm.simulator.report.summary import Slo
 from keda_llm.simulator.run import Backtest
-from keda_llm.simulator.traces import Trace, load_shipped
 from keda_llm.simulator.tune import (
     Grid,
     Knobs,
@@ -33,6 +32,7 @@ from keda_llm.simulator.tune import (
     render_yaml,
     tune,
 )
+from keda_llm.simulator.workload.traces import Trace, load_shipped
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"

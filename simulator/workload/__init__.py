@@ -1,0 +1,1 @@
+"""What arrives: request traces (shipped data, per-minute histories) and how they are shaped."""
