@@ -37,13 +37,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from keda_llm.simulator.frontier import SWEPT, TraceFrontier, frontier
+from keda_llm.simulator.frontier_cache import PointCache
 from keda_llm.simulator.oracle import OraclePlan
 from keda_llm.simulator.presets import get_preset
 from keda_llm.simulator.report import Slo, Summary, markdown_table, summarize, with_oracle_ratio
 from keda_llm.simulator.run import Backtest, run_policies
 from keda_llm.simulator.traces import Trace, load_shipped
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+CACHE = ROOT / "build" / "frontier-cache"
 PRESET = "llama-3.1-70b/h100-tp4"
 SLO = Slo(ttft_s=2.0, itl_s=0.1)
 POLICIES = ["ours", "static", "queue", "gpu", "concurrency", "oracle"]
@@ -75,7 +78,7 @@ def load(case: Case, quick: bool) -> Trace:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=None, help="also write the Markdown here")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--update-docs", action="store_true", help="write the tables into docs/ (marked blocks)")
@@ -92,6 +95,13 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="--frontier: processes for the points")
     ap.add_argument("--ray", default=None, metavar="ADDRESS",
                     help="--frontier: run the points on this Ray cluster (`auto`: a local one)")
+    ap.add_argument("--policies", nargs="*", default=None,
+                    help=f"--frontier: only these policies (default: all of {', '.join(FRONTIER_POLICIES)}), to fill "
+                         "the points cache ahead of a full run; not with --update-docs")
+    ap.add_argument("--fresh", action="store_true",
+                    help="--frontier: simulate every point again (the cache is overwritten, not read)")
+    ap.add_argument("--no-cache", action="store_true",
+                    help="--frontier: neither read nor write the points cache")
     args = ap.parse_args()
     bt = Backtest(get_preset(PRESET), cold_start="typical", slo=SLO)
     if args.oracle_check:
@@ -168,14 +178,24 @@ def run_frontier(bt: Backtest, args: argparse.Namespace) -> None:
             known = ", ".join(c.trace for c in CASES)
             raise SystemExit(f"unknown trace(s): {', '.join(sorted(missing))}; known: {known}")
     points = args.points or (QUICK_POINTS if args.quick else FRONTIER_POINTS)
+    policies = FRONTIER_POLICIES if args.policies is None else args.policies
+    if args.policies is not None and args.update_docs:
+        raise SystemExit("--policies fills the points cache; --update-docs needs every policy (cached ones cost "
+                         "nothing: run it without --policies)")
+    unknown = set(policies) - set(FRONTIER_POLICIES)
+    if unknown:
+        raise SystemExit(f"unknown policy(ies): {', '.join(sorted(unknown))}; "
+                         f"sweepable: {', '.join(FRONTIER_POLICIES)}")
     sections: dict[str, str] = {}
     for case in cases:
         tr = load(case, args.quick)
         title = case_title(case, args.quick)
         t0 = time.time()
-        tf = frontier(tr, bt, FRONTIER_POLICIES, points=points, workers=args.workers, ray_address=args.ray,
+        cache = None if args.no_cache else PointCache(CACHE, tr, bt, fresh=args.fresh)
+        tf = frontier(tr, bt, policies, points=points, workers=args.workers, ray_address=args.ray, cache=cache,
                       progress=lambda pol, pt: print(f"  {pol}@{pt.knob:g}: {100 * pt.attainment:.1f}% "
-                                                     f"{pt.gpu_hours:.2f} GPU-h", flush=True))
+                                                     f"{pt.gpu_hours:.2f} GPU-h {pt.cpu_s:.1f} CPU s"
+                                                     f"{' (cached)' if pt.cached else ''}", flush=True))
         img = f"frontier-{case.trace}{'-quick' if args.quick else ''}.png"
         sections[title] = frontier_section(title, tf, points, img, time.time() - t0)
         print(sections[title], flush=True)
