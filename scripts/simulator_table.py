@@ -2,7 +2,8 @@
 
     .venv/bin/python scripts/simulator_table.py [--update-docs] [--out FILE] [--quick]
     .venv/bin/python scripts/simulator_table.py --frontier [--quick] [--update-docs] [--traces NAME ...]
-                                                [--workers N | --ray ADDRESS]
+                                                [--workers N | --ray ADDRESS] [--fresh | --no-cache]
+    .venv/bin/python scripts/simulator_table.py --loo [--update-docs] [--workers N]
 
 For each trace it runs ours (the scaler's tokens policy through KEDA+HPA, keda-llm's recommended
 ScaledObject), static provisioning at the oracle's peak, the queue (num_requests_waiting > 5), GPU
@@ -19,12 +20,28 @@ the opt-in slow counterpart of tests/simulator/test_sim_oracle_traces.py.
 
 --frontier sweeps every policy that has a knob (ours, queue, gpu, concurrency and the nine anchors) over
 it on each trace (simulator.frontier: from the documented default toward more capacity until it meets
-99% or costs more than static at the oracle's peak) and prints one table per trace: the cost to reach 99%
-or "never (best X%)", the knob there and every point tried; with --update-docs it writes the traces it ran
-into the `frontier` block of docs/simulator-results.md (one section per trace, the others kept) and one
-plot per trace to docs/img/frontier-<trace>.png. --quick: the first 20 minutes, 3 points per policy.
-Points run in --workers processes (default: every core), or on a Ray cluster with --ray ADDRESS (`auto`:
-a local instance; needs `pip install 'keda-llm[ray]'`).
+99% or costs more than static at the oracle's peak; where the default already meets it, toward less
+capacity while it still does) and prints one table per trace: the cost to reach 99% (the cheapest point
+that meets it) or "never (best X%)", the knob there and every point tried; with --update-docs it writes
+the traces it ran into the `frontier` block of docs/simulator-results.md (one section per trace, the
+others kept) and one plot per trace to docs/img/frontier-<trace>.png. --quick: the first 20 minutes, 3
+points per policy. Points run in --workers processes (default: every core), or on a Ray cluster with
+--ray ADDRESS (`auto`: a local instance; needs `pip install 'keda-llm[ray]'`).
+
+Points cache: every point (and each trace's oracle, static and lower bound) is kept in
+build/frontier-cache/ (ignored by git), keyed on the trace (name and contents: a window is another
+trace), the backtest (preset, SLO, seed, cold starts, mode), the policy, the knob value and a digest of
+the source the point runs: simulator/ (but the sweep, the tuner and the command lines), common/,
+activator/, scaler/model.py and scaler/scaledobject.py for every point, plus all of scaler/ and
+simulator/policies.py for ours' (simulator/frontier_cache.py). A re-run after a change to ours' policy
+simulates only ours' points; after a change to the simulator, every point. --fresh simulates every point
+again (and overwrites the cache), --no-cache neither reads nor writes it; `rm -r build/frontier-cache`
+empties it. --policies NAME ... fills the cache for some policies only (not with --update-docs).
+
+--loo (leave one trace out, simulator.leave_one_out): ours' frontier on every trace (from the cache),
+ours at every knob value any trace's frontier tried on every trace (simulated where missing, then
+cached), and for each trace the knob chosen on the other traces alone, reported on the trace left out
+against issue 11's bar; --update-docs writes the `leave-one-out` block of docs/simulator-results.md.
 """
 
 from __future__ import annotations

@@ -7,8 +7,10 @@ walks a geometric grid from it (every knob here buys capacity as it goes down):
   (static provisioning at the oracle's peak);
 - when the default already meets it: toward less capacity, `default / ratio^i` (at most the knob's
   bound, KNOB_MAX), while the points still meet it, so that a cheaper point of that policy is tried
-  too. A default that happens to sit above the target would otherwise flatter nobody and cost its
-  policy the comparison;
+  too (a default that happens to sit above the target would otherwise cost its policy the comparison),
+  and until a step changes nothing (the same attainment and GPU-hours as the point before: the policy
+  sits at its floor, one replica, and the next step would not move it either; without this rule a
+  mostly idle trace spends most of its CPU on such points);
 in either direction after `points` points in all. Each policy's result is a `Frontier`: its points and
 its cost to reach the target (the fewest GPU-hours among the points that meet it, whichever direction
 found them) or "never" with the best attainment it reached. Every policy is swept by the same rule.
@@ -89,11 +91,13 @@ class Frontier:
     def stop(self) -> str:
         """Why the sweep stopped. Toward more capacity: `target` (met), `cap` (cost more than static) or
         `points` (the grid ran out). Toward less: `below` (the next cheaper point missed the target),
-        `bound` (the knob reached its largest value) or `points`."""
+        `flat` (a step changed nothing), `bound` (the knob reached its largest value) or `points`."""
         last = self.points[-1]
         if self.went_down:
             if len(self.points) > 1 and last.attainment < self.target:
                 return "below"
+            if len(self.points) > 1 and _flat(self.points[-2], last):
+                return "flat"
             if self.knob_max is not None and last.knob >= self.knob_max:
                 return "bound"
             return "points"
@@ -242,9 +246,15 @@ def next_knob(done: Sequence[Point], *, target: float, cap_gpu_hours: float | No
     default, last = done[0].knob, done[-1]
     if done[0].attainment >= target:  # toward less capacity, while the points meet the target
         grid = knob_grid_down(default, points, ratio, top)
-        return grid[n] if last.attainment >= target and n < len(grid) else None
+        flat = n > 1 and _flat(done[-2], last)
+        return grid[n] if last.attainment >= target and not flat and n < len(grid) else None
     over = cap_gpu_hours is not None and last.gpu_hours > cap_gpu_hours
     return None if last.attainment >= target or over else knob_grid(default, points, ratio)[n]
+
+
+def _flat(a: Point, b: Point) -> bool:
+    """A step that changed nothing."""
+    return (a.attainment, a.gpu_hours) == (b.attainment, b.gpu_hours)
 
 
 def sweep(trace: Trace, backtest: Backtest, policies: Sequence[str], *, cap_gpu_hours: float | None,

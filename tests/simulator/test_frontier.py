@@ -80,21 +80,23 @@ def test_knob_grid_down_divides_and_stops_at_the_bound() -> None:
 #    cap stops only sweeps toward more capacity);
 #  hpa-kv (default 0.8): 99% at 0.4 or below, 50% above -> up 0.8, 0.56, 0.392 (meets): `target` at 2.551;
 #  aibrix-kpa (default 0.5): 100% everywhere -> down 0.5, 0.7143, 1 (the bound): `bound`, 1.0 GPU-h;
-#  queue (default 5): 50% everywhere -> up 5 (2.0 GPU-h), 3.5 (2.857), 2.45 (4.082, over the cap): `cap`.
+#  queue (default 5): 50% everywhere -> up 5 (2.0 GPU-h), 3.5 (2.857), 2.45 (4.082, over the cap): `cap`;
+#  ray-serve (default 2): 100% at 2.0 GPU-h everywhere (its floor) -> down 2, 2.857 (no change): `flat`.
 STEP = {"ours": (0.016, 1.0, 0.9, 1.0), "hpa-kv": (0.4, 0.99, 0.5, 1.0), "aibrix-kpa": (9.9, 1.0, 1.0, 1.0),
-        "queue": (0.0, 0.5, 0.5, 10.0)}
+        "queue": (0.0, 0.5, 0.5, 10.0), "ray-serve": (9.9, 1.0, 1.0, 0.0)}
 CALLS: list[tuple[str, float]] = []
 
 
 def _fake_point(trace: Trace, backtest: Backtest, policy: str, knob: float) -> Point:
     CALLS.append((policy, knob))
     edge, at_or_below, above, scale = STEP[policy]
-    return Point(knob, at_or_below if knob <= edge else above, scale / knob, 0.5)
+    return Point(knob, at_or_below if knob <= edge else above, scale / knob if scale else 2.0, 0.5)
 
 
-FAKE = ["ours", "hpa-kv", "aibrix-kpa", "queue"]
+FAKE = ["ours", "hpa-kv", "aibrix-kpa", "queue", "ray-serve"]
 FAKE_EXPECTED = {"ours": ([0.01, 0.01429, 0.02041], "below", 0.01429), "hpa-kv": ([0.8, 0.56, 0.392], "target", 0.392),
-                 "aibrix-kpa": ([0.5, 0.7143, 1.0], "bound", 1.0), "queue": ([5.0, 3.5, 2.45], "cap", None)}
+                 "aibrix-kpa": ([0.5, 0.7143, 1.0], "bound", 1.0), "queue": ([5.0, 3.5, 2.45], "cap", None),
+                 "ray-serve": ([2.0, 2.857], "flat", 2.0)}
 
 
 def _check_fake(fronts: list[Frontier]) -> None:
@@ -123,6 +125,10 @@ def test_next_knob_is_a_function_of_the_policy_s_own_points() -> None:
     assert nk((0.05, 0.9)) == 0.035  # the default misses: toward more capacity
     assert nk((0.05, 0.9), (0.035, 0.995)) is None
     assert nk((0.05, 1.0), (0.07143, 1.0), (0.102, 1.0), (0.1458, 1.0)) is None  # `points` reached
+    flat = [Point(0.05, 1.0, 3.0, 0.0), Point(0.07143, 1.0, 3.0, 0.0)]  # a step that changed nothing
+    assert next_knob(flat, target=0.99, cap_gpu_hours=None, points=4, ratio=0.7, top=None) is None
+    assert next_knob([Point(0.05, 0.5, 3.0, 0.0), Point(0.035, 0.5, 3.0, 0.0)], target=0.99, cap_gpu_hours=None,
+                     points=4, ratio=0.7, top=None) == 0.0245  # toward more capacity a flat step goes on
     with pytest.raises(ValueError, match="starts at the policy's default"):
         nk()
 
@@ -132,12 +138,12 @@ def test_the_points_cache_replays_a_sweep_and_keys_on_the_source(case: tuple[Tra
     tr, bt = case
     CALLS.clear()
     _check_fake(sweep(tr, bt, FAKE, cap_gpu_hours=3.0, run=_fake_point, cache=PointCache(tmp_path, tr, bt)))
-    assert len(CALLS) == 12 and len(list((tmp_path / "points").glob("*.json"))) == 12
+    assert len(CALLS) == 14 and len(list((tmp_path / "points").glob("*.json"))) == 14
     CALLS.clear()
     cache = PointCache(tmp_path, tr, bt)
     again = sweep(tr, bt, FAKE, cap_gpu_hours=3.0, run=_fake_point, cache=cache)
     _check_fake(again)
-    assert CALLS == [] and cache.hits == 12 and cache.misses == 0
+    assert CALLS == [] and cache.hits == 14 and cache.misses == 0
     assert all(p.cached and p.cpu_s == 0.5 for f in again for p in f.points)  # the CPU seconds it cost then
     # another seed is another key; so is another window of the trace
     sweep(tr, replace(bt, seed=1), ["hpa-kv"], cap_gpu_hours=3.0, run=_fake_point, cache=PointCache(tmp_path, tr, bt))
@@ -254,7 +260,7 @@ def test_frontier_section_round_trips_and_plots(case: tuple[Trace, Backtest], tm
     text = st.frontier_section("synthetic", tf, 3, "x.png", 1.0)
     block = st.merge_sections({}, {"synthetic": text})
     (row,) = st.parse_frontier_table(st.parse_sections(block)["synthetic"])
-    assert row["policy"] == "concurrency" and row["stop"] in ("target", "cap", "points", "below", "bound")
+    assert row["policy"] == "concurrency" and row["stop"] in ("target", "cap", "points", "below", "flat", "bound")
     st.plot_frontier(tf, "synthetic", tmp_path / "f.png")
     assert (tmp_path / "f.png").stat().st_size > 1000
 
@@ -274,6 +280,6 @@ def test_the_docs_frontier_block_parses() -> None:
         cost = next(k for k in rows[0] if k.startswith("cost to reach"))
         for r in rows:
             assert COST.match(r[cost]), (title, r)
-            assert r["stop"] in ("target", "cap", "points", "below", "bound")
+            assert r["stop"] in ("target", "cap", "points", "below", "flat", "bound")
         img = re.search(r"\]\((img/[^)]+\.png)\)", text)
         assert img and (ROOT / "docs" / img.group(1)).is_file(), title
