@@ -337,9 +337,40 @@ def frontier_section(title: str, tf: TraceFrontier, points: int, img: str | None
         ratio = f"{r.gpu_hours / tf.oracle.gpu_hours:.2f}x" if r is not None and tf.oracle.gpu_hours > 0 else ""
         lines.append(f"| {f.policy} | {f.knob_name} | {f.default:g} | {f.cost()} | {ratio} | "
                      f"{'' if r is None else f'{r.knob:g}'} | {f.stop} | {tried} |")
+    lines += ["", ours_vs_others(tf)]
     if img:
         lines += ["", f"![{title}: SLO attainment vs GPU-hours](img/{img})"]
     return "\n".join(lines)
+
+
+def ours_vs_others(tf: TraceFrontier) -> str:
+    """One sentence: is ours' cost to reach the target at or below every other policy's, and if not, who
+    beats it and by how much."""
+    by = {f.policy: f for f in tf.frontiers}
+    if "ours" not in by:
+        return ""
+    ours = by["ours"]
+    others = [f for f in tf.frontiers if f.policy != "ours"]
+    reach = sorted((f for f in others if f.reached is not None), key=lambda f: f.reached.gpu_hours if f.reached else 0)
+    r = ours.reached
+    if r is None:
+        if not reach:
+            best = max(others, key=lambda f: f.best.attainment, default=None)
+            tail = f"; the best other is {best.policy} at {_pct(best.best.attainment)}" if best else ""
+            return (f"**Ours against the others:** no policy reaches {_pct(tf.target)} here; ours' best is "
+                    f"{_pct(ours.best.attainment)}{tail}.")
+        names = ", ".join(f"{f.policy} ({f.cost()})" for f in reach)
+        return (f"**Ours against the others:** behind: ours never reaches {_pct(tf.target)} (best "
+                f"{_pct(ours.best.attainment)}), while {names} do.")
+    cheaper = [f for f in reach if f.reached is not None and round(f.reached.gpu_hours, 2) < round(r.gpu_hours, 2)]
+    if not cheaper:
+        return (f"**Ours against the others:** at or beyond every other policy: ours reaches {_pct(tf.target)} at "
+                f"{r.gpu_hours:.2f} GPU-h, and {len(reach)} of the {len(others)} others reach it at all, none for "
+                "less.")
+    names = ", ".join(f"{f.policy} {f.cost()} ({100 * (1 - f.reached.gpu_hours / r.gpu_hours):.0f}% less)"
+                      for f in cheaper if f.reached is not None)
+    return (f"**Ours against the others:** behind: ours reaches {_pct(tf.target)} at {r.gpu_hours:.2f} GPU-h; "
+            f"cheaper: {names}.")
 
 
 SECTION = re.compile(r"^### (.+)$", re.M)
