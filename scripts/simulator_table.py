@@ -212,6 +212,7 @@ def run_frontier(bt: Backtest, args: argparse.Namespace) -> None:
         raise SystemExit(f"unknown policy(ies): {', '.join(sorted(unknown))}; "
                          f"sweepable: {', '.join(FRONTIER_POLICIES)}")
     sections: dict[str, str] = {}
+    costs: dict[str, str] = {}
     for case in cases:
         tr = load(case, args.quick)
         title = case_title(case, args.quick)
@@ -223,6 +224,7 @@ def run_frontier(bt: Backtest, args: argparse.Namespace) -> None:
                                                      f"{' (cached)' if pt.cached else ''}", flush=True))
         img = f"frontier-{case.trace}{'-quick' if args.quick else ''}.png"
         sections[title] = frontier_section(title, tf, points, img, time.time() - t0)
+        costs[title] = cost_row(title, tf)
         print(sections[title], flush=True)
         if args.update_docs:
             plot_frontier(tf, title, IMG / img)
@@ -230,6 +232,33 @@ def run_frontier(bt: Backtest, args: argparse.Namespace) -> None:
         path = DOCS / "simulator-results.md"
         old = parse_sections(read_block(path, "frontier")) if "generated:frontier" in path.read_text() else {}
         replace_block(path, "frontier", merge_sections(old, sections))
+        if not args.quick:
+            bench = ROOT / "bench" / "results" / "frontier.md"
+            old_rows = {m.group(1): m.group(0) for m in COST_ROW.finditer(read_block(bench, "frontier-cost"))}
+            replace_block(bench, "frontier-cost", cost_table({**old_rows, **costs}))
+
+
+COST_ROW = re.compile(r"^\| (.+?) \([\d,]+ requests\) \|.*$", re.M)
+COST_HEAD = ("| trace | mode | points | CPU s per point: all (max) | anchors' | ours' | oracle + static CPU s |\n"
+             "|---|---|---|---|---|---|---|")
+
+
+def cost_row(title: str, tf: TraceFrontier) -> str:
+    """A trace's line in bench/results/frontier.md: CPU seconds per point as measured in the workers."""
+    def mean(xs: list[float]) -> str:
+        return f"{sum(xs) / len(xs):.1f}" if xs else ""
+
+    every = [p.cpu_s for f in tf.frontiers for p in f.points]
+    ours = [p.cpu_s for f in tf.frontiers if f.policy == "ours" for p in f.points]
+    anchors = [p.cpu_s for f in tf.frontiers if f.policy != "ours" for p in f.points]
+    return (f"| {title} ({tf.requests:,} requests) | {tf.mode} | {len(every)} | **{mean(every)}** ({max(every):.1f}) | "
+            f"{mean(anchors)} | {mean(ours)} | {tf.reference_cpu_s:.0f} |")
+
+
+def cost_table(rows: dict[str, str]) -> str:
+    order = [case_title(c, False) for c in CASES]
+    keys = sorted(rows, key=lambda k: order.index(k) if k in order else len(order))
+    return "\n".join([COST_HEAD, *(rows[k] for k in keys)])
 
 
 def run_loo(bt: Backtest, args: argparse.Namespace) -> None:
