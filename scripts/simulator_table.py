@@ -324,7 +324,7 @@ def loo_block(rows: list[HeldOut], traces: list[TracePoints], knobs: list[float]
         t = cell[r.trace]
         met = f"{len(r.choice.met)} of {len(r.choice.met) + len(r.choice.missed)}" + (
             f" (not {', '.join(r.choice.missed)})" if r.choice.missed else "")
-        verdict = "yes" if r.meets_bar else ("no: SLO" if not r.meets_target else f"no: {r.ratio:.2f}x")
+        verdict = "yes" if r.meets_bar else ("no: SLO" if not r.meets_target else f"no: {r.ratio:.3f}x")
         at_default = (f"{_pct(t.points[default][0])} / {t.ratio(default):.2f}x" if default in t.points else "")
         lines.append(f"| {r.trace} | {r.choice.knob:g} | {met} | {r.choice.ratio_sum:.2f} | {_pct(r.attainment)} "
                      f"({_pct(r.target)}) | {r.ratio:.2f}x | {verdict} | {at_default} |")
