@@ -33,12 +33,13 @@ from keda_llm.scaler.pools import decide_pool, pooled
 from keda_llm.scaler.schedule import warm_floor
 from keda_llm.scaler.seasonal import BUCKET as MINUTE
 from keda_llm.scaler.seasonal import LEVEL_WINDOW, MAX_DAYS, REFIT_EVERY, SeasonalModel, seasonal_forecast
-from keda_llm.scaler.slo import LatencyDesired, from_window
+from keda_llm.scaler.slo import LatencyDesired, from_window, mean_output_tokens, short_output_factor
 from keda_llm.scaler.windows import KpaResult, ceil_replicas, initial_panic, kpa_step, scale_down_delay
 
 PENDING_GUARD_FACTOR = 2.0  # the guard lets go after this many cold starts: pods stuck pending get help
 DELAY_FACTOR_MAX = 4.0  # the default scale-down delay grows to at most this many cold starts
 DELAY_FACTOR_QUIET = 8.0  # cold starts without a regretted release before the delay halves again
+MIX_WINDOW = 600.0  # seconds: the traffic's mix (output tokens per request) is read over this, not a minute
 
 
 def activate(state: PolicyState, at: float) -> PolicyState:
@@ -182,8 +183,16 @@ def _latency(x: _Inputs, details: dict[str, float]) -> tuple[LatencyDesired | No
     if c.target_ttft is None and c.target_itl is None:
         return None, None
     ready = x.workload.ready_replicas
-    out = (from_window(x.history.window(x.now, c.stable_window), c.stable_window, ready, c),
-           from_window(x.history.window(x.now, c.panic_window), c.panic_window, ready, c))
+    stable = x.history.window(x.now, c.stable_window)
+    factor = 1.0
+    if c.target_itl is not None and c.short_output_tokens > 0:
+        n = mean_output_tokens(x.history.window(x.now, max(c.stable_window, MIX_WINDOW)))
+        factor = short_output_factor(n, c.short_output_tokens)
+        details.update({"itl_short_output_factor": factor, "target_itl_effective_s": c.target_itl * factor})
+        if n is not None:
+            details["mean_output_tokens"] = n
+    out = (from_window(stable, c.stable_window, ready, c, factor),
+           from_window(x.history.window(x.now, c.panic_window), c.panic_window, ready, c, factor))
     for name, t in zip(("", "_panic"), out, strict=True):
         details["latency_signal" + name] = float(t is not None)
         if t is not None:

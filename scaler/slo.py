@@ -21,6 +21,7 @@ from keda_llm.scaler.config import ScalerConfig
 from keda_llm.scaler.history import Load
 
 MIN_COMPLETED = 5.0  # fewer requests completed in the window: a mean of a handful is noise, no signal
+SHORT_OUTPUT_FLOOR = 0.25  # the short-output tightening never asks for less than this share of the ITL target
 
 
 @dataclass(frozen=True)
@@ -58,11 +59,42 @@ def latency_desired(ttft: float | None, itl: float | None, completed: float, rea
     return LatencyDesired(ready * ratio, ratio, ttft, itl, completed)
 
 
-def from_window(load: Load, window_s: float, ready: int, config: ScalerConfig) -> LatencyDesired | None:
+def mean_output_tokens(load: Load) -> float | None:
+    """Output tokens per finished request in the window: Σ generated tokens/s / Σ requests finished/s (a ratio
+    of sums). None when nothing finished or the engines report no token counter."""
+    if load.generation_rate is None or not load.finished_rate or load.finished_rate <= 0:
+        return None
+    return load.generation_rate / load.finished_rate
+
+
+def short_output_factor(mean_output: float | None, reference: float) -> float:
+    """The share of `targetInterTokenLatency` the term holds for traffic whose answers average `mean_output`
+    tokens: min(1, mean_output / reference), at least SHORT_OUTPUT_FLOOR; 1 when unknown or `reference` is 0.
+
+    Why: the SLO is on each request's mean ITL (TPOT), the signal is the mean over all tokens. With chunked
+    prefill a decode iteration that carries another request's prompt chunk takes the chunk's time (0.63 s for
+    8,192 tokens on 70B TP4 against ~20 ms for a decode step), so a request's TPOT is its decode steps plus
+    K x that excess / its n output tokens, K the chunks it decoded beside (about Poisson, mean λn for λ
+    chunks per decoded token). The token mean is t_d + λΔ; a request's quantile is t_d + Δ q(λn)/n, whose
+    spread over the mean, z·sqrt(Δ·(mean - t_d)/n), dominates when n is small: keeping it within the SLO
+    then bounds the interference budget (mean - t_d) by a constant x n. So below `reference` output tokens
+    per request the mean the term may hold shrinks in proportion to n; above it the tail is near the mean and
+    the target stands. Long answers (chat, 100-350 tokens) keep the target; code completions (13-16 tokens
+    median, a third at 10 or fewer) get about half of it."""
+    if mean_output is None or not reference > 0:
+        return 1.0
+    return max(SHORT_OUTPUT_FLOOR, min(1.0, mean_output / reference))
+
+
+def from_window(load: Load, window_s: float, ready: int, config: ScalerConfig,
+                itl_factor: float = 1.0) -> LatencyDesired | None:
     """The term over one window of history: means are rate(_sum) / rate(_count); the requests completed
-    are the TTFT count's rate (else requests finished) x the window."""
+    are the TTFT count's rate (else requests finished) x the window. `itl_factor` scales the ITL target
+    (`short_output_factor`, read by the caller over the last 10 minutes so the panic window's few finished
+    requests do not move it)."""
     per_s = load.ttft_count_rate if load.ttft_count_rate is not None else load.finished_rate
     completed = (per_s or 0.0) * window_s
     queued = None if load.waiting is None and load.upstream is None else (load.waiting or 0.0) + (load.upstream or 0.0)
-    return latency_desired(load.mean_ttft, load.mean_itl, completed, ready, config.target_ttft, config.target_itl,
+    target_itl = None if config.target_itl is None else config.target_itl * itl_factor
+    return latency_desired(load.mean_ttft, load.mean_itl, completed, ready, config.target_ttft, target_itl,
                            queued=queued)

@@ -3,15 +3,15 @@
     python scripts/week_table.py [--seeds 0 1 2] [--policies ours ours:mode=reactive ...] [--workers N]
                                  [--hours H] [--update-docs]
 
-Each seed synthesizes the week's requests anew from its per-minute totals (simulator.traces), runs the
-oracle on it (cached under build/week-cache by seed and trace length: it simulates its schedule a dozen
-times) and every policy, in the fluid mode. A policy is `ours` (the ScaledObject the repository ships for
-this preset, SLO and traffic: deploy/examples/keda-2.18/llama-70b-h100-tp4-code.yaml), `ours:key=value,...`
-(the same with trigger metadata changed) or any other policy name. Results per seed and per segment: days
-1-5 (what the defaults are tuned on), days 6-7 (held back) and the whole week: SLO attainment over all
-requests and GPU-hours over the oracle's on the same segment (a segment's GPU-hours: the pods alive in it,
-from the 5 s timeline). The table reports the worst seed per cell beside the mean. --update-docs writes it into the
-`week-table` block of docs/simulator-results.md. --hours cuts the week (a quick check of the script).
+Each seed synthesizes the week's requests anew from its per-minute totals (simulator.traces), runs the oracle
+on it (cached under build/week-cache by seed and trace length: it simulates its schedule a dozen times) and
+every policy, in the fluid mode. A policy is `ours` (the ScaledObject the repository ships for this preset and
+SLO, the one the docs table runs: deploy/examples/keda-2.18/llama-70b-h100-tp4.yaml), `ours:key=value,...`
+(the same with trigger metadata changed) or any other policy name. Results per seed and per segment: days 1-5
+(what the defaults are tuned on), days 6-7 (held back) and the whole week: SLO attainment over all requests
+and GPU-hours over the oracle's on the same segment (a segment's GPU-hours: the pods alive in it, from the 5 s
+timeline). The table reports the worst seed per cell beside the mean. --update-docs writes it into the `week-
+table` block of docs/simulator-results.md. --hours cuts the week (a quick check of the script).
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ CACHE = ROOT / "build" / "week-cache"
 PRESET = "llama-3.1-70b/h100-tp4"
 SLO = Slo(ttft_s=2.0, itl_s=0.1)
 DAY = 86400.0
-#: `ours`: the ScaledObject the repository ships for this preset, SLO and traffic (tuned on days 1-5)
-SHIPPED = ROOT / "deploy" / "examples" / "keda-2.18" / "llama-70b-h100-tp4-code.yaml"
+#: `ours`: the ScaledObject the repository ships for this preset and SLO (the docs table's too)
+SHIPPED = ROOT / "deploy" / "examples" / "keda-2.18" / "llama-70b-h100-tp4.yaml"
 SEGMENTS = (("days 1-5", 0.0, 5 * DAY), ("days 6-7", 5 * DAY, 7 * DAY), ("week", 0.0, 7 * DAY))
 
 

@@ -572,8 +572,7 @@ def scaled_objects() -> list[tuple[Path, JSON]]:
 
 def test_examples_hold_the_expected_scaled_objects() -> None:
     names = sorted((p.relative_to(DEPLOY / "examples").as_posix(), d["metadata"]["name"]) for p, d in scaled_objects())
-    assert names == [("keda-2.18/llama-70b-h100-tp4-code.yaml", "llama-70b-code"),  # the week's `ours`
-                     ("keda-2.18/llama-70b-h100-tp4.yaml", "llama-70b"),  # the table's `ours`
+    assert names == [("keda-2.18/llama-70b-h100-tp4.yaml", "llama-70b"),  # the backtests' `ours`
                      ("keda-2.18/vllm-scaledobject.yaml", "llama-8b"), ("llamacpp-dev.yaml", "smollm2"),
                      ("pools-prefill-decode.yaml", "llama-70b-decode"),
                      ("pools-prefill-decode.yaml", "llama-70b-prefill"), ("pools-variants.yaml", "llama-8b-h100"),

@@ -44,7 +44,8 @@ def feed(h: ModelHistory, until: float, step: float = 30.0) -> None:
 
 
 def run(meta: dict[str, str], now: float, h: ModelHistory) -> dict[str, float]:
-    cfg = parse_metadata({"model": "m", "coldStart": "10m", "policy": "concurrency", "targetConcurrency": "2", **meta})
+    cfg = parse_metadata({"model": "m", "coldStart": "10m", "policy": "concurrency", "targetConcurrency": "2",
+                          "mode": "hybrid", **meta})
     d, state = decide(h, cfg, PolicyState(initialized=True), WorkloadState(2, 2, polling_interval_s=10.0), now)
     return {**d.details, "replicas": float(d.replicas), "kept": float(len(state.seasonal))}
 

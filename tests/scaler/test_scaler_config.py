@@ -26,7 +26,7 @@ def test_defaults() -> None:
         "target_queue_depth": 5.0, "aggregation": "weighted", "stable_window": 60.0, "panic_window": 6.0,
         "panic_threshold": 2.0, "max_scale_up_rate": 1000.0, "max_scale_down_rate": 2.0, "scale_to_zero": False,
         "idle_timeout": 600.0, "activation_query": "", "cold_start": None, "scale_down_delay": None,
-        "mode": "hybrid",
+        "mode": "reactive",
         "forecast_horizon": None, "forecast_max_ratio": 3.0, "advisory": False, "stale_after": 30.0,
         "min_replicas": None, "max_replicas": None, "max_running": None, "target_ttft": None, "target_itl": None,
         "answer": "replicas", "warm_capacity_max": 2, "warm_path": "", "warm_nodes": 2, "warm_gpu_model": "",
@@ -37,6 +37,7 @@ def test_defaults() -> None:
         "pending_timeout": 300.0,
 
         "degraded_fraction": 0.5, "slow_replica_ratio": 0.7, "seasonality": "auto", "forecast_quantile": 0.5,
+        "short_output_tokens": 45.0,
     }
 
 
@@ -48,7 +49,7 @@ def test_every_key_parsed() -> None:
         "targetConcurrency": "24.5", "targetQueueDepth": "3", "aggregation": "max", "stableWindow": "1h",
         "panicWindow": "1m30s", "panicThreshold": "1.1", "maxScaleUpRate": "10", "maxScaleDownRate": "1.5",
         "scaleToZero": "True", "idleTimeout": "0", "activationQuery": 'sum(x{a="b"})', "coldStart": "2m30s",
-        "scaleDownDelay": "4m", "mode": "reactive", "advisory": "1", "staleAfter": "500ms", "minReplicas": "0",
+        "scaleDownDelay": "4m", "mode": "hybrid", "advisory": "1", "staleAfter": "500ms", "minReplicas": "0",
         "maxReplicas": "12", "maxRunning": "256", "targetTimeToFirstToken": "1.5s", "targetInterTokenLatency": "80ms",
         # KEDA's own keys pass through unrefused.
         "scalerAddress": "keda-llm:9090", "enableTLS": "true", "unsafeSsl": "false", "tokenFromEnv": "TOKEN",
@@ -60,7 +61,7 @@ def test_every_key_parsed() -> None:
         target_kv_utilization=1.0, target_concurrency=24.5, target_queue_depth=3.0, aggregation="max",
         stable_window=3600.0, panic_window=90.0, panic_threshold=1.1, max_scale_up_rate=10.0, max_scale_down_rate=1.5,
         scale_to_zero=True, idle_timeout=0.0, activation_query='sum(x{a="b"})', cold_start=150.0,
-        scale_down_delay=240.0, mode="reactive", advisory=True, stale_after=0.5, min_replicas=0, max_replicas=12,
+        scale_down_delay=240.0, mode="hybrid", advisory=True, stale_after=0.5, min_replicas=0, max_replicas=12,
         max_running=256.0, target_ttft=1.5, target_itl=0.08,
     )
 

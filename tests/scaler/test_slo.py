@@ -6,9 +6,9 @@ import pytest
 
 from keda_llm.scaler.config import parse_metadata
 from keda_llm.scaler.decide import decide
-from keda_llm.scaler.history import ModelHistory
+from keda_llm.scaler.history import Load, ModelHistory
 from keda_llm.scaler.model import Observation, PolicyState, ReplicaSample, WorkloadState
-from keda_llm.scaler.slo import LatencyDesired, latency_desired
+from keda_llm.scaler.slo import LatencyDesired, latency_desired, mean_output_tokens, short_output_factor
 
 
 @pytest.mark.parametrize("queued,want", [
@@ -104,3 +104,55 @@ def test_too_few_completed_requests_is_no_latency_signal() -> None:
     replicas, reason, details = run(fleet(30.0, 0.05, 0.03), {**BASE, **SLO})
     assert (replicas, reason) == (2, "steady")
     assert details["latency_signal"] == 0.0 and "latency_desired" not in details
+
+
+@pytest.mark.parametrize("mean_output,reference,want", [
+    (20.0, 40.0, 0.5),  # half the reference length: half the ITL target
+    (100.0, 40.0, 1.0),  # long answers: the target stands
+    (4.0, 40.0, 0.25),  # 4 / 40 = 0.1, floored at a quarter
+    (None, 40.0, 1.0),  # unknown mix: the target stands
+    (20.0, 0.0, 1.0),  # shortOutputTokens 0: off
+])
+def test_short_output_factor_by_hand(mean_output: float | None, reference: float, want: float) -> None:
+    assert short_output_factor(mean_output, reference) == want
+
+
+def test_mean_output_tokens_is_a_ratio_of_sums() -> None:
+    assert mean_output_tokens(Load(generation_rate=50.0, finished_rate=2.0)) == 25.0
+    assert mean_output_tokens(Load(generation_rate=50.0, finished_rate=0.0)) is None
+    assert mean_output_tokens(Load(finished_rate=2.0)) is None
+
+
+def answers(itl_s: float, output_tokens: float, seconds: int = 61) -> ModelHistory:
+    """Two ready pods, 10 running each, reporting every second; each finishes 2 requests/s of
+    `output_tokens` tokens, every gap `itl_s`."""
+    h = ModelHistory("ns", "m")
+    for t in range(seconds):
+        n = 2.0 * t
+        pods = tuple(ReplicaSample(p, float(t), running=10.0, max_running=256.0, requests_finished_total=n,
+                                   generation_tokens_total=n * output_tokens, ttft_count=n, ttft_sum=n * 0.2,
+                                   itl_sum=n * output_tokens * itl_s, itl_count=n * output_tokens) for p in ("a", "b"))
+        h.ingest(Observation("ns", "m", float(t), pods))
+    return h
+
+
+ITL50 = {**BASE, "targetInterTokenLatency": "50ms"}
+
+
+def test_short_answers_tighten_the_itl_target() -> None:
+    # 20 tokens per answer against shortOutputTokens 40: target 50 ms x 0.5 = 25 ms; observed 30 ms ->
+    # 2 ready x 30 / 25 = 2.4 -> 3 replicas, by latency.
+    replicas, reason, details = run(answers(0.03, 20.0), {**ITL50, "shortOutputTokens": "40"})
+    assert (replicas, reason) == (3, "latency_up")
+    assert details["mean_output_tokens"] == pytest.approx(20.0)
+    assert details["itl_short_output_factor"] == pytest.approx(0.5)
+    assert details["target_itl_effective_s"] == pytest.approx(0.025)
+    assert details["latency_ratio"] == pytest.approx(1.2)
+
+
+def test_long_answers_and_the_switch_off_keep_the_target() -> None:
+    # 200 tokens per answer: factor 1, 30 / 50 ms = 0.6 x 2 = 1.2 < the policy's 2: steady.
+    assert run(answers(0.03, 200.0), ITL50)[:2] == (2, "steady")
+    # 20 tokens but shortOutputTokens 0: the plain target, steady too, and no factor reported.
+    replicas, reason, details = run(answers(0.03, 20.0), {**ITL50, "shortOutputTokens": "0"})
+    assert (replicas, reason) == (2, "steady") and "itl_short_output_factor" not in details
