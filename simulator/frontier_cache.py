@@ -65,12 +65,17 @@ def source_digest(entries: tuple[str, ...], skip: tuple[str, ...] = (), root: Pa
     return h.hexdigest()
 
 
-@functools.cache
 def policy_sources(policy: str, root: Path | None = None) -> str:
-    """The digest of the source `policy`'s points depend on (once per process: the code that runs is the
-    code that was imported, whatever is edited on disk after)."""
+    """The digest of the source `policy`'s points depend on: ours' or every other policy's."""
+    return _sources("ours" if policy == "ours" else "shared", root)
+
+
+@functools.cache
+def _sources(kind: str, root: Path | None) -> str:
+    """Hashed once per process (PointCache does it on creation): the code that runs is the code that was
+    imported, whatever is edited on disk after."""
     shared = source_digest(SHARED_SOURCES, NOT_A_POINT, root)
-    if policy != "ours":
+    if kind == "shared":
         return shared
     return hashlib.sha256((shared + source_digest(OURS_SOURCES, (), root)).encode()).hexdigest()
 

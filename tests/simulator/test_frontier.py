@@ -174,7 +174,7 @@ def test_source_digests_separate_ours_from_the_rest(tmp_path: Path) -> None:
         (tmp_path / f).write_text(f"# {f}\n")
 
     def digests() -> tuple[str, str]:
-        policy_sources.cache_clear()
+        frontier_cache._sources.cache_clear()
         return policy_sources("ours", tmp_path), policy_sources("hpa-kv", tmp_path)
 
     # which digests move when one file changes: (ours', the others')
@@ -195,7 +195,7 @@ def test_source_digests_separate_ours_from_the_rest(tmp_path: Path) -> None:
         assert digests() == before
         assert source_digest(("simulator",), root=tmp_path) != source_digest(("scaler",), root=tmp_path)
     finally:
-        policy_sources.cache_clear()
+        frontier_cache._sources.cache_clear()
 
 
 def test_sweep_is_monotone_enough_to_find_the_99_point(serial: list[Frontier]) -> None:
