@@ -347,6 +347,7 @@ def _pct(x: float) -> str:
 def frontier_section(title: str, tf: TraceFrontier, points: int, img: str | None, wall_s: float) -> str:
     """One trace's frontier as Markdown: a header line, the table, the plot."""
     n_points = sum(len(f.points) for f in tf.frontiers)
+    n_cached = sum(p.cached for f in tf.frontiers for p in f.points)
     tgt = _pct(tf.target)
     lines = [
         f"### {title}", "",
@@ -355,7 +356,8 @@ def frontier_section(title: str, tf: TraceFrontier, points: int, img: str | None
         f"(the cap) {tf.static.gpu_hours:.2f} GPU-h at {_pct(tf.static.attainment)}; lower bound "
         f"{tf.bound_gpu_hours:.2f} GPU-h. Mode {tf.mode}; at most {points} points per policy, {n_points} run; "
         f"{tf.points_cpu_s / max(1, n_points):.1f} CPU s per point, {tf.reference_cpu_s:.0f} CPU s for the oracle "
-        f"and static; {wall_s:.0f} s wall.", "",
+        f"and static (as measured when simulated); this run {wall_s:.0f} s wall, {n_cached} of the points read "
+        "from the points cache.", "",
         f"| policy | knob | default | cost to reach {tgt} | ÷ oracle | knob there | stop "
         "| points tried (knob: SLO / GPU-h) |",
         "|---|---|---|---|---|---|---|---|",
