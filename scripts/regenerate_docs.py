@@ -7,6 +7,7 @@ one command, in the order they depend on nothing but the code:
 2. scripts/week_table.py --update-docs: the whole 2024 week, 3 seeds, tuning vs held-back days;
 3. scripts/simulator_table.py --frontier --update-docs: the cost to reach 99% per policy, with plots
    (--quick: the first 20 minutes of each trace, 3 points per policy);
+   then --loo --update-docs: leave one trace out, from the frontier's points cache;
 4. scripts/pools_table.py --update-docs (docs/pools.md) and scripts/degraded_backtest.py --update-docs
    (docs/degraded.md), then its KV-bound world (--preset llama-3.1-8b/l4 --trace azure2023-code).
 Not run by CI: the whole takes CPU hours (the week's oracles are cached under build/week-cache). Each step
@@ -32,6 +33,7 @@ def steps(quick: bool, workers: int) -> list[list[str]]:
         ["simulator_table.py", *q],
         ["week_table.py", *w, *(["--hours", "6", "--seeds", "0"] if quick else ["--update-docs"])],
         ["simulator_table.py", "--frontier", *w, *q],
+        ["simulator_table.py", "--loo", *w, *q],
         ["pools_table.py", *q],
         ["degraded_backtest.py", *q],
         ["degraded_backtest.py", "--preset", "llama-3.1-8b/l4", "--trace", "azure2023-code", *q],

@@ -2,7 +2,8 @@
 
     .venv/bin/python scripts/simulator_table.py [--update-docs] [--out FILE] [--quick]
     .venv/bin/python scripts/simulator_table.py --frontier [--quick] [--update-docs] [--traces NAME ...]
-                                                [--workers N | --ray ADDRESS]
+                                                [--workers N | --ray ADDRESS] [--fresh | --no-cache]
+    .venv/bin/python scripts/simulator_table.py --loo [--update-docs] [--workers N]
 
 For each trace it runs ours (the scaler's tokens policy through KEDA+HPA, keda-llm's recommended
 ScaledObject), static provisioning at the oracle's peak, the queue (num_requests_waiting > 5), GPU
@@ -19,12 +20,28 @@ the opt-in slow counterpart of tests/simulator/test_sim_oracle_traces.py.
 
 --frontier sweeps every policy that has a knob (ours, queue, gpu, concurrency and the nine anchors) over
 it on each trace (simulator.report.frontier: from the documented default toward more capacity until it meets
-99% or costs more than static at the oracle's peak) and prints one table per trace: the cost to reach 99%
-or "never (best X%)", the knob there and every point tried; with --update-docs it writes the traces it ran
-into the `frontier` block of docs/simulator-results.md (one section per trace, the others kept) and one
-plot per trace to docs/img/frontier-<trace>.png. --quick: the first 20 minutes, 3 points per policy.
-Points run in --workers processes (default: every core), or on a Ray cluster with --ray ADDRESS (`auto`:
-a local instance; needs `pip install 'keda-llm[ray]'`).
+99% or costs more than static at the oracle's peak; where the default already meets it, toward less
+capacity while it still does) and prints one table per trace: the cost to reach 99% (the cheapest point
+that meets it) or "never (best X%)", the knob there and every point tried; with --update-docs it writes
+the traces it ran into the `frontier` block of docs/simulator-results.md (one section per trace, the
+others kept) and one plot per trace to docs/img/frontier-<trace>.png. --quick: the first 20 minutes, 3
+points per policy. Points run in --workers processes (default: every core), or on a Ray cluster with
+--ray ADDRESS (`auto`: a local instance; needs `pip install 'keda-llm[ray]'`).
+
+Points cache: every point (and each trace's oracle, static and lower bound) is kept in
+build/frontier-cache/ (ignored by git), keyed on the trace (name and contents: a window is another
+trace), the backtest (preset, SLO, seed, cold starts, mode), the policy, the knob value and a digest of
+the source the point runs: simulator/ (but the sweep, the tuner and the command lines), common/,
+activator/, scaler/model.py and scaler/scaledobject.py for every point, plus all of scaler/ and
+simulator/control/policies.py for ours' (simulator/report/frontier_cache.py). A re-run after a change to ours' policy
+simulates only ours' points; after a change to the simulator, every point. --fresh simulates every point
+again (and overwrites the cache), --no-cache neither reads nor writes it; `rm -r build/frontier-cache`
+empties it. --policies NAME ... fills the cache for some policies only (not with --update-docs).
+
+--loo (leave one trace out, simulator.leave_one_out): ours' frontier on every trace (from the cache),
+ours at every knob value any trace's frontier tried on every trace (simulated where missing, then
+cached), and for each trace the knob chosen on the other traces alone, reported on the trace left out
+against issue 11's bar; --update-docs writes the `leave-one-out` block of docs/simulator-results.md.
 """
 
 from __future__ import annotations
@@ -33,17 +50,22 @@ import argparse
 import os
 import re
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from keda_llm.simulator.hardware.presets import get_preset
-from keda_llm.simulator.report.frontier import SWEPT, TraceFrontier, frontier
+from keda_llm.simulator.report.frontier import SWEPT, TraceFrontier, default_knob, frontier, run_point
+from keda_llm.simulator.report.frontier_cache import PointCache
+from keda_llm.simulator.report.leave_one_out import BAR_RATIO, HeldOut, TracePoints, leave_one_out
 from keda_llm.simulator.report.oracle import OraclePlan
 from keda_llm.simulator.report.summary import Slo, Summary, markdown_table, summarize, with_oracle_ratio
 from keda_llm.simulator.run import Backtest, run_policies
 from keda_llm.simulator.workload.traces import Trace, load_shipped
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+CACHE = ROOT / "build" / "frontier-cache"
 PRESET = "llama-3.1-70b/h100-tp4"
 SLO = Slo(ttft_s=2.0, itl_s=0.1)
 POLICIES = ["ours", "static", "queue", "gpu", "concurrency", "oracle"]
@@ -75,7 +97,7 @@ def load(case: Case, quick: bool) -> Trace:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=None, help="also write the Markdown here")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--update-docs", action="store_true", help="write the tables into docs/ (marked blocks)")
@@ -92,10 +114,23 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="--frontier: processes for the points")
     ap.add_argument("--ray", default=None, metavar="ADDRESS",
                     help="--frontier: run the points on this Ray cluster (`auto`: a local one)")
+    ap.add_argument("--policies", nargs="*", default=None,
+                    help=f"--frontier: only these policies (default: all of {', '.join(FRONTIER_POLICIES)}), to fill "
+                         "the points cache ahead of a full run; not with --update-docs")
+    ap.add_argument("--fresh", action="store_true",
+                    help="--frontier: simulate every point again (the cache is overwritten, not read)")
+    ap.add_argument("--loo", action="store_true",
+                    help="leave one trace out: ours' knob chosen on the other traces' frontier points, reported on "
+                         "the one left out (--update-docs: the leave-one-out block); uses the points cache")
+    ap.add_argument("--no-cache", action="store_true",
+                    help="--frontier: neither read nor write the points cache")
     args = ap.parse_args()
     bt = Backtest(get_preset(PRESET), cold_start="typical", slo=SLO)
     if args.oracle_check:
         raise SystemExit(oracle_check(bt, args.quick))
+    if args.loo:
+        run_loo(bt, args)
+        return
     if args.frontier:
         run_frontier(bt, args)
         return
@@ -168,16 +203,28 @@ def run_frontier(bt: Backtest, args: argparse.Namespace) -> None:
             known = ", ".join(c.trace for c in CASES)
             raise SystemExit(f"unknown trace(s): {', '.join(sorted(missing))}; known: {known}")
     points = args.points or (QUICK_POINTS if args.quick else FRONTIER_POINTS)
+    policies = FRONTIER_POLICIES if args.policies is None else args.policies
+    if args.policies is not None and args.update_docs:
+        raise SystemExit("--policies fills the points cache; --update-docs needs every policy (cached ones cost "
+                         "nothing: run it without --policies)")
+    unknown = set(policies) - set(FRONTIER_POLICIES)
+    if unknown:
+        raise SystemExit(f"unknown policy(ies): {', '.join(sorted(unknown))}; "
+                         f"sweepable: {', '.join(FRONTIER_POLICIES)}")
     sections: dict[str, str] = {}
+    costs: dict[str, str] = {}
     for case in cases:
         tr = load(case, args.quick)
         title = case_title(case, args.quick)
         t0 = time.time()
-        tf = frontier(tr, bt, FRONTIER_POLICIES, points=points, workers=args.workers, ray_address=args.ray,
+        cache = None if args.no_cache else PointCache(CACHE, tr, bt, fresh=args.fresh)
+        tf = frontier(tr, bt, policies, points=points, workers=args.workers, ray_address=args.ray, cache=cache,
                       progress=lambda pol, pt: print(f"  {pol}@{pt.knob:g}: {100 * pt.attainment:.1f}% "
-                                                     f"{pt.gpu_hours:.2f} GPU-h", flush=True))
+                                                     f"{pt.gpu_hours:.2f} GPU-h {pt.cpu_s:.1f} CPU s"
+                                                     f"{' (cached)' if pt.cached else ''}", flush=True))
         img = f"frontier-{case.trace}{'-quick' if args.quick else ''}.png"
         sections[title] = frontier_section(title, tf, points, img, time.time() - t0)
+        costs[title] = cost_row(title, tf)
         print(sections[title], flush=True)
         if args.update_docs:
             plot_frontier(tf, title, IMG / img)
@@ -185,6 +232,112 @@ def run_frontier(bt: Backtest, args: argparse.Namespace) -> None:
         path = DOCS / "simulator-results.md"
         old = parse_sections(read_block(path, "frontier")) if "generated:frontier" in path.read_text() else {}
         replace_block(path, "frontier", merge_sections(old, sections))
+        if not args.quick:
+            bench = ROOT / "bench" / "results" / "frontier.md"
+            old_rows = {m.group(1): m.group(0) for m in COST_ROW.finditer(read_block(bench, "frontier-cost"))}
+            replace_block(bench, "frontier-cost", cost_table({**old_rows, **costs}))
+
+
+COST_ROW = re.compile(r"^\| (.+?) \([\d,]+ requests\) \|.*$", re.M)
+COST_HEAD = ("| trace | mode | points | CPU s per point: all (max) | anchors' | ours' | oracle + static CPU s |\n"
+             "|---|---|---|---|---|---|---|")
+
+
+def cost_row(title: str, tf: TraceFrontier) -> str:
+    """A trace's line in bench/results/frontier.md: CPU seconds per point as measured in the workers."""
+    def mean(xs: list[float]) -> str:
+        return f"{sum(xs) / len(xs):.1f}" if xs else ""
+
+    every = [p.cpu_s for f in tf.frontiers for p in f.points]
+    ours = [p.cpu_s for f in tf.frontiers if f.policy == "ours" for p in f.points]
+    anchors = [p.cpu_s for f in tf.frontiers if f.policy != "ours" for p in f.points]
+    return (f"| {title} ({tf.requests:,} requests) | {tf.mode} | {len(every)} | **{mean(every)}** ({max(every):.1f}) | "
+            f"{mean(anchors)} | {mean(ours)} | {tf.reference_cpu_s:.0f} |")
+
+
+def cost_table(rows: dict[str, str]) -> str:
+    order = [case_title(c, False) for c in CASES]
+    keys = sorted(rows, key=lambda k: order.index(k) if k in order else len(order))
+    return "\n".join([COST_HEAD, *(rows[k] for k in keys)])
+
+
+def run_loo(bt: Backtest, args: argparse.Namespace) -> None:
+    """--loo: ours' frontier on every trace (from the points cache where it holds them), ours at every knob
+    value any trace tried on every other trace (simulated where missing), then the choice per trace left
+    out (simulator.leave_one_out); --update-docs writes the `leave-one-out` block."""
+    points = args.points or (QUICK_POINTS if args.quick else FRONTIER_POINTS)
+    loaded = []
+    for case in CASES:
+        tr = load(case, args.quick)
+        cache = PointCache(CACHE, tr, bt, fresh=args.fresh)
+        tf = frontier(tr, bt, ["ours"], points=points, workers=args.workers, cache=cache)
+        loaded.append((case, tr, cache, tf))
+        print(f"{case_title(case, args.quick)}: ours' frontier {tf.frontiers[0].cost()}", flush=True)
+    knobs = sorted({p.knob for *_, tf in loaded for p in tf.frontiers[0].points})
+    table: dict[str, dict[float, tuple[float, float]]] = {}
+    todo = []
+    for case, tr, cache, tf in loaded:
+        have = {p.knob: (p.attainment, p.gpu_hours) for p in tf.frontiers[0].points}
+        for k in knobs:
+            hit = None if k in have else cache.get("ours", k)
+            if hit is not None:
+                have[k] = (hit.attainment, hit.gpu_hours)
+            elif k not in have:
+                todo.append((case, tr, cache, k))
+        table[case.trace] = have
+    print(f"{len(todo)} point(s) to simulate: " + ", ".join(f"{c.trace}@{k:g}" for c, _, _, k in todo), flush=True)
+    with ProcessPoolExecutor(max(1, args.workers)) as pool:
+        futs = [(case, cache, pool.submit(run_point, tr, bt, "ours", k)) for case, tr, cache, k in todo]
+        for case, cache, fut in futs:
+            pt = fut.result()
+            cache.put("ours", pt)
+            table[case.trace][pt.knob] = (pt.attainment, pt.gpu_hours)
+            print(f"  {case.trace} ours@{pt.knob:g}: {_pct(pt.attainment)} {pt.gpu_hours:.2f} GPU-h "
+                  f"{pt.cpu_s:.1f} CPU s", flush=True)
+    traces = [TracePoints(case.trace, tf.target, tf.oracle.gpu_hours, table[case.trace]) for case, _, _, tf in loaded]
+    rows = leave_one_out(traces, knobs)
+    default = default_knob("ours", loaded[0][1], bt)
+    text = loo_block(rows, traces, knobs, default, args.quick)
+    print(text)
+    if args.update_docs and not args.quick:
+        replace_block(DOCS / "simulator-results.md", "leave-one-out", text)
+
+
+def loo_block(rows: list[HeldOut], traces: list[TracePoints], knobs: list[float], default: float,
+              quick: bool) -> str:
+    """The leave-one-out block: one row per trace left out, then every point the choice used."""
+    cell = {t.name: t for t in traces}
+    head = [
+        f"Generated by `scripts/simulator_table.py --loo --update-docs`{' (--quick)' if quick else ''}: ours' "
+        f"`targetInterTokenLatency` chosen on the other {len(traces) - 1} traces (the value that meets each one's "
+        f"target on the most of them, then at the least summed GPU-hours / oracle), from the values ours' frontier "
+        f"tried on any trace ({', '.join(f'{k:g}' for k in knobs)} s). The bar (issue 11): SLO attainment at or "
+        f"above the trace's target at <= {BAR_RATIO:g}x the oracle's GPU-hours.",
+        "",
+        "| trace left out | knob chosen on the others (s) | others meeting their target there | others' GPU-h ÷ "
+        "oracle (sum) | left out: SLO (target) | GPU-h ÷ oracle | meets the bar | at the default "
+        f"{default:g} s: SLO / ÷ oracle |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    lines = []
+    for r in rows:
+        t = cell[r.trace]
+        met = f"{len(r.choice.met)} of {len(r.choice.met) + len(r.choice.missed)}" + (
+            f" (not {', '.join(r.choice.missed)})" if r.choice.missed else "")
+        verdict = "yes" if r.meets_bar else ("no: SLO" if not r.meets_target else f"no: {r.ratio:.3f}x")
+        at_default = (f"{_pct(t.points[default][0])} / {t.ratio(default):.2f}x" if default in t.points else "")
+        lines.append(f"| {r.trace} | {r.choice.knob:g} | {met} | {r.choice.ratio_sum:.2f} | {_pct(r.attainment)} "
+                     f"({_pct(r.target)}) | {r.ratio:.2f}x | {verdict} | {at_default} |")
+    matrix = ["", "Ours' points the choice used (SLO / GPU-h ÷ oracle; bold: meets the trace's target):", "",
+              "| knob (s) | " + " | ".join(t.name for t in traces) + " |",
+              "|---|" + "---|" * len(traces)]
+    for k in knobs:
+        cells = []
+        for t in traces:
+            c = f"{_pct(t.points[k][0])} / {t.ratio(k):.2f}x"
+            cells.append(f"**{c}**" if t.meets(k) else c)
+        matrix.append(f"| {k:g} | " + " | ".join(cells) + " |")
+    return "\n".join(head + lines + matrix)
 
 
 def _pct(x: float) -> str:
@@ -194,6 +347,7 @@ def _pct(x: float) -> str:
 def frontier_section(title: str, tf: TraceFrontier, points: int, img: str | None, wall_s: float) -> str:
     """One trace's frontier as Markdown: a header line, the table, the plot."""
     n_points = sum(len(f.points) for f in tf.frontiers)
+    n_cached = sum(p.cached for f in tf.frontiers for p in f.points)
     tgt = _pct(tf.target)
     lines = [
         f"### {title}", "",
@@ -202,7 +356,8 @@ def frontier_section(title: str, tf: TraceFrontier, points: int, img: str | None
         f"(the cap) {tf.static.gpu_hours:.2f} GPU-h at {_pct(tf.static.attainment)}; lower bound "
         f"{tf.bound_gpu_hours:.2f} GPU-h. Mode {tf.mode}; at most {points} points per policy, {n_points} run; "
         f"{tf.points_cpu_s / max(1, n_points):.1f} CPU s per point, {tf.reference_cpu_s:.0f} CPU s for the oracle "
-        f"and static; {wall_s:.0f} s wall.", "",
+        f"and static (as measured when simulated); this run {wall_s:.0f} s wall, {n_cached} of the points read "
+        "from the points cache.", "",
         f"| policy | knob | default | cost to reach {tgt} | ÷ oracle | knob there | stop "
         "| points tried (knob: SLO / GPU-h) |",
         "|---|---|---|---|---|---|---|---|",
@@ -213,9 +368,40 @@ def frontier_section(title: str, tf: TraceFrontier, points: int, img: str | None
         ratio = f"{r.gpu_hours / tf.oracle.gpu_hours:.2f}x" if r is not None and tf.oracle.gpu_hours > 0 else ""
         lines.append(f"| {f.policy} | {f.knob_name} | {f.default:g} | {f.cost()} | {ratio} | "
                      f"{'' if r is None else f'{r.knob:g}'} | {f.stop} | {tried} |")
+    lines += ["", ours_vs_others(tf)]
     if img:
         lines += ["", f"![{title}: SLO attainment vs GPU-hours](img/{img})"]
     return "\n".join(lines)
+
+
+def ours_vs_others(tf: TraceFrontier) -> str:
+    """One sentence: is ours' cost to reach the target at or below every other policy's, and if not, who
+    beats it and by how much."""
+    by = {f.policy: f for f in tf.frontiers}
+    if "ours" not in by:
+        return ""
+    ours = by["ours"]
+    others = [f for f in tf.frontiers if f.policy != "ours"]
+    reach = sorted((f for f in others if f.reached is not None), key=lambda f: f.reached.gpu_hours if f.reached else 0)
+    r = ours.reached
+    if r is None:
+        if not reach:
+            best = max(others, key=lambda f: f.best.attainment, default=None)
+            tail = f"; the best other is {best.policy} at {_pct(best.best.attainment)}" if best else ""
+            return (f"**Ours against the others:** no policy reaches {_pct(tf.target)} here; ours' best is "
+                    f"{_pct(ours.best.attainment)}{tail}.")
+        names = ", ".join(f"{f.policy} ({f.cost()})" for f in reach)
+        return (f"**Ours against the others:** behind: ours never reaches {_pct(tf.target)} (best "
+                f"{_pct(ours.best.attainment)}), while {names} do.")
+    cheaper = [f for f in reach if f.reached is not None and round(f.reached.gpu_hours, 2) < round(r.gpu_hours, 2)]
+    if not cheaper:
+        return (f"**Ours against the others:** at or beyond every other policy: ours reaches {_pct(tf.target)} at "
+                f"{r.gpu_hours:.2f} GPU-h, and {len(reach)} of the {len(others)} others reach it at all, none for "
+                "less.")
+    names = ", ".join(f"{f.policy} {f.cost()} ({100 * (1 - f.reached.gpu_hours / r.gpu_hours):.0f}% less)"
+                      for f in cheaper if f.reached is not None)
+    return (f"**Ours against the others:** behind: ours reaches {_pct(tf.target)} at {r.gpu_hours:.2f} GPU-h; "
+            f"cheaper: {names}.")
 
 
 SECTION = re.compile(r"^### (.+)$", re.M)
@@ -236,8 +422,9 @@ def parse_frontier_table(section: str) -> list[dict[str, str]]:
 
 
 FRONTIER_INTRO = ("Generated by `scripts/simulator_table.py --frontier --update-docs` (all traces, full length; "
-                  "`--quick`: first 20 minutes, 3 points; `--traces NAME`: one trace). Each section is one run; "
-                  "a run replaces only the sections of the traces it ran.")
+                  "`--traces NAME`: one trace). Each section is one run, its points read from the points cache "
+                  "where they were simulated before by the same code; a run replaces only the sections of the "
+                  "traces it ran.")
 
 
 def merge_sections(old: dict[str, str], new: dict[str, str]) -> str:

@@ -1,16 +1,26 @@
 """Frontiers: each policy swept over its main knob, SLO attainment against GPU-hours.
 
-`sweep(trace, backtest, policies, cap_gpu_hours=...)` runs every policy at its documented default, then at
-knob values that buy more capacity (a geometric grid: `default x ratio^i`, every knob here buys capacity
-as it goes down), and stops a policy's sweep at the first point that meets `target` (SLO attainment over
-all requests), or that costs more than `cap_gpu_hours` (static provisioning at the oracle's peak), or
-after `points` points. Each policy's result is a `Frontier`: its points and its cost to reach the target
-(the fewest GPU-hours among the points that meet it) or "never" with the best attainment it reached.
+`sweep(trace, backtest, policies, cap_gpu_hours=...)` runs every policy at its documented default, then
+walks a geometric grid from it (every knob here buys capacity as it goes down):
+- when the default misses `target` (SLO attainment over all requests): toward more capacity,
+  `default x ratio^i`, up to the first point that meets it, or that costs more than `cap_gpu_hours`
+  (static provisioning at the oracle's peak);
+- when the default already meets it: toward less capacity, `default / ratio^i` (at most the knob's
+  bound, KNOB_MAX), while the points still meet it, so that a cheaper point of that policy is tried
+  too (a default that happens to sit above the target would otherwise cost its policy the comparison),
+  and until a step changes nothing (the same attainment and GPU-hours as the point before: the policy
+  sits at its floor, one replica, and the next step would not move it either; without this rule a
+  mostly idle trace spends most of its CPU on such points);
+in either direction after `points` points in all. Each policy's result is a `Frontier`: its points and
+its cost to reach the target (the fewest GPU-hours among the points that meet it, whichever direction
+found them) or "never" with the best attainment it reached. Every policy is swept by the same rule.
 
-Points are independent simulations. `workers > 1` runs them in a process pool, `ray_address` on a Ray
-cluster (`auto`: a local one; `pip install 'keda-llm[ray]'`); both keep every policy's sequence of points
-exactly what a serial run gives (a policy's next point depends only on its own previous ones, and each
-simulation is seeded), so results are identical whatever runs them.
+Points are independent simulations (simulator/report/frontier_point.py). `workers > 1` runs them in a process
+pool, `ray_address` on a Ray cluster (`auto`: a local one; `pip install 'keda-llm[ray]'`); both keep
+every policy's sequence of points exactly what a serial run gives (a policy's next point depends only on
+its own previous ones, and each simulation is seeded), so results are identical whatever runs them.
+`cache` (simulator/report/frontier_cache.py) reads the points computed before by the same code and writes the
+new ones, which changes nothing but the CPU spent.
 
 `frontier(trace, backtest, policies)` adds the reference points the sweep needs and the docs show: the
 oracle (its GPU-hours, attainment, the share of requests that can meet the SLO at all), static
@@ -24,44 +34,31 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from keda_llm.simulator.cluster.engine import Controller
-from keda_llm.simulator.control.anchors import ANCHORS, KNOBS, AnchorContext, aibrix, keda_driven, knative, ray_serve
-from keda_llm.simulator.control.baselines import (
-    GPU_UTIL_TARGET_PERCENT,
-    PROD_STACK_THRESHOLD,
-    gpu_baseline,
-    queue_baseline,
-)
-from keda_llm.simulator.control.controllers import KedaController
-from keda_llm.simulator.control.policies import ITL_TARGET_FRACTION, build_controller, default_scaledobject
+from keda_llm.simulator.control.anchors import KNOBS, aibrix, keda_driven, knative, ray_serve
+from keda_llm.simulator.control.baselines import GPU_UTIL_TARGET_PERCENT, PROD_STACK_THRESHOLD
+from keda_llm.simulator.control.policies import ITL_TARGET_FRACTION
+from keda_llm.simulator.report.frontier_cache import PointCache, References
+from keda_llm.simulator.report.frontier_point import SWEPT, Point, build_point_controller, run_point
 from keda_llm.simulator.report.summary import summarize
-from keda_llm.simulator.run import Backtest, concurrency_target, run_policies, simulate
+from keda_llm.simulator.run import Backtest, concurrency_target, run_policies
 from keda_llm.simulator.workload.traces import Trace
 
-#: the sweepable policies, in table order
-SWEPT = ("ours", "queue", "gpu", "concurrency", *ANCHORS)
+__all__ = ["SWEPT", "Frontier", "Point", "Reference", "TraceFrontier", "build_point_controller", "frontier",
+           "knob_grid", "run_point", "sweep"]
 # ours' knob is its latency target: with targetInterTokenLatency set (as the recommended ScaledObject sets
 # it, half the ITL SLO) the latency term decides the count wherever engines are busy, and targetKVUtilization
 # then moves nothing (swept on azure2023-code: 0.8 down to 0.13 gave the same 90.7% at 32.11 GPU-h).
 KNOB_NAMES = {"ours": "targetInterTokenLatency (s)", "queue": "num_requests_waiting threshold",
               "gpu": "GPU utilization target (%)", "concurrency": "concurrency per pod", **KNOBS}
+#: the largest value a knob can take (the sweep toward less capacity stops there): the fractions and the
+#: GPU utilization percentage; the others (thresholds, targets per pod, latencies) have no upper bound
+KNOB_MAX = {"gpu": 100.0, "aibrix-kpa": 1.0, "aibrix-apa": 1.0, "llmd-wva": 1.0, "llmd-wva-tokens": 1.0,
+            "hpa-kv": 1.0}
 DEFAULT_RATIO = 0.7  # each point's knob over the previous one's: about 1.4x the capacity per step
 DEFAULT_POINTS = 6
-
-
-@dataclass(frozen=True)
-class Point:
-    knob: float
-    attainment: float  # SLO attainment over all requests, 0-1
-    gpu_hours: float
-    cpu_s: float  # CPU seconds the simulation took (measured; not part of equality)
-
-    def same(self, other: Point) -> bool:
-        """Equal but for the CPU seconds."""
-        return (self.knob, self.attainment, self.gpu_hours) == (other.knob, other.attainment, other.gpu_hours)
 
 
 @dataclass(frozen=True)
@@ -72,6 +69,7 @@ class Frontier:
     points: tuple[Point, ...]
     target: float
     cap_gpu_hours: float | None
+    knob_max: float | None = None
 
     @property
     def reached(self) -> Point | None:
@@ -85,9 +83,24 @@ class Frontier:
         return max(self.points, key=lambda p: (p.attainment, -p.gpu_hours))
 
     @property
+    def went_down(self) -> bool:
+        """Whether the sweep went toward less capacity (the default met the target)."""
+        return self.points[0].attainment >= self.target
+
+    @property
     def stop(self) -> str:
-        """Why the sweep stopped: `target`, `cap` (cost more than static) or `points` (the grid ran out)."""
+        """Why the sweep stopped. Toward more capacity: `target` (met), `cap` (cost more than static) or
+        `points` (the grid ran out). Toward less: `below` (the next cheaper point missed the target),
+        `flat` (a step changed nothing), `bound` (the knob reached its largest value) or `points`."""
         last = self.points[-1]
+        if self.went_down:
+            if len(self.points) > 1 and last.attainment < self.target:
+                return "below"
+            if len(self.points) > 1 and _flat(self.points[-2], last):
+                return "flat"
+            if self.knob_max is not None and last.knob >= self.knob_max:
+                return "bound"
+            return "points"
         if last.attainment >= self.target:
             return "target"
         if self.cap_gpu_hours is not None and last.gpu_hours > self.cap_gpu_hours:
@@ -128,72 +141,56 @@ def default_knob(policy: str, trace: Trace, backtest: Backtest) -> float:
 
 
 def knob_grid(default: float, points: int = DEFAULT_POINTS, ratio: float = DEFAULT_RATIO) -> list[float]:
-    """`default`, then `default x ratio^i` (4 significant digits), `points` values in all."""
+    """Toward more capacity: `default`, then `default x ratio^i` (4 significant digits), `points` values."""
     if not 0 < ratio < 1:
         raise ValueError(f"ratio must be in (0, 1), got {ratio}")
     return [float(f"{default * ratio ** i:.4g}") for i in range(max(1, points))]
 
 
-def build_point_controller(policy: str, knob: float, trace: Trace, backtest: Backtest) -> Controller:
-    """`policy` with its main knob at `knob`, otherwise exactly as `run_policies` builds it."""
-    p = backtest.preset
-    cold_p90 = p.cold_start(backtest.cold_start).quantile(0.9)
-    slo = (backtest.slo.ttft_s, backtest.slo.itl_s)
-    m = backtest.max_replicas
-    if policy == "ours":
-        so = backtest.scaledobject or default_scaledobject(p.model.name, max_replicas=m, cold_start_s=cold_p90,
-                                                           slo_itl_s=slo[1] * ITL_TARGET_FRACTION)
-        trig = so.triggers[0]
-        so = replace(so, triggers=(replace(trig, metadata={**trig.metadata, "targetInterTokenLatency": f"{knob:g}s"}),
-                                   *so.triggers[1:]))
-        return build_controller("ours", model=p.model.name, max_replicas=m, concurrency_target=1.0,
-                                static_replicas=1, settings=so, cold_start_s=cold_p90, slo=slo)
-    if policy in ("queue", "gpu"):
-        settings, scaler = (queue_baseline if policy == "queue" else gpu_baseline)(m)
-        scaler.target = knob
-        return KedaController(policy, settings, scaler, initial_replicas=max(1, settings.min_replicas))
-    if policy not in SWEPT:
-        raise ValueError(f"policy {policy!r} has no knob to sweep; sweepable: {', '.join(SWEPT)}")
-    return build_controller(f"{policy}@{knob:g}", model=p.model.name, max_replicas=m,
-                            concurrency_target=concurrency_target(trace, backtest), static_replicas=1,
-                            settings=backtest.scaledobject, cold_start_s=cold_p90, slo=slo,
-                            anchor=AnchorContext(m, slo[0], slo[1], p.perf(), p.replica_config()))
-
-
-def run_point(trace: Trace, backtest: Backtest, policy: str, knob: float) -> Point:
-    """One simulation: `policy` at `knob` on the trace."""
-    t0 = time.process_time()
-    ctl = build_point_controller(policy, knob, trace, backtest)
-    s = summarize(simulate(trace, backtest, ctl, backtest.resolved_mode(trace)), backtest.slo)
-    return Point(knob, s.slo_attainment, s.gpu_hours, time.process_time() - t0)
+def knob_grid_down(default: float, points: int = DEFAULT_POINTS, ratio: float = DEFAULT_RATIO,
+                   top: float | None = None) -> list[float]:
+    """Toward less capacity: `default`, then `default / ratio^i` (4 significant digits), at most `points`
+    values; a value past `top` is replaced by `top` once, and the grid ends there."""
+    if not 0 < ratio < 1:
+        raise ValueError(f"ratio must be in (0, 1), got {ratio}")
+    if top is not None and default > top:
+        raise ValueError(f"default {default:g} is above the knob's largest value {top:g}")
+    grid = [default]
+    for i in range(1, max(1, points)):
+        k = float(f"{default / ratio ** i:.4g}")
+        if top is not None and k >= top:
+            if grid[-1] < top:
+                grid.append(top)
+            break
+        grid.append(k)
+    return grid
 
 
 # -- executors ------------------------------------------------------------------------------------------
-_WORKER: tuple[Trace, Backtest] | None = None
+RunPoint = Callable[[Trace, Backtest, str, float], Point]
+_WORKER: tuple[Trace, Backtest, RunPoint] | None = None
 
 
-def _init_worker(trace: Trace, backtest: Backtest) -> None:
+def _init_worker(trace: Trace, backtest: Backtest, run: RunPoint) -> None:
     global _WORKER
-    _WORKER = (trace, backtest)
+    _WORKER = (trace, backtest, run)
 
 
 def _worker_point(policy: str, knob: float) -> Point:
     assert _WORKER is not None, "worker not initialized"
-    return run_point(*_WORKER, policy, knob)
-
-
-Submit = Callable[[str, float], "Future[Point]"]
+    trace, backtest, run = _WORKER
+    return run(trace, backtest, policy, knob)
 
 
 class _Serial:
     """Runs each point at once in this process (the reference the parallel runs must equal)."""
 
-    def __init__(self, trace: Trace, backtest: Backtest) -> None:
-        self.trace, self.backtest = trace, backtest
+    def __init__(self, trace: Trace, backtest: Backtest, run: RunPoint) -> None:
+        self.trace, self.backtest, self.run = trace, backtest, run
 
     def submit(self, policy: str, knob: float) -> Future[Point]:
         f: Future[Point] = Future()
-        f.set_result(run_point(self.trace, self.backtest, policy, knob))
+        f.set_result(self.run(self.trace, self.backtest, policy, knob))
         return f
 
     def close(self) -> None:
@@ -201,8 +198,8 @@ class _Serial:
 
 
 class _Pool:
-    def __init__(self, trace: Trace, backtest: Backtest, workers: int) -> None:
-        self.pool: Executor = ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(trace, backtest))
+    def __init__(self, trace: Trace, backtest: Backtest, run: RunPoint, workers: int) -> None:
+        self.pool: Executor = ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(trace, backtest, run))
 
     def submit(self, policy: str, knob: float) -> Future[Point]:
         return self.pool.submit(_worker_point, policy, knob)
@@ -214,7 +211,7 @@ class _Pool:
 class _Ray:
     """The same points as Ray tasks; the trace and backtest are put in the object store once."""
 
-    def __init__(self, trace: Trace, backtest: Backtest, address: str) -> None:
+    def __init__(self, trace: Trace, backtest: Backtest, run: RunPoint, address: str) -> None:
         try:  # imported only when asked for, and untyped here so the checks pass without the extra
             ray: Any = importlib.import_module("ray")
         except ImportError as e:  # pragma: no cover - depends on the extra
@@ -225,7 +222,7 @@ class _Ray:
             # `auto`: an instance this machine already runs, else a new local one (Ray's own address=None)
             ray.init(address=None if address in ("auto", "local") else address, include_dashboard=False,
                      log_to_driver=False, logging_level=logging.WARNING)
-        self.task = ray.remote(run_point)
+        self.task = ray.remote(run)
         self.ctx = (ray.put(trace), ray.put(backtest))
 
     def submit(self, policy: str, knob: float) -> Future[Point]:
@@ -237,37 +234,72 @@ class _Ray:
             self.ray.shutdown()
 
 
+def next_knob(done: Sequence[Point], *, target: float, cap_gpu_hours: float | None, points: int,
+              ratio: float, top: float | None) -> float | None:
+    """The knob of a policy's next point given its points so far (the first is its default), or None when
+    its sweep is over: the module docstring's rule, a function of the policy's own points only."""
+    n = len(done)
+    if n == 0:
+        raise ValueError("a sweep starts at the policy's default")
+    if n >= points:
+        return None
+    default, last = done[0].knob, done[-1]
+    if done[0].attainment >= target:  # toward less capacity, while the points meet the target
+        grid = knob_grid_down(default, points, ratio, top)
+        flat = n > 1 and _flat(done[-2], last)
+        return grid[n] if last.attainment >= target and not flat and n < len(grid) else None
+    over = cap_gpu_hours is not None and last.gpu_hours > cap_gpu_hours
+    return None if last.attainment >= target or over else knob_grid(default, points, ratio)[n]
+
+
+def _flat(a: Point, b: Point) -> bool:
+    """A step that changed nothing."""
+    return (a.attainment, a.gpu_hours) == (b.attainment, b.gpu_hours)
+
+
 def sweep(trace: Trace, backtest: Backtest, policies: Sequence[str], *, cap_gpu_hours: float | None,
           target: float = 0.99, points: int = DEFAULT_POINTS, ratio: float = DEFAULT_RATIO, workers: int = 1,
-          ray_address: str | None = None, progress: Callable[[str, Point], None] | None = None) -> list[Frontier]:
-    """Every policy's frontier, in the order given (see the module docstring)."""
+          ray_address: str | None = None, progress: Callable[[str, Point], None] | None = None,
+          cache: PointCache | None = None, run: RunPoint = run_point) -> list[Frontier]:
+    """Every policy's frontier, in the order given (see the module docstring). `run` simulates one point
+    (a module-level function, so that worker processes can import it; tests give a stand-in)."""
     defaults = {pol: default_knob(pol, trace, backtest) for pol in policies}
-    grids = {pol: knob_grid(defaults[pol], points, ratio) for pol in policies}
     done: dict[str, list[Point]] = {pol: [] for pol in policies}
     if ray_address is not None:
-        runner: _Serial | _Pool | _Ray = _Ray(trace, backtest, ray_address)
+        runner: _Serial | _Pool | _Ray = _Ray(trace, backtest, run, ray_address)
     elif workers > 1:
-        runner = _Pool(trace, backtest, workers)
+        runner = _Pool(trace, backtest, run, workers)
     else:
-        runner = _Serial(trace, backtest)
+        runner = _Serial(trace, backtest, run)
+
+    def submit(pol: str, knob: float) -> Future[Point]:
+        hit = cache.get(pol, knob) if cache is not None else None
+        if hit is None:
+            return runner.submit(pol, knob)
+        fut: Future[Point] = Future()
+        fut.set_result(hit)
+        return fut
+
     try:
-        pending: dict[Future[Point], str] = {runner.submit(pol, grids[pol][0]): pol for pol in policies}
+        pending: dict[Future[Point], str] = {submit(pol, defaults[pol]): pol for pol in policies}
         while pending:
             finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
             for fut in sorted(finished, key=lambda f: policies.index(pending[f])):
                 pol = pending.pop(fut)
                 pt = fut.result()
+                if cache is not None and not pt.cached:
+                    cache.put(pol, pt)
                 done[pol].append(pt)
                 if progress is not None:
                     progress(pol, pt)
-                over = cap_gpu_hours is not None and pt.gpu_hours > cap_gpu_hours
-                n = len(done[pol])
-                if pt.attainment < target and not over and n < len(grids[pol]):
-                    pending[runner.submit(pol, grids[pol][n])] = pol
+                knob = next_knob(done[pol], target=target, cap_gpu_hours=cap_gpu_hours, points=points,
+                                 ratio=ratio, top=KNOB_MAX.get(pol))
+                if knob is not None:
+                    pending[submit(pol, knob)] = pol
     finally:
         runner.close()
-    return [Frontier(pol, KNOB_NAMES[pol], defaults[pol], tuple(done[pol]), target, cap_gpu_hours)
-            for pol in policies]
+    return [Frontier(pol, KNOB_NAMES[pol], defaults[pol], tuple(done[pol]), target, cap_gpu_hours,
+                     KNOB_MAX.get(pol)) for pol in policies]
 
 
 @dataclass(frozen=True)
@@ -300,19 +332,30 @@ class TraceFrontier:
 
 def frontier(trace: Trace, backtest: Backtest, policies: Sequence[str], *, points: int = DEFAULT_POINTS,
              ratio: float = DEFAULT_RATIO, workers: int = 1, ray_address: str | None = None,
-             progress: Callable[[str, Point], None] | None = None) -> TraceFrontier:
+             progress: Callable[[str, Point], None] | None = None, cache: PointCache | None = None) -> TraceFrontier:
     """The oracle, static at its peak, the lower bound, then `sweep` with static as the cap. The target is
     99% over all requests, or the oracle's own target over all requests (99% of those that can meet the SLO
     at all) where fewer than 99% can."""
+    refs = cache.get_references(backtest.oracle_target) if cache is not None else None
+    if refs is None:
+        refs = references(trace, backtest)
+        if cache is not None:
+            cache.put_references(backtest.oracle_target, refs)
+    target = min(0.99, refs.target_over_all)
+    fronts = sweep(trace, backtest, policies, cap_gpu_hours=refs.static_gpu_hours, target=target, points=points,
+                   ratio=ratio, workers=workers, ray_address=ray_address, progress=progress, cache=cache)
+    return TraceFrontier(trace.name, len(trace), refs.feasible_share, target,
+                         Reference(refs.oracle_attainment, refs.oracle_gpu_hours), refs.oracle_status,
+                         Reference(refs.static_attainment, refs.static_gpu_hours), refs.bound_gpu_hours,
+                         tuple(fronts), refs.cpu_s, backtest.resolved_mode(trace))
+
+
+def references(trace: Trace, backtest: Backtest) -> References:
+    """The oracle, static at the oracle's peak and the lower bound, as the frontier needs them."""
     t0 = time.process_time()
     results, oracle = run_policies(trace, backtest, ["static", "oracle"])
     assert oracle is not None and oracle.bound is not None
     static, orc = (summarize(r, backtest.slo) for r in results)
-    ref_cpu = time.process_time() - t0
-    target = min(0.99, oracle.target_over_all)
-    fronts = sweep(trace, backtest, policies, cap_gpu_hours=static.gpu_hours, target=target, points=points,
-                   ratio=ratio, workers=workers, ray_address=ray_address, progress=progress)
-    return TraceFrontier(trace.name, len(trace), oracle.feasible_share, target,
-                         Reference(orc.slo_attainment, orc.gpu_hours), oracle.status(),
-                         Reference(static.slo_attainment, static.gpu_hours), oracle.bound.gpu_hours, tuple(fronts),
-                         ref_cpu, backtest.resolved_mode(trace))
+    return References(oracle.feasible_share, oracle.target_over_all, orc.slo_attainment, orc.gpu_hours,
+                      oracle.status(), static.slo_attainment, static.gpu_hours, oracle.bound.gpu_hours,
+                      time.process_time() - t0)

@@ -3,7 +3,10 @@
 A synthetic 10-minute trace (5 QPS, prompts 500-3000, outputs 300-900 tokens) on 8B/H100 with a 20 ms ITL
 target: a replica holds only a small batch within it, so more replicas clearly raise attainment. On it
 hpa-kv goes 41% -> 84% -> 94% -> 99.7% as its KV target falls 0.8 -> 0.19, and the concurrency baseline
-84% -> 96% -> 99.7% as its per-pod target falls 65 -> 32.
+84% -> 96% -> 99.7% as its per-pod target falls 65 -> 32 (both sweep toward more capacity), while the GPU
+utilization baseline meets 99% at its default 80% (99.7%) and misses it at 100% (41.4%), so its sweep goes
+toward less capacity and stops after one step. The rules themselves are checked on a stand-in simulation
+with hand-derived points (`_fake_point`), as is the points cache.
 """
 
 from __future__ import annotations
@@ -13,19 +16,23 @@ import itertools
 import os
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from keda_llm.simulator.hardware.presets import get_preset
-from keda_llm.simulator.report.frontier import Frontier, frontier, knob_grid, sweep
+from keda_llm.simulator.report import frontier_cache
+from keda_llm.simulator.report.frontier import Frontier, Point, frontier, knob_grid, knob_grid_down, next_knob, sweep
+from keda_llm.simulator.report.frontier_cache import PointCache, policy_sources, source_digest
 from keda_llm.simulator.report.summary import Slo
 from keda_llm.simulator.run import Backtest
 from keda_llm.simulator.workload.traces import Trace
 
 ROOT = Path(__file__).resolve().parents[2]
-POLICIES = ["hpa-kv", "concurrency"]
+UP = ["hpa-kv", "concurrency"]
+POLICIES = [*UP, "gpu"]
 
 
 def _script():  # type: ignore[no-untyped-def]
@@ -58,8 +65,142 @@ def test_knob_grid_is_geometric_from_the_default_toward_capacity() -> None:
         knob_grid(1.0, 3, 1.5)
 
 
+def test_knob_grid_down_divides_and_stops_at_the_bound() -> None:
+    assert knob_grid_down(0.05, 4) == [0.05, 0.07143, 0.102, 0.1458]  # 0.05 / 0.7, / 0.49, / 0.343
+    assert knob_grid_down(0.5, 6, top=1.0) == [0.5, 0.7143, 1.0]  # 0.5 / 0.49 = 1.02: the bound once
+    assert knob_grid_down(1.0, 6, top=1.0) == [1.0]
+    with pytest.raises(ValueError, match="above the knob's largest value"):
+        knob_grid_down(1.2, 3, top=1.0)
+
+
+# A stand-in simulation, hand-derivable: `gpu_hours = 1 / knob` (queue: 10 / knob), and attainment a step in the
+# knob per policy; the cap (static's GPU-hours) is 3.
+#  ours (default half the 20 ms ITL SLO, 0.01): 100% up to 0.016, 90% beyond -> down 0.01, 0.01429 (meets),
+#    0.02041 (misses): `below`, cheapest meeting point 0.01429 at 1 / 0.01429 = 69.98 GPU-h (over the cap: the
+#    cap stops only sweeps toward more capacity);
+#  hpa-kv (default 0.8): 99% at 0.4 or below, 50% above -> up 0.8, 0.56, 0.392 (meets): `target` at 2.551;
+#  aibrix-kpa (default 0.5): 100% everywhere -> down 0.5, 0.7143, 1 (the bound): `bound`, 1.0 GPU-h;
+#  queue (default 5): 50% everywhere -> up 5 (2.0 GPU-h), 3.5 (2.857), 2.45 (4.082, over the cap): `cap`;
+#  ray-serve (default 2): 100% at 2.0 GPU-h everywhere (its floor) -> down 2, 2.857 (no change): `flat`.
+STEP = {"ours": (0.016, 1.0, 0.9, 1.0), "hpa-kv": (0.4, 0.99, 0.5, 1.0), "aibrix-kpa": (9.9, 1.0, 1.0, 1.0),
+        "queue": (0.0, 0.5, 0.5, 10.0), "ray-serve": (9.9, 1.0, 1.0, 0.0)}
+CALLS: list[tuple[str, float]] = []
+
+
+def _fake_point(trace: Trace, backtest: Backtest, policy: str, knob: float) -> Point:
+    CALLS.append((policy, knob))
+    edge, at_or_below, above, scale = STEP[policy]
+    return Point(knob, at_or_below if knob <= edge else above, scale / knob if scale else 2.0, 0.5)
+
+
+FAKE = ["ours", "hpa-kv", "aibrix-kpa", "queue", "ray-serve"]
+FAKE_EXPECTED = {"ours": ([0.01, 0.01429, 0.02041], "below", 0.01429), "hpa-kv": ([0.8, 0.56, 0.392], "target", 0.392),
+                 "aibrix-kpa": ([0.5, 0.7143, 1.0], "bound", 1.0), "queue": ([5.0, 3.5, 2.45], "cap", None),
+                 "ray-serve": ([2.0, 2.857], "flat", 2.0)}
+
+
+def _check_fake(fronts: list[Frontier]) -> None:
+    assert [f.policy for f in fronts] == FAKE
+    for f in fronts:
+        knobs, stop, reached = FAKE_EXPECTED[f.policy]
+        assert [p.knob for p in f.points] == knobs and f.stop == stop, f
+        assert (f.reached.knob if f.reached else None) == reached, f
+    by = {f.policy: f for f in fronts}
+    assert by["ours"].cost() == "69.98 GPU-h" and by["hpa-kv"].cost() == "2.55 GPU-h"
+    assert by["queue"].cost() == "never (best 50.0%)"
+
+
+def test_sweep_both_directions_on_a_stand_in(case: tuple[Trace, Backtest]) -> None:
+    _check_fake(sweep(*case, FAKE, cap_gpu_hours=3.0, points=6, run=_fake_point))
+
+
+def test_next_knob_is_a_function_of_the_policy_s_own_points() -> None:
+    def nk(*ka: tuple[float, float]) -> float | None:
+        done = [Point(k, a, 1 / k, 0.0) for k, a in ka]
+        return next_knob(done, target=0.99, cap_gpu_hours=None, points=4, ratio=0.7, top=None)
+
+    assert nk((0.05, 1.0)) == 0.07143  # the default meets 99%: toward less capacity
+    assert nk((0.05, 1.0), (0.07143, 1.0)) == 0.102
+    assert nk((0.05, 1.0), (0.07143, 0.9)) is None  # the cheaper point missed it
+    assert nk((0.05, 0.9)) == 0.035  # the default misses: toward more capacity
+    assert nk((0.05, 0.9), (0.035, 0.995)) is None
+    assert nk((0.05, 1.0), (0.07143, 1.0), (0.102, 1.0), (0.1458, 1.0)) is None  # `points` reached
+    flat = [Point(0.05, 1.0, 3.0, 0.0), Point(0.07143, 1.0, 3.0, 0.0)]  # a step that changed nothing
+    assert next_knob(flat, target=0.99, cap_gpu_hours=None, points=4, ratio=0.7, top=None) is None
+    assert next_knob([Point(0.05, 0.5, 3.0, 0.0), Point(0.035, 0.5, 3.0, 0.0)], target=0.99, cap_gpu_hours=None,
+                     points=4, ratio=0.7, top=None) == 0.0245  # toward more capacity a flat step goes on
+    with pytest.raises(ValueError, match="starts at the policy's default"):
+        nk()
+
+
+def test_the_points_cache_replays_a_sweep_and_keys_on_the_source(case: tuple[Trace, Backtest], tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    tr, bt = case
+    CALLS.clear()
+    _check_fake(sweep(tr, bt, FAKE, cap_gpu_hours=3.0, run=_fake_point, cache=PointCache(tmp_path, tr, bt)))
+    assert len(CALLS) == 14 and len(list((tmp_path / "points").glob("*.json"))) == 14
+    CALLS.clear()
+    cache = PointCache(tmp_path, tr, bt)
+    again = sweep(tr, bt, FAKE, cap_gpu_hours=3.0, run=_fake_point, cache=cache)
+    _check_fake(again)
+    assert CALLS == [] and cache.hits == 14 and cache.misses == 0
+    assert all(p.cached and p.cpu_s == 0.5 for f in again for p in f.points)  # the CPU seconds it cost then
+    # another seed is another key; so is another window of the trace
+    sweep(tr, replace(bt, seed=1), ["hpa-kv"], cap_gpu_hours=3.0, run=_fake_point, cache=PointCache(tmp_path, tr, bt))
+    CALLS.clear()
+    sweep(tr, replace(bt, seed=1), ["hpa-kv"], cap_gpu_hours=3.0, run=_fake_point,
+          cache=PointCache(tmp_path, tr, replace(bt, seed=1)))
+    sweep(tr.window(0.0, 300.0), bt, ["hpa-kv"], cap_gpu_hours=3.0, run=_fake_point,
+          cache=PointCache(tmp_path, tr.window(0.0, 300.0), bt))
+    assert len(CALLS) == 6
+    # ours' policy changes: only ours' points run again
+    real = frontier_cache.policy_sources
+    monkeypatch.setattr(frontier_cache, "policy_sources",
+                        lambda policy, root=None: real(policy, root) + ("-changed" if policy == "ours" else ""))
+    CALLS.clear()
+    _check_fake(sweep(tr, bt, FAKE, cap_gpu_hours=3.0, run=_fake_point, cache=PointCache(tmp_path, tr, bt)))
+    assert sorted(CALLS) == [("ours", 0.01), ("ours", 0.01429), ("ours", 0.02041)]
+    # --fresh: nothing read, everything run and written again
+    CALLS.clear()
+    sweep(tr, bt, ["hpa-kv"], cap_gpu_hours=3.0, run=_fake_point, cache=PointCache(tmp_path, tr, bt, fresh=True))
+    assert len(CALLS) == 3
+
+
+def test_source_digests_separate_ours_from_the_rest(tmp_path: Path) -> None:
+    files = ["simulator/cluster/engine.py", "simulator/control/policies.py", "simulator/report/frontier.py",
+             "scaler/policy.py", "scaler/model.py", "scaler/scaledobject.py", "common/vocabulary.py",
+             "activator/core.py", "exporter/x.py"]
+    for f in files:
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).write_text(f"# {f}\n")
+
+    def digests() -> tuple[str, str]:
+        frontier_cache._sources.cache_clear()
+        return policy_sources("ours", tmp_path), policy_sources("hpa-kv", tmp_path)
+
+    # which digests move when one file changes: (ours', the others')
+    moves = {"scaler/policy.py": (True, False), "simulator/control/policies.py": (True, False),
+             "simulator/cluster/engine.py": (True, True), "scaler/model.py": (True, True),
+             "scaler/scaledobject.py": (True, True), "common/vocabulary.py": (True, True),
+             "activator/core.py": (True, True), "simulator/report/frontier.py": (False, False),
+             "exporter/x.py": (False, False)}
+    try:
+        for f, expected in moves.items():
+            before = digests()
+            (tmp_path / f).write_text((tmp_path / f).read_text() + "# changed\n")
+            after = digests()
+            assert (before[0] != after[0], before[1] != after[1]) == expected, f
+        (tmp_path / "simulator" / "__pycache__").mkdir()
+        before = digests()
+        (tmp_path / "simulator" / "__pycache__" / "engine.cpython-311.pyc").write_bytes(b"x")
+        assert digests() == before
+        assert source_digest(("simulator",), root=tmp_path) != source_digest(("scaler",), root=tmp_path)
+    finally:
+        frontier_cache._sources.cache_clear()
+
+
 def test_sweep_is_monotone_enough_to_find_the_99_point(serial: list[Frontier]) -> None:
-    for f in serial:
+    for f in serial[:len(UP)]:
         att = [p.attainment for p in f.points]
         gpu = [p.gpu_hours for p in f.points]
         assert f.stop == "target" and 2 < len(f.points) <= 6, f
@@ -84,11 +225,21 @@ def test_never_with_the_best_attainment_when_the_cap_stops_it(case: tuple[Trace,
     assert g.stop == "points" and g.reached is None
 
 
+def test_a_default_that_meets_the_target_is_swept_toward_less_capacity(serial: list[Frontier]) -> None:
+    gpu = serial[2]
+    assert [p.knob for p in gpu.points] == [80.0, 100.0]  # 80 / 0.7 = 114 is past the bound: 100 once
+    assert gpu.went_down and gpu.stop == "below"
+    assert gpu.points[0].attainment >= 0.99 > gpu.points[1].attainment
+    assert gpu.reached is gpu.points[0]
+
+
 def test_parallel_equals_serial(case: tuple[Trace, Backtest], serial: list[Frontier]) -> None:
     par = sweep(*case, POLICIES, cap_gpu_hours=None, points=6, workers=2)
     assert [f.policy for f in par] == POLICIES
     for a, b in zip(par, serial, strict=True):
         assert len(a.points) == len(b.points) and all(x.same(y) for x, y in zip(a.points, b.points, strict=True))
+    assert par[2].went_down and par[2].stop == serial[2].stop == "below"
+    _check_fake(sweep(*case, FAKE, cap_gpu_hours=3.0, points=6, run=_fake_point, workers=2))
 
 
 @pytest.mark.skipif(not os.environ.get("KEDA_LLM_TEST_RAY"),
@@ -97,6 +248,8 @@ def test_ray_equals_serial(case: tuple[Trace, Backtest], serial: list[Frontier])
     pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'keda-llm[ray]'")
     (f,) = sweep(*case, ["concurrency"], cap_gpu_hours=None, points=6, ray_address="auto")
     assert all(x.same(y) for x, y in zip(f.points, serial[1].points, strict=True))
+    (g,) = sweep(*case, ["gpu"], cap_gpu_hours=None, points=6, ray_address="auto")  # toward less capacity
+    assert all(x.same(y) for x, y in zip(g.points, serial[2].points, strict=True)) and g.stop == "below"
 
 
 def test_frontier_section_round_trips_and_plots(case: tuple[Trace, Backtest], tmp_path: Path) -> None:
@@ -108,7 +261,7 @@ def test_frontier_section_round_trips_and_plots(case: tuple[Trace, Backtest], tm
     text = st.frontier_section("synthetic", tf, 3, "x.png", 1.0)
     block = st.merge_sections({}, {"synthetic": text})
     (row,) = st.parse_frontier_table(st.parse_sections(block)["synthetic"])
-    assert row["policy"] == "concurrency" and row["stop"] in ("target", "cap", "points")
+    assert row["policy"] == "concurrency" and row["stop"] in ("target", "cap", "points", "below", "flat", "bound")
     st.plot_frontier(tf, "synthetic", tmp_path / "f.png")
     assert (tmp_path / "f.png").stat().st_size > 1000
 
@@ -120,7 +273,6 @@ def test_the_docs_frontier_block_parses() -> None:
     st = _script()
     sections = st.parse_sections(st.read_block(ROOT / "docs" / "simulator-results.md", "frontier"))
     assert sections, "no frontier sections in docs/simulator-results.md"
-    assert any(t.endswith("first 20 minutes") for t in sections)  # the quick run of every trace
     assert {c.trace for c in st.CASES} <= {t.split(" ")[0] for t in sections}
     for title, text in sections.items():
         rows = st.parse_frontier_table(text)
@@ -128,6 +280,6 @@ def test_the_docs_frontier_block_parses() -> None:
         cost = next(k for k in rows[0] if k.startswith("cost to reach"))
         for r in rows:
             assert COST.match(r[cost]), (title, r)
-            assert r["stop"] in ("target", "cap", "points")
+            assert r["stop"] in ("target", "cap", "points", "below", "flat", "bound")
         img = re.search(r"\]\((img/[^)]+\.png)\)", text)
         assert img and (ROOT / "docs" / img.group(1)).is_file(), title

@@ -1,0 +1,169 @@
+"""Frontier points on disk, so that a re-run simulates only the points whose inputs changed.
+
+A frontier of every trace is an hour or two of CPU; most of it is the anchor baselines, whose points do
+not move when ours' policy does. Each point (and each trace's reference runs: the oracle, static and the
+lower bound) is one small JSON file named for a digest of everything its result depends on:
+
+- the trace: its name and a digest of its arrays (a window or a re-synthesis is another trace);
+- the backtest: its repr (preset, SLO, seed, cold starts, mode, max replicas, ScaledObject, ...);
+- the policy and the knob value;
+- the source the simulation runs. Every point: the simulator's modules but its front ends and ours'
+  wiring (see SHARED_SOURCES), common/, activator/, and the two scaler modules every controller uses
+  (scaler/model.py, scaler/scaledobject.py). Ours' points add all of scaler/ and simulator/control/policies.py.
+  So a change to ours' policy re-simulates ours' points only, and a change to the simulator all of them.
+
+What the key leaves out: simulator/control/policies.py counts as ours' wiring only (it also dispatches the other
+policies to their builders, which live in files the key does hold); a change there that moves another
+policy needs `--fresh`. Entries are never deleted: `rm -r build/frontier-cache` empties it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import keda_llm
+from keda_llm.simulator.report.frontier_point import Point
+from keda_llm.simulator.run import Backtest
+from keda_llm.simulator.workload.traces import Trace
+
+#: source every point depends on (paths under the installed keda_llm package, folders or files)
+SHARED_SOURCES = ("simulator", "common", "activator", "scaler/model.py", "scaler/scaledobject.py")
+#: what of those does not compute a point: the sweep itself, this cache, the tuner and command lines, and
+#: ours' wiring (in OURS_SOURCES instead)
+NOT_A_POINT = ("simulator/report/frontier.py", "simulator/report/frontier_cache.py",
+               "simulator/report/leave_one_out.py", "simulator/tune.py",
+               "simulator/tune_cli.py", "simulator/cli.py", "simulator/control/policies.py")
+#: what ours' points depend on beyond SHARED_SOURCES: the scaler's policy and ours' default ScaledObject
+OURS_SOURCES = ("scaler", "simulator/control/policies.py")
+VERSION = 1  # of the entries' format
+
+
+def _files(root: Path, entries: tuple[str, ...], skip: tuple[str, ...] = ()) -> list[tuple[str, Path]]:
+    out: list[tuple[str, Path]] = []
+    for entry in entries:
+        path = root / entry
+        found = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        for p in found:
+            rel = p.relative_to(root).as_posix()
+            if "__pycache__" in rel or rel.endswith(".pyc") or rel in skip:
+                continue
+            out.append((rel, p))
+    return out
+
+
+def source_digest(entries: tuple[str, ...], skip: tuple[str, ...] = (), root: Path | None = None) -> str:
+    """A digest of the files' paths and contents under `root` (default: the keda_llm package that runs)."""
+    base = root if root is not None else Path(keda_llm.__file__).parent
+    h = hashlib.sha256()
+    for rel, p in _files(base, entries, skip):
+        h.update(rel.encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def policy_sources(policy: str, root: Path | None = None) -> str:
+    """The digest of the source `policy`'s points depend on: ours' or every other policy's."""
+    return _sources("ours" if policy == "ours" else "shared", root)
+
+
+@functools.cache
+def _sources(kind: str, root: Path | None) -> str:
+    """Hashed once per process (PointCache does it on creation): the code that runs is the code that was
+    imported, whatever is edited on disk after."""
+    shared = source_digest(SHARED_SOURCES, NOT_A_POINT, root)
+    if kind == "shared":
+        return shared
+    return hashlib.sha256((shared + source_digest(OURS_SOURCES, (), root)).encode()).hexdigest()
+
+
+def trace_digest(trace: Trace) -> str:
+    h = hashlib.sha256(trace.name.encode())
+    for a in (trace.arrival_s, trace.prompt_tokens, trace.output_tokens, trace.hash_offsets, trace.hash_values):
+        h.update(b"-" if a is None else a.tobytes())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class References:
+    """A trace's reference runs, as the frontier needs them (simulator.report.frontier.frontier)."""
+
+    feasible_share: float
+    target_over_all: float
+    oracle_attainment: float
+    oracle_gpu_hours: float
+    oracle_status: str
+    static_attainment: float
+    static_gpu_hours: float
+    bound_gpu_hours: float
+    cpu_s: float
+
+
+class PointCache:
+    """The points of one trace and backtest under `root` (build/frontier-cache in the scripts)."""
+
+    def __init__(self, root: Path, trace: Trace, backtest: Backtest, *, fresh: bool = False) -> None:
+        self.root = root
+        self.fresh = fresh  # read nothing, overwrite what is there
+        self.trace_name = trace.name
+        self.base = f"{VERSION}|{trace.name}|{trace_digest(trace)}|{backtest!r}"
+        self.hits = 0
+        self.misses = 0
+        policy_sources("ours"), policy_sources("other")  # hashed now, while the files are the code that runs
+
+    def _path(self, kind: str, key: str) -> Path:
+        digest = hashlib.sha256(f"{self.base}|{key}".encode()).hexdigest()[:40]
+        return self.root / kind / f"{digest}.json"
+
+    def _point_key(self, policy: str, knob: float) -> str:
+        return f"{policy}|{knob!r}|{policy_sources(policy)}"
+
+    def get(self, policy: str, knob: float) -> Point | None:
+        """The cached point, marked `cached`, or None."""
+        data = None if self.fresh else _read(self._path("points", self._point_key(policy, knob)))
+        if data is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        return Point(knob, data["attainment"], data["gpu_hours"], data["cpu_s"], cached=True)
+
+    def put(self, policy: str, point: Point) -> None:
+        _write(self._path("points", self._point_key(policy, point.knob)),
+               {"trace": self.trace_name, "policy": policy, "knob": point.knob, "attainment": point.attainment,
+                "gpu_hours": point.gpu_hours, "cpu_s": point.cpu_s})
+
+    def _refs_key(self, oracle_target: float) -> str:
+        return f"references|{oracle_target!r}|{policy_sources('oracle')}"
+
+    def get_references(self, oracle_target: float) -> References | None:
+        data = None if self.fresh else _read(self._path("references", self._refs_key(oracle_target)))
+        if data is None:
+            return None
+        data.pop("trace", None)
+        return References(**data)
+
+    def put_references(self, oracle_target: float, refs: References) -> None:
+        _write(self._path("references", self._refs_key(oracle_target)),
+               {"trace": self.trace_name, **refs.__dict__})
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise RuntimeError(f"frontier cache entry {path} is unreadable ({e}); delete it or run with --fresh") from e
+    return data
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    """Atomically (a temporary file, then a rename): runs that share the cache never read half an entry."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, sort_keys=True) + "\n")
+    tmp.replace(path)

@@ -1,0 +1,57 @@
+"""Leave one trace out (simulator.leave_one_out): the knob chosen on the other traces, on a hand-made table.
+
+Three traces, each with a 99% target and a 10 GPU-h oracle; ours' points (SLO, GPU-h) by knob:
+
+    knob   A             B             C
+    0.02   99.5% / 14    99.9% / 20    98% / 30
+    0.03   99.0% / 12    99.2% / 12    97% / 20
+    0.05   95.0% /  9    99.1% / 11    90% / 12
+
+- A left out: on B and C every knob meets one target (B's); summed ratios 5.0, 2.4, 2.3 -> 0.05, where A
+  meets 95% (fails the SLO) at 0.9x.
+- B left out: on A and C, 0.02 and 0.03 meet one (A's), 0.05 none; 0.03 is cheaper (3.2 vs 4.4) -> 0.03,
+  where B meets 99.2% at 1.2x: the bar is met.
+- C left out: on A and B, 0.02 and 0.03 meet both; 0.03 is cheaper (2.4 vs 3.4) -> C at 0.03: 97% at 2.0x.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from keda_llm.simulator.report.leave_one_out import TracePoints, choose, leave_one_out
+
+KNOBS = [0.02, 0.03, 0.05]
+A = TracePoints("A", 0.99, 10.0, {0.02: (0.995, 14.0), 0.03: (0.99, 12.0), 0.05: (0.95, 9.0)})
+B = TracePoints("B", 0.99, 10.0, {0.02: (0.999, 20.0), 0.03: (0.992, 12.0), 0.05: (0.991, 11.0)})
+C = TracePoints("C", 0.99, 10.0, {0.02: (0.98, 30.0), 0.03: (0.97, 20.0), 0.05: (0.90, 12.0)})
+
+
+def test_each_trace_is_judged_at_the_knob_chosen_on_the_others() -> None:
+    a, b, c = leave_one_out([A, B, C], KNOBS)
+    assert (a.trace, a.choice.knob, a.choice.met, a.choice.missed) == ("A", 0.05, ("B",), ("C",))
+    assert a.choice.ratio_sum == pytest.approx(2.3)
+    assert (a.attainment, a.ratio, a.meets_target, a.meets_bar) == (0.95, pytest.approx(0.9), False, False)
+    assert (b.choice.knob, b.choice.met, b.choice.ratio_sum) == (0.03, ("A",), pytest.approx(3.2))
+    assert (b.attainment, b.ratio, b.meets_bar) == (0.992, pytest.approx(1.2), True)
+    assert (c.choice.knob, c.choice.met, c.choice.ratio_sum) == (0.03, ("A", "B"), pytest.approx(2.4))
+    assert (c.attainment, c.ratio, c.meets_bar) == (0.97, pytest.approx(2.0), False)
+
+
+def test_over_the_ratio_bar_fails_even_at_the_target() -> None:
+    b_costly = TracePoints("B", 0.99, 10.0, {**B.points, 0.03: (0.992, 13.0)})  # 1.3x > 1.25x
+    (_, b, _) = leave_one_out([A, b_costly, C], KNOBS)
+    assert b.choice.knob == 0.03 and b.meets_target and not b.meets_bar
+
+
+def test_a_tie_goes_to_the_larger_knob() -> None:
+    flat = TracePoints("F", 0.99, 10.0, {k: (1.0, 10.0) for k in KNOBS})
+    assert choose([flat], KNOBS).knob == 0.05
+
+
+def test_a_missing_point_or_too_few_traces_is_an_error() -> None:
+    with pytest.raises(ValueError, match=r"trace A has no point at knob 0\.07"):
+        choose([A], [0.03, 0.07])
+    with pytest.raises(ValueError, match="at least two traces"):
+        leave_one_out([A], KNOBS)
+    with pytest.raises(ValueError, match="at least one other trace"):
+        choose([], KNOBS)
