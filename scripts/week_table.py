@@ -3,15 +3,16 @@
     python scripts/week_table.py [--seeds 0 1 2] [--policies ours ours:mode=reactive ...] [--workers N]
                                  [--hours H] [--update-docs]
 
-Each seed synthesizes the week's requests anew from its per-minute totals (simulator.workload.traces), runs the oracle
-on it (cached under build/week-cache by seed and trace length: it simulates its schedule a dozen times) and
-every policy, in the fluid mode. A policy is `ours` (the ScaledObject the repository ships for this preset and
-SLO, the one the docs table runs: deploy/examples/keda-2.18/llama-70b-h100-tp4.yaml), `ours:key=value,...`
-(the same with trigger metadata changed) or any other policy name. Results per seed and per segment: days 1-5
-(what the defaults are tuned on), days 6-7 (held back) and the whole week: SLO attainment over all requests
-and GPU-hours over the oracle's on the same segment (a segment's GPU-hours: the pods alive in it, from the 5 s
-timeline). The table reports the worst seed per cell beside the mean. --update-docs writes it into the `week-
-table` block of docs/simulator-results.md. --hours cuts the week (a quick check of the script).
+Each seed synthesizes the week's requests anew from its per-minute totals (simulator.workload.traces), runs
+the oracle on it (cached under build/week-cache by seed, trace length and the simulator source's digest: it
+simulates its schedule a dozen times) and every policy, in the fluid mode. A policy is `ours` (the
+ScaledObject the repository ships for this preset and SLO, the one the docs table runs:
+deploy/examples/keda-2.18/llama-70b-h100-tp4.yaml), `ours:key=value,...` (the same with trigger metadata
+changed) or any other policy name. Results per seed and per segment: days 1-5 (what the defaults are tuned
+on), days 6-7 (held back) and the whole week: SLO attainment over all requests and GPU-hours over the oracle's
+on the same segment (a segment's GPU-hours: the pods alive in it, from the 5 s timeline). The table reports
+the worst seed per cell beside the mean. --update-docs writes it into the `week-table` block of
+docs/simulator-results.md. --hours cuts the week (a quick check of the script).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from keda_llm.simulator.control.controllers import PodPlan
 from keda_llm.simulator.control.policies import build_controller
 from keda_llm.simulator.control.scaledobject import load_scaledobject
 from keda_llm.simulator.hardware.presets import get_preset
+from keda_llm.simulator.report.frontier_cache import policy_sources
 from keda_llm.simulator.report.oracle import plan_oracle
 from keda_llm.simulator.report.summary import Slo, met_mask
 from keda_llm.simulator.run import Backtest, simulate
@@ -82,8 +84,10 @@ def segment_cells(result: SimResult, gpus_per_replica: int, end_s: float) -> dic
 
 
 def oracle_pods(seed: int, hours: float | None) -> tuple[list[PodPlan], dict[str, Cell]]:
-    """The oracle's schedule for this seed (cached: it costs a dozen simulations of the week)."""
-    key = CACHE / f"oracle-seed{seed}-{'week' if hours is None else f'{hours:g}h'}.json"
+    """The oracle's schedule for this seed (cached by seed, length and the simulator's source digest: it
+    costs a dozen simulations of the week)."""
+    # keyed by the simulator's source too: an oracle planned on another kernel is another oracle
+    key = CACHE / f"oracle-seed{seed}-{'week' if hours is None else f'{hours:g}h'}-{policy_sources('oracle')[:12]}.json"
     if key.exists():
         data = json.loads(key.read_text())
         return ([PodPlan(*p) for p in data["pods"]],

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import keda_llm
 from keda_llm.simulator.report.frontier_point import Point
 from keda_llm.simulator.run import Backtest
 from keda_llm.simulator.workload.traces import Trace
@@ -44,13 +44,26 @@ OURS_SOURCES = ("scaler", "simulator/control/policies.py")
 VERSION = 1  # of the entries' format
 
 
-def _files(root: Path, entries: tuple[str, ...], skip: tuple[str, ...] = ()) -> list[tuple[str, Path]]:
+def _part_dir(part: str, root: Path | None) -> Path:
+    """Where keda_llm's part (`simulator`, `scaler`, ...) lives: under `root`, else where Python imports it
+    from (an editable install maps each part to its own folder, so the package's folder does not hold it)."""
+    if root is not None:
+        return root / part
+    spec = importlib.util.find_spec(f"keda_llm.{part}")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(f"frontier cache: keda_llm.{part} is not an importable package")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _files(root: Path | None, entries: tuple[str, ...], skip: tuple[str, ...] = ()) -> list[tuple[str, Path]]:
     out: list[tuple[str, Path]] = []
     for entry in entries:
-        path = root / entry
+        part, _, rest = entry.partition("/")
+        base = _part_dir(part, root)
+        path = base / rest if rest else base
         found = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
         for p in found:
-            rel = p.relative_to(root).as_posix()
+            rel = f"{part}/{p.relative_to(base).as_posix()}"
             if "__pycache__" in rel or rel.endswith(".pyc") or rel in skip:
                 continue
             out.append((rel, p))
@@ -58,10 +71,9 @@ def _files(root: Path, entries: tuple[str, ...], skip: tuple[str, ...] = ()) -> 
 
 
 def source_digest(entries: tuple[str, ...], skip: tuple[str, ...] = (), root: Path | None = None) -> str:
-    """A digest of the files' paths and contents under `root` (default: the keda_llm package that runs)."""
-    base = root if root is not None else Path(keda_llm.__file__).parent
+    """A digest of the files' paths and contents under `root` (default: the keda_llm parts that run)."""
     h = hashlib.sha256()
-    for rel, p in _files(base, entries, skip):
+    for rel, p in _files(root, entries, skip):
         h.update(rel.encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()
 

@@ -283,3 +283,14 @@ def test_the_docs_frontier_block_parses() -> None:
             assert r["stop"] in ("target", "cap", "points", "below", "flat", "bound")
         img = re.search(r"\]\((img/[^)]+\.png)\)", text)
         assert img and (ROOT / "docs" / img.group(1)).is_file(), title
+
+
+def test_the_installed_parts_are_hashed_wherever_python_imports_them_from() -> None:
+    """An editable install maps each part (simulator/, scaler/, ...) to its own folder: the digest must read
+    those files, not the keda_llm package folder (which holds none of them: the digest of nothing would
+    let a cache outlive every change to the simulator)."""
+    files = frontier_cache._files(None, frontier_cache.SHARED_SOURCES, frontier_cache.NOT_A_POINT)
+    names = {rel for rel, _ in files}
+    assert "simulator/run.py" in names and "scaler/model.py" in names and "common/vocabulary.py" in names
+    assert "simulator/report/frontier.py" not in names  # the sweep itself is not a point's source
+    assert source_digest(frontier_cache.SHARED_SOURCES) != source_digest(())
