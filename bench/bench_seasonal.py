@@ -42,7 +42,7 @@ from keda_llm.scaler.forecast import horizon_seconds
 from keda_llm.scaler.seasonal import BUCKET, DAY, QUANTILE, fit, predict, seasonal_forecast
 
 ROOT = Path(__file__).resolve().parent.parent
-TRACE = ROOT / "simulator" / "data" / "azure_llm_2024_perminute" / "azure2024-llm-minutes.csv.gz"
+TRACE = ROOT / "simulator" / "workload" / "data" / "azure_llm_2024_perminute" / "azure2024-llm-minutes.csv.gz"
 SERVICES = ("code", "conv")
 SIGNALS = {"requests/s": "requests", "prompt tok/s": "context_tokens", "output tok/s": "generated_tokens"}
 POLL = 10.0  # KEDA's pollingInterval used for the horizon
