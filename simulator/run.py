@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
 
 from keda_llm.simulator.cluster.engine import Controller, DegradedSpell, SimConfig, SimResult, Simulation
+from keda_llm.simulator.cluster.lead_in import lead_and_window, scored_part
 from keda_llm.simulator.cluster.router import RoutingRule
 from keda_llm.simulator.control import KedaSettings
 from keda_llm.simulator.control.anchors import AnchorContext
+from keda_llm.simulator.control.controllers import ScheduleController
 from keda_llm.simulator.control.policies import POLICIES, build_controller, is_policy
 from keda_llm.simulator.hardware.presets import Preset
 from keda_llm.simulator.report.oracle import OraclePlan, plan_oracle, sustainable_batch
@@ -107,13 +109,21 @@ class Backtest:
 
 def simulate(trace: Trace, backtest: Backtest, controller: Controller, mode: Literal["detailed", "fluid"],
              progress: Callable[[int, int], None] | None = None) -> SimResult:
-    """Run one controller on the trace in the given mode."""
+    """Run one controller on the trace in the given mode. A trace with a lead-in (a window of a longer
+    trace) is run from the lead-in's start and scored on the window only (simulator/cluster/lead_in.py),
+    except for a schedule planned in advance (the oracle's), whose pods are ready at the window's start."""
     config = backtest.sim_config()
+    run_trace, start = trace, 0.0
+    if trace.lead is not None and not isinstance(controller, ScheduleController):
+        run_trace, start = lead_and_window(trace)
+        config = replace(config, score_from_s=start)
     if mode == "fluid":
         from keda_llm.simulator.cluster.fluid import FluidBackend
 
-        return Simulation(trace, config, controller, progress, FluidBackend.slices(backtest.fluid_dt_s)).run()
-    return Simulation(trace, config, controller, progress=progress).run()
+        result = Simulation(run_trace, config, controller, progress, FluidBackend.slices(backtest.fluid_dt_s)).run()
+    else:
+        result = Simulation(run_trace, config, controller, progress=progress).run()
+    return scored_part(result, start)
 
 
 def concurrency_target(trace: Trace, backtest: Backtest) -> float:

@@ -97,6 +97,9 @@ class SimConfig:
     namespace: str = "default"
     model: str = "model"
     tail_s: float = 3600.0  # after the last arrival, stop at the latest this much later
+    #: the run's totals (GPU-seconds, cold starts, scalings, time at zero) count from here: the trace's
+    #: first `score_from_s` seconds are a lead-in (simulator/cluster/lead_in.py)
+    score_from_s: float = 0.0
     degraded: tuple[DegradedSpell, ...] = ()  # slow replicas (throttled GPUs); detailed mode only
 
     def spell(self, replica: int, t: float) -> DegradedSpell | None:
@@ -110,6 +113,8 @@ class SimConfig:
             raise ValueError(f"gpus_per_replica must be >= 1, got {self.gpus_per_replica}")
         if self.max_held is not None and self.max_held < 0:
             raise ValueError(f"max_held must be >= 0, got {self.max_held}")
+        if not (math.isfinite(self.score_from_s) and self.score_from_s >= 0):
+            raise ValueError(f"score_from_s must be finite and >= 0, got {self.score_from_s}")
 
 
 @dataclass
@@ -286,7 +291,8 @@ class Simulation:
         self.config = config
         self.controller = controller
         self.rng = np.random.default_rng(config.seed)
-        self.cluster = Cluster(config.replica, config.perf, config.cold_start, self.rng, config.gpus_per_replica)
+        self.cluster = Cluster(config.replica, config.perf, config.cold_start, self.rng, config.gpus_per_replica,
+                               count_from_s=config.score_from_s)
         # the activator's cold_start (the Retry-After it counts down) is the cold start's median here
         self.router = Router(config.routing, config.max_wait_s, config.max_held, config.cold_start.median_sum_s)
         self.loop = EventLoop()
@@ -415,7 +421,7 @@ class Simulation:
         """Make the Deployment's replica count `target`: create pods, or remove (drain) the ReplicaSet's picks."""
         if target < 0:
             raise ValueError(f"scale_to: target must be >= 0, got {target}")
-        if target != self.desired:
+        if target != self.desired and self.now >= self.config.score_from_s:
             self.scale_events += 1
         self.desired = target
         active = len(self.cluster.active())

@@ -13,6 +13,7 @@ equals the newest first.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -76,13 +77,18 @@ class ClusterStats:
 class Cluster:
     """All pods of one model. The caller moves time; this object only changes state when told to.
 
-    `gpus_per_replica` turns pod-seconds into GPU-seconds (tensor parallelism).
+    `gpus_per_replica` turns pod-seconds into GPU-seconds (tensor parallelism). `count_from_s`: the
+    totals (GPU-seconds, cold starts, time at zero) count from then on: a run whose first part is a
+    lead-in (traffic from before the scored window) pays only for the window.
     """
 
     def __init__(self, config: ReplicaConfig, perf: PerfModel, cold_start: ColdStartModel,
-                 rng: np.random.Generator, gpus_per_replica: int = 1) -> None:
+                 rng: np.random.Generator, gpus_per_replica: int = 1, count_from_s: float = 0.0) -> None:
         if gpus_per_replica < 1:
             raise ValueError(f"cluster: gpus_per_replica must be >= 1, got {gpus_per_replica}")
+        if not (math.isfinite(count_from_s) and count_from_s >= 0):
+            raise ValueError(f"cluster: count_from_s must be finite and >= 0, got {count_from_s}")
+        self.count_from_s = count_from_s
         self.config = config
         self.perf = perf
         self.cold_start = cold_start
@@ -127,7 +133,8 @@ class Cluster:
         if warm:
             r.phase = Phase.READY
         else:
-            self.stats.cold_starts += 1
+            if now >= self.count_from_s:
+                self.stats.cold_starts += 1
             self.stats.starts.append(total)
             r.phase = Phase.PENDING if sched > 0 else Phase.LOADING
         self.stats.created += 1
@@ -167,7 +174,7 @@ class Cluster:
     def _gone(self, r: SimReplica, now: float) -> None:
         r.phase = Phase.GONE
         r.gone_at = now
-        self.stats.gpu_seconds += (now - r.created_at) * self.gpus_per_replica
+        self.stats.gpu_seconds += self._counted(r.created_at, now) * self.gpus_per_replica
         self.replicas.remove(r)
         self._zero_check(now)
 
@@ -175,15 +182,19 @@ class Cluster:
         if not self.replicas and self._zero_since is None:
             self._zero_since = now
         elif self.replicas and self._zero_since is not None:
-            self.stats.zero_seconds += now - self._zero_since
+            self.stats.zero_seconds += self._counted(self._zero_since, now)
             self._zero_since = None
+
+    def _counted(self, since: float, now: float) -> float:
+        """The part of [since, now] that counts (from `count_from_s` on)."""
+        return max(0.0, now - max(since, self.count_from_s))
 
     def close(self, now: float) -> None:
         """End of the run: count the GPU time of the pods still there, and time at zero so far."""
         for r in self.replicas:
-            self.stats.gpu_seconds += (now - r.created_at) * self.gpus_per_replica
+            self.stats.gpu_seconds += self._counted(r.created_at, now) * self.gpus_per_replica
         if self._zero_since is not None:
-            self.stats.zero_seconds += now - self._zero_since
+            self.stats.zero_seconds += self._counted(self._zero_since, now)
             self._zero_since = now
 
     def route_to(self, r: SimReplica, request: Request, now: float) -> bool:

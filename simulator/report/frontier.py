@@ -11,7 +11,10 @@ walks a geometric grid from it (every knob here buys capacity as it goes down):
   and until a step changes nothing (the same attainment and GPU-hours as the point before: the policy
   sits at its floor, one replica, and the next step would not move it either; without this rule a
   mostly idle trace spends most of its CPU on such points);
-in either direction after `points` points in all. Each policy's result is a `Frontier`: its points and
+in either direction after `points` points in all. Where the walk's last step crossed the target (one
+point met it, the next missed it, or the other way), `refine` more points bisect that step (geometric
+means of the knobs), so a cost to reach the target inside one step is found to about 1.09x rather than
+charged the whole 1.4x step. Each policy's result is a `Frontier`: its points and
 its cost to reach the target (the fewest GPU-hours among the points that meet it, whichever direction
 found them) or "never" with the best attainment it reached. Every policy is swept by the same rule.
 
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
@@ -59,6 +63,7 @@ KNOB_MAX = {"gpu": 100.0, "aibrix-kpa": 1.0, "aibrix-apa": 1.0, "llmd-wva": 1.0,
             "hpa-kv": 1.0}
 DEFAULT_RATIO = 0.7  # each point's knob over the previous one's: about 1.4x the capacity per step
 DEFAULT_POINTS = 6
+DEFAULT_REFINE = 2  # bisection points after the grid's last step crossed the target
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,13 @@ class Frontier:
     target: float
     cap_gpu_hours: float | None
     knob_max: float | None = None
+    #: how many of `points` are the grid walk's (the rest bisect its last step); None: all
+    coarse: int | None = None
+
+    @property
+    def grid(self) -> tuple[Point, ...]:
+        """The grid walk's points (without the bisection points)."""
+        return self.points if self.coarse is None else self.points[:self.coarse]
 
     @property
     def reached(self) -> Point | None:
@@ -92,11 +104,11 @@ class Frontier:
         """Why the sweep stopped. Toward more capacity: `target` (met), `cap` (cost more than static) or
         `points` (the grid ran out). Toward less: `below` (the next cheaper point missed the target),
         `flat` (a step changed nothing), `bound` (the knob reached its largest value) or `points`."""
-        last = self.points[-1]
+        last = self.grid[-1]
         if self.went_down:
-            if len(self.points) > 1 and last.attainment < self.target:
+            if len(self.grid) > 1 and last.attainment < self.target:
                 return "below"
-            if len(self.points) > 1 and _flat(self.points[-2], last):
+            if len(self.grid) > 1 and _flat(self.grid[-2], last):
                 return "flat"
             if self.knob_max is not None and last.knob >= self.knob_max:
                 return "bound"
@@ -235,12 +247,21 @@ class _Ray:
 
 
 def next_knob(done: Sequence[Point], *, target: float, cap_gpu_hours: float | None, points: int,
-              ratio: float, top: float | None) -> float | None:
+              ratio: float, top: float | None, refine: int = 0) -> float | None:
     """The knob of a policy's next point given its points so far (the first is its default), or None when
     its sweep is over: the module docstring's rule, a function of the policy's own points only."""
-    n = len(done)
-    if n == 0:
+    if not done:
         raise ValueError("a sweep starts at the policy's default")
+    c = coarse_count(done, target=target, cap_gpu_hours=cap_gpu_hours, points=points, ratio=ratio, top=top)
+    if c is None:
+        return _grid_next(done, target=target, cap_gpu_hours=cap_gpu_hours, points=points, ratio=ratio, top=top)
+    return _refine_next(done, c, target, refine)
+
+
+def _grid_next(done: Sequence[Point], *, target: float, cap_gpu_hours: float | None, points: int,
+               ratio: float, top: float | None) -> float | None:
+    """The grid's next knob after `done`, or None where the grid walk stops."""
+    n = len(done)
     if n >= points:
         return None
     default, last = done[0].knob, done[-1]
@@ -252,6 +273,36 @@ def next_knob(done: Sequence[Point], *, target: float, cap_gpu_hours: float | No
     return None if last.attainment >= target or over else knob_grid(default, points, ratio)[n]
 
 
+def coarse_count(done: Sequence[Point], *, target: float, cap_gpu_hours: float | None, points: int,
+                 ratio: float, top: float | None) -> int | None:
+    """How many of `done` are the grid walk's (the rest refine its last step), None while it goes on."""
+    for k in range(1, len(done) + 1):
+        if _grid_next(done[:k], target=target, cap_gpu_hours=cap_gpu_hours, points=points, ratio=ratio,
+                      top=top) is None:
+            return k
+    return None
+
+
+def _refine_next(done: Sequence[Point], coarse: int, target: float, refine: int) -> float | None:
+    """Bisect the grid's last step where it crossed the target: between the knob that met it and the one
+    that missed, the geometric mean, `refine` times at most (each halves the step in log space: two turn
+    a 1.4x capacity step into 1.09x), so that a policy whose cost to reach the target lies inside one
+    step is not charged the whole step. No crossing, no refinement."""
+    if len(done) - coarse >= refine or coarse < 2:
+        return None
+    a, b = done[coarse - 2], done[coarse - 1]
+    if (a.attainment >= target) == (b.attainment >= target):
+        return None
+    meet, miss = (a.knob, b.knob) if a.attainment >= target else (b.knob, a.knob)
+    for p in done[coarse:]:
+        if p.attainment >= target:
+            meet = p.knob
+        else:
+            miss = p.knob
+    mid = float(f"{math.sqrt(meet * miss):.4g}")
+    return None if any(mid == p.knob for p in done) else mid
+
+
 def _flat(a: Point, b: Point) -> bool:
     """A step that changed nothing."""
     return (a.attainment, a.gpu_hours) == (b.attainment, b.gpu_hours)
@@ -260,7 +311,7 @@ def _flat(a: Point, b: Point) -> bool:
 def sweep(trace: Trace, backtest: Backtest, policies: Sequence[str], *, cap_gpu_hours: float | None,
           target: float = 0.99, points: int = DEFAULT_POINTS, ratio: float = DEFAULT_RATIO, workers: int = 1,
           ray_address: str | None = None, progress: Callable[[str, Point], None] | None = None,
-          cache: PointCache | None = None, run: RunPoint = run_point) -> list[Frontier]:
+          cache: PointCache | None = None, run: RunPoint = run_point, refine: int = DEFAULT_REFINE) -> list[Frontier]:
     """Every policy's frontier, in the order given (see the module docstring). `run` simulates one point
     (a module-level function, so that worker processes can import it; tests give a stand-in)."""
     defaults = {pol: default_knob(pol, trace, backtest) for pol in policies}
@@ -293,13 +344,15 @@ def sweep(trace: Trace, backtest: Backtest, policies: Sequence[str], *, cap_gpu_
                 if progress is not None:
                     progress(pol, pt)
                 knob = next_knob(done[pol], target=target, cap_gpu_hours=cap_gpu_hours, points=points,
-                                 ratio=ratio, top=KNOB_MAX.get(pol))
+                                 ratio=ratio, top=KNOB_MAX.get(pol), refine=refine)
                 if knob is not None:
                     pending[submit(pol, knob)] = pol
     finally:
         runner.close()
     return [Frontier(pol, KNOB_NAMES[pol], defaults[pol], tuple(done[pol]), target, cap_gpu_hours,
-                     KNOB_MAX.get(pol)) for pol in policies]
+                     KNOB_MAX.get(pol), coarse_count(done[pol], target=target, cap_gpu_hours=cap_gpu_hours,
+                                                     points=points, ratio=ratio, top=KNOB_MAX.get(pol)))
+            for pol in policies]
 
 
 @dataclass(frozen=True)

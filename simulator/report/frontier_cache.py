@@ -94,9 +94,12 @@ def _sources(kind: str, root: Path | None) -> str:
 
 
 def trace_digest(trace: Trace) -> str:
+    """The trace's name and arrays, and its lead-in's (a window run after its lead-in is another run)."""
     h = hashlib.sha256(trace.name.encode())
     for a in (trace.arrival_s, trace.prompt_tokens, trace.output_tokens, trace.hash_offsets, trace.hash_values):
         h.update(b"-" if a is None else a.tobytes())
+    if trace.lead is not None:
+        h.update(f"|lead {trace.lead_s!r}|".encode() + trace_digest(trace.lead).encode())
     return h.hexdigest()
 
 

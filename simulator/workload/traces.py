@@ -14,7 +14,7 @@ import io
 import json
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Literal
@@ -33,7 +33,12 @@ class TraceError(ValueError):
 
 @dataclass(frozen=True)
 class Trace:
-    """Requests sorted by arrival. `hash_offsets`/`hash_values` hold ragged prefix hashes (CSR), or are None."""
+    """Requests sorted by arrival. `hash_offsets`/`hash_values` hold ragged prefix hashes (CSR), or are None.
+
+    A window cut from a longer trace keeps the `lead_s` seconds of traffic before it as `lead` (its own
+    trace, arrivals from 0 to `lead_s`): a backtest replays it first so the window starts the way a
+    running deployment meets it, and scores only the window (simulator/cluster/lead_in.py). Other
+    transformations drop it."""
 
     name: str
     arrival_s: NDArray[np.float64]
@@ -41,6 +46,8 @@ class Trace:
     output_tokens: NDArray[np.int32]
     hash_offsets: NDArray[np.int64] | None = None
     hash_values: NDArray[np.int64] | None = None
+    lead: Trace | None = field(default=None, compare=False, repr=False)
+    lead_s: float = 0.0
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
@@ -50,6 +57,12 @@ class Trace:
             raise TraceError(f"trace {self.name}: hash_offsets and hash_values go together")
         if self.hash_offsets is not None and len(self.hash_offsets) != n + 1:
             raise TraceError(f"trace {self.name}: hash_offsets must have one entry per request plus one")
+        if not (math.isfinite(self.lead_s) and self.lead_s >= 0) or (self.lead is None) != (self.lead_s == 0):
+            raise TraceError(f"trace {self.name}: a lead-in needs its traffic and a finite length > 0 "
+                             f"(lead_s {self.lead_s!r})")
+        if self.lead is not None and len(self.lead) and not (
+                self.lead.arrival_s[0] >= 0 and self.lead.arrival_s[-1] < self.lead_s):
+            raise TraceError(f"trace {self.name}: the lead-in's arrivals must lie in [0, {self.lead_s:g}) s")
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -75,11 +88,40 @@ class Trace:
         arr, pr, out = self.arrival_s[idx], self.prompt_tokens[idx], self.output_tokens[idx]
         return Trace(name or self.name, arr, pr, out, offs, vals)
 
-    def window(self, start_s: float, end_s: float) -> Trace:
-        """Requests arriving in [start_s, end_s), re-based so the window starts at 0."""
+    def window(self, start_s: float, end_s: float, lead_s: float = 0.0) -> Trace:
+        """Requests arriving in [start_s, end_s), re-based so the window starts at 0; with `lead_s`, the
+        traffic of the `lead_s` seconds before it (as much as the trace has) rides along as its lead-in."""
+        if not (math.isfinite(lead_s) and lead_s >= 0):
+            raise TraceError(f"trace {self.name}: lead-in must be finite and >= 0 seconds, got {lead_s!r}")
         lo, hi = np.searchsorted(self.arrival_s, [start_s, end_s], side="left")
         t = self.take(np.arange(lo, hi, dtype=np.int64), f"{self.name}[{start_s:g}s,{end_s:g}s)")
-        return Trace(t.name, t.arrival_s - start_s, t.prompt_tokens, t.output_tokens, t.hash_offsets, t.hash_values)
+        lead, span = None, min(lead_s, max(0.0, start_s))
+        if span > 0:
+            first = int(np.searchsorted(self.arrival_s, start_s - span, side="left"))
+            before = self.take(np.arange(first, lo, dtype=np.int64), f"{t.name} lead-in")
+            lead = Trace(before.name, before.arrival_s - (start_s - span), before.prompt_tokens,
+                         before.output_tokens, before.hash_offsets, before.hash_values)
+        return Trace(t.name, t.arrival_s - start_s, t.prompt_tokens, t.output_tokens, t.hash_offsets, t.hash_values,
+                     lead, span if lead is not None else 0.0)
+
+    def after_lead(self) -> Trace:
+        """The lead-in and the window as one trace: the window's requests start at `lead_s` (no lead-in:
+        the trace itself)."""
+        if self.lead is None:
+            return self
+        lead, n0 = self.lead, len(self.lead)
+        offs = vals = None
+        if (lead.hash_offsets is None) != (self.hash_offsets is None):
+            raise TraceError(f"trace {self.name}: the lead-in and the window disagree on prefix hashes")
+        if lead.hash_offsets is not None and lead.hash_values is not None and self.hash_offsets is not None \
+                and self.hash_values is not None:
+            offs = np.concatenate([lead.hash_offsets, self.hash_offsets[1:] + lead.hash_offsets[-1]])
+            vals = np.concatenate([lead.hash_values, self.hash_values])
+        out = Trace(self.name, np.concatenate([lead.arrival_s, self.arrival_s + self.lead_s]),
+                    np.concatenate([lead.prompt_tokens, self.prompt_tokens]),
+                    np.concatenate([lead.output_tokens, self.output_tokens]), offs, vals)
+        assert len(out) == n0 + len(self)
+        return out
 
     def stretch(self, factor: float) -> Trace:
         """Time x `factor`: 2 makes the trace twice as long at half the rate."""

@@ -76,9 +76,11 @@ def test_knob_grid_down_divides_and_stops_at_the_bound() -> None:
 # A stand-in simulation, hand-derivable: `gpu_hours = 1 / knob` (queue: 10 / knob), and attainment a step in the
 # knob per policy; the cap (static's GPU-hours) is 3.
 #  ours (default half the 20 ms ITL SLO, 0.01): 100% up to 0.016, 90% beyond -> down 0.01, 0.01429 (meets),
-#    0.02041 (misses): `below`, cheapest meeting point 0.01429 at 1 / 0.01429 = 69.98 GPU-h (over the cap: the
-#    cap stops only sweeps toward more capacity);
-#  hpa-kv (default 0.8): 99% at 0.4 or below, 50% above -> up 0.8, 0.56, 0.392 (meets): `target` at 2.551;
+#    0.02041 (misses): `below`; the crossing is bisected twice: sqrt(0.01429 x 0.02041) = 0.01708 (misses),
+#    sqrt(0.01429 x 0.01708) = 0.01562 (meets), so the cheapest meeting point is 0.01562 at 1 / 0.01562 =
+#    64.02 GPU-h (over the cap: the cap stops only sweeps toward more capacity);
+#  hpa-kv (default 0.8): 99% at 0.4 or below, 50% above -> up 0.8, 0.56, 0.392 (meets): `target`; bisected:
+#    sqrt(0.392 x 0.56) = 0.4685 and sqrt(0.392 x 0.4685) = 0.4285 both miss, so 0.392 stays, at 2.551;
 #  aibrix-kpa (default 0.5): 100% everywhere -> down 0.5, 0.7143, 1 (the bound): `bound`, 1.0 GPU-h;
 #  queue (default 5): 50% everywhere -> up 5 (2.0 GPU-h), 3.5 (2.857), 2.45 (4.082, over the cap): `cap`;
 #  ray-serve (default 2): 100% at 2.0 GPU-h everywhere (its floor) -> down 2, 2.857 (no change): `flat`.
@@ -94,7 +96,8 @@ def _fake_point(trace: Trace, backtest: Backtest, policy: str, knob: float) -> P
 
 
 FAKE = ["ours", "hpa-kv", "aibrix-kpa", "queue", "ray-serve"]
-FAKE_EXPECTED = {"ours": ([0.01, 0.01429, 0.02041], "below", 0.01429), "hpa-kv": ([0.8, 0.56, 0.392], "target", 0.392),
+FAKE_EXPECTED = {"ours": ([0.01, 0.01429, 0.02041, 0.01708, 0.01562], "below", 0.01562),
+                 "hpa-kv": ([0.8, 0.56, 0.392, 0.4685, 0.4285], "target", 0.392),
                  "aibrix-kpa": ([0.5, 0.7143, 1.0], "bound", 1.0), "queue": ([5.0, 3.5, 2.45], "cap", None),
                  "ray-serve": ([2.0, 2.857], "flat", 2.0)}
 
@@ -106,7 +109,8 @@ def _check_fake(fronts: list[Frontier]) -> None:
         assert [p.knob for p in f.points] == knobs and f.stop == stop, f
         assert (f.reached.knob if f.reached else None) == reached, f
     by = {f.policy: f for f in fronts}
-    assert by["ours"].cost() == "69.98 GPU-h" and by["hpa-kv"].cost() == "2.55 GPU-h"
+    assert by["ours"].cost() == "64.02 GPU-h" and by["hpa-kv"].cost() == "2.55 GPU-h"
+    assert by["ours"].coarse == 3 and by["aibrix-kpa"].coarse == 3 and by["ray-serve"].coarse == 2
     assert by["queue"].cost() == "never (best 50.0%)"
 
 
@@ -133,17 +137,37 @@ def test_next_knob_is_a_function_of_the_policy_s_own_points() -> None:
         nk()
 
 
+def test_the_crossing_is_bisected_in_log_space() -> None:
+    def nk(*ka: tuple[float, float], refine: int = 2) -> float | None:
+        done = [Point(k, a, 1 / k, 0.0) for k, a in ka]
+        return next_knob(done, target=0.99, cap_gpu_hours=None, points=4, ratio=0.7, top=None, refine=refine)
+
+    # toward less capacity: 0.07143 missed after 0.05 met -> sqrt(0.05 x 0.07143) = 0.05976
+    assert nk((0.05, 1.0), (0.07143, 0.9)) == 0.05976
+    assert nk((0.05, 1.0), (0.07143, 0.9), refine=0) is None  # no refinement asked
+    # it met at 0.05976: the next halves [0.05976, 0.07143] -> 0.06533; missed: [0.05, 0.05976] -> 0.05466
+    assert nk((0.05, 1.0), (0.07143, 0.9), (0.05976, 0.995)) == 0.06533
+    assert nk((0.05, 1.0), (0.07143, 0.9), (0.05976, 0.9)) == 0.05466
+    assert nk((0.05, 1.0), (0.07143, 0.9), (0.05976, 0.9), (0.05466, 1.0)) is None  # two done
+    # toward more capacity: met at 0.035 after 0.05 missed -> between them
+    assert nk((0.05, 0.9), (0.035, 0.995)) == 0.04183
+    # no crossing: a sweep that ran out of points or hit the cap is not refined
+    assert nk((0.05, 0.5), (0.035, 0.5), (0.0245, 0.5), (0.01715, 0.5)) is None
+    assert next_knob([Point(0.05, 0.5, 9.0, 0.0)], target=0.99, cap_gpu_hours=3.0, points=4, ratio=0.7,
+                     top=None, refine=2) is None
+
+
 def test_the_points_cache_replays_a_sweep_and_keys_on_the_source(case: tuple[Trace, Backtest], tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     tr, bt = case
     CALLS.clear()
     _check_fake(sweep(tr, bt, FAKE, cap_gpu_hours=3.0, run=_fake_point, cache=PointCache(tmp_path, tr, bt)))
-    assert len(CALLS) == 14 and len(list((tmp_path / "points").glob("*.json"))) == 14
+    assert len(CALLS) == 18 and len(list((tmp_path / "points").glob("*.json"))) == 18
     CALLS.clear()
     cache = PointCache(tmp_path, tr, bt)
     again = sweep(tr, bt, FAKE, cap_gpu_hours=3.0, run=_fake_point, cache=cache)
     _check_fake(again)
-    assert CALLS == [] and cache.hits == 14 and cache.misses == 0
+    assert CALLS == [] and cache.hits == 18 and cache.misses == 0
     assert all(p.cached and p.cpu_s == 0.5 for f in again for p in f.points)  # the CPU seconds it cost then
     # another seed is another key; so is another window of the trace
     sweep(tr, replace(bt, seed=1), ["hpa-kv"], cap_gpu_hours=3.0, run=_fake_point, cache=PointCache(tmp_path, tr, bt))
@@ -152,18 +176,19 @@ def test_the_points_cache_replays_a_sweep_and_keys_on_the_source(case: tuple[Tra
           cache=PointCache(tmp_path, tr, replace(bt, seed=1)))
     sweep(tr.window(0.0, 300.0), bt, ["hpa-kv"], cap_gpu_hours=3.0, run=_fake_point,
           cache=PointCache(tmp_path, tr.window(0.0, 300.0), bt))
-    assert len(CALLS) == 6
+    assert len(CALLS) == 10  # hpa-kv's five points twice
     # ours' policy changes: only ours' points run again
     real = frontier_cache.policy_sources
     monkeypatch.setattr(frontier_cache, "policy_sources",
                         lambda policy, root=None: real(policy, root) + ("-changed" if policy == "ours" else ""))
     CALLS.clear()
     _check_fake(sweep(tr, bt, FAKE, cap_gpu_hours=3.0, run=_fake_point, cache=PointCache(tmp_path, tr, bt)))
-    assert sorted(CALLS) == [("ours", 0.01), ("ours", 0.01429), ("ours", 0.02041)]
+    assert sorted(CALLS) == [("ours", 0.01), ("ours", 0.01429), ("ours", 0.01562), ("ours", 0.01708),
+                             ("ours", 0.02041)]
     # --fresh: nothing read, everything run and written again
     CALLS.clear()
     sweep(tr, bt, ["hpa-kv"], cap_gpu_hours=3.0, run=_fake_point, cache=PointCache(tmp_path, tr, bt, fresh=True))
-    assert len(CALLS) == 3
+    assert len(CALLS) == 5
 
 
 def test_source_digests_separate_ours_from_the_rest(tmp_path: Path) -> None:
@@ -201,13 +226,16 @@ def test_source_digests_separate_ours_from_the_rest(tmp_path: Path) -> None:
 
 def test_sweep_is_monotone_enough_to_find_the_99_point(serial: list[Frontier]) -> None:
     for f in serial[:len(UP)]:
-        att = [p.attainment for p in f.points]
-        gpu = [p.gpu_hours for p in f.points]
-        assert f.stop == "target" and 2 < len(f.points) <= 6, f
+        att = [p.attainment for p in f.grid]
+        gpu = [p.gpu_hours for p in f.grid]
+        assert f.stop == "target" and 2 < len(f.grid) <= 6 and len(f.points) == len(f.grid) + 2, f
         assert all(b >= a - 0.01 for a, b in itertools.pairwise(att)), att  # more capacity, more SLO
         assert all(b >= a - 1e-9 for a, b in itertools.pairwise(gpu)), gpu
+        # the bisection points lie inside the grid's last step, which crossed the target
+        lo, hi = sorted((f.grid[-2].knob, f.grid[-1].knob))
+        assert all(lo < p.knob < hi for p in f.points[len(f.grid):])
         r = f.reached
-        assert r is not None and r is f.points[-1] and r.attainment >= 0.99
+        assert r is not None and r.attainment >= 0.99 and r.gpu_hours <= f.grid[-1].gpu_hours
         assert f.cost() == f"{r.gpu_hours:.2f} GPU-h"
         assert att[0] < 0.9  # the default alone does not meet it: the sweep found the point
 
@@ -217,7 +245,7 @@ def test_never_with_the_best_attainment_when_the_cap_stops_it(case: tuple[Trace,
     hpa = serial[0]
     cap = hpa.points[2].gpu_hours + 1e-6  # the third point fits, the fourth costs more
     (f,) = sweep(*case, ["hpa-kv"], cap_gpu_hours=cap, points=6)
-    assert len(f.points) == 4 and f.stop == "cap" and f.reached is None
+    assert len(f.points) == 4 and f.stop == "cap" and f.reached is None  # no crossing: no bisection
     assert all(a.same(b) for a, b in zip(f.points, hpa.points, strict=False))
     best = max(p.attainment for p in f.points)
     assert best < 0.99 and f.cost() == f"never (best {100 * best:.1f}%)"
@@ -227,10 +255,13 @@ def test_never_with_the_best_attainment_when_the_cap_stops_it(case: tuple[Trace,
 
 def test_a_default_that_meets_the_target_is_swept_toward_less_capacity(serial: list[Frontier]) -> None:
     gpu = serial[2]
-    assert [p.knob for p in gpu.points] == [80.0, 100.0]  # 80 / 0.7 = 114 is past the bound: 100 once
+    assert [p.knob for p in gpu.grid] == [80.0, 100.0]  # 80 / 0.7 = 114 is past the bound: 100 once
     assert gpu.went_down and gpu.stop == "below"
     assert gpu.points[0].attainment >= 0.99 > gpu.points[1].attainment
-    assert gpu.reached is gpu.points[0]
+    # then the step is bisected: sqrt(80 x 100) = 89.44, then toward whichever side it fell
+    assert gpu.points[2].knob == 89.44 and len(gpu.points) == 4
+    ok = [p for p in gpu.points if p.attainment >= 0.99]
+    assert gpu.reached is min(ok, key=lambda p: p.gpu_hours)
 
 
 def test_parallel_equals_serial(case: tuple[Trace, Backtest], serial: list[Frontier]) -> None:
