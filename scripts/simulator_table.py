@@ -91,13 +91,14 @@ CASES = [
 
 
 def load(case: Case, quick: bool) -> Trace:
-    """The case's trace; a window of a longer trace carries LEAD_IN_S of the traffic before it (every policy
-    but the oracle lives through it first, unscored: simulator/cluster/lead_in.py)."""
+    """The case's trace with a lead-in every policy but the oracle lives through first, unscored
+    (simulator/cluster/lead_in.py), so none starts cold where the oracle starts warm: a window of a longer
+    trace carries LEAD_IN_S of the traffic before it; a whole trace, its own last LEAD_IN_S (Trace.wrapped)."""
     tr = load_shipped(case.trace)
     if case.window is not None:
         start, end = case.window
         return tr.window(start, min(end, start + 1200.0) if quick else end, lead_s=LEAD_IN_S)
-    return tr.window(0.0, 1200.0) if quick else tr
+    return (tr.window(0.0, 1200.0) if quick else tr).wrapped(LEAD_IN_S)
 
 
 def main() -> None:

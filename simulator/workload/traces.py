@@ -104,6 +104,26 @@ class Trace:
         return Trace(t.name, t.arrival_s - start_s, t.prompt_tokens, t.output_tokens, t.hash_offsets, t.hash_values,
                      lead, span if lead is not None else 0.0)
 
+    def wrapped(self, lead_s: float) -> Trace:
+        """The trace with its own last `lead_s` seconds (at most all of it) as its lead-in: a whole trace has
+        no traffic before it, so it is taken as one period of traffic that repeats, whose end is what came
+        before its start (a week's Sunday night before its Monday, an hour's last minutes before its
+        first). No lead-in for an empty trace or `lead_s` 0."""
+        if not (math.isfinite(lead_s) and lead_s >= 0):
+            raise TraceError(f"trace {self.name}: lead-in must be finite and >= 0 seconds, got {lead_s!r}")
+        end = self.duration_s
+        span = min(lead_s, end)
+        if span <= 0:
+            return Trace(self.name, self.arrival_s, self.prompt_tokens, self.output_tokens, self.hash_offsets,
+                         self.hash_values)
+        first = int(np.searchsorted(self.arrival_s, end - span, side="left"))
+        tail = self.take(np.arange(first, len(self), dtype=np.int64), f"{self.name} lead-in (its end)")
+        # the tail's arrivals fall in [end - span, end]: re-based to [0, span), the last one a hair early
+        at = np.minimum(tail.arrival_s - (end - span), np.nextafter(span, 0.0))
+        lead = Trace(tail.name, at, tail.prompt_tokens, tail.output_tokens, tail.hash_offsets, tail.hash_values)
+        return Trace(self.name, self.arrival_s, self.prompt_tokens, self.output_tokens, self.hash_offsets,
+                     self.hash_values, lead, span)
+
     def after_lead(self) -> Trace:
         """The lead-in and the window as one trace: the window's requests start at `lead_s` (no lead-in:
         the trace itself)."""

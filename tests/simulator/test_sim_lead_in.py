@@ -46,6 +46,19 @@ def test_window_keeps_the_traffic_before_it() -> None:
     assert tr.window(60.0, 120.0).after_lead() is not None
 
 
+def test_a_whole_trace_takes_its_own_end_as_its_lead_in() -> None:
+    tr = _hashed([0.0, 5.0, 40.0, 55.0, 60.0])
+    w = tr.wrapped(20.0)  # the last 20 s: 40 s to 60 s
+    assert list(w.arrival_s) == list(tr.arrival_s) and w.lead is not None and w.lead_s == 20.0
+    assert list(w.lead.arrival_s)[:2] == [0.0, 15.0] and w.lead.arrival_s[-1] < 20.0  # 60 s: just before 20
+    assert [w.lead.prefix_hashes(i) for i in range(3)] == [(i, 1000 + i) for i in (2, 3, 4)]
+    assert list(w.after_lead().arrival_s)[3:] == [20.0, 25.0, 60.0, 75.0, 80.0]
+    assert tr.wrapped(600.0).lead_s == 60.0  # at most the whole trace
+    assert tr.wrapped(0.0).lead is None and trace([]).wrapped(60.0).lead is None
+    with pytest.raises(TraceError, match="lead-in"):
+        tr.wrapped(float("nan"))
+
+
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0])
 def test_bad_lead_in_is_a_trace_error(bad: float) -> None:
     with pytest.raises(TraceError, match="lead-in"):
