@@ -22,6 +22,9 @@ from keda_llm.simulator.control.scaler import ServiceScaler, workload_state
 POLICIES = ("ours", "ours-zero", "static", "queue", "gpu", "concurrency", "oracle", *ANCHORS)
 DEFAULT_POLICIES = ("ours", "static", "queue", "gpu", "concurrency", "oracle")
 ITL_TARGET_FRACTION = 0.5  # ours' targetInterTokenLatency, as a fraction of the backtest's ITL SLO
+#: ours' targetTimeToFirstToken, as a fraction of the backtest's TTFT SLO (the same rule as the ITL target:
+#: the term holds a mean, the SLO is per request)
+TTFT_TARGET_FRACTION = 0.5
 
 
 def default_scaledobject(model: str, *, scale_to_zero: bool = False, max_replicas: int = 64,
@@ -144,6 +147,7 @@ def build_controller(policy: str, *, model: str, max_replicas: int, concurrency_
     if policy in ("ours", "ours-zero"):
         so = settings if (settings is not None and policy == "ours") else default_scaledobject(
             model, scale_to_zero=policy == "ours-zero", max_replicas=max_replicas, cold_start_s=cold_start_s,
+            slo_ttft_s=slo[0] * TTFT_TARGET_FRACTION if slo else None,
             slo_itl_s=slo[1] * ITL_TARGET_FRACTION if slo else None)
         return OursController(policy, so, initial_replicas=max(1, so.min_replicas))
     if policy == "static":

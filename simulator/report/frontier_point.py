@@ -14,7 +14,12 @@ from keda_llm.simulator.cluster.engine import Controller
 from keda_llm.simulator.control.anchors import ANCHORS, AnchorContext
 from keda_llm.simulator.control.baselines import gpu_baseline, queue_baseline
 from keda_llm.simulator.control.controllers import KedaController
-from keda_llm.simulator.control.policies import ITL_TARGET_FRACTION, build_controller, default_scaledobject
+from keda_llm.simulator.control.policies import (
+    ITL_TARGET_FRACTION,
+    TTFT_TARGET_FRACTION,
+    build_controller,
+    default_scaledobject,
+)
 from keda_llm.simulator.report.summary import summarize
 from keda_llm.simulator.run import Backtest, concurrency_target, simulate
 from keda_llm.simulator.workload.traces import Trace
@@ -44,6 +49,7 @@ def build_point_controller(policy: str, knob: float, trace: Trace, backtest: Bac
     m = backtest.max_replicas
     if policy == "ours":
         so = backtest.scaledobject or default_scaledobject(p.model.name, max_replicas=m, cold_start_s=cold_p90,
+                                                           slo_ttft_s=slo[0] * TTFT_TARGET_FRACTION,
                                                            slo_itl_s=slo[1] * ITL_TARGET_FRACTION)
         trig = so.triggers[0]
         so = replace(so, triggers=(replace(trig, metadata={**trig.metadata, "targetInterTokenLatency": f"{knob:g}s"}),

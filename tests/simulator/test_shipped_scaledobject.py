@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from keda_llm.scaler.config import parse_metadata
-from keda_llm.simulator.control.policies import ITL_TARGET_FRACTION, default_scaledobject
+from keda_llm.simulator.control.policies import ITL_TARGET_FRACTION, TTFT_TARGET_FRACTION, default_scaledobject
 from keda_llm.simulator.control.scaledobject import KedaSettings, load_scaledobject
 from keda_llm.simulator.hardware.presets import get_preset
 
@@ -32,7 +32,7 @@ def test_the_table_runs_the_shipped_scaledobject() -> None:
     p = get_preset("llama-3.1-70b/h100-tp4")
     # what scripts/simulator_table.py runs as `ours` (run_policies: build_controller's default, the backtest's SLO)
     ours = default_scaledobject(p.model.name, max_replicas=64, cold_start_s=p.cold_start("typical").quantile(0.9),
-                                slo_itl_s=0.1 * ITL_TARGET_FRACTION)
+                                slo_ttft_s=2.0 * TTFT_TARGET_FRACTION, slo_itl_s=0.1 * ITL_TARGET_FRACTION)
     assert _policy(load_scaledobject(EXAMPLES / "llama-70b-h100-tp4.yaml")) == _policy(ours)
 
 
@@ -45,4 +45,5 @@ def test_the_week_runs_the_same_shipped_scaledobject() -> None:
     assert week_table.SHIPPED == EXAMPLES / "llama-70b-h100-tp4.yaml"
     _, meta = _policy(load_scaledobject(week_table.SHIPPED))
     assert meta["target_itl"] == 0.05 and meta["short_output_tokens"] == 43.0 and meta["mode"] == "reactive"
+    assert meta["target_ttft"] == 1.0
     assert not (EXAMPLES / "llama-70b-h100-tp4-code.yaml").exists()
