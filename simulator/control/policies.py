@@ -117,24 +117,18 @@ def build_controller(policy: str, *, model: str, max_replicas: int, concurrency_
                      static_replicas: int, settings: KedaSettings | None = None,
                      oracle_plan: list[PodPlan] | None = None, cold_start_s: float | None = None,
                      slo: tuple[float, float] | None = None, anchor: AnchorContext | None = None) -> Controller:
-    """The controller for one policy name (see POLICIES); `slo` (TTFT s, ITL s) sets ours' ITL target to
-    ITL_TARGET_FRACTION of the ITL SLO.
+    """The controller for one policy name (see POLICIES); `slo` (TTFT s, ITL s) sets ours' latency targets
+    to TTFT_TARGET_FRACTION and ITL_TARGET_FRACTION of the SLO.
 
     Half the SLO because the term holds the *mean* ITL of all tokens while the SLO is judged per request:
-    with the mean at the SLO, about half the requests miss it. Short answers need less: there a request
-    decoded beside a long prompt's prefill chunks (8,192 tokens, ~0.6 s an iteration on 70B TP4) misses the
-    SLO while the mean stays low. The scaler tightens the target itself for such traffic (`shortOutputTokens`,
-    scaler/slo.py `short_output_factor`: the target x output tokens per request / 45 below 45), so one
-    ScaledObject serves both: the whole Azure 2024 code week 99.16% at 1.00x the oracle's GPU-hours (seed 0,
-    scripts/week_table.py; 94.9% before, when a second ScaledObject with 27.5 ms was shipped for code
-    traffic), azure2023-conv still 100.0% at 1.20x. Before that, half the SLO against the
-    SLO itself on the 70B/4xH100 backtests (the adaptive scale-down delay in both): azure2023-code 81.9% -> 89.2% of the
-    SLO (0.99x -> 1.02x the oracle's GPU-hours), azure2023-conv 95.7% -> 99.5% (1.01x -> 1.11x), four
-    6-hour windows of the 2024 week +4.7 to +8.4 points with -25% to +26% GPU-hours; mooncake-conv 80.7%
-    -> 82.8% but 1.49x -> 3.55x (docs/simulator-results.md: prefill chunks of long prompts keep the mean ITL
-    near the target however many replicas run).
-    Only the ITL target: with the TTFT target too, mooncake-conv cost 235 GPU-h for 82.6% of the SLO
-    against 92.7 GPU-h for 80.0% with the ITL target alone.
+    with the mean at the SLO, about half the requests miss it; the TTFT target likewise (TTFT_TARGET_FRACTION).
+    Short answers need less: there a request decoded beside a long prompt's prefill chunks (8,192 tokens,
+    ~0.6 s an iteration on 70B TP4) misses the SLO while the mean stays low. The scaler tightens the target
+    itself for such traffic (`shortOutputTokens`, scaler/slo.py `short_output_factor`: the target x output
+    tokens per request / 43 below 43), so one ScaledObject serves both: the whole Azure 2024 code week 99.08%
+    at 1.07-1.09x the oracle's GPU-hours (3 seeds, scripts/week_table.py), azure2023-conv 100.0% at 1.20x.
+    The TTFT target is what holds replicas for long prompts' first tokens once a backlog has drained
+    (mooncake-conv: 80.3% of the SLO without it, 86.0% with it; docs/design.md).
 
     `policy` may be `name@knob` (parse_policy). The anchors read `anchor` (the replica cap, SLO and the
     replica's performance model); without it they get the cap and SLO given here."""
