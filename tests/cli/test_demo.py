@@ -335,8 +335,11 @@ def test_ctrl_c_counts_requests_in_flight_as_interrupted_not_lost() -> None:
     import sys
     import time
 
+    # a shell that runs the tests in the background hands its children SIGINT ignored (and Python then
+    # installs no KeyboardInterrupt handler): give the demo the default disposition, as a terminal would
     proc = subprocess.Popen([sys.executable, "-m", "keda_llm.cli", "demo", "--duration", "60", "--plain"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stdout is not None
         for line in proc.stdout:  # into the spike, when requests are surely in flight
