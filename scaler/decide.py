@@ -33,7 +33,13 @@ from keda_llm.scaler.pools import decide_pool, pooled
 from keda_llm.scaler.schedule import warm_floor
 from keda_llm.scaler.seasonal import BUCKET as MINUTE
 from keda_llm.scaler.seasonal import LEVEL_WINDOW, MAX_DAYS, REFIT_EVERY, SeasonalModel, seasonal_forecast
-from keda_llm.scaler.slo import LatencyDesired, from_window, mean_output_tokens, short_output_factor
+from keda_llm.scaler.slo import (
+    LatencyDesired,
+    from_window,
+    mean_output_tokens,
+    short_output_factor,
+    without_pinned,
+)
 from keda_llm.scaler.windows import KpaResult, ceil_replicas, initial_panic, kpa_step, scale_down_delay
 
 PENDING_GUARD_FACTOR = 2.0  # the guard lets go after this many cold starts: pods stuck pending get help
@@ -191,8 +197,14 @@ def _latency(x: _Inputs, details: dict[str, float]) -> tuple[LatencyDesired | No
         details.update({"itl_short_output_factor": factor, "target_itl_effective_s": c.target_itl * factor})
         if n is not None:
             details["mean_output_tokens"] = n
-    out = (from_window(stable, c.stable_window, ready, c, factor),
-           from_window(x.history.window(x.now, c.panic_window), c.panic_window, ready, c, factor))
+    # replicas whose queue is pinned to them are left out of the means (scaler/slo.py `without_pinned`)
+    unpinned = [without_pinned(x.history.replica_windows(x.now, w, c.stale_after))
+                for w in (c.stable_window, c.panic_window)]
+    out = (from_window(stable, c.stable_window, ready, c, factor, unpinned[0]),
+           from_window(x.history.window(x.now, c.panic_window), c.panic_window, ready, c, factor, unpinned[1]))
+    for name, u in zip(("", "_panic"), unpinned, strict=True):
+        if u is not None:
+            details["latency_pinned_replicas" + name] = float(u.pinned)
     for name, t in zip(("", "_panic"), out, strict=True):
         details["latency_signal" + name] = float(t is not None)
         if t is not None:

@@ -72,7 +72,7 @@ TIERS: tuple[tuple[float, int, npt.DTypeLike], ...] = (
 REPLICA_RING = 64
 # Per-replica ring columns.
 RFIELDS = ("timestamp", "running", "waiting", "kv_usage_ratio", "kv_capacity_tokens", "prompt_rate",
-           "generation_rate", "finished_rate")
+           "generation_rate", "finished_rate", "ttft_sum_rate", "ttft_count_rate", "itl_sum_rate", "itl_count_rate")
 RF = {name: i for i, name in enumerate(RFIELDS)}
 
 
@@ -320,7 +320,7 @@ class _ReplicaTrack:
         r = self.rates
         self.ring[self.pos] = [s.timestamp, *(math.nan if v is None else v for v in (
             _num(s.running), _num(s.waiting), _num(s.kv_usage_ratio), _num(s.kv_capacity_tokens),
-            r.prompt, r.generation, r.finished))]
+            r.prompt, r.generation, r.finished, r.ttft_sum, r.ttft_count, r.itl_sum, r.itl_count))]
         self.pos = (self.pos + 1) % REPLICA_RING
         self.size = min(self.size + 1, REPLICA_RING)
 
@@ -333,6 +333,11 @@ class ReplicaWindow:
     degraded: tuple[str, ...]  # the exporter's llm_replica_degraded reasons in the latest sample
     running: float | None  # mean requests running over the window's samples
     generation_rate: float | None  # mean generated tokens/s over the window's samples
+    ttft: float | None = None  # the replica's mean TTFT in the window (its rate(_sum) / rate(_count)); None: none
+    ttft_count: float = 0.0  # first tokens it gave in the window (mean count rate x the window)
+    itl: float | None = None  # its mean inter-token gap in the window
+    itl_count: float = 0.0  # inter-token gaps it gave in the window
+    waiting: float | None = None  # mean requests waiting in its engine over the window's samples
 
 
 @dataclass(frozen=True)
@@ -575,13 +580,18 @@ class ModelHistory:
         ts = rings[:, :, RF["timestamp"]]  # rows never written are NaN and match nothing
         inside = (ts > now - seconds) & (ts <= now)  # ring order: a mean needs none
         means = []
-        for col in (RF["running"], RF["generation_rate"]):
+        for col in (RF["running"], RF["generation_rate"], RF["ttft_sum_rate"], RF["ttft_count_rate"],
+                    RF["itl_sum_rate"], RF["itl_count_rate"], RF["waiting"]):
             vals = np.where(inside, rings[:, :, col], math.nan)
             n = (~np.isnan(vals)).sum(axis=1)
             with np.errstate(invalid="ignore", divide="ignore"):
                 m = np.where(n > 0, np.nansum(vals, axis=1) / np.maximum(n, 1), math.nan)
             means.append([None if math.isnan(v) else v for v in m.tolist()])
-        return [ReplicaWindow(s.pod, s.degraded, r, g) for s, r, g in zip(fresh, means[0], means[1], strict=True)]
+        running, generation, ttft_sum, ttft_n, itl_sum, itl_n, waiting = means
+        return [ReplicaWindow(s.pod, s.degraded, running[i], generation[i], _ratio(ttft_sum[i], ttft_n[i]),
+                              (ttft_n[i] or 0.0) * seconds, _ratio(itl_sum[i], itl_n[i]),
+                              (itl_n[i] or 0.0) * seconds, waiting[i])
+                for i, s in enumerate(fresh)]
 
     def replica_samples(self, pod: str) -> npt.NDArray[np.float64]:
         """The replica's retained samples, oldest first, columns RFIELDS (empty when unknown)."""
