@@ -198,7 +198,7 @@ def _latency(x: _Inputs, details: dict[str, float]) -> tuple[LatencyDesired | No
         if n is not None:
             details["mean_output_tokens"] = n
     # replicas whose queue is pinned to them are left out of the means (scaler/slo.py `without_pinned`)
-    unpinned = [without_pinned(x.history.replica_windows(x.now, w, c.stale_after))
+    unpinned = [without_pinned(x.history.replica_windows(x.now, w, c.stale_after), c.target_ttft)
                 for w in (c.stable_window, c.panic_window)]
     out = (from_window(stable, c.stable_window, ready, c, factor, unpinned[0]),
            from_window(x.history.window(x.now, c.panic_window), c.panic_window, ready, c, factor, unpinned[1]))

@@ -15,6 +15,7 @@ same Knative windows, rate limits, pending guard and scale-down delay as the pol
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -89,12 +90,12 @@ def short_output_factor(mean_output: float | None, reference: float) -> float:
     return max(SHORT_OUTPUT_FLOOR, min(1.0, mean_output / reference))
 
 
-PINNED_FACTOR = 8.0  # a replica's queue this many times the median replica's (at least 1) is pinned to it
+PINNED_FACTOR = 8.0  # a replica's backlog this many times the median replica's (at least 1) is pinned to it
 
 
 @dataclass(frozen=True)
 class Unpinned:
-    """The latency signals over the replicas whose queue is not pinned (see `without_pinned`)."""
+    """The latency signals over the replicas whose backlog is not pinned (see `without_pinned`)."""
 
     ttft: float | None  # mean TTFT of their requests, seconds (None: no first token in the window)
     itl: float | None  # their mean inter-token gap, seconds
@@ -102,26 +103,42 @@ class Unpinned:
     pinned: int  # replicas left out
 
 
-def without_pinned(windows: Sequence[ReplicaWindow]) -> Unpinned | None:
-    """The window's mean TTFT, mean ITL and queue over the replicas whose queue is not pinned to them; None
-    when no replica's is (the model's own means then stand).
+def _outstanding(w: ReplicaWindow) -> float | None:
+    """Requests the replica holds, running and waiting (None: it reports neither)."""
+    if w.running is None and w.waiting is None:
+        return None
+    return (w.running or 0.0) + (w.waiting or 0.0)
+
+
+def without_pinned(windows: Sequence[ReplicaWindow], target_ttft: float | None = None) -> Unpinned | None:
+    """The window's mean TTFT, mean ITL and queue over the replicas whose backlog is not pinned to them;
+    None when no replica's is (the model's own means then stand).
 
     Why: the engines queue per replica, and a backlog one replica took (a burst while it was alone, a
     restart) stays pinned to it while the gateway sends new requests elsewhere. Its requests' TTFT
-    (minutes) and its full batch's slow steps then dominate the model's means although every other
+    (minutes) and its overfull batch's slow steps then dominate the model's means although every other
     replica serves within the targets, and the proportional term asked for ready x hundreds: the maximum
-    for as long as the pinned queue took to drain (mooncake-conv's lead-in: 64 replicas for 50 minutes
-    behind one replica's 719 queued requests). More replicas do not drain a queue pinned to one. A queue
-    is pinned when it is PINNED_FACTOR times the median replica's (at least 1 request): a model short of
-    capacity queues on every replica alike (least-loaded routing evens them), and is judged as before."""
-    queues = [w.waiting for w in windows if w.waiting is not None]
-    if not queues:
-        return None
-    bar = PINNED_FACTOR * max(1.0, float(np.median(queues)))
-    pinned = [w for w in windows if w.waiting is not None and w.waiting > bar]
+    for as long as the pinned backlog took to drain (mooncake-conv's lead-in: 64 replicas for 50 minutes
+    behind one replica's 719 queued requests). More replicas do not drain a backlog pinned to one.
+
+    A replica's backlog is pinned when the requests it holds (running and waiting) are PINNED_FACTOR times
+    the median replica's (at least 1 request), or its mean TTFT is PINNED_FACTOR times both the median
+    replica's and `target_ttft` (a TTFT is reported at the first token, so a backlog just worked off keeps
+    reporting its minutes of queueing for as long again). A model short of capacity loads every replica
+    alike (least-loaded routing evens them), and is judged as before."""
+    held = [v for w in windows if (v := _outstanding(w)) is not None]
+    ttfts = [w.ttft for w in windows if w.ttft is not None]
+    held_bar = PINNED_FACTOR * max(1.0, float(np.median(held))) if held else math.inf
+    ttft_bar = PINNED_FACTOR * max(float(np.median(ttfts)), target_ttft or 0.0) if ttfts else math.inf
+
+    def is_pinned(w: ReplicaWindow) -> bool:
+        v = _outstanding(w)
+        return (v is not None and v > held_bar) or (w.ttft is not None and w.ttft > ttft_bar)
+
+    pinned = [w for w in windows if is_pinned(w)]
     if not pinned:
         return None
-    rest = [w for w in windows if not (w.waiting is not None and w.waiting > bar)]
+    rest = [w for w in windows if not is_pinned(w)]
     ttft_n = sum(w.ttft_count for w in rest if w.ttft is not None)
     itl_n = sum(w.itl_count for w in rest if w.itl is not None)
     ttft = sum(w.ttft * w.ttft_count for w in rest if w.ttft is not None) / ttft_n if ttft_n > 0 else None

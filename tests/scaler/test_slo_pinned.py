@@ -17,40 +17,63 @@ from keda_llm.scaler.slo import PINNED_FACTOR, Unpinned, from_window, without_pi
 
 
 def win(pod: str, waiting: float | None, ttft: float | None = None, ttft_n: float = 0.0, itl: float | None = None,
-        itl_n: float = 0.0) -> ReplicaWindow:
-    return ReplicaWindow(pod, (), 1.0, 1.0, ttft, ttft_n, itl, itl_n, waiting)
+        itl_n: float = 0.0, running: float | None = 0.0) -> ReplicaWindow:
+    return ReplicaWindow(pod, (), running, 1.0, ttft, ttft_n, itl, itl_n, waiting)
 
 
 def test_no_pinned_queue_keeps_the_models_means() -> None:
     # Balanced queues (least-loaded routing under a real shortage), no queue at all, no queue reported.
     assert without_pinned([win("a", 40.0, 9.0, 5), win("b", 50.0, 8.0, 5), win("c", 45.0, 7.0, 5)]) is None
     assert without_pinned([win("a", 0.0, 0.3, 5), win("b", 0.0, 0.2, 5)]) is None
-    assert without_pinned([win("a", None, 30.0, 5), win("b", None, 0.2, 5)]) is None
-    # At the bar exactly (8 x max(1, median 0)) is not past it.
-    assert without_pinned([win("a", PINNED_FACTOR, 30.0, 5), win("b", 0.0, 0.2, 5), win("c", 0.0, 0.2, 5)]) is None
+    assert without_pinned([win("a", None, 1.5, 5, running=None), win("b", None, 0.2, 5, running=None)]) is None
+    # At the bars exactly (a backlog of 8 x max(1, median 0); a TTFT of 8 x the median 0.2) is not past them.
+    at_bars = [win("a", PINNED_FACTOR, 1.6, 5), win("b", 0.0, 0.2, 5), win("c", 0.0, 0.2, 5)]
+    assert without_pinned(at_bars) is None
 
 
 def test_a_pinned_queue_is_left_out_by_hand() -> None:
     # a: 500 queued, 2 first tokens at 200 s, slow steps; b, c: no queue, one queued request on d.
+    # (The TTFT rule would leave a out as well: 200 s is past 8 x max(median 0.4, no target).)
     windows = [win("a", 500.0, 200.0, 2.0, 0.5, 1000.0), win("b", 0.0, 0.4, 6.0, 0.02, 300.0),
                win("c", 0.0, 0.2, 2.0, 0.04, 100.0), win("d", 1.0, None, 0.0, 0.03, 100.0)]
     got = without_pinned(windows)
-    # median queue 0.5 -> bar 8 x 1 = 8: only a is past it. TTFT (0.4 x 6 + 0.2 x 2) / 8 = 0.35; ITL
+    # median backlog 0.5 -> bar 8 x 1 = 8: only a is past it. TTFT (0.4 x 6 + 0.2 x 2) / 8 = 0.35; ITL
     # (0.02 x 300 + 0.04 x 100 + 0.03 x 100) / 500 = 0.026; queue 0 + 0 + 1.
     assert got == Unpinned(pytest.approx(0.35), pytest.approx(0.026), 1.0, 1)  # type: ignore[arg-type]
 
 
-def test_the_bar_follows_the_median_queue() -> None:
+def test_the_bar_follows_the_median_backlog() -> None:
     # Every replica queues about 20: a 100-request queue is 5x the median, not pinned; 200 is 10x, pinned.
     base = [win(p, 20.0, 3.0, 4) for p in "abcd"]
-    assert without_pinned([*base, win("e", 100.0, 30.0, 1)]) is None
+    assert without_pinned([*base, win("e", 100.0, 20.0, 1)]) is None
     got = without_pinned([*base, win("e", 200.0, 60.0, 1)])
     assert got is not None and got.pinned == 1 and got.ttft == pytest.approx(3.0) and got.waiting == 80.0
 
 
+def test_running_requests_count_in_the_backlog() -> None:
+    # A queue worked off into an overfull batch: 30 running, 5 waiting against 1 each elsewhere.
+    others = [win(p, 0.0, 0.5, 4, running=1.0) for p in "abc"]
+    got = without_pinned([*others, win("d", 5.0, 0.6, 4, running=30.0)])
+    assert got is not None and got.pinned == 1 and got.ttft == pytest.approx(0.5)
+
+
+def test_a_backlog_just_worked_off_still_reports_its_queueing() -> None:
+    # d holds 2 requests like the others, but its first tokens come after 20 minutes of queueing: its TTFT
+    # is past 8 x max(median 0.5, target 1) = 8 s. Without a target the bar is 8 x 0.5 = 4 s.
+    others = [win(p, 0.0, 0.5, 4, running=2.0) for p in "abc"]
+    got = without_pinned([*others, win("d", 0.0, 1200.0, 2, running=2.0)], target_ttft=1.0)
+    assert got is not None and got.pinned == 1 and got.ttft == pytest.approx(0.5)
+    # 6 s: under 8 x the target, the replica stays in; with no target set it is past 8 x the median.
+    slow = [*others, win("d", 0.0, 6.0, 2, running=2.0)]
+    assert without_pinned(slow, target_ttft=1.0) is None
+    assert without_pinned(slow) is not None
+    # Every replica slow alike (a model short of capacity): nothing is pinned.
+    assert without_pinned([win(p, 0.0, 30.0, 4, running=2.0) for p in "abcd"], target_ttft=1.0) is None
+
+
 def test_no_replica_reports_a_queue() -> None:
     assert without_pinned([]) is None
-    assert without_pinned([win("a", None)]) is None
+    assert without_pinned([win("a", None, running=None)]) is None
 
 
 def history(pinned_waiting: float, others_waiting: float, pinned_ttft: float, others_ttft: float,
