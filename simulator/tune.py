@@ -1,7 +1,8 @@
 """Tune a ScaledObject on a trace: sweep its knobs through the simulator, keep the cheapest that meets the SLO.
 
 Each candidate is keda-llm's recommended ScaledObject (`policies.default_scaledobject`) with the knobs set
-(`Knobs`: targetInterTokenLatency, targetKVUtilization, scaleDownDelay, mode, minReplicaCount), written as
+(`Knobs`: targetInterTokenLatency, targetKVUtilization, scaleDownDelay, mode, minReplicaCount,
+targetTimeToFirstToken), written as
 the manifest the user will apply (`scaledobject_manifest`) and read back through the validating loader
 (KEDA's CRD, our metadata parser), so the simulation runs exactly the YAML the tuner writes. The HPA
 `behavior` carries no `tolerance`: that field needs KEDA 2.18 and Kubernetes 1.33 (deploy/README.md), so
@@ -29,7 +30,12 @@ import yaml
 from keda_llm.scaler.config import format_duration, parse_metadata
 from keda_llm.scaler.scaledobject import Behavior
 from keda_llm.simulator.control.manifest import scaledobject_manifest
-from keda_llm.simulator.control.policies import ITL_TARGET_FRACTION, build_controller, default_scaledobject
+from keda_llm.simulator.control.policies import (
+    ITL_TARGET_FRACTION,
+    TTFT_TARGET_FRACTION,
+    build_controller,
+    default_scaledobject,
+)
 from keda_llm.simulator.control.scaledobject import KedaSettings, settings_from_manifest
 from keda_llm.simulator.report.frontier import Reference
 from keda_llm.simulator.report.summary import summarize
@@ -45,21 +51,25 @@ DEFAULT_MAX_REPLICAS = 16
 @dataclass(frozen=True)
 class Knobs:
     """One candidate's settings. `itl_fraction`: targetInterTokenLatency over the ITL SLO; `scale_down_delay`
-    in cold starts (p90), None = the scaler's adaptive default."""
+    in cold starts (p90), None = the scaler's adaptive default; `ttft_fraction`: targetTimeToFirstToken over
+    the TTFT SLO, None = unset (no TTFT term: the cheapest where prompts never queue)."""
 
     itl_fraction: float = ITL_TARGET_FRACTION
     kv_utilization: float = 0.8
     scale_down_delay: float | None = None
     mode: str = "hybrid"
     min_replicas: int = 1
+    ttft_fraction: float | None = TTFT_TARGET_FRACTION
 
-    def describe(self, slo_itl_s: float, cold_start_s: float) -> dict[str, str]:
+    def describe(self, slo_itl_s: float, cold_start_s: float, slo_ttft_s: float) -> dict[str, str]:
         """The knobs as the ScaledObject spells them."""
         return {"targetInterTokenLatency": format_duration(round(self.itl_fraction * slo_itl_s, 4)),
                 "targetKVUtilization": f"{self.kv_utilization:g}",
                 "scaleDownDelay": "adaptive" if self.scale_down_delay is None
                 else format_duration(round(self.scale_down_delay * cold_start_s)),
-                "mode": self.mode, "minReplicaCount": str(self.min_replicas)}
+                "mode": self.mode, "minReplicaCount": str(self.min_replicas),
+                "targetTimeToFirstToken": "unset" if self.ttft_fraction is None
+                else format_duration(round(self.ttft_fraction * slo_ttft_s, 4))}
 
 
 @dataclass(frozen=True)
@@ -71,16 +81,18 @@ class Grid:
     scale_down_delay: tuple[float | None, ...] = (None, 0.5, 2.0)
     mode: tuple[str, ...] = ("hybrid", "reactive")
     min_replicas: tuple[int, ...] = (1, 2, 3)
+    ttft_fraction: tuple[float | None, ...] = (TTFT_TARGET_FRACTION, None)
 
     def candidates(self) -> list[Knobs]:
         return [Knobs(*combo) for combo in itertools.product(self.itl_fraction, self.kv_utilization,
-                                                             self.scale_down_delay, self.mode, self.min_replicas)]
+                                                             self.scale_down_delay, self.mode, self.min_replicas,
+                                                             self.ttft_fraction)]
 
 
 FULL_GRID = Grid()
 #: `--quick`: the two knobs that moved SLO attainment most in the backtests (docs/simulator-results.md)
 QUICK_GRID = Grid(itl_fraction=(0.3, 0.5), kv_utilization=(0.8,), scale_down_delay=(None,),
-                  mode=("hybrid", "reactive"), min_replicas=(1,))
+                  mode=("hybrid", "reactive"), min_replicas=(1,), ttft_fraction=(TTFT_TARGET_FRACTION,))
 
 
 @dataclass(frozen=True)
@@ -96,13 +108,18 @@ class Target:
     prometheus_address: str | None = None  # for activationQuery; None: the scaler's --prometheus-address
 
 
-def candidate(knobs: Knobs, target: Target, *, slo_itl_s: float, cold_start_s: float) -> KedaSettings:
+def candidate(knobs: Knobs, target: Target, *, slo_itl_s: float, cold_start_s: float,
+              slo_ttft_s: float) -> KedaSettings:
     """The recommended ScaledObject with `knobs` set, named as `target` says."""
     base = default_scaledobject(target.model, max_replicas=target.max_replicas, cold_start_s=cold_start_s)
     meta = dict(base.triggers[0].metadata)
+    spelled = knobs.describe(slo_itl_s, cold_start_s, slo_ttft_s)
     meta.update(scalerAddress=target.scaler_address, activationQuery=ACTIVATION_QUERY.format(model=target.model),
-                targetInterTokenLatency=knobs.describe(slo_itl_s, cold_start_s)["targetInterTokenLatency"],
+                targetInterTokenLatency=spelled["targetInterTokenLatency"],
                 targetKVUtilization=f"{knobs.kv_utilization:g}", mode=knobs.mode)
+    meta.pop("targetTimeToFirstToken", None)
+    if knobs.ttft_fraction is not None:
+        meta["targetTimeToFirstToken"] = spelled["targetTimeToFirstToken"]
     if target.prometheus_address:
         meta["prometheusAddress"] = target.prometheus_address
     if knobs.scale_down_delay is not None:
@@ -226,7 +243,8 @@ def tune(trace: Trace, backtest: Backtest, target_so: Target, *, grid: Grid = FU
     knobs = grid.candidates()
     if not knobs:
         raise ValueError("the grid holds no candidate: every knob needs at least one value")
-    manifests = [scaledobject_manifest(candidate(k, target_so, slo_itl_s=backtest.slo.itl_s, cold_start_s=cold))
+    manifests = [scaledobject_manifest(candidate(k, target_so, slo_itl_s=backtest.slo.itl_s, cold_start_s=cold,
+                                                 slo_ttft_s=backtest.slo.ttft_s))
                  for k in knobs]
     bt = replace(backtest, max_replicas=target_so.max_replicas, scaledobject=None)
     total = len(knobs) + (1 if with_references else 0)
@@ -265,7 +283,7 @@ def header(result: TuneResult, *, trace: Trace, backtest: Backtest, command: str
     """The comment lines above the written ScaledObject: what it was tuned on and what it measured."""
     c = result.chosen
     cold = backtest.preset.cold_start(backtest.cold_start).quantile(0.9)
-    knobs = ", ".join(f"{k}={v}" for k, v in c.knobs.describe(backtest.slo.itl_s, cold).items())
+    knobs = ", ".join(f"{k}={v}" for k, v in c.knobs.describe(backtest.slo.itl_s, cold, backtest.slo.ttft_s).items())
     lines = [f"Tuned by keda-llm tune in its simulator ({result.mode} mode).",
              f"Trace: {trace.name}, {len(trace)} requests over {trace.duration_s / 3600:.2f} h.",
              f"Preset: {backtest.preset.name}, cold start {backtest.cold_start} (p90 {cold:.0f} s).",

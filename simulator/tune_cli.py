@@ -261,17 +261,19 @@ def frontier_table(result: Any, bt: Any) -> Any:
     cold = bt.preset.cold_start(bt.cold_start).quantile(0.9)
     t = Table(title=f"frontier: {len(result.frontier)} of {len(result.points)} points "
                     f"(target {100 * result.target:g}% of requests)")
-    t.caption = "ITL target: targetInterTokenLatency, KV target: targetKVUtilization, min: minReplicaCount"
-    for col in ("", "ITL target", "KV target", "scaleDownDelay", "mode", "min", "SLO met", "GPU-h", "cold starts"):
+    t.caption = ("ITL target: targetInterTokenLatency, KV target: targetKVUtilization, min: minReplicaCount, "
+                 "TTFT target: targetTimeToFirstToken")
+    for col in ("", "ITL target", "KV target", "scaleDownDelay", "mode", "min", "TTFT target", "SLO met", "GPU-h",
+                "cold starts"):
         t.add_column(col, justify="right" if col in ("min", "SLO met", "GPU-h", "cold starts") else "left",
                      no_wrap=True)
     chosen = result.chosen
     shown = result.frontier + ([] if chosen in result.frontier else [chosen])
     for p in sorted(shown, key=lambda p: p.gpu_hours):
         mark = "->" if p is chosen else ""
-        k = p.knobs.describe(bt.slo.itl_s, cold)
+        k = p.knobs.describe(bt.slo.itl_s, cold, bt.slo.ttft_s)
         t.add_row(mark, *k.values(), f"{100 * p.attainment:.2f}%", f"{p.gpu_hours:.2f}", str(p.cold_starts))
     for name, ref in (("oracle", result.oracle), ("static (peak)", result.static)):
         if ref is not None:
-            t.add_row("", name, "", "", "", "", f"{100 * ref.attainment:.2f}%", f"{ref.gpu_hours:.2f}", "")
+            t.add_row("", name, "", "", "", "", "", f"{100 * ref.attainment:.2f}%", f"{ref.gpu_hours:.2f}", "")
     return t

@@ -48,12 +48,14 @@ def test_the_example_is_the_tuners_output_and_measures_what_it_says(path: Path) 
     knobs_text = dict(kv.split("=", 1) for kv in swept.rstrip(".").split(", "))
     doc = yaml.safe_load(text)
     cold = bt.preset.cold_start(bt.cold_start).quantile(0.9)
-    sdd = knobs_text["scaleDownDelay"]
+    sdd, ttft = knobs_text["scaleDownDelay"], knobs_text["targetTimeToFirstToken"]
     knobs = Knobs(itl_fraction=round(parse_duration(knobs_text["targetInterTokenLatency"]) / bt.slo.itl_s, 4),
                   kv_utilization=float(knobs_text["targetKVUtilization"]),
                   scale_down_delay=None if sdd == "adaptive" else parse_duration(sdd) / cold,
-                  mode=knobs_text["mode"], min_replicas=int(knobs_text["minReplicaCount"]))
-    assert doc == scaledobject_manifest(candidate(knobs, target, slo_itl_s=bt.slo.itl_s, cold_start_s=cold))
+                  mode=knobs_text["mode"], min_replicas=int(knobs_text["minReplicaCount"]),
+                  ttft_fraction=None if ttft == "unset" else round(parse_duration(ttft) / bt.slo.ttft_s, 4))
+    assert doc == scaledobject_manifest(candidate(knobs, target, slo_itl_s=bt.slo.itl_s, cold_start_s=cold,
+                                                  slo_ttft_s=bt.slo.ttft_s))
     point = run_point(trace, bt, knobs, doc)
     measured = re.match(r"([\d.]+)% of requests met the SLO at ([\d.]+) GPU-hours", head["Measured"])
     assert measured is not None

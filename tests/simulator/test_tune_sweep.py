@@ -37,7 +37,7 @@ from keda_llm.simulator.workload.traces import Trace, load_shipped
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 GRID = Grid(itl_fraction=(0.3, 0.5), kv_utilization=(0.8,), scale_down_delay=(None,), mode=("hybrid",),
-            min_replicas=(1, 2))
+            min_replicas=(1, 2), ttft_fraction=(0.5,))
 
 
 def _pt(att: float, gpu_h: float, sdd: float | None = None) -> Point:
@@ -73,17 +73,20 @@ def test_the_manifest_reads_back_as_the_same_scaledobject(source: str) -> None:
 def test_a_candidate_carries_its_knobs_and_no_version_limited_field() -> None:
     so = candidate(Knobs(itl_fraction=0.4, kv_utilization=0.6, scale_down_delay=2.0, mode="reactive", min_replicas=2),
                    Target(MODEL, name="n", namespace="ns", deployment="d", max_replicas=5), slo_itl_s=0.1,
-                   cold_start_s=150.0)
+                   cold_start_s=150.0, slo_ttft_s=3.0)
     meta = so.triggers[0].metadata
-    assert (meta["targetInterTokenLatency"], meta["targetKVUtilization"], meta["scaleDownDelay"], meta["mode"]) == \
-        ("40ms", "0.6", "5m", "reactive")
+    assert (meta["targetInterTokenLatency"], meta["targetKVUtilization"], meta["scaleDownDelay"], meta["mode"],
+            meta["targetTimeToFirstToken"]) == ("40ms", "0.6", "5m", "reactive", "1.5s")
     assert (so.min_replicas, so.max_replicas, so.name, so.namespace, so.target_name) == (2, 5, "n", "ns", "d")
     assert meta["activationQuery"] == f'sum(keda_llm_activator_held_requests{{model="{MODEL}"}})'
     cfg = parse_metadata(meta)
     assert cfg.mode == "reactive" and cfg.target_kv_utilization == 0.6
     assert "tolerance" not in yaml.safe_dump(scaledobject_manifest(so))
-    assert "scaleDownDelay" not in candidate(Knobs(), Target(MODEL), slo_itl_s=0.1, cold_start_s=150.0) \
-        .triggers[0].metadata  # None: the scaler's adaptive default
+    assert "scaleDownDelay" not in candidate(Knobs(), Target(MODEL), slo_itl_s=0.1, cold_start_s=150.0,
+                                             slo_ttft_s=2.0).triggers[0].metadata  # None: the adaptive default
+    unset = candidate(Knobs(ttft_fraction=None), Target(MODEL), slo_itl_s=0.1, cold_start_s=150.0, slo_ttft_s=2.0)
+    assert "targetTimeToFirstToken" not in unset.triggers[0].metadata  # None: no TTFT term
+    assert parse_metadata(unset.triggers[0].metadata).target_ttft is None
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +116,7 @@ def test_a_small_sweep_picks_the_cheapest_point_meeting_the_target(swept: TuneRe
 
 def test_parallel_points_equal_serial_ones(case: tuple[Trace, Backtest], swept: TuneResult) -> None:
     grid = Grid(itl_fraction=(0.5,), kv_utilization=(0.8,), scale_down_delay=(None,), mode=("hybrid",),
-                min_replicas=(1, 2))
+                min_replicas=(1, 2), ttft_fraction=(0.5,))
     serial = tune(*case, Target(MODEL), grid=grid, target=0.9, workers=1, with_references=False)
     par = {p.knobs: p for p in swept.points}
     assert all(p.same(par[p.knobs]) for p in serial.points)
@@ -142,6 +145,21 @@ def test_when_no_point_meets_the_target_the_best_is_written_and_said_so(case: tu
     best = max(p.attainment for p in swept.points)
     assert unmet.chosen is min((p for p in swept.points if p.attainment >= best - 0.001), key=lambda p: p.gpu_hours)
     assert "NO point met the 99.9% target" in render_yaml(unmet, trace=case[0], backtest=case[1])
+
+
+def test_the_ttft_target_is_swept_and_written(case: tuple[Trace, Backtest]) -> None:
+    # The default full grid sweeps targetTimeToFirstToken at half the TTFT SLO and unset.
+    assert {k.ttft_fraction for k in Grid().candidates()} == {0.5, None}
+    grid = Grid(itl_fraction=(0.5,), kv_utilization=(0.8,), scale_down_delay=(None,), mode=("reactive",),
+                min_replicas=(1,), ttft_fraction=(0.5, None))
+    result = tune(*case, Target(MODEL), grid=grid, target=0.9, workers=1, with_references=False)
+    with_ttft, without = result.points
+    assert with_ttft.knobs.ttft_fraction == 0.5 and without.knobs.ttft_fraction is None
+    meta = [p.manifest["spec"]["triggers"][0]["metadata"] for p in result.points]
+    assert meta[0]["targetTimeToFirstToken"] == "1s" and "targetTimeToFirstToken" not in meta[1]
+    assert parse_metadata(meta[0]).target_ttft == 1.0
+    head = render_yaml(result, trace=case[0], backtest=case[1])
+    assert f"targetTimeToFirstToken={'1s' if result.chosen is with_ttft else 'unset'}" in head
 
 
 def test_bad_arguments_are_refused(case: tuple[Trace, Backtest]) -> None:
