@@ -63,7 +63,7 @@ KNOB_MAX = {"gpu": 100.0, "aibrix-kpa": 1.0, "aibrix-apa": 1.0, "llmd-wva": 1.0,
             "hpa-kv": 1.0}
 DEFAULT_RATIO = 0.7  # each point's knob over the previous one's: about 1.4x the capacity per step
 DEFAULT_POINTS = 6
-DEFAULT_REFINE = 2  # bisection points after the grid's last step crossed the target
+DEFAULT_REFINE = 3  # bisection points after the grid's last step crossed the target
 
 
 @dataclass(frozen=True)
@@ -285,8 +285,8 @@ def coarse_count(done: Sequence[Point], *, target: float, cap_gpu_hours: float |
 
 def _refine_next(done: Sequence[Point], coarse: int, target: float, refine: int) -> float | None:
     """Bisect the grid's last step where it crossed the target: between the knob that met it and the one
-    that missed, the geometric mean, `refine` times at most (each halves the step in log space: two turn
-    a 1.4x capacity step into 1.09x), so that a policy whose cost to reach the target lies inside one
+    that missed, the geometric mean, `refine` times at most (each halves the step in log space: three turn
+    a 1.4x capacity step into 1.04x), so that a policy whose cost to reach the target lies inside one
     step is not charged the whole step. No crossing, no refinement."""
     if len(done) - coarse >= refine or coarse < 2:
         return None

@@ -76,11 +76,13 @@ def test_knob_grid_down_divides_and_stops_at_the_bound() -> None:
 # A stand-in simulation, hand-derivable: `gpu_hours = 1 / knob` (queue: 10 / knob), and attainment a step in the
 # knob per policy; the cap (static's GPU-hours) is 3.
 #  ours (default half the 20 ms ITL SLO, 0.01): 100% up to 0.016, 90% beyond -> down 0.01, 0.01429 (meets),
-#    0.02041 (misses): `below`; the crossing is bisected twice: sqrt(0.01429 x 0.02041) = 0.01708 (misses),
-#    sqrt(0.01429 x 0.01708) = 0.01562 (meets), so the cheapest meeting point is 0.01562 at 1 / 0.01562 =
-#    64.02 GPU-h (over the cap: the cap stops only sweeps toward more capacity);
+#    0.02041 (misses): `below`; the crossing is bisected three times: sqrt(0.01429 x 0.02041) = 0.01708
+#    (misses), sqrt(0.01429 x 0.01708) = 0.01562 (meets), sqrt(0.01562 x 0.01708) = 0.01633 (misses), so the
+#    cheapest meeting point is 0.01562 at 1 / 0.01562 = 64.02 GPU-h (over the cap: the cap stops only sweeps
+#    toward more capacity);
 #  hpa-kv (default 0.8): 99% at 0.4 or below, 50% above -> up 0.8, 0.56, 0.392 (meets): `target`; bisected:
-#    sqrt(0.392 x 0.56) = 0.4685 and sqrt(0.392 x 0.4685) = 0.4285 both miss, so 0.392 stays, at 2.551;
+#    sqrt(0.392 x 0.56) = 0.4685, sqrt(0.392 x 0.4685) = 0.4285 and sqrt(0.392 x 0.4285) = 0.4098 all miss,
+#    so 0.392 stays, at 2.551;
 #  aibrix-kpa (default 0.5): 100% everywhere -> down 0.5, 0.7143, 1 (the bound): `bound`, 1.0 GPU-h;
 #  queue (default 5): 50% everywhere -> up 5 (2.0 GPU-h), 3.5 (2.857), 2.45 (4.082, over the cap): `cap`;
 #  ray-serve (default 2): 100% at 2.0 GPU-h everywhere (its floor) -> down 2, 2.857 (no change): `flat`.
@@ -96,8 +98,8 @@ def _fake_point(trace: Trace, backtest: Backtest, policy: str, knob: float) -> P
 
 
 FAKE = ["ours", "hpa-kv", "aibrix-kpa", "queue", "ray-serve"]
-FAKE_EXPECTED = {"ours": ([0.01, 0.01429, 0.02041, 0.01708, 0.01562], "below", 0.01562),
-                 "hpa-kv": ([0.8, 0.56, 0.392, 0.4685, 0.4285], "target", 0.392),
+FAKE_EXPECTED = {"ours": ([0.01, 0.01429, 0.02041, 0.01708, 0.01562, 0.01633], "below", 0.01562),
+                 "hpa-kv": ([0.8, 0.56, 0.392, 0.4685, 0.4285, 0.4098], "target", 0.392),
                  "aibrix-kpa": ([0.5, 0.7143, 1.0], "bound", 1.0), "queue": ([5.0, 3.5, 2.45], "cap", None),
                  "ray-serve": ([2.0, 2.857], "flat", 2.0)}
 
@@ -162,12 +164,12 @@ def test_the_points_cache_replays_a_sweep_and_keys_on_the_source(case: tuple[Tra
     tr, bt = case
     CALLS.clear()
     _check_fake(sweep(tr, bt, FAKE, cap_gpu_hours=3.0, run=_fake_point, cache=PointCache(tmp_path, tr, bt)))
-    assert len(CALLS) == 18 and len(list((tmp_path / "points").glob("*.json"))) == 18
+    assert len(CALLS) == 20 and len(list((tmp_path / "points").glob("*.json"))) == 20
     CALLS.clear()
     cache = PointCache(tmp_path, tr, bt)
     again = sweep(tr, bt, FAKE, cap_gpu_hours=3.0, run=_fake_point, cache=cache)
     _check_fake(again)
-    assert CALLS == [] and cache.hits == 18 and cache.misses == 0
+    assert CALLS == [] and cache.hits == 20 and cache.misses == 0
     assert all(p.cached and p.cpu_s == 0.5 for f in again for p in f.points)  # the CPU seconds it cost then
     # another seed is another key; so is another window of the trace
     sweep(tr, replace(bt, seed=1), ["hpa-kv"], cap_gpu_hours=3.0, run=_fake_point, cache=PointCache(tmp_path, tr, bt))
@@ -176,19 +178,19 @@ def test_the_points_cache_replays_a_sweep_and_keys_on_the_source(case: tuple[Tra
           cache=PointCache(tmp_path, tr, replace(bt, seed=1)))
     sweep(tr.window(0.0, 300.0), bt, ["hpa-kv"], cap_gpu_hours=3.0, run=_fake_point,
           cache=PointCache(tmp_path, tr.window(0.0, 300.0), bt))
-    assert len(CALLS) == 10  # hpa-kv's five points twice
+    assert len(CALLS) == 12  # hpa-kv's six points twice
     # ours' policy changes: only ours' points run again
     real = frontier_cache.policy_sources
     monkeypatch.setattr(frontier_cache, "policy_sources",
                         lambda policy, root=None: real(policy, root) + ("-changed" if policy == "ours" else ""))
     CALLS.clear()
     _check_fake(sweep(tr, bt, FAKE, cap_gpu_hours=3.0, run=_fake_point, cache=PointCache(tmp_path, tr, bt)))
-    assert sorted(CALLS) == [("ours", 0.01), ("ours", 0.01429), ("ours", 0.01562), ("ours", 0.01708),
-                             ("ours", 0.02041)]
+    assert sorted(CALLS) == [("ours", 0.01), ("ours", 0.01429), ("ours", 0.01562), ("ours", 0.01633),
+                             ("ours", 0.01708), ("ours", 0.02041)]
     # --fresh: nothing read, everything run and written again
     CALLS.clear()
     sweep(tr, bt, ["hpa-kv"], cap_gpu_hours=3.0, run=_fake_point, cache=PointCache(tmp_path, tr, bt, fresh=True))
-    assert len(CALLS) == 5
+    assert len(CALLS) == 6
 
 
 def test_source_digests_separate_ours_from_the_rest(tmp_path: Path) -> None:
@@ -228,7 +230,7 @@ def test_sweep_is_monotone_enough_to_find_the_99_point(serial: list[Frontier]) -
     for f in serial[:len(UP)]:
         att = [p.attainment for p in f.grid]
         gpu = [p.gpu_hours for p in f.grid]
-        assert f.stop == "target" and 2 < len(f.grid) <= 6 and len(f.points) == len(f.grid) + 2, f
+        assert f.stop == "target" and 2 < len(f.grid) <= 6 and len(f.points) == len(f.grid) + 3, f
         assert all(b >= a - 0.01 for a, b in itertools.pairwise(att)), att  # more capacity, more SLO
         assert all(b >= a - 1e-9 for a, b in itertools.pairwise(gpu)), gpu
         # the bisection points lie inside the grid's last step, which crossed the target
@@ -259,7 +261,7 @@ def test_a_default_that_meets_the_target_is_swept_toward_less_capacity(serial: l
     assert gpu.went_down and gpu.stop == "below"
     assert gpu.points[0].attainment >= 0.99 > gpu.points[1].attainment
     # then the step is bisected: sqrt(80 x 100) = 89.44, then toward whichever side it fell
-    assert gpu.points[2].knob == 89.44 and len(gpu.points) == 4
+    assert gpu.points[2].knob == 89.44 and len(gpu.points) == 5
     ok = [p for p in gpu.points if p.attainment >= 0.99]
     assert gpu.reached is min(ok, key=lambda p: p.gpu_hours)
 
