@@ -26,6 +26,7 @@ from keda_llm.scaler.history import Load, ReplicaWindow
 
 MIN_COMPLETED = 5.0  # fewer requests completed in the window: a mean of a handful is noise, no signal
 SHORT_OUTPUT_FLOOR = 0.25  # the short-output tightening never asks for less than this share of the ITL target
+TTFT_STEP = 0.5  # a TTFT over its target asks for ready x (observed / target) ** this (see latency_desired)
 
 
 @dataclass(frozen=True)
@@ -50,12 +51,19 @@ def latency_desired(ttft: float | None, itl: float | None, completed: float, rea
     TTFT is judged only while requests queue (`queued` > 0, or unknown): without a queue a long TTFT is
     the request's own prefill, which no added replica shortens (one prompt runs on one replica), and
     chasing it would add replicas without end. ITL is judged always: it grows with each replica's batch.
+
+    Over its target the TTFT ratio counts as its square root (TTFT_STEP): the excess is queueing, and a
+    queue's wait falls much faster than the capacity added (a queue served at twice its arrival rate waits
+    a fraction of one served at 1.1x), so ready x ratio overshot: on mooncake-conv each rise while long
+    prompts queued (1.2-1.6x) took the count that much higher, and the scale-down delay held it. The
+    pending guard still lets the term step again a cold start later if the TTFT stays over.
     """
     if (target_ttft is None and target_itl is None) or ready <= 0 or completed < min_completed:
         return None
     if queued is not None and queued <= 0:
         ttft = None
-    ratios = [obs / target for obs, target in ((ttft, target_ttft), (itl, target_itl))
+    ratios = [(obs / target) ** (TTFT_STEP if kind == "ttft" and obs > target else 1.0)
+              for kind, obs, target in (("ttft", ttft, target_ttft), ("itl", itl, target_itl))
               if obs is not None and target is not None and target > 0]
     if not ratios:
         return None

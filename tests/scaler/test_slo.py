@@ -12,28 +12,42 @@ from keda_llm.scaler.slo import LatencyDesired, latency_desired, mean_output_tok
 
 
 @pytest.mark.parametrize("queued,want", [
-    # Requests queue: the TTFT excess is queueing, more replicas cut it: 2 x 3 / 2 = 3.
-    (4.0, LatencyDesired(3.0, 1.5, 3.0, 0.05, 10.0)),
-    # Nothing queues: the 3 s TTFT is the prompts' own prefill; only ITL is judged: 2 x 0.05 / 0.1 = 1.
+    # Requests queue: the TTFT excess is queueing, more replicas cut it: 2 x sqrt(8 / 2) = 4.
+    (4.0, LatencyDesired(4.0, 2.0, 8.0, 0.05, 10.0)),
+    # Nothing queues: the 8 s TTFT is the prompts' own prefill; only ITL is judged: 2 x 0.05 / 0.1 = 1.
     (0.0, LatencyDesired(1.0, 0.5, None, 0.05, 10.0)),
     # Queue not reported: TTFT judged as before.
-    (None, LatencyDesired(3.0, 1.5, 3.0, 0.05, 10.0)),
+    (None, LatencyDesired(4.0, 2.0, 8.0, 0.05, 10.0)),
 ])
 def test_ttft_is_judged_only_while_requests_queue(queued: float | None, want: LatencyDesired) -> None:
-    assert latency_desired(3.0, 0.05, 10.0, 2, 2.0, 0.1, queued=queued) == want
+    assert latency_desired(8.0, 0.05, 10.0, 2, 2.0, 0.1, queued=queued) == want
+
+
+@pytest.mark.parametrize("ttft,want_ratio", [
+    (8.0, 2.0),  # 4x over: a queue's wait falls faster than the capacity added, so sqrt(4) = 2
+    (4.5, 1.5),  # sqrt(2.25)
+    (2.0, 1.0),  # at the target
+    (1.0, 0.5),  # under it: not damped (the term only adds replicas; decide takes the max)
+])
+def test_a_ttft_over_target_steps_by_its_square_root(ttft: float, want_ratio: float) -> None:
+    got = latency_desired(ttft, None, 10.0, 4, 2.0, None)
+    assert got is not None and got.ratio == pytest.approx(want_ratio) and got.desired == pytest.approx(4 * want_ratio)
+    # ITL is not damped: its step time grows with each replica's batch, about in proportion
+    itl = latency_desired(None, 0.4, 10.0, 4, None, 0.1)
+    assert itl is not None and itl.ratio == pytest.approx(4.0) and itl.desired == pytest.approx(16.0)
 
 
 @pytest.mark.parametrize("ttft,itl,completed,ready,t_ttft,t_itl,want", [
-    # TTFT 3 s against 2 s on 2 replicas: 2 x 1.5 = 3.
-    (3.0, 0.05, 10.0, 2, 2.0, 0.1, LatencyDesired(3.0, 1.5, 3.0, 0.05, 10.0)),
+    # TTFT 8 s against 2 s on 2 replicas: 2 x sqrt(4) = 4.
+    (8.0, 0.05, 10.0, 2, 2.0, 0.1, LatencyDesired(4.0, 2.0, 8.0, 0.05, 10.0)),
     # ITL binds: 0.25 / 0.1 = 2.5 beats TTFT 1 / 2 = 0.5; 4 replicas -> 10.
     (1.0, 0.25, 50.0, 4, 2.0, 0.1, LatencyDesired(10.0, 2.5, 1.0, 0.25, 50.0)),
     # Under target: 3 x max(0.5 / 2, 0.02 / 0.1) = 3 x 0.25 = 0.75 (a floor only: decide takes the max).
     (0.5, 0.02, 5.0, 3, 2.0, 0.1, LatencyDesired(0.75, 0.25, 0.5, 0.02, 5.0)),
     # Only the ITL target is set: the TTFT (10 s) is not judged; 0.2 / 0.1 x 1 = 2.
     (10.0, 0.2, 6.0, 1, None, 0.1, LatencyDesired(2.0, 2.0, 10.0, 0.2, 6.0)),
-    # ITL target set but the engines do not report ITL: TTFT alone, 4 / 2 x 1 = 2.
-    (4.0, None, 6.0, 1, 2.0, 0.1, LatencyDesired(2.0, 2.0, 4.0, None, 6.0)),
+    # ITL target set but the engines do not report ITL: TTFT alone, sqrt(8 / 2) x 1 = 2.
+    (8.0, None, 6.0, 1, 2.0, 0.1, LatencyDesired(2.0, 2.0, 8.0, None, 6.0)),
     # No signal: too few requests (4.9 < 5), no target, nobody ready, nothing observed for the target set.
     (3.0, 0.05, 4.9, 2, 2.0, 0.1, None),
     (3.0, 0.05, 10.0, 2, None, None, None),
@@ -70,14 +84,14 @@ def run(h: ModelHistory, metadata: dict[str, str]) -> tuple[int, str, dict[str, 
 
 
 def test_ttft_over_target_raises_the_count() -> None:
-    # 2 requests/s per pod at TTFT 3 s against 2 s: 2 x 1.5 = 3 replicas (stable and panic windows alike).
-    replicas, reason, details = run(fleet(3.0, 0.05, 2.0), {**BASE, **SLO})
-    assert (replicas, reason) == (3, "latency_up")
-    assert details["observed_ttft_s"] == pytest.approx(3.0)
+    # 2 requests/s per pod at TTFT 8 s against 2 s: 2 x sqrt(4) = 4 replicas (stable and panic windows alike).
+    replicas, reason, details = run(fleet(8.0, 0.05, 2.0), {**BASE, **SLO})
+    assert (replicas, reason) == (4, "latency_up")
+    assert details["observed_ttft_s"] == pytest.approx(8.0)
     assert details["observed_itl_s"] == pytest.approx(0.05)
     assert (details["target_ttft_s"], details["target_itl_s"]) == (2.0, 0.1)
-    assert details["latency_desired"] == 3
-    assert details["latency_ratio"] == pytest.approx(1.5)
+    assert details["latency_desired"] == 4
+    assert details["latency_ratio"] == pytest.approx(2.0)
     assert details["latency_completed"] == pytest.approx(240.0)  # 2 pods x 2/s x 60 s
 
 

@@ -104,12 +104,12 @@ def decided(h: ModelHistory) -> tuple[int, str, dict[str, float]]:
 
 
 def test_a_pinned_backlog_does_not_take_the_model_to_its_maximum() -> None:
-    # The model's mean TTFT: (0.25 x 300 + 7 x 2 x 0.5) / 14.25 = 5.75 s over a 1 s target: 8 x 5.75 = 46
-    # before. The seven other replicas serve at 0.5 s with no queue: the term asks for nothing, and the
+    # The model's mean TTFT: (0.25 x 1500 + 7 x 2 x 0.5) / 14.25 = 26.8 s over a 1 s target: 8 x sqrt(26.8)
+    # = 41 before. The seven other replicas serve at 0.5 s with no queue: the term asks for nothing, and the
     # policy's own count stands ((80 running + 600 waiting) / 100 -> 7).
-    h = history(600.0, 0.0, 300.0, 0.5)
+    h = history(600.0, 0.0, 1500.0, 0.5)
     before = from_window(h.window(60.0, 60.0), 60.0, 8, parse_metadata(META))
-    assert before is not None and before.desired == pytest.approx(8 * 5.75, rel=0.02)
+    assert before is not None and before.desired == pytest.approx(8 * (382 / 14.25) ** 0.5, rel=0.02)
     replicas, reason, details = decided(h)
     assert (replicas, reason) == (7, "scale_down")
     assert details["latency_pinned_replicas"] == 1.0
@@ -117,18 +117,18 @@ def test_a_pinned_backlog_does_not_take_the_model_to_its_maximum() -> None:
 
 
 def test_a_model_short_everywhere_still_scales_on_latency() -> None:
-    # Every replica queues 30 and gives first tokens at 2 s: nothing pinned, 8 x 2 / 1 = 16.
-    replicas, reason, details = decided(history(30.0, 30.0, 2.0, 2.0))
+    # Every replica queues 30 and gives first tokens at 4 s: nothing pinned, 8 x sqrt(4 / 1) = 16.
+    replicas, reason, details = decided(history(30.0, 30.0, 4.0, 4.0))
     assert (replicas, reason) == (16, "latency_up")
     assert "latency_pinned_replicas" not in details
-    assert details["observed_ttft_s"] == pytest.approx(2.0)
+    assert details["observed_ttft_s"] == pytest.approx(4.0)
 
 
 def test_the_other_replicas_queueing_are_still_judged() -> None:
-    # Pod 0 pinned (600), the others queue 5 each at 1.5 s: the term judges them, 8 x 1.5 = 12.
-    replicas, reason, details = decided(history(600.0, 5.0, 300.0, 1.5))
+    # Pod 0 pinned (600), the others queue 5 each at 2.25 s: the term judges them, 8 x sqrt(2.25) = 12.
+    replicas, reason, details = decided(history(600.0, 5.0, 300.0, 2.25))
     assert (replicas, reason) == (12, "latency_up")
-    assert details["observed_ttft_s"] == pytest.approx(1.5)
+    assert details["observed_ttft_s"] == pytest.approx(2.25)
     assert details["latency_pinned_replicas"] == 1.0
 
 
