@@ -128,8 +128,8 @@ def build_controller(policy: str, *, model: str, max_replicas: int, concurrency_
     tokens per request / 43 below 43), so one ScaledObject serves both: the whole Azure 2024 code week 99.07-99.08%
     at 1.06-1.08x the oracle's GPU-hours (3 seeds, scripts/week_table.py), azure2023-conv 100.0% at 1.20x.
     The TTFT target is what holds replicas for long prompts' first tokens once a backlog has drained
-    (mooncake-conv: 80.3% of the SLO without it, 86.0% with it, 86.2% at 1.16x the oracle since the
-    pinned-backlog rule; docs/design.md).
+    (mooncake-conv: 80.3% of the SLO without it, 86.0% with it, 86.1% at 1.08x the oracle since the
+    pinned-backlog rule and the TTFT step; docs/design.md).
 
     `policy` may be `name@knob` (parse_policy). The anchors read `anchor` (the replica cap, SLO and the
     replica's performance model); without it they get the cap and SLO given here."""
