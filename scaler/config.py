@@ -414,12 +414,14 @@ class ScalerConfig:
                                      shown_default="(reported)")
     target_ttft: float | None = _key(None, "targetTimeToFirstToken", parse_duration,
                                      "Latency SLO: mean time to first token to keep (the engines' TTFT histogram). "
-                                     "Set, the count is at least ready x observed / target over the windows; "
-                                     "unset: off.", "2s", check=bounded(0.0, HOUR, lo_open=True, duration=True),
+                                     "Set, while requests queue, the count is at least ready x sqrt(observed / "
+                                     "target) over the windows; unset: off.", "2s",
+                                     check=bounded(0.0, HOUR, lo_open=True, duration=True),
                                      shown_default="(off)")
     target_itl: float | None = _key(None, "targetInterTokenLatency", parse_duration,
-                                    "Latency SLO: mean inter-token latency to keep (the engines' ITL histogram), "
-                                    "as `targetTimeToFirstToken`; unset: off.", "100ms",
+                                    "Latency SLO: mean inter-token latency to keep (the engines' ITL histogram). "
+                                    "Set, the count is at least ready x observed / target over the windows; "
+                                    "unset: off.", "100ms",
                                     check=bounded(0.0, HOUR, lo_open=True, duration=True),
                                     shown_default="(off)")
     short_output_tokens: float = _key(43.0, "shortOutputTokens", parse_float,
