@@ -26,7 +26,7 @@ import numpy as np
 from keda_llm.scaler.config import ScalerConfig
 from keda_llm.scaler.forecast import desired_series, forecast, horizon_seconds
 from keda_llm.scaler.health import assess
-from keda_llm.scaler.history import HistoryView, Load, Snapshot
+from keda_llm.scaler.history import HistoryView, Load, ReplicaWindow, Snapshot
 from keda_llm.scaler.model import Decision, NoData, PolicyState, Reason, WorkloadState
 from keda_llm.scaler.policy import DEFAULT_COLD_START, NoSignal, cold_start_of, demand
 from keda_llm.scaler.pools import decide_pool, pooled
@@ -154,11 +154,14 @@ def _windows(x: _Inputs, state: PolicyState, details: dict[str, float]) -> tuple
         raise NoData(str(e)) from None
     # Degraded replicas count as their fraction of one (scaler/health.py): the windows ask for the deficit more.
     off = c.degraded_fraction >= 1.0 and c.slow_replica_ratio <= 0.0  # both rules off: no per-replica reads
-    health = assess([] if off else x.history.replica_windows(x.now, c.stable_window, c.stale_after),
+    latency_on = c.target_ttft is not None or c.target_itl is not None
+    # the stable window's per-replica means, read once for the health rules and the latency term
+    replicas = x.history.replica_windows(x.now, c.stable_window, c.stale_after) if latency_on or not off else []
+    health = assess([] if off else replicas,
                     c.degraded_fraction, c.slow_replica_ratio)
     stable, panic = health.apply(stable), health.apply(panic)
     details.update(health.details())
-    lat_stable, lat_panic = _latency(x, details)
+    lat_stable, lat_panic = _latency(x, details, replicas)
     stable_desired = max(stable.desired, lat_stable.desired if lat_stable else 0.0)
     panic_desired = max(panic.desired, lat_panic.desired if lat_panic else 0.0)
     kpa = kpa_step(stable_desired, panic_desired, x.workload.ready_replicas, state.panic_since, state.max_panic_pods,
@@ -182,7 +185,8 @@ def _windows(x: _Inputs, state: PolicyState, details: dict[str, float]) -> tuple
     return step, kpa, replace(state, panic_since=kpa.panic_since, max_panic_pods=kpa.max_panic_pods)
 
 
-def _latency(x: _Inputs, details: dict[str, float]) -> tuple[LatencyDesired | None, LatencyDesired | None]:
+def _latency(x: _Inputs, details: dict[str, float], replicas: list[ReplicaWindow]
+             ) -> tuple[LatencyDesired | None, LatencyDesired | None]:
     """Step 2 (with targetTimeToFirstToken/targetInterTokenLatency): the latency term over both windows
     (scaler/slo.py); the windows then take the larger of it and the policy's count."""
     c = x.config
@@ -198,8 +202,8 @@ def _latency(x: _Inputs, details: dict[str, float]) -> tuple[LatencyDesired | No
         if n is not None:
             details["mean_output_tokens"] = n
     # replicas whose queue is pinned to them are left out of the means (scaler/slo.py `without_pinned`)
-    unpinned = [without_pinned(x.history.replica_windows(x.now, w, c.stale_after), c.target_ttft)
-                for w in (c.stable_window, c.panic_window)]
+    unpinned = [without_pinned(replicas, c.target_ttft),
+                without_pinned(x.history.replica_windows(x.now, c.panic_window, c.stale_after), c.target_ttft)]
     out = (from_window(stable, c.stable_window, ready, c, factor, unpinned[0]),
            from_window(x.history.window(x.now, c.panic_window), c.panic_window, ready, c, factor, unpinned[1]))
     for name, u in zip(("", "_panic"), unpinned, strict=True):

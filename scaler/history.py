@@ -74,6 +74,9 @@ REPLICA_RING = 64
 RFIELDS = ("timestamp", "running", "waiting", "kv_usage_ratio", "kv_capacity_tokens", "prompt_rate",
            "generation_rate", "finished_rate", "ttft_sum_rate", "ttft_count_rate", "itl_sum_rate", "itl_count_rate")
 RF = {name: i for i, name in enumerate(RFIELDS)}
+#: the ring columns `replica_windows` averages, in the order it unpacks them
+_WINDOW_COLUMNS = [RF[name] for name in ("running", "generation_rate", "ttft_sum_rate", "ttft_count_rate",
+                                         "itl_sum_rate", "itl_count_rate", "waiting")]
 
 
 @dataclass(frozen=True)
@@ -579,19 +582,18 @@ class ModelHistory:
         rings = np.stack([t.ring if (t := self._replicas.get(s.pod)) is not None else empty for s in fresh])
         ts = rings[:, :, RF["timestamp"]]  # rows never written are NaN and match nothing
         inside = (ts > now - seconds) & (ts <= now)  # ring order: a mean needs none
-        means = []
-        for col in (RF["running"], RF["generation_rate"], RF["ttft_sum_rate"], RF["ttft_count_rate"],
-                    RF["itl_sum_rate"], RF["itl_count_rate"], RF["waiting"]):
-            vals = np.where(inside, rings[:, :, col], math.nan)
-            n = (~np.isnan(vals)).sum(axis=1)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                m = np.where(n > 0, np.nansum(vals, axis=1) / np.maximum(n, 1), math.nan)
-            means.append([None if math.isnan(v) else v for v in m.tolist()])
-        running, generation, ttft_sum, ttft_n, itl_sum, itl_n, waiting = means
-        return [ReplicaWindow(s.pod, s.degraded, running[i], generation[i], _ratio(ttft_sum[i], ttft_n[i]),
-                              (ttft_n[i] or 0.0) * seconds, _ratio(itl_sum[i], itl_n[i]),
-                              (itl_n[i] or 0.0) * seconds, waiting[i])
-                for i, s in enumerate(fresh)]
+        vals = np.where(inside[:, :, None], rings[:, :, _WINDOW_COLUMNS], math.nan)  # replica x sample x column
+        n = (~np.isnan(vals)).sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            means = np.where(n > 0, np.nansum(vals, axis=1) / np.maximum(n, 1), math.nan).tolist()
+        out = []
+        for s, row in zip(fresh, means, strict=True):
+            running, generation, ttft_sum, ttft_n, itl_sum, itl_n, waiting = (
+                None if math.isnan(v) else v for v in row)
+            out.append(ReplicaWindow(s.pod, s.degraded, running, generation, _ratio(ttft_sum, ttft_n),
+                                     (ttft_n or 0.0) * seconds, _ratio(itl_sum, itl_n), (itl_n or 0.0) * seconds,
+                                     waiting))
+        return out
 
     def replica_samples(self, pod: str) -> npt.NDArray[np.float64]:
         """The replica's retained samples, oldest first, columns RFIELDS (empty when unknown)."""

@@ -139,19 +139,21 @@ def without_pinned(windows: Sequence[ReplicaWindow], target_ttft: float | None =
     held_bar = PINNED_FACTOR * max(1.0, float(np.median(held))) if held else math.inf
     ttft_bar = PINNED_FACTOR * max(float(np.median(ttfts)), target_ttft or 0.0) if ttfts else math.inf
 
-    def is_pinned(w: ReplicaWindow) -> bool:
+    rest: list[ReplicaWindow] = []
+    pinned = 0
+    for w in windows:
         v = _outstanding(w)
-        return (v is not None and v > held_bar) or (w.ttft is not None and w.ttft > ttft_bar)
-
-    pinned = [w for w in windows if is_pinned(w)]
+        if (v is not None and v > held_bar) or (w.ttft is not None and w.ttft > ttft_bar):
+            pinned += 1
+        else:
+            rest.append(w)
     if not pinned:
         return None
-    rest = [w for w in windows if not is_pinned(w)]
     ttft_n = sum(w.ttft_count for w in rest if w.ttft is not None)
     itl_n = sum(w.itl_count for w in rest if w.itl is not None)
     ttft = sum(w.ttft * w.ttft_count for w in rest if w.ttft is not None) / ttft_n if ttft_n > 0 else None
     itl = sum(w.itl * w.itl_count for w in rest if w.itl is not None) / itl_n if itl_n > 0 else None
-    return Unpinned(ttft, itl, sum(w.waiting or 0.0 for w in rest), len(pinned))
+    return Unpinned(ttft, itl, sum(w.waiting or 0.0 for w in rest), pinned)
 
 
 def from_window(load: Load, window_s: float, ready: int, config: ScalerConfig,
