@@ -10,8 +10,9 @@ and `oracle` (simulator.report.oracle), each documented where it is built; the f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from keda_llm.common.durations import parse_duration
 from keda_llm.simulator.cluster.engine import Controller, Simulation
 from keda_llm.simulator.control import KedaSettings, Trigger
 from keda_llm.simulator.control.anchors import ANCHORS, AnchorContext, build_anchor
@@ -25,6 +26,23 @@ ITL_TARGET_FRACTION = 0.5  # ours' targetInterTokenLatency, as a fraction of the
 #: ours' targetTimeToFirstToken, as a fraction of the backtest's TTFT SLO (the same rule as the ITL target:
 #: the term holds a mean, the SLO is per request)
 TTFT_TARGET_FRACTION = 0.5
+
+
+def at_latency_knob(settings: KedaSettings, itl_s: float) -> KedaSettings:
+    """Ours at one point of its main knob, the latency targets: `targetInterTokenLatency` at `itl_s`, and a
+    `targetTimeToFirstToken` the ScaledObject sets moved by the same factor (both stay the same fraction of
+    their SLO, as the recommended ScaledObject sets them). One knob, not the ITL target alone: where the TTFT
+    target binds (long prompts) the ITL alone stops moving the count and the sweep ends flat, short of the
+    capacity ours can be run at (frontier sweeps, docs/simulator-results.md "Frontiers")."""
+    if not itl_s > 0:
+        raise ValueError(f"targetInterTokenLatency must be > 0 s, got {itl_s}")
+    trig = settings.triggers[0]
+    meta = dict(trig.metadata)
+    old_itl, old_ttft = meta.get("targetInterTokenLatency"), meta.get("targetTimeToFirstToken")
+    meta["targetInterTokenLatency"] = f"{itl_s:g}s"
+    if old_itl is not None and old_ttft is not None:
+        meta["targetTimeToFirstToken"] = f"{parse_duration(old_ttft) * itl_s / parse_duration(old_itl):.4g}s"
+    return replace(settings, triggers=(replace(trig, metadata=meta), *settings.triggers[1:]))
 
 
 def default_scaledobject(model: str, *, scale_to_zero: bool = False, max_replicas: int = 64,

@@ -8,7 +8,7 @@ a change here re-simulates everything.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from keda_llm.simulator.cluster.engine import Controller
 from keda_llm.simulator.control.anchors import ANCHORS, AnchorContext
@@ -17,6 +17,7 @@ from keda_llm.simulator.control.controllers import KedaController
 from keda_llm.simulator.control.policies import (
     ITL_TARGET_FRACTION,
     TTFT_TARGET_FRACTION,
+    at_latency_knob,
     build_controller,
     default_scaledobject,
 )
@@ -51,11 +52,8 @@ def build_point_controller(policy: str, knob: float, trace: Trace, backtest: Bac
         so = backtest.scaledobject or default_scaledobject(p.model.name, max_replicas=m, cold_start_s=cold_p90,
                                                            slo_ttft_s=slo[0] * TTFT_TARGET_FRACTION,
                                                            slo_itl_s=slo[1] * ITL_TARGET_FRACTION)
-        trig = so.triggers[0]
-        so = replace(so, triggers=(replace(trig, metadata={**trig.metadata, "targetInterTokenLatency": f"{knob:g}s"}),
-                                   *so.triggers[1:]))
         return build_controller("ours", model=p.model.name, max_replicas=m, concurrency_target=1.0,
-                                static_replicas=1, settings=so, cold_start_s=cold_p90, slo=slo)
+                                static_replicas=1, settings=at_latency_knob(so, knob), cold_start_s=cold_p90, slo=slo)
     if policy in ("queue", "gpu"):
         settings, scaler = (queue_baseline if policy == "queue" else gpu_baseline)(m)
         scaler.target = knob

@@ -1,10 +1,10 @@
 """Leave one trace out: ours' knob chosen on the other traces, judged on the one left out.
 
 A default tuned on the traces it is then reported on flatters itself. For each trace T this chooses ours'
-knob (its `targetInterTokenLatency`) on the others alone, from their frontier points, and reports T at
-that knob against issue 11's bar: SLO attainment at or above T's target (99% of all requests, or the
-oracle's own target where fewer than 99% can meet the SLO at all) at no more than 1.25x the oracle's
-GPU-hours.
+knob (its latency targets: `targetInterTokenLatency`, the TTFT target in proportion) on the others alone,
+from their frontier points, and reports T at that knob against issue 11's bar: SLO attainment at or above
+T's target (99% of all requests, or the oracle's own target where fewer than 99% can meet the SLO at all)
+at no more than 1.25x the oracle's GPU-hours.
 
 The choice on the others: among the candidate knob values, the one that meets the target on the most of
 them, then at the least total GPU-hours relative to each one's oracle (the sum of the ratios, so a

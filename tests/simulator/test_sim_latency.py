@@ -11,7 +11,7 @@ from sim_helpers import config, trace
 from keda_llm.simulator.cluster.engine import Simulation
 from keda_llm.simulator.cluster.fluid import FluidBackend
 from keda_llm.simulator.control.controllers import KedaController, PodPlan, ScheduleController
-from keda_llm.simulator.control.policies import build_controller, default_scaledobject
+from keda_llm.simulator.control.policies import at_latency_knob, build_controller, default_scaledobject
 
 
 def test_detailed_replicas_count_ttft_per_request_and_itl_per_gap_by_hand() -> None:
@@ -52,3 +52,34 @@ def test_the_backtests_ours_holds_the_mean_latencies_at_half_the_slo() -> None:
     assert isinstance(ctl, KedaController)
     meta = ctl.settings.triggers[0].metadata
     assert meta["targetInterTokenLatency"] == "0.05s" and meta["targetTimeToFirstToken"] == "1s"
+
+
+def test_ours_frontier_knob_moves_both_latency_targets_by_one_factor() -> None:
+    # the frontier's knob for ours: the ITL target, the TTFT target kept at the same fraction of its SLO
+    # (1 s / 0.05 s = 20 ITL targets): 0.035 s -> 0.7 s, 0.1 s -> 2 s
+    so = default_scaledobject("m", slo_ttft_s=1.0, slo_itl_s=0.05)
+    for itl, ttft in ((0.035, "0.7s"), (0.1, "2s"), (0.05, "1s")):
+        meta = at_latency_knob(so, itl).triggers[0].metadata
+        assert (meta["targetInterTokenLatency"], meta["targetTimeToFirstToken"]) == (f"{itl:g}s", ttft)
+        assert meta["policy"] == "tokens" and meta["model"] == "m"  # the rest as it was
+    # no TTFT target set: the ITL alone, none invented
+    meta = at_latency_knob(default_scaledobject("m", slo_itl_s=0.05), 0.07).triggers[0].metadata
+    assert meta["targetInterTokenLatency"] == "0.07s" and "targetTimeToFirstToken" not in meta
+    # a TTFT target with no ITL target to scale from: the ITL is set, the TTFT left as the user wrote it
+    meta = at_latency_knob(default_scaledobject("m", slo_ttft_s=1.5), 0.07).triggers[0].metadata
+    assert (meta["targetInterTokenLatency"], meta["targetTimeToFirstToken"]) == ("0.07s", "1.5s")
+    with pytest.raises(ValueError, match="targetInterTokenLatency"):
+        at_latency_knob(so, 0.0)
+
+
+def test_the_frontier_point_runs_ours_at_the_knob() -> None:
+    from keda_llm.simulator.hardware.presets import get_preset
+    from keda_llm.simulator.report.frontier_point import build_point_controller
+    from keda_llm.simulator.report.summary import Slo
+    from keda_llm.simulator.run import Backtest
+
+    bt = Backtest(get_preset("llama-3.1-70b/h100-tp4"), slo=Slo(2.0, 0.1))
+    ctl = build_point_controller("ours", 0.035, trace([0.0, 1.0]), bt)
+    assert isinstance(ctl, KedaController)
+    meta = ctl.settings.triggers[0].metadata
+    assert (meta["targetInterTokenLatency"], meta["targetTimeToFirstToken"]) == ("0.035s", "0.7s")
