@@ -24,7 +24,7 @@ from keda_llm.simulator.workload.traces import Trace, load_shipped
 PRESET = "llama-3.1-8b/h100"
 
 
-def _one(trace: Trace, mode: str, policy: str = "ours", dt: float = 0.25,
+def _one(trace: Trace, mode: str, policy: str = "ours", dt: float | None = None,
          progress: bool = False) -> tuple[float, str]:
     bt = Backtest(get_preset(PRESET), fluid_dt_s=dt)
     ctl = build_controller(policy, model="m", max_replicas=64, concurrency_target=64, static_replicas=4)
@@ -49,7 +49,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--skip-week", action="store_true")
     ap.add_argument("--only-week", action="store_true", help="skip the one-hour traces; append to --out")
-    ap.add_argument("--fluid-dt", type=float, default=0.25, help="the fluid mode's slice for the week [0.25]")
+    ap.add_argument("--fluid-dt", type=float, default=None,
+                    help="the fluid mode's slice for the week [the preset's, simulator.run.Backtest.fluid_slice_s]")
     ap.add_argument("--progress", action="store_true", help="print CPU seconds at every 5%% of the week")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "simulator.md"))
     args = ap.parse_args()
@@ -67,7 +68,8 @@ def main() -> None:
         week = load_shipped("azure2024-code")
         load = time.process_time() - t0
         w_cpu, w_what = _one(week, "fluid", dt=args.fluid_dt, progress=args.progress)
-        rows.append(f"| azure2024-code (7 d, {len(week)} req) | fluid, {args.fluid_dt:g} s slices | "
+        dt = Backtest(get_preset(PRESET), fluid_dt_s=args.fluid_dt).fluid_slice_s
+        rows.append(f"| azure2024-code (7 d, {len(week)} req) | fluid, {dt:g} s slices | "
                     f"{w_cpu + load:.0f} (load {load:.0f}) | 600 | {w_what} |")
         print(rows[-1], flush=True)
     if args.only_week:

@@ -76,8 +76,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--slo-itl", type=float, default=0.1, help="mean inter-token latency target, seconds [0.1]")
     s.add_argument("--mode", default="auto", choices=MODES,
                    help="detailed (per request and iteration), fluid (cohorts, for long traces) or auto [auto]")
-    s.add_argument("--fluid-dt", type=float, default=0.25,
-                   help="fluid mode time slice, seconds: 0.5 is about twice as fast and coarser [0.25]")
+    s.add_argument("--fluid-dt", type=float, default=None,
+                   help="fluid mode time slice, seconds: 0.5 is about twice as fast and coarser [the preset's: "
+                        "0.25, shorter where a full prefill iteration is short, e.g. 0.1 on 8B H100]")
     s.add_argument("--seed", type=int, default=0, help="seed for cold starts and synthesized arrivals [0]")
     s.add_argument("--out", default=None, metavar="DIR", help="write results.json, config.json and replicas.png here")
     s.add_argument("--quiet", action="store_true", help="no progress bar")

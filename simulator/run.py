@@ -52,7 +52,7 @@ class Backtest:
     mode: Mode = "auto"
     oracle_bucket_s: float | None = None  # None: 60 s up to 2 h of trace, 300 s beyond
     oracle_target: float = 0.99
-    fluid_dt_s: float = 0.25  # the fluid mode's time slice: larger is faster and coarser
+    fluid_dt_s: float | None = None  # the fluid mode's time slice (larger is faster, coarser); None: the preset's
     degraded: tuple[DegradedSpell, ...] = ()  # replicas running slower for a while (detailed mode only)
 
     def __post_init__(self) -> None:
@@ -60,7 +60,7 @@ class Backtest:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         if self.max_replicas < 1:
             raise ValueError(f"max_replicas must be >= 1, got {self.max_replicas}")
-        if not self.fluid_dt_s > 0:
+        if self.fluid_dt_s is not None and not self.fluid_dt_s > 0:
             raise ValueError(f"fluid time slice must be > 0 seconds, got {self.fluid_dt_s}")
         if self.max_held is not None and self.max_held < 0:
             raise ValueError(f"max_held must be >= 0, got {self.max_held}")
@@ -74,6 +74,15 @@ class Backtest:
                          collection_interval_s=self.collection_interval_s, routing=self.routing,
                          max_wait_s=self.max_wait_s, max_held=self.max_held, seed=self.seed, model=p.model.name,
                          degraded=self.degraded)
+
+    @property
+    def fluid_slice_s(self) -> float:
+        """The fluid mode's slice: `fluid_dt_s`, else the preset's own (`fluid.slice_for`)."""
+        if self.fluid_dt_s is not None:
+            return self.fluid_dt_s
+        from keda_llm.simulator.cluster.fluid import slice_for
+
+        return slice_for(self.preset.perf(), self.preset.max_num_batched_tokens)
 
     def resolved_mode(self, trace: Trace) -> Literal["detailed", "fluid"]:
         if self.mode == "auto":
@@ -95,7 +104,7 @@ class Backtest:
             "cold_start_p90_s": round(cs.quantile(0.9), 1), "slo_ttft_s": self.slo.ttft_s, "slo_itl_s": self.slo.itl_s,
             "seed": self.seed, "routing": self.routing, "max_wait_s": self.max_wait_s, "max_held": self.max_held,
             "collection_interval_s": self.collection_interval_s, "max_replicas": self.max_replicas,
-            "mode": self.mode, "oracle_target": self.oracle_target, "fluid_dt_s": self.fluid_dt_s,
+            "mode": self.mode, "oracle_target": self.oracle_target, "fluid_dt_s": self.fluid_slice_s,
             "scaledobject": None if self.scaledobject is None else {
                 "name": self.scaledobject.name, "namespace": self.scaledobject.namespace,
                 "pollingInterval": self.scaledobject.polling_interval_s,
@@ -120,7 +129,7 @@ def simulate(trace: Trace, backtest: Backtest, controller: Controller, mode: Lit
     if mode == "fluid":
         from keda_llm.simulator.cluster.fluid import FluidBackend
 
-        result = Simulation(run_trace, config, controller, progress, FluidBackend.slices(backtest.fluid_dt_s)).run()
+        result = Simulation(run_trace, config, controller, progress, FluidBackend.slices(backtest.fluid_slice_s)).run()
     else:
         result = Simulation(run_trace, config, controller, progress=progress).run()
     return scored_part(result, start)
