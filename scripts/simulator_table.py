@@ -54,6 +54,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from keda_llm.simulator.cluster.lead_in import LEAD_IN_S
 from keda_llm.simulator.hardware.presets import get_preset
 from keda_llm.simulator.report.frontier import SWEPT, TraceFrontier, default_knob, frontier, run_point
 from keda_llm.simulator.report.frontier_cache import PointCache
@@ -69,9 +70,6 @@ CACHE = ROOT / "build" / "frontier-cache"
 PRESET = "llama-3.1-70b/h100-tp4"
 SLO = Slo(ttft_s=2.0, itl_s=0.1)
 POLICIES = ["ours", "static", "queue", "gpu", "concurrency", "oracle"]
-#: a window's lead-in: longer than every policy's memory of the load that sets its count (ours' windows are
-#: 10 minutes at most, the HPA's stabilization 5, a cold start 4)
-LEAD_IN_S = 1800.0
 
 
 @dataclass(frozen=True)

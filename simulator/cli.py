@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from keda_llm.simulator.cluster.lead_in import LEAD_IN_S
 from keda_llm.simulator.cluster.router import ROUTING_RULES
 from keda_llm.simulator.control import ScaledObjectError, load_scaledobject
 from keda_llm.simulator.hardware.presets import PRESETS, ConfigError, get_preset
@@ -104,6 +106,10 @@ def add_trace_arguments(p: argparse.ArgumentParser, required: bool = True) -> No
                    help="only requests arriving in [START, END) seconds, re-based to 0")
     t.add_argument("--stretch", type=float, default=1.0, help="multiply time by this (2 = half the rate) [1]")
     t.add_argument("--rate-scale", type=float, default=1.0, help="multiply the request rate by this [1]")
+    t.add_argument("--lead-in", type=float, default=LEAD_IN_S, metavar="SECONDS",
+                   help="the trace (after --window, --stretch, --rate-scale) is taken as one period of traffic that "
+                        "repeats: its last SECONDS play first, unscored, so no policy starts cold where the oracle "
+                        f"starts warm (as docs/simulator-results.md's tables); 0: start cold [{LEAD_IN_S:g}]")
 
 
 def load_trace(args: argparse.Namespace) -> Trace:
@@ -147,7 +153,10 @@ def shape_trace(tr: Trace, args: argparse.Namespace) -> Trace:
         tr = tr.stretch(args.stretch)
     if args.rate_scale != 1.0:
         tr = tr.scale_rate(args.rate_scale, seed=args.seed)
-    return tr
+    lead = getattr(args, "lead_in", 0.0)
+    if not (math.isfinite(lead) and lead >= 0):
+        raise TraceError(f"--lead-in {lead:g}: must be finite and >= 0 seconds (0: no lead-in)")
+    return tr.wrapped(lead) if lead > 0 else tr
 
 
 def _policies(text: str) -> list[str]:

@@ -285,7 +285,9 @@ def header(result: TuneResult, *, trace: Trace, backtest: Backtest, command: str
     cold = backtest.preset.cold_start(backtest.cold_start).quantile(0.9)
     knobs = ", ".join(f"{k}={v}" for k, v in c.knobs.describe(backtest.slo.itl_s, cold, backtest.slo.ttft_s).items())
     lines = [f"Tuned by keda-llm tune in its simulator ({result.mode} mode).",
-             f"Trace: {trace.name}, {len(trace)} requests over {trace.duration_s / 3600:.2f} h.",
+             f"Trace: {trace.name}, {len(trace)} requests over {trace.duration_s / 3600:.2f} h"
+             + (f", after its own last {trace.lead_s:g} s as an unscored lead-in" if trace.lead is not None else "")
+             + ".",
              f"Preset: {backtest.preset.name}, cold start {backtest.cold_start} (p90 {cold:.0f} s).",
              f"SLO: TTFT <= {backtest.slo.ttft_s:g} s and ITL <= {backtest.slo.itl_s:g} s; "
              f"target {100 * result.target:g}% of requests.",

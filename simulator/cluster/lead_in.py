@@ -20,6 +20,10 @@ from keda_llm.simulator.cluster.engine import RequestTable, SimResult, Timeline
 from keda_llm.simulator.hardware.replica import Request
 from keda_llm.simulator.workload.traces import Trace
 
+#: seconds of lead-in the backtests give every policy but the oracle: longer than every policy's memory of the load
+#: that sets its count (ours' windows are 10 minutes at most, the HPA's stabilization 5, a cold start 4)
+LEAD_IN_S = 1800.0
+
 
 def lead_and_window(trace: Trace) -> tuple[Trace, float]:
     """The trace to simulate and where its scored part starts."""

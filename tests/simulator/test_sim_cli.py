@@ -58,6 +58,8 @@ def test_backtest_of_a_scaledobject_writes_results(tmp_path: Path, capsys: pytes
     (["--trace", "azure-conv-2023", "--scaledobject", "no-such-file.yaml"], "cannot read no-such-file.yaml"),
     (["--trace", "azure-conv-2023", "--window", "10:5"], "need 0 <= START < END"),
     (["--trace", "azure-conv-2023", "--slo-ttft", "0"], "ttft must be > 0"),
+    (["--trace", "azure-conv-2023", "--lead-in", "-60"], "--lead-in -60: must be finite and >= 0"),
+    (["--trace", "azure-conv-2023", "--lead-in", "nan"], "--lead-in nan: must be finite and >= 0"),
 ])
 def test_bad_input_is_a_clear_error(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", *argv]) == 2
@@ -85,6 +87,18 @@ def test_shipped_names_and_aliases_resolve() -> None:
     assert cli.load_trace(_args("--trace", "azure-code-2023")).name == "azure2023-code"
     t = cli.load_trace(_args("--trace", "azure-conv-2023", "--window", "0:600", "--stretch", "2"))
     assert t.duration_s <= 1200 and t.name.startswith("azure2023-conv[0s,600s)")
+
+
+def test_the_trace_plays_its_own_end_first_unless_told_not_to() -> None:
+    # the docs tables' rule (simulator/cluster/lead_in.py LEAD_IN_S): the shaped trace's last 30 minutes ride
+    # along as an unscored lead-in; a 10-minute window is all lead-in; --lead-in 0 starts cold
+    t = cli.load_trace(_args("--trace", "azure-code-2023"))
+    assert t.lead is not None and t.lead_s == 1800.0 and len(t) == 8819
+    assert t.lead.arrival_s.max() < 1800.0 and len(t.lead) == int((t.arrival_s >= t.duration_s - 1800.0).sum())
+    w = cli.load_trace(_args("--trace", "azure-code-2023", "--window", "0:600"))
+    assert w.lead is not None and w.lead_s == pytest.approx(w.duration_s) and len(w.lead) == len(w)
+    cold = cli.load_trace(_args("--trace", "azure-code-2023", "--lead-in", "0"))
+    assert cold.lead is None and len(cold) == 8819
 
 
 def test_impossible_preset_is_refused() -> None:
