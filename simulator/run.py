@@ -60,7 +60,7 @@ class Backtest:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         if self.max_replicas < 1:
             raise ValueError(f"max_replicas must be >= 1, got {self.max_replicas}")
-        if self.fluid_dt_s is not None and not self.fluid_dt_s > 0:
+        if self.fluid_dt_s is not None and not 0 < self.fluid_dt_s < math.inf:
             raise ValueError(f"fluid time slice must be > 0 seconds, got {self.fluid_dt_s}")
         if self.max_held is not None and self.max_held < 0:
             raise ValueError(f"max_held must be >= 0, got {self.max_held}")

@@ -71,6 +71,8 @@ def slice_for(perf: PerfModel, budget: int, longest: float = DEFAULT_DT_S) -> fl
 
     full = step_time(perf, float(budget), 0.0, budget * (budget + 1) / 2.0)
     return float(f"{min(longest, SLICE_OF_FULL_ITERATION * full):.3g}")
+
+
 _START_ROWS = 1024
 _START_SLOTS = 8
 

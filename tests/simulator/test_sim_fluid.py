@@ -550,6 +550,6 @@ def test_each_preset_gets_a_slice_of_at_most_a_share_of_its_full_prefill_iterati
     assert Backtest(get_preset("llama-3.1-8b/h100")).fluid_slice_s < 0.125
     # an explicit slice wins; a slice that is not > 0 is refused
     assert Backtest(get_preset("llama-3.1-8b/h100"), fluid_dt_s=0.5).fluid_slice_s == 0.5
-    for bad in (0.0, -1.0, math.nan):
+    for bad in (0.0, -1.0, math.nan, math.inf):
         with pytest.raises(ValueError, match="fluid time slice"):
             Backtest(get_preset("llama-3.1-8b/h100"), fluid_dt_s=bad)
