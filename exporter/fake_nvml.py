@@ -5,7 +5,9 @@ keeps what the collector depends on faithful to nvidia-ml-py 13.x (`pynvml.py`):
 
 - errors are the real `pynvml.NVMLError`: `NVMLError(code)` returns the generated subclass
   (`NVMLError_NotSupported`, `NVMLError_GpuIsLost`, ...) with `.value` = the code;
-- results are the real ctypes structs (`c_nvmlMemory_t` with `.total/.free/.used` in bytes,
+- results are the real ctypes structs (`c_nvmlMemory_t` with `.total/.free/.used` in bytes, `.used`
+  counting what the driver reserves, and `c_nvmlMemory_v2_t` for `version=nvmlMemory_v2`, whose
+  `.used` does not and whose `.reserved` says how much,
   `c_nvmlUtilization_t` with `.gpu/.memory` in percent, `c_nvmlDeviceAttributes`), and the raw
   units are NVML's: milliwatts, millijoules, MHz, degrees C;
 - functions have pynvml's names and parameters, and a call before `nvmlInit` raises
@@ -62,7 +64,8 @@ class FakeMig:
     compute_instance_id: int = 0
     slot: int | None = None  # index in nvmlDeviceGetMigDeviceHandleByIndex; None = position in the list
     memory_total: int = 10 * GIB  # bytes
-    memory_used: int = 0  # bytes
+    memory_used: int = 0  # bytes, the processes' (nvmlDeviceGetMemoryInfo v2's `used`)
+    memory_reserved: int = 0  # bytes the driver keeps for itself: v1's `used` counts them, v2's does not
     slice_count: int = 1  # gpuInstanceSliceCount in nvmlDeviceGetAttributes
     unsupported: set[str] = field(default_factory=lambda: set(MIG_UNSUPPORTED))
     errors: dict[str, int] = field(default_factory=dict)  # function name -> NVML_ERROR_* it raises
@@ -75,7 +78,8 @@ class FakeGpu:
     uuid: str
     name: str = "NVIDIA H100 80GB HBM3"
     memory_total: int = 80 * GIB  # bytes
-    memory_used: int = 0  # bytes
+    memory_used: int = 0  # bytes, the processes' (nvmlDeviceGetMemoryInfo v2's `used`)
+    memory_reserved: int = 0  # bytes the driver keeps for itself: v1's `used` counts them, v2's does not
     utilization_gpu: int = 0  # percent
     power_mw: int = 70_000  # milliwatts
     power_limit_mw: int = 700_000  # milliwatts
@@ -169,7 +173,8 @@ class FakeNvml:
         driver_version: str = "570.133.20",
     ) -> None:
         """`init_error`: an NVML_ERROR_* code nvmlInit raises (e.g. LIBRARY_NOT_FOUND: no driver);
-        `missing_functions`: entry points this driver lacks (FUNCTION_NOT_FOUND, an older driver)."""
+        `missing_functions`: entry points this driver lacks (FUNCTION_NOT_FOUND, an older driver), by
+        the library's names (`nvmlDeviceGetMemoryInfo_v2` is the call with `version=nvmlMemory_v2`)."""
         self.gpus = gpus if gpus is not None else []
         self.init_error = init_error
         self.missing_functions = missing_functions or set()
@@ -244,16 +249,19 @@ class FakeNvml:
 
     def nvmlDeviceGetMemoryInfo(self, handle: _Handle, version: int | None = None) -> Any:
         gpu = self._gpu("nvmlDeviceGetMemoryInfo", handle)
-        total, used = (handle.mig.memory_total, handle.mig.memory_used) if handle.mig else (
-            gpu.memory_total, gpu.memory_used)
+        total, used, reserved = (handle.mig.memory_total, handle.mig.memory_used, 0) if handle.mig else (
+            gpu.memory_total, gpu.memory_used, gpu.memory_reserved)
+        free = total - used - reserved
         if not version:
             mem = pynvml.c_nvmlMemory_t()
+            mem.total, mem.used, mem.free = total, used + reserved, free
         elif version == pynvml.nvmlMemory_v2:  # pynvml calls nvmlDeviceGetMemoryInfo_v2
+            if "nvmlDeviceGetMemoryInfo_v2" in self.missing_functions:
+                raise NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
             mem = pynvml.c_nvmlMemory_v2_t()
-            mem.version, mem.reserved = version, 0  # the fake reserves nothing: used + free = total
+            mem.version, mem.total, mem.reserved, mem.used, mem.free = version, total, reserved, used, free
         else:
             raise NVMLError(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
-        mem.total, mem.used, mem.free = total, used, total - used
         return mem
 
     def nvmlDeviceGetUtilizationRates(self, handle: _Handle) -> Any:

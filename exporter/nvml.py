@@ -48,10 +48,15 @@ NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_ERROR_NO_DATA = 21
 NVML_ERROR_NOT_READY = 27
+NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
 NVML_ERROR_TIMEOUT = 10
 NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
 NVML_VOLATILE_ECC = 0
 NVML_EVENT_TYPE_XID_CRITICAL_ERROR = 0x8  # nvmlEventTypeXidCriticalError
+#: nvmlMemory_v2 = NVML_STRUCT_VERSION(Memory, 2): sizeof(nvmlMemory_v2_t) (40) | 2 << 24. Version 2's
+#: `used` leaves out the memory the driver reserves for itself (480 MiB on an idle H100 80GB HBM3 with
+#: driver 580, read on one), as nvidia-smi's "Used" and DCGM's FB_USED do; version 1's counts it.
+NVML_MEMORY_V2 = 40 | 2 << 24
 #: Events drained from one GPU's event set per cycle at most (a storm of XIDs must not stall a cycle).
 MAX_EVENTS_PER_CYCLE = 64
 
@@ -65,6 +70,8 @@ THROTTLE_REASONS_HELD_DOWN = 0x4 | 0x8 | 0x20 | 0x40 | 0x80 | 0x200 | 0x400
 
 #: NotSupported-like codes: the field is absent on this device for good.
 _ABSENT = frozenset({NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NO_PERMISSION})
+#: The driver is older than the call: use the next (older) one for every GPU from now on.
+_OLDER_DRIVER = frozenset({NVML_ERROR_FUNCTION_NOT_FOUND, NVML_ERROR_ARGUMENT_VERSION_MISMATCH})
 #: Transient codes: skip the field this cycle only.
 _TRANSIENT = frozenset({NVML_ERROR_NO_DATA, NVML_ERROR_NOT_READY})
 
@@ -119,7 +126,7 @@ class _Reader:
 
 
 READERS: tuple[_Reader, ...] = (
-    _Reader("memory", (("nvmlDeviceGetMemoryInfo", ()),), _set_memory),
+    _Reader("memory", (("nvmlDeviceGetMemoryInfo", (NVML_MEMORY_V2,)), ("nvmlDeviceGetMemoryInfo", ())), _set_memory),
     _Reader("utilization", (("nvmlDeviceGetUtilizationRates", ()),), _set_utilization),
     _Reader("power", (("nvmlDeviceGetPowerUsage", ()),), _set_power),
     _Reader("power_limit", (("nvmlDeviceGetEnforcedPowerLimit", ()),), _set_power_limit),
@@ -413,7 +420,7 @@ class NvmlCollector:
                 value = function(device.handle, *args)
             except nvml.NVMLError as error:
                 code = _code(error)
-                if code == NVML_ERROR_FUNCTION_NOT_FOUND:  # the driver lacks this entry point
+                if code in _OLDER_DRIVER:  # the driver lacks this entry point or struct version
                     variant = self._next_variant(reader, variant)
                     continue
                 if code in _ABSENT:

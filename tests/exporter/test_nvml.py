@@ -13,7 +13,7 @@ import pytest
 
 from keda_llm.exporter.fake_nvml import GIB, FakeGpu, FakeMig, FakeNvml, fake_gpus
 from keda_llm.exporter.model import GpuMetrics
-from keda_llm.exporter.nvml import NvmlCollector, mig_profile_from_name
+from keda_llm.exporter.nvml import NVML_MEMORY_V2, NvmlCollector, mig_profile_from_name
 
 UUID0 = "GPU-11111111-2222-3333-4444-555555555555"
 MIG_A = "MIG-aaaaaaaa-0000-5000-8000-000000000001"
@@ -150,6 +150,46 @@ def test_an_older_driver_falls_back_to_the_older_calls_once() -> None:
     assert nvml.calls["nvmlDeviceGetTemperature"] == 4
     assert nvml.calls["nvmlDeviceGetCurrentClocksEventReasons"] == 1
     assert nvml.calls["nvmlDeviceGetCurrentClocksThrottleReasons"] == 4
+
+
+RESERVED = 503_316_480  # what driver 580 reserved on an idle H100 80GB HBM3 (nvidia-smi: 480 MiB "Reserved")
+
+
+def test_memory_used_leaves_out_what_the_driver_reserves() -> None:
+    """As nvidia-smi's "Used" and DCGM's FB_USED: an idle H100 reads 0 used, not the driver's 480 MiB
+    (version 1 of nvmlDeviceGetMemoryInfo counted them: seen on a real H100 with driver 580)."""
+    assert pynvml.nvmlMemory_v2 == NVML_MEMORY_V2
+    nvml = FakeNvml([busy_gpu(memory_used=0, memory_reserved=RESERVED),
+                     busy_gpu(uuid="GPU-other", memory_reserved=RESERVED)])
+    collector = NvmlCollector(nvml, clock=Clock())
+    for _ in range(2):
+        idle, busy = collector.collect()
+        assert (idle.memory_used_bytes, idle.memory_total_bytes) == (0.0, 85_899_345_920.0)
+        assert busy.memory_used_bytes == 42_949_672_960.0
+    assert nvml.calls["nvmlDeviceGetMemoryInfo"] == 4  # one call per GPU per cycle
+
+
+def test_a_driver_without_memory_info_v2_falls_back_to_v1_once() -> None:
+    nvml = FakeNvml([busy_gpu(memory_reserved=RESERVED), busy_gpu(uuid="GPU-other", memory_reserved=RESERVED)],
+                    missing_functions={"nvmlDeviceGetMemoryInfo_v2"})
+    collector = NvmlCollector(nvml, clock=Clock())
+    for _ in range(2):
+        assert [g.memory_used_bytes for g in collector.collect()] == [42_949_672_960.0 + RESERVED] * 2
+    assert nvml.calls["nvmlDeviceGetMemoryInfo"] == 1 + 4  # v2 tried once for the library, then v1
+
+
+def test_a_struct_version_the_driver_does_not_know_falls_back_to_v1() -> None:
+    class OldDriver(FakeNvml):
+        def nvmlDeviceGetMemoryInfo(self, handle: object, version: int | None = None) -> object:
+            if version:  # a driver older than nvmlMemory_v2 answers ArgumentVersionMismatch
+                self.calls["nvmlDeviceGetMemoryInfo"] += 1
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+            return super().nvmlDeviceGetMemoryInfo(handle, version)
+
+    collector = NvmlCollector(OldDriver([busy_gpu(memory_reserved=RESERVED)]), clock=Clock())
+    for _ in range(2):
+        gpu = collector.collect()[0]
+        assert gpu.up and gpu.memory_used_bytes == 42_949_672_960.0 + RESERVED
 
 
 def test_a_lost_gpu_is_reported_down_and_the_others_still_are() -> None:
