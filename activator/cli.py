@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -84,6 +85,16 @@ def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
     return new_loop
 
 
+def settle_heap() -> None:
+    """Move everything alive once the activator serves (modules, config, the app) out of the cyclic
+    collector's reach (`gc.freeze`): a full collection then walks only the objects requests create, not
+    the whole heap, and holds every stream for that long. Measured on dedicated cores at 200 streams
+    (bench/README.md, "Activator"): the TTFB added at p99 fell from about 15 to 9 ms (median of three
+    runs); the per-chunk tail did not move beyond the runs' spread."""
+    gc.collect()
+    gc.freeze()
+
+
 async def _serve(cfg: ActivatorConfig, proxy: tuple[str, int], admin: tuple[str, int]) -> int:
     activator = Activator(cfg)
     stop = asyncio.Event()
@@ -94,6 +105,7 @@ async def _serve(cfg: ActivatorConfig, proxy: tuple[str, int], admin: tuple[str,
         await activator.start(proxy, admin)
     except ValueError as e:  # no API server for EndpointSlices
         raise ConfigError("kubernetes.api_server", str(e).split(": ", 1)[-1]) from None
+    settle_heap()
     log.info("activator: proxy on :%d, admin on :%d, models %s", activator.ports["proxy"],
              activator.ports.get("admin", 0), ", ".join(activator.models))
     await stop.wait()
