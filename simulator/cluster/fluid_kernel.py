@@ -222,19 +222,9 @@ def _admit(t: float, dt: float, budget: float, seqs: float, kv_cap: float, coef:
         kv = sc[_KV, s]
         b = sc[_BDEC, s]
         tau = step_time(coef, b + chunk, kv, kv + b + chunk * chunk / 2)
-        # what it can prefill in this slice: what is left of an iteration a previous slice started (step_slice
-        # finishes it first, e0 from now), then fresh iterations of a whole chunk each, at least the one that
-        # starts inside the slice: vLLM fills every iteration it starts from the queue up to the token budget,
-        # however long the iteration. (Counting the carried remainder against the fresh chunk instead left the
-        # iteration after it short of prompts under a backlog, and a short iteration is a fast one: decodes
-        # beside a 70B prefill backlog came out 18% fast, the prefill 3% slow.)
-        pend = sc[_PEND, s]
-        x = slots[ITER_X, s]
-        c0 = slots[ITER_C, s]
-        rem0 = min(c0 - x, pend) if x > 0.0 and pend > 0.0 else 0.0
-        e0 = rem0 / c0 * slots[ITER_TAU, s] if rem0 > 0.0 else 0.0
-        fresh = max((dt - e0) / tau, 1.0) if e0 < dt else 0.0
-        sc[_ROOM, s] = rem0 + fresh * chunk - pend
+        # what it can prefill in this slice, and at least the next iteration's chunk: vLLM fills every
+        # iteration from the queue up to the token budget, however long the iteration
+        sc[_ROOM, s] = max(dt / tau, 1.0) * chunk - sc[_PEND, s]
         sc[_CUM, s] = 0.0
         sc[_RANK, s] = 0.0
         sc[_PEND0, s] = sc[_PEND, s]
