@@ -18,13 +18,15 @@ import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 
+import numpy as np
+
 from keda_llm.simulator.control.controllers import ScheduleController
 from keda_llm.simulator.hardware.presets import get_preset
 from keda_llm.simulator.report.oracle import OraclePlan, plan_oracle
-from keda_llm.simulator.report.reactive import delay_buckets, reactive_pods
+from keda_llm.simulator.report.reactive import delay_buckets, reactive_counts, reactive_pods
 from keda_llm.simulator.report.summary import Slo, summarize
 from keda_llm.simulator.run import Backtest, simulate
-from keda_llm.simulator.workload.traces import Trace, load_shipped
+from keda_llm.simulator.workload.traces import Trace, TraceError, load_shipped
 
 PRESET = "llama-3.1-70b/h100-tp4"
 SLO = Slo(ttft_s=2.0, itl_s=0.1)
@@ -66,8 +68,19 @@ def main() -> None:
     ap.add_argument("--headrooms", default="1", help="multipliers on the count, comma-separated")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args()
-    holds = [int(h) for h in args.holds.split(",")]
-    rooms = [float(h) for h in args.headrooms.split(",")]
+    try:
+        holds = [int(h) for h in args.holds.split(",")]
+        rooms = [float(h) for h in args.headrooms.split(",")]
+        for r in rooms:
+            reactive_counts(np.array([1]), 0, min(holds), r)  # refuses a negative hold or a bad headroom
+    except ValueError as e:
+        raise SystemExit(f"reactive_reference: {e} (--holds: minutes >= 0, --headrooms: numbers > 0, "
+                         f"comma-separated)") from None
+    for name in args.traces:
+        try:
+            load(name)
+        except TraceError as e:
+            raise SystemExit(f"reactive_reference: {e}") from None
     bt = backtest()
     cold = bt.preset.cold_start(bt.cold_start)
     with ProcessPoolExecutor(args.workers) as pool:
