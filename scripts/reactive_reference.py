@@ -3,8 +3,8 @@
     .venv/bin/python scripts/reactive_reference.py [--traces NAME ...] [--holds 0,2,4,...]
         [--headrooms 1,1.25,1.5] [--workers N]
 
-Plans the docs table's oracle for each trace (70B TP4 H100, typical cold starts, TTFT 2 s / ITL 0.1 s, the
-table's mode), then replays simulator/report/reactive.py's schedule for every hold (minutes) and
+Plans the docs table's oracle for each of its traces (scripts/simulator_table.py: its preset, SLO, windows
+and mode), then replays simulator/report/reactive.py's schedule for every hold (minutes) and
 headroom: the oracle's own count for each minute, known as the minute starts, ready one median cold start
 later (rounded down to whole minutes), the largest of the last `hold` minutes kept, times `headroom`.
 Prints a Markdown table per trace: SLO attainment over all requests, GPU-hours and their ratio to the
@@ -19,41 +19,33 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
+from simulator_table import CASES, PRESET, SLO, Case, load
 
 from keda_llm.simulator.control.controllers import ScheduleController
 from keda_llm.simulator.hardware.presets import get_preset
-from keda_llm.simulator.report.oracle import OraclePlan, plan_oracle
+from keda_llm.simulator.report.oracle import OraclePlan
 from keda_llm.simulator.report.reactive import delay_buckets, reactive_counts, reactive_pods
-from keda_llm.simulator.report.summary import Slo, summarize
-from keda_llm.simulator.run import Backtest, simulate
-from keda_llm.simulator.workload.traces import Trace, TraceError, load_shipped
+from keda_llm.simulator.report.summary import summarize
+from keda_llm.simulator.run import Backtest, run_policies, simulate
 
-PRESET = "llama-3.1-70b/h100-tp4"
-SLO = Slo(ttft_s=2.0, itl_s=0.1)
-WINDOWS = {"azure2024-code": (600 * 60.0, 960 * 60.0)}  # as the docs table: minutes 600-960 of the week
+CASE = {c.trace: c for c in CASES}  # the docs table's traces and windows (scripts/simulator_table.py)
 
 
 def backtest() -> Backtest:
     return Backtest(get_preset(PRESET), cold_start="typical", slo=SLO)
 
 
-def load(name: str) -> Trace:
-    tr = load_shipped(name)
-    return tr.window(*WINDOWS[name]) if name in WINDOWS else tr
+def plan(case: Case) -> OraclePlan:
+    """The docs table's oracle for the case (run_policies plans it in the table's mode)."""
+    oracle = run_policies(load(case, quick=False), backtest(), ["oracle"])[1]
+    assert oracle is not None
+    return oracle
 
 
-def plan(name: str) -> OraclePlan:
-    tr, bt = load(name), backtest()
-    p, mode = bt.preset, bt.resolved_mode(tr)
-    bucket = bt.oracle_bucket_s or (60.0 if tr.duration_s <= 7200 else 300.0)
-    return plan_oracle(tr, lambda ctl: simulate(tr, bt, ctl, mode), p.perf(), p.replica_config(),
-                       p.cold_start(bt.cold_start), bt.slo, bucket_s=bucket, target=bt.oracle_target, seed=bt.seed,
-                       max_replicas=bt.max_replicas, gpus_per_replica=p.tp)
-
-
-def point(name: str, oracle: OraclePlan, hold: int, headroom: float) -> tuple[int, float, float, float, float]:
-    """(hold, headroom, SLO attainment, GPU-hours, CPU s) of the reactive schedule."""
-    tr, bt = load(name), backtest()
+def point(case: Case, oracle: OraclePlan, hold: int, headroom: float) -> tuple[int, float, float, float, float]:
+    """(hold, headroom, SLO attainment, GPU-hours, CPU s) of the reactive schedule (a schedule planned in
+    advance runs from the window's start, the lead-in unplayed, as the oracle's does)."""
+    tr, bt = load(case, quick=False), backtest()
     t0 = time.process_time()
     pods = reactive_pods(oracle, bt.preset.cold_start(bt.cold_start), hold, headroom, bt.seed, bt.max_replicas)
     s = summarize(simulate(tr, bt, ScheduleController("reactive", pods), bt.resolved_mode(tr)), SLO)
@@ -76,20 +68,19 @@ def main() -> None:
     except ValueError as e:
         raise SystemExit(f"reactive_reference: {e} (--holds: minutes >= 0, --headrooms: numbers > 0, "
                          f"comma-separated)") from None
-    for name in args.traces:
-        try:
-            load(name)
-        except TraceError as e:
-            raise SystemExit(f"reactive_reference: {e}") from None
+    unknown = [name for name in args.traces if name not in CASE]
+    if unknown:
+        raise SystemExit(f"reactive_reference: {unknown[0]!r} is not a trace of the docs table; "
+                         f"one of: {', '.join(CASE)}")
     bt = backtest()
     cold = bt.preset.cold_start(bt.cold_start)
     with ProcessPoolExecutor(args.workers) as pool:
-        plans = {name: pool.submit(plan, name) for name in args.traces}
+        plans = {name: pool.submit(plan, CASE[name]) for name in args.traces}
         for name in args.traces:
             oracle = plans[name].result()
             o = summarize(oracle.result, SLO)
             target = oracle.target_over_all
-            futs = [pool.submit(point, name, oracle, h, r) for r in rooms for h in holds]
+            futs = [pool.submit(point, CASE[name], oracle, h, r) for r in rooms for h in holds]
             rows = [f.result() for f in futs]
             print(f"\n### {name}\n\nOracle {o.gpu_hours:.2f} GPU-h at {100 * o.slo_attainment:.1f}% (target "
                   f"{100 * target:.1f}% of all requests, planned in {oracle.bucket_s:g} s buckets); the count of each "

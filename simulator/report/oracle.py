@@ -59,6 +59,9 @@ from keda_llm.simulator.workload.traces import Trace
 RunFn = Callable[[ScheduleController], SimResult]
 #: simulations the oracle may run (raise and trim together) unless told otherwise
 DEFAULT_MAX_RUNS = 48
+#: added to the backtest's seed for the table of drawn cold starts a schedule's pods take theirs from
+#: (`cold_start_table`): the oracle's, and any schedule compared with it at its cost (report/reactive.py)
+COLD_TABLE_SEED = 7919
 #: the trim's step sizes, as fractions of a bucket's count (0: one replica)
 TRIM_STEPS = (0.25, 0.125, 0.0)
 
@@ -373,10 +376,10 @@ def plan_oracle(trace: Trace, run: RunFn, perf: PerfModel, config: ReplicaConfig
                            minlength=n_buckets)
     floor = np.minimum(np.maximum((arrivals > 0).astype(np.int64), bound.kv_floor), max_replicas)
     counts = np.minimum(np.maximum(first_counts(trace, perf, config, slo, bucket_s, n_buckets), floor), max_replicas)
-    colds = cold_start_table(cold_start, seed + 7919, max_replicas, n_buckets)
+    colds = cold_start_table(cold_start, seed + COLD_TABLE_SEED, max_replicas, n_buckets)
 
     def simulate(c: np.ndarray) -> tuple[list[PodPlan], SimResult, np.ndarray, np.ndarray]:
-        pods = pods_from_counts(c, bucket_s, cold_start, np.random.default_rng(seed + 7919), colds)
+        pods = pods_from_counts(c, bucket_s, cold_start, np.random.default_rng(seed + COLD_TABLE_SEED), colds)
         result = run(ScheduleController("oracle", pods))
         met, counted = bucket_attainment(result, slo, feasible, bucket_s, n_buckets)
         return pods, result, met, counted

@@ -18,7 +18,7 @@ import numpy as np
 
 from keda_llm.simulator.control.controllers import PodPlan
 from keda_llm.simulator.hardware.coldstart import ColdStartModel
-from keda_llm.simulator.report.oracle import OraclePlan, cold_start_table, pods_from_counts
+from keda_llm.simulator.report.oracle import COLD_TABLE_SEED, OraclePlan, cold_start_table, pods_from_counts
 
 
 def reactive_counts(counts: np.ndarray, delay: int, hold: int, headroom: float = 1.0) -> np.ndarray:
@@ -52,14 +52,14 @@ def reactive_pods(plan: OraclePlan, cold_start: ColdStartModel, hold: int, headr
     they are longer (the oracle plans a long trace in 5-minute buckets; known only as such a bucket starts,
     its count would be known up to 5 minutes ahead, and a median cold start rounded down to whole buckets
     would be no delay at all). `hold` is in those steps. Cold starts come from a table drawn as the oracle
-    draws its own (seed + 7919, `max_replicas` slots: pass the backtest's seed and cap), so at the oracle's
-    own resolution the two schedules differ in cost only where their pods do."""
+    draws its own (seed + COLD_TABLE_SEED, `max_replicas` slots: pass the backtest's seed and cap), so at
+    the oracle's own resolution the two schedules differ in cost only where their pods do."""
     split = max(1, int(plan.bucket_s // resolution_s)) if resolution_s > 0 else 1
     step = plan.bucket_s / split
     counts = np.repeat(np.asarray(plan.counts, dtype=np.int64), split)
     counts = np.minimum(reactive_counts(counts, delay_buckets(cold_start, step), hold, headroom), max_replicas)
-    colds = cold_start_table(cold_start, seed + 7919, max_replicas, len(counts))
-    return pods_from_counts(counts, step, cold_start, np.random.default_rng(seed + 7919), colds)
+    colds = cold_start_table(cold_start, seed + COLD_TABLE_SEED, max_replicas, len(counts))
+    return pods_from_counts(counts, step, cold_start, np.random.default_rng(seed + COLD_TABLE_SEED), colds)
 
 
 __all__ = ["delay_buckets", "reactive_counts", "reactive_pods"]
