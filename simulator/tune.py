@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,7 @@ from keda_llm.simulator.control.policies import (
     default_scaledobject,
 )
 from keda_llm.simulator.control.scaledobject import KedaSettings, settings_from_manifest
-from keda_llm.simulator.report.frontier import Reference
+from keda_llm.simulator.report.frontier import Reference, worker_pool
 from keda_llm.simulator.report.summary import summarize
 from keda_llm.simulator.run import Backtest, run_policies, simulate
 from keda_llm.simulator.workload.traces import Trace
@@ -262,7 +262,7 @@ def tune(trace: Trace, backtest: Backtest, target_so: Target, *, grid: Grid = FU
             if progress is not None:
                 progress(done0 + i + 1, total)
     else:
-        with ProcessPoolExecutor(min(workers, len(knobs)), initializer=_init_worker, initargs=(trace, bt)) as pool:
+        with worker_pool(min(workers, len(knobs)), _init_worker, (trace, bt)) as pool:
             pending: dict[Future[Point], int] = {pool.submit(_worker_point, k, m): i
                                                  for i, (k, m) in enumerate(zip(knobs, manifests, strict=True))}
             n = done0

@@ -32,6 +32,7 @@ provisioning at its peak (the cap) and the lower bound on GPU-hours.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import logging
 import math
@@ -212,9 +213,19 @@ class _Serial:
         pass
 
 
+def worker_pool(workers: int, initializer: Callable[..., None], initargs: tuple[Any, ...]) -> ProcessPoolExecutor:
+    """Worker processes forked from this one, after a full collection. A forked child that collects garbage
+    the parent left behind (a gRPC server or channel closed but not yet collected: the tests, the demo) runs
+    its finalizer, which waits on threads the child does not have, and never returns (gRPC is not fork-safe).
+    Collected first, nothing of the parent's is left for the children to finalize. The sweeps here and in
+    simulator/tune.py start their workers through it."""
+    gc.collect()
+    return ProcessPoolExecutor(workers, initializer=initializer, initargs=initargs)
+
+
 class _Pool:
     def __init__(self, trace: Trace, backtest: Backtest, run: RunPoint, workers: int) -> None:
-        self.pool: Executor = ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(trace, backtest, run))
+        self.pool: Executor = worker_pool(workers, _init_worker, (trace, backtest, run))
 
     def submit(self, policy: str, knob: float) -> Future[Point]:
         return self.pool.submit(_worker_point, policy, knob)

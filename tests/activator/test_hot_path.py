@@ -8,8 +8,8 @@ of `keda-llm activator` too."""
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Coroutine
@@ -20,7 +20,7 @@ import pytest
 from activator_harness import Server, act_url, model_config, start_activator, wait_for
 from aiohttp import web
 
-from keda_llm.activator.cli import loop_factory, settle_heap
+from keda_llm.activator.cli import loop_factory
 from keda_llm.activator.config import ActivatorConfig, ConfigError
 from keda_llm.activator.proxy import Activator
 
@@ -215,19 +215,26 @@ def test_idle_upstream_connections_are_dropped_before_the_engines_keepalive_woul
 
 def test_what_is_alive_once_serving_is_out_of_the_collectors_reach() -> None:
     """A full collection walks only what requests create: startup's objects (here a cycle standing for
-    the app, its modules and config) are frozen, so no collection visits or frees them."""
-    class Startup:
-        me: object
+    the app, its modules and config) are frozen, so no collection visits or frees them. In a child process:
+    freezing the test process's heap would change when its own collections run for every later test."""
+    code = """
+import gc
+from keda_llm.activator.cli import settle_heap
 
-    alive = Startup()
-    alive.me = alive
-    try:
-        settle_heap()
-        assert gc.get_freeze_count() > 0
-        assert not any(o is alive for o in gc.get_objects())  # no generation the collector walks holds it
-        gc.collect()
-        assert alive.me is alive
-    finally:
-        gc.unfreeze()
-    assert any(o is alive for o in gc.get_objects())
+class Startup:
+    pass
 
+alive = Startup()
+alive.me = alive
+settle_heap()
+assert gc.get_freeze_count() > 0
+assert not any(o is alive for o in gc.get_objects())  # no generation the collector walks holds it
+gc.collect()
+assert alive.me is alive
+gc.unfreeze()
+assert any(o is alive for o in gc.get_objects())
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
