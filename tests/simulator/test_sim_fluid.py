@@ -486,17 +486,13 @@ def test_fluid_agrees_with_detailed_under_load_on_every_preset(preset: str, wind
     assert abs(f_slo - d_slo) <= 0.01
 
 
-# Open (docs/simulator-results.md, "Fluid vs detailed", Open: "The iteration after a carried one"): a fix in
-# `_admit` makes these pass, and moved ours' path on azure2023-code (70B) by -21% GPU-hours over six shifts.
-@pytest.mark.xfail(strict=True, reason="a prefill backlog's iteration after a carried one runs short (open)")
 @pytest.mark.parametrize("prompt, rate", [(2048, 8.0), (500, 30.0)])
 def test_a_prefill_backlog_fills_every_iteration_after_a_carried_one(prompt: int, rate: float) -> None:
     """One 70B TP4 replica behind a prefill backlog (more prompt tokens per second than it prefills; 28-token
     answers): in the detailed engine every iteration carries a full chunk (8,192 tokens, ~0.6 s), so each
     answer's tokens come 0.6 s apart. A slice (0.25 s) ends inside such an iteration; the iteration after the
-    carried one should be filled from the queue as vLLM fills it. It is not (admission counts the carried
-    remainder against the fresh chunk): the next iteration runs short, so fast, and TPOT comes out 17% low,
-    TTFT 3% high."""
+    carried one is filled from the queue as vLLM fills it. When admission counted the carried remainder
+    against the fresh chunk, the next iteration ran short, so fast: TPOT came out 17% low, TTFT 3% high."""
     rng = np.random.default_rng(1)
     arr = np.sort(rng.uniform(0.0, 300.0, int(rate * 300.0)))
     tr = Trace("backlog", arr, np.full(len(arr), prompt, np.int32), np.full(len(arr), 28, np.int32))
