@@ -8,7 +8,8 @@ simulator/cluster/fluid_kernel.py):
 - admission at the start of a slice, FIFO, while the batch limit and the KV cache allow (the KV check
   counts tokens already computed, the prompts admitted and one slice of decoding, plus the new prompt),
   and while the slice, or else the next iteration, has prompt-token budget for it (vLLM fills each
-  iteration from its queue up to `max_num_batched_tokens`); a replica whose cache would overflow within
+  iteration from its queue up to `max_num_batched_tokens`; an iteration carried in from the last slice
+  keeps its own chunk, and each fresh one after it gets a whole one); a replica whose cache would overflow within
   the slice preempts its latest requests first (vLLM's recompute: back to the queue's head, prefilled
   again with what they generated);
 - within the slice, mixed iterations (every decoding request + a chunk of `budget - decoding` prompt
