@@ -1,7 +1,8 @@
 """Fluid vs detailed, the full matrix: every policy of the docs table on every preset and trace window.
 
     .venv/bin/python scripts/fluid_agreement.py [--presets P,...] [--traces T,...] [--policies ...]
-        [--minutes M] [--shifts N] [--jobs J] [--out FILE]
+        [--minutes M] [--shifts N] [--jobs J] [--json FILE]
+    .venv/bin/python scripts/fluid_agreement.py --physics [--jobs J]
 
 For each preset and trace window it plans the oracle once (in the fluid mode; `static` is its peak, kept
 all the time, as in run_policies), then runs each policy in both modes and prints fluid minus detailed:
@@ -13,7 +14,9 @@ Trace windows: the one-hour Azure 2023 code and conversation traces, and the bus
 its first M minutes (the peak hour to its busiest M minutes). `--shifts N` also runs each case with the
 arrivals shifted by 0.5, 1.0, ... s against the control loop's phase and reports the detailed mode's own
 spread: where that spread is wider than the tolerance the single run is not determined within it, and the
-means are what the modes must agree on. Not run by CI (tests/simulator/test_sim_fluid.py holds a short
+means are what the modes must agree on. `--physics` instead runs replica physics alone: fixed replica counts
+from the start (PHYSICS_CASES), no control loop, so nothing is path-bound, and prints fluid minus detailed
+mean TPOT (over requests) and SLO attainment. Not run by CI (tests/simulator/test_sim_fluid.py holds a short
 window per preset); results are in docs/simulator-results.md, "Fluid vs detailed".
 """
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
@@ -30,7 +34,7 @@ import numpy as np
 
 from keda_llm.simulator.cluster.engine import Controller
 from keda_llm.simulator.control.anchors import AnchorContext
-from keda_llm.simulator.control.controllers import ScheduleController
+from keda_llm.simulator.control.controllers import PodPlan, ScheduleController
 from keda_llm.simulator.control.policies import build_controller
 from keda_llm.simulator.hardware.presets import get_preset
 from keda_llm.simulator.report.oracle import OraclePlan, plan_oracle
@@ -43,6 +47,13 @@ PRESETS = ("llama-3.1-8b/h100", "llama-3.1-8b/a100", "llama-3.1-8b/l4", "llama-3
 TRACES = ("azure2023-code", "azure2023-conv", "azure2024-code-peak")
 POLICIES = ("ours", "static", "queue", "gpu", "concurrency", "oracle")
 GPU_H_TOL, SLO_TOL = 0.05, 0.01
+#: (preset, trace window, minutes or None, static replicas): loaded replicas on every kind of preset
+PHYSICS_CASES = (("llama-3.1-8b/h100", "azure2023-code", None, 1),
+                 ("llama-3.1-8b/h100", "azure2023-code", None, 2),
+                 ("llama-3.1-8b/a100", "azure2023-code", None, 2),
+                 ("llama-3.1-70b/h100-tp4", "azure2023-code", None, 3),
+                 ("llama-3.1-70b/h100-tp4", "azure2023-conv", None, 1),
+                 ("llama-3.1-8b/h100", "azure2024-code-peak", 10, 12))
 
 
 def peak_start_minute(trace: Trace, minutes: int) -> int:
@@ -129,6 +140,22 @@ def run_case(preset: str, trace_name: str, policy: str, minutes: int | None, shi
     return Row(preset, trace_name, policy, shift_s, dg, fg, ds, fs, dc, fc)
 
 
+def physics_case(preset: str, trace_name: str, minutes: int | None, replicas: int) -> str:
+    """One PHYSICS_CASES row as a markdown line: mean TPOT and SLO attainment, detailed, fluid, difference."""
+    tr = load_window(trace_name, minutes)
+    bt = Backtest(get_preset(preset), cold_start="typical", slo=SLO)
+    out = []
+    for mode in ("detailed", "fluid"):
+        res = simulate(tr, bt, ScheduleController("static", [PodPlan(0.0, math.inf, 0.0)] * replicas),
+                       mode)  # type: ignore[arg-type]
+        out.append((float(np.nanmean(res.request_table().tpot_s)), summarize(res, SLO).slo_attainment))
+    (d_tpot, d_slo), (f_tpot, f_slo) = out
+    window = f"{trace_name}{f' (busiest {minutes} min)' if minutes else ''}"
+    return (f"| {preset} | {window} | {replicas} | {d_tpot:.4f} | {f_tpot:.4f} | "
+            f"{100 * (f_tpot - d_tpot) / d_tpot:+.1f}% | {100 * d_slo:.2f} | {100 * f_slo:.2f} | "
+            f"{100 * (f_slo - d_slo):+.2f} |")
+
+
 def plan_for(preset: str, trace_name: str, minutes: int | None) -> OraclePlan:
     return plan(load_window(trace_name, minutes), Backtest(get_preset(preset), cold_start="typical", slo=SLO))
 
@@ -142,7 +169,15 @@ def main() -> None:
     ap.add_argument("--shifts", type=int, default=1, help="runs per case, arrivals shifted by 0, 0.5, ... s")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--json", default=None, help="write the rows here")
+    ap.add_argument("--physics", action="store_true", help="static replicas only (PHYSICS_CASES), no control loop")
     args = ap.parse_args()
+    if args.physics:
+        print("| preset | trace | replicas | TPOT detailed | TPOT fluid | TPOT | SLO detailed | SLO fluid | SLO pts |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        with ProcessPoolExecutor(args.jobs) as pool:
+            for line in pool.map(physics_case, *zip(*PHYSICS_CASES, strict=True)):
+                print(line, flush=True)
+        return
     presets, traces, policies = (a.split(",") for a in (args.presets, args.traces, args.policies))
     needs_plan = any(p in ("static", "oracle") for p in policies)
     with ProcessPoolExecutor(args.jobs) as pool:
