@@ -190,6 +190,20 @@ def _preempt(dt: float, kv_cap: float, coef: np.ndarray, ints: np.ndarray, run_i
 
 
 @_jit
+def _carried(slots: np.ndarray, s: int, pend: float) -> tuple[float, float, float, float, float]:
+    """The iteration a previous slice started on slot s, scheduled whole (step_slice): (x of its c0 tokens
+    done, c0, its duration tau0, rem0 tokens left, e0 when it ends into this slice); zeros when there is none.
+    Admission and the slice's step both plan around it, from this one reading."""
+    x = slots[ITER_X, s]
+    if x > 0.0 and pend > 0.0:
+        c0 = slots[ITER_C, s]
+        tau0 = slots[ITER_TAU, s]
+        rem0 = min(c0 - x, pend)
+        return x, c0, tau0, rem0, rem0 / c0 * tau0
+    return 0.0, 0.0, 0.0, 0.0, 0.0
+
+
+@_jit
 def _admit(t: float, dt: float, budget: float, seqs: float, kv_cap: float, coef: np.ndarray, ints: np.ndarray,
            run_i: np.ndarray, run_f: np.ndarray, wait_i: np.ndarray, wait_f: np.ndarray, gain: np.ndarray,
            p64: np.ndarray, arr: np.ndarray, slots: np.ndarray, sc: np.ndarray, n_slots: int) -> None:
@@ -228,13 +242,7 @@ def _admit(t: float, dt: float, budget: float, seqs: float, kv_cap: float, coef:
         # fresh iterations after it each take a whole chunk (counting its remainder against them planned the
         # next one short, so fast for the decodes beside it: 17% under a 70B prefill backlog)
         pend = sc[_PEND, s]
-        x = slots[ITER_X, s]
-        rem0 = 0.0
-        e0 = 0.0
-        if x > 0.0 and pend > 0.0:
-            c0 = slots[ITER_C, s]
-            rem0 = min(c0 - x, pend)
-            e0 = rem0 / c0 * slots[ITER_TAU, s]
+        _, _, _, rem0, e0 = _carried(slots, s, pend)
         fresh = max((dt - e0) / tau, 1.0) if e0 < dt else 0.0
         sc[_ROOM, s] = rem0 + fresh * chunk - pend
         sc[_CUM, s] = 0.0
@@ -337,18 +345,7 @@ def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, l
             # an iteration is scheduled whole: one that a previous slice started (slices shorter than a long
             # prefill iteration) keeps its chunk and duration until it ends (e0: rem0 of its c0 tokens left);
             # the iterations after it are planned afresh, at this slice's batch, KV and prompts
-            x = slots[ITER_X, s]
-            c0 = 0.0
-            tau0 = 0.0
-            rem0 = 0.0
-            e0 = 0.0
-            if x > 0.0 and pend > 0.0:
-                c0 = slots[ITER_C, s]
-                tau0 = slots[ITER_TAU, s]
-                rem0 = min(c0 - x, pend)
-                e0 = rem0 / c0 * tau0
-            else:
-                x = 0.0
+            x, c0, tau0, rem0, e0 = _carried(slots, s, pend)
             rest = pend - rem0
             c = min(max(budget - b, 0.0), rest)
             sc[_C, s] = c
