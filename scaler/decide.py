@@ -36,6 +36,7 @@ from keda_llm.scaler.seasonal import LEVEL_WINDOW, MAX_DAYS, REFIT_EVERY, Season
 from keda_llm.scaler.slo import (
     LatencyDesired,
     from_window,
+    latency_basis,
     mean_output_tokens,
     short_output_factor,
     without_pinned,
@@ -188,12 +189,14 @@ def _windows(x: _Inputs, state: PolicyState, details: dict[str, float]) -> tuple
 def _latency(x: _Inputs, details: dict[str, float], replicas: list[ReplicaWindow]
              ) -> tuple[LatencyDesired | None, LatencyDesired | None]:
     """Step 2 (with targetTimeToFirstToken/targetInterTokenLatency): the latency term over both windows
-    (scaler/slo.py); the windows then take the larger of it and the policy's count."""
+    (scaler/slo.py); the windows then take the larger of it and the policy's count. Both windows' ratios
+    multiply the replicas the stable window's signal reflects (`latency_basis`), not those ready now."""
     c = x.config
     if c.target_ttft is None and c.target_itl is None:
         return None, None
-    ready = x.workload.ready_replicas
     stable = x.history.window(x.now, c.stable_window)
+    basis = latency_basis(x.workload.ready_replicas, stable.replicas)
+    details["latency_replicas_basis"] = basis
     factor = 1.0
     if c.target_itl is not None and c.short_output_tokens > 0:
         n = mean_output_tokens(x.history.window(x.now, max(c.stable_window, MIX_WINDOW)))
@@ -204,8 +207,8 @@ def _latency(x: _Inputs, details: dict[str, float], replicas: list[ReplicaWindow
     # replicas whose queue is pinned to them are left out of the means (scaler/slo.py `without_pinned`)
     unpinned = [without_pinned(replicas, c.target_ttft),
                 without_pinned(x.history.replica_windows(x.now, c.panic_window, c.stale_after), c.target_ttft)]
-    out = (from_window(stable, c.stable_window, ready, c, factor, unpinned[0]),
-           from_window(x.history.window(x.now, c.panic_window), c.panic_window, ready, c, factor, unpinned[1]))
+    out = (from_window(stable, c.stable_window, basis, c, factor, unpinned[0]),
+           from_window(x.history.window(x.now, c.panic_window), c.panic_window, basis, c, factor, unpinned[1]))
     for name, u in zip(("", "_panic"), unpinned, strict=True):
         if u is not None:
             details["latency_pinned_replicas" + name] = float(u.pinned)

@@ -40,7 +40,7 @@ class LatencyDesired:
     completed: float  # requests that got their first token in the window
 
 
-def latency_desired(ttft: float | None, itl: float | None, completed: float, ready: int,
+def latency_desired(ttft: float | None, itl: float | None, completed: float, ready: float,
                     target_ttft: float | None, target_itl: float | None,
                     min_completed: float = MIN_COMPLETED, queued: float | None = None) -> LatencyDesired | None:
     """ready x max(observed / target) over the latency targets that are set and observed.
@@ -69,6 +69,22 @@ def latency_desired(ttft: float | None, itl: float | None, completed: float, rea
         return None
     ratio = max(ratios)
     return LatencyDesired(ready * ratio, ratio, ttft, itl, completed)
+
+
+def latency_basis(ready: int, window_replicas: float | None) -> float:
+    """The replicas a window's latency reflects: the window's mean of reporting replicas (at least 1), at
+    most those `ready` now; `ready` when the window has no count.
+
+    Why: the latency of the requests served in a window was made by the replicas that served them. Right
+    after replicas come up, the window still holds the queue and slow steps of the fewer replicas before
+    them, and `ready` x that ratio counted the new ones as if they had been loaded as much: one 70B replica
+    at 1.85x its ITL target asked for 3 x 1.85 -> 6 replicas the moment two more came up (azure2023-conv,
+    targetInterTokenLatency 0.055 s), where 2 served the load, and the scale-down delay held 6 for 9 minutes
+    (10.16 GPU-h against 7.53 with this basis). The basis is never above `ready` (after a release the term
+    judges the replicas left, as before) and the two agree once the window holds only the replicas now up."""
+    if window_replicas is None or not math.isfinite(window_replicas):
+        return float(ready)
+    return min(float(ready), max(window_replicas, 1.0))
 
 
 def mean_output_tokens(load: Load) -> float | None:
@@ -156,7 +172,7 @@ def without_pinned(windows: Sequence[ReplicaWindow], target_ttft: float | None =
     return Unpinned(ttft, itl, sum(w.waiting or 0.0 for w in rest), pinned)
 
 
-def from_window(load: Load, window_s: float, ready: int, config: ScalerConfig,
+def from_window(load: Load, window_s: float, ready: float, config: ScalerConfig,
                 itl_factor: float = 1.0, unpinned: Unpinned | None = None) -> LatencyDesired | None:
     """The term over one window of history: means are rate(_sum) / rate(_count); the requests completed
     are the TTFT count's rate (else requests finished) x the window. With `unpinned` (some replica's queue

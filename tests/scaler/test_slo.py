@@ -8,7 +8,13 @@ from keda_llm.scaler.config import parse_metadata
 from keda_llm.scaler.decide import decide
 from keda_llm.scaler.history import Load, ModelHistory
 from keda_llm.scaler.model import Observation, PolicyState, ReplicaSample, WorkloadState
-from keda_llm.scaler.slo import LatencyDesired, latency_desired, mean_output_tokens, short_output_factor
+from keda_llm.scaler.slo import (
+    LatencyDesired,
+    latency_basis,
+    latency_desired,
+    mean_output_tokens,
+    short_output_factor,
+)
 
 
 @pytest.mark.parametrize("queued,want", [
@@ -118,6 +124,49 @@ def test_too_few_completed_requests_is_no_latency_signal() -> None:
     replicas, reason, details = run(fleet(30.0, 0.05, 0.03), {**BASE, **SLO})
     assert (replicas, reason) == (2, "steady")
     assert details["latency_signal"] == 0.0 and "latency_desired" not in details
+
+
+def joined(itl_s: float, join_at: int, seconds: int = 61) -> ModelHistory:
+    """Pod a alone, 10 running and 2 requests/s finished at ITL `itl_s`; pods b and c up from `join_at` s,
+    5 running each and nothing finished on them yet (a cold start just ended)."""
+    h = ModelHistory("ns", "m")
+    for t in range(seconds):
+        n = 2.0 * t
+        pods = [ReplicaSample("a", float(t), running=10.0, max_running=256.0, ttft_sum=n * 0.5, ttft_count=n,
+                              itl_sum=n * 100 * itl_s, itl_count=n * 100)]
+        if t >= join_at:
+            pods += [ReplicaSample(p, float(t), running=5.0, max_running=256.0, ttft_sum=0.0, ttft_count=0.0,
+                                   itl_sum=0.0, itl_count=0.0) for p in ("b", "c")]
+        h.ingest(Observation("ns", "m", float(t), tuple(pods)))
+    return h
+
+
+@pytest.mark.parametrize("join_at,want_replicas,want_basis", [
+    # b and c came up 10 s ago: the stable window (0, 60] held 1 replica for 49 samples and 3 for 11, mean
+    # 82 / 60; its ITL (2.5x the target) was one replica's, so 1.37 x 2.5 = 3.4 -> 4, not 3 x 2.5 -> 8
+    (50, 4, 82 / 60),
+    # b and c up for the whole window and still 2.5x: the window reflects all three, 3 x 2.5 -> 8
+    (0, 8, 3.0),
+])
+def test_the_latency_term_counts_the_replicas_its_window_reflects(join_at: int, want_replicas: int,
+                                                                  want_basis: float) -> None:
+    ready3 = WorkloadState(current_replicas=3, ready_replicas=3, min_replicas=1)
+    d, _ = decide(joined(0.25, join_at), parse_metadata({**BASE, **SLO}), PolicyState(initialized=True), ready3, 60.0)
+    assert d.details["latency_replicas_basis"] == pytest.approx(want_basis)
+    assert d.details["latency_ratio"] == pytest.approx(2.5)
+    assert (d.replicas, d.reason) == (want_replicas, "latency_up")
+
+
+@pytest.mark.parametrize("ready,window,want", [
+    (3, 82 / 60, 82 / 60),  # replicas came up in the window: its mean
+    (2, 2.0, 2.0),  # steady: the same
+    (1, 1.5, 1.0),  # a release in the window: never above those ready now
+    (1, 0.2, 1.0),  # the first replica up from zero: its own signal, at least 1
+    (2, None, 2.0), (2, float("nan"), 2.0),  # no count in the window: ready
+    (0, 1.0, 0.0),  # nobody ready: no term (latency_desired answers None)
+])
+def test_latency_basis_by_hand(ready: int, window: float | None, want: float) -> None:
+    assert latency_basis(ready, window) == pytest.approx(want)
 
 
 @pytest.mark.parametrize("mean_output,reference,want", [
