@@ -1220,12 +1220,14 @@ class Demo:
             except KeyboardInterrupt:
                 interrupted = True
         finally:
+            # the load first (Ctrl-C, or the grace passed): a request still in flight is cut off by the user;
+            # stopping the world under it first failed its connection, and the summary counted it lost
+            if http is not None and self.load is not None and not self.load.done:
+                http.call(self.load.cancel())
             self._stop.set()
             for t in self._threads:
                 t.join(10)
             if http is not None:
-                if self.load is not None and not self.load.done:  # Ctrl-C, or the grace passed
-                    http.call(self.load.cancel())
                 if self.activator is not None:
                     self.report.activator_metrics = _read(self.activator.admin_url + "/metrics")
                     stop_activator(http, self.activator)

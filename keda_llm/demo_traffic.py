@@ -136,6 +136,7 @@ class Load:
         self.stats = LoadStats()
         self._sent_times: list[float] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        self._cancelled = False  # cancel(): send nothing more
         self.done = False
 
     def rate(self, now: float, window: float = 5.0) -> float:
@@ -155,6 +156,8 @@ class Load:
                 delay = s.at - self.clock()
                 if delay > 0:
                     await asyncio.sleep(delay)
+                if self._cancelled:
+                    break
                 task = asyncio.create_task(self._one(session, i, s))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
@@ -163,7 +166,9 @@ class Load:
         self.done = True
 
     async def cancel(self) -> None:
-        """Ctrl-C: drop the requests in flight (their connections close; they stay counted in flight)."""
+        """Ctrl-C: send nothing more and drop the requests in flight (their connections close; they stay
+        counted in flight)."""
+        self._cancelled = True
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*list(self._tasks), return_exceptions=True)

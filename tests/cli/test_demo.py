@@ -357,3 +357,43 @@ def test_ctrl_c_counts_requests_in_flight_as_interrupted_not_lost() -> None:
     assert "lost 0" in summary and "FAILED" not in summary, summary
     assert "stopped early (Ctrl-C)" in summary and "interrupted in flight" in summary, summary
     assert proc.returncode == 130
+
+
+def test_a_cancelled_load_sends_nothing_more_and_keeps_its_requests_in_flight() -> None:
+    """Ctrl-C cancels the load before the world stops: what was in flight stays counted in flight (cut off
+    by the user, not lost), and the schedule's later requests are never sent (sent on into a world being
+    torn down, 261 of them failed and the summary called them lost)."""
+    import http.server
+
+    from keda_llm.demo_traffic import Load, LoopThread, Send
+
+    release = threading.Event()
+
+    class Holding(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # holds every request until the test ends
+            release.wait(30)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Holding)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    t0 = time.monotonic()
+    load = Load(f"http://127.0.0.1:{server.server_address[1]}/v1/completions", "m",
+                [Send(0.1 * i, 8, 4) for i in range(100)], lambda: time.monotonic() - t0)
+    loop = LoopThread()
+    try:
+        run = loop.spawn(load.run())
+        while load.stats.sent < 3:
+            time.sleep(0.02)
+        loop.call(load.cancel())
+        sent = load.stats.sent
+        time.sleep(0.5)  # five more sends were due by now
+        assert load.stats.sent == sent < 100
+        run.result(5)
+        assert load.done and load.stats.in_flight == sent and load.stats.answered == 0
+    finally:
+        release.set()
+        loop.close()
+        server.shutdown()
