@@ -248,8 +248,13 @@ class _Tier:
         """Buckets in (now - window, now], oldest first: (bucket numbers, per-field means, NaN = none)."""
         hi = math.floor(now / self.seconds)
         lo = hi - max(1, math.ceil(window / self.seconds - 1e-9)) + 1
-        sel = np.nonzero((self.ids >= lo) & (self.ids <= hi))[0]
-        order = sel[np.argsort(self.ids[sel], kind="stable")]
+        if hi - lo < self.n:  # each bucket number has one slot: read those slots, oldest first
+            wanted = np.arange(lo, hi + 1, dtype=np.int64)
+            slots = wanted % self.n
+            order = slots[self.ids[slots] == wanted]
+        else:  # a window longer than the ring (the coarsest tier's fallback): whatever it still holds
+            sel = np.nonzero((self.ids >= lo) & (self.ids <= hi))[0]
+            order = sel[np.argsort(self.ids[sel], kind="stable")]
         counts = self.counts[order].astype(np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
             means = np.where(counts > 0, self.sums[order].astype(np.float64) / counts, math.nan)
@@ -406,6 +411,13 @@ class ModelHistory:
         self._max_startup: float | None = None
         self._last_demand_at: float | None = None
         self._pools: dict[str, ModelHistory] = {}  # role -> the history of that pool's replicas alone
+        # window() and replica_windows() answers at one `now` since the last ingest: a decision reads the
+        # same windows several times (the policy, the health rules, the latency term). Kept for one `now`
+        # only, so a model that stops being collected does not grow them.
+        self._memo_now = math.nan
+        self._windows: dict[tuple[float, float], Load] = {}
+        self._replica_windows: dict[tuple[float, float, float], tuple[ReplicaWindow, ...]] = {}
+        self._prefill_rate: tuple[float | None] | None = None  # saturated_prefill_rate() since the last ingest
 
     @property
     def last_at(self) -> float | None:
@@ -419,6 +431,8 @@ class ModelHistory:
 
     def ingest(self, obs: Observation) -> None:
         """Add one collection cycle. Observations must come in time order; an older one only fills gaps."""
+        self._forget_windows(math.nan)
+        self._prefill_rate = None
         if self._latest is not None and obs.at < self._latest.at:
             if self._latest.at - obs.at <= max(self.stale_after, 60.0):
                 self._add_row(obs)  # late: into the buckets it belongs to, the latest snapshot stays
@@ -448,6 +462,11 @@ class ModelHistory:
         if any(row[F[name]] > 0 for name in ("running", "waiting", "upstream")):  # NaN > 0 is False
             self._last_demand_at = obs.at
         self._ingest_pools(obs)
+
+    def _forget_windows(self, now: float) -> None:
+        self._memo_now = now
+        self._windows.clear()
+        self._replica_windows.clear()
 
     def _ingest_pools(self, obs: Observation) -> None:
         """Once a replica reports a role other than unified (disaggregated serving), keep a history per
@@ -514,6 +533,11 @@ class ModelHistory:
         samples (about 5 minutes) of replicas that had requests waiting. A replica with a queue prefills
         as fast as it can, so its prompt rate then is its capacity for the mix it serves; an idle or
         lightly loaded replica's rate says only what it was asked. None when no replica queued lately."""
+        if self._prefill_rate is None:  # the rings change only on ingest
+            self._prefill_rate = (self._saturated_prefill_rate(),)
+        return self._prefill_rate[0]
+
+    def _saturated_prefill_rate(self) -> float | None:
         rates: list[npt.NDArray[np.float64]] = []
         for t in self._replicas.values():
             if t.size == 0:
@@ -530,6 +554,11 @@ class ModelHistory:
 
         A window with no bucket (collection slower than the window) holds the newest bucket before it.
         """
+        if now != self._memo_now:
+            self._forget_windows(now)
+        kept = self._windows.get((now, seconds))
+        if kept is not None:
+            return kept
         tier = next((t for t in self._tiers if t.span() >= seconds), self._tiers[-1])
         _, means = tier.bucket_means(now, seconds)
         out = window_mean(means)
@@ -537,7 +566,8 @@ class ModelHistory:
             latest = tier.latest(now)
             if latest is not None:
                 out = latest
-        return Load.from_row(out)
+        load = self._windows[(now, seconds)] = Load.from_row(out)
+        return load
 
     def series(self, name: str, now: float, seconds: float) -> tuple[npt.NDArray[np.float64],
                                                                      npt.NDArray[np.float64]]:
@@ -575,6 +605,11 @@ class ModelHistory:
         if obs is None:
             return []
         bound = self.stale_after if stale_after is None else stale_after
+        if now != self._memo_now:
+            self._forget_windows(now)
+        kept = self._replica_windows.get((now, seconds, bound))
+        if kept is not None:
+            return list(kept)
         fresh = [s for s in obs.replicas if is_fresh(s, now, bound)]
         if not fresh:
             return []
@@ -582,10 +617,11 @@ class ModelHistory:
         rings = np.stack([t.ring if (t := self._replicas.get(s.pod)) is not None else empty for s in fresh])
         ts = rings[:, :, RF["timestamp"]]  # rows never written are NaN and match nothing
         inside = (ts > now - seconds) & (ts <= now)  # ring order: a mean needs none
-        vals = np.where(inside[:, :, None], rings[:, :, _WINDOW_COLUMNS], math.nan)  # replica x sample x column
-        n = (~np.isnan(vals)).sum(axis=1)
+        vals = rings[:, :, _WINDOW_COLUMNS]  # replica x sample x column
+        counted = inside[:, :, None] & ~np.isnan(vals)
+        n = counted.sum(axis=1)
         with np.errstate(invalid="ignore", divide="ignore"):
-            means = np.where(n > 0, np.nansum(vals, axis=1) / np.maximum(n, 1), math.nan).tolist()
+            means = np.where(n > 0, np.where(counted, vals, 0.0).sum(axis=1) / np.maximum(n, 1), math.nan).tolist()
         out = []
         for s, row in zip(fresh, means, strict=True):
             running, generation, ttft_sum, ttft_n, itl_sum, itl_n, waiting = (
@@ -593,6 +629,7 @@ class ModelHistory:
             out.append(ReplicaWindow(s.pod, s.degraded, running, generation, _ratio(ttft_sum, ttft_n),
                                      (ttft_n or 0.0) * seconds, _ratio(itl_sum, itl_n), (itl_n or 0.0) * seconds,
                                      waiting))
+        self._replica_windows[(now, seconds, bound)] = tuple(out)
         return out
 
     def replica_samples(self, pod: str) -> npt.NDArray[np.float64]:

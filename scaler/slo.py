@@ -16,10 +16,9 @@ same Knative windows, rate limits, pending guard and scale-down delay as the pol
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
 
 from keda_llm.scaler.config import ScalerConfig
 from keda_llm.scaler.history import Load, ReplicaWindow
@@ -152,8 +151,8 @@ def without_pinned(windows: Sequence[ReplicaWindow], target_ttft: float | None =
     alike (least-loaded routing evens them), and is judged as before."""
     held = [v for w in windows if (v := _outstanding(w)) is not None]
     ttfts = [w.ttft for w in windows if w.ttft is not None]
-    held_bar = PINNED_FACTOR * max(1.0, float(np.median(held))) if held else math.inf
-    ttft_bar = PINNED_FACTOR * max(float(np.median(ttfts)), target_ttft or 0.0) if ttfts else math.inf
+    held_bar = PINNED_FACTOR * max(1.0, statistics.median(held)) if held else math.inf
+    ttft_bar = PINNED_FACTOR * max(statistics.median(ttfts), target_ttft or 0.0) if ttfts else math.inf
 
     rest: list[ReplicaWindow] = []
     pinned = 0

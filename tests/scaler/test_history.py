@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 
 import numpy as np
 import pytest
@@ -202,3 +203,80 @@ def test_no_latency_histograms_no_mean() -> None:
     for t in (1.0, 2.0):
         h.ingest(one(t, 3.0))
     assert (h.window(2.0, 6.0).mean_ttft, h.window(2.0, 6.0).mean_itl) == (None, None)
+
+
+def _fresh(h: ModelHistory) -> ModelHistory:
+    """The same history read without its kept answers (what every read computed before they were kept)."""
+    h._forget_windows(math.nan)
+    h._prefill_rate = None
+    return h
+
+
+def test_kept_window_answers_follow_every_ingest_and_every_now() -> None:
+    """A decision reads the same windows several times, so the history keeps its answers for one `now`
+    until the next ingest. A kept answer must never outlive the data it was read from."""
+    h = ModelHistory("ns", "m")
+    for t in range(1, 31):
+        h.ingest(obs(float(t), ReplicaSample("a", float(t), running=10.0, waiting=float(t % 3), prompt_tokens_total=
+                                             100.0 * t * t, ttft_sum=0.5 * t, ttft_count=float(t))))
+    first = h.window(30.0, 10.0)
+    assert h.window(30.0, 10.0) is first  # kept
+    assert h.window(30.0, 5.0).running == 10.0 and h.window(30.0, 5.0) is not first  # another window, its own
+    h.ingest(obs(31.0, ReplicaSample("a", 31.0, running=120.0, waiting=4.0)))
+    assert h.window(31.0, 10.0).running == pytest.approx((9 * 10.0 + 120.0) / 10)  # the ingest is seen
+    rw = h.replica_windows(31.0, 5.0)
+    rw.clear()  # the caller's list is its own
+    assert [w.pod for w in h.replica_windows(31.0, 5.0)] == ["a"]
+    assert h.replica_windows(31.0, 5.0)[0].running == pytest.approx((10.0 * 4 + 120.0) / 5)
+    before = h.replica_windows(31.0, 5.0, stale_after=0.5)
+    assert before == h.replica_windows(31.0, 5.0)  # both fresh at 31.0: the same means, kept apart
+    assert h.replica_windows(32.0, 5.0, stale_after=0.5) == []  # stale at 32.0 under that bound
+    assert h.window(30.0, 10.0).running == 10.0  # an earlier now: read again, not the kept 31.0 answer
+    # a later now with no ingest between (a model no longer collected): read at that now
+    assert h.window(100.0, 10.0).running == 120.0  # no bucket in the window: the newest before it
+    # the same now again after an ingest (a decision at 40.0, then the collection of 35.0, then another)
+    assert h.window(40.0, 10.0).running == 120.0 and h.replica_windows(40.0, 10.0)[0].running == 120.0
+    h.ingest(obs(35.0, ReplicaSample("a", 35.0, running=20.0)))
+    assert h.window(40.0, 10.0).running == 70.0 and h.replica_windows(40.0, 10.0)[0].running == 70.0  # 120, 20
+    queued = [100.0 * (2 * t - 1) for t in range(2, 31) if t % 3]  # prompt tokens/s of the samples with a queue
+    h.ingest(obs(36.0, ReplicaSample("a", 36.0, running=20.0, waiting=5.0, prompt_tokens_total=1e6)))
+    assert h.saturated_prefill_rate() == statistics.median(queued)  # no counter before 36.0: no rate there
+    h.ingest(obs(37.0, ReplicaSample("a", 37.0, running=20.0, waiting=5.0, prompt_tokens_total=1e6 + 8000)))
+    assert h.saturated_prefill_rate() == statistics.median([*queued, 8000.0])  # seen after the ingest
+
+
+def test_kept_answers_stay_bounded_when_collection_stops() -> None:
+    """Decisions keep coming at new `now`s while nothing is ingested (a model at zero): answers are kept
+    for one `now` at a time."""
+    h = ModelHistory("ns", "m")
+    h.ingest(one(1.0, 3.0))
+    for t in range(2, 5000):
+        h.window(float(t), 60.0)
+        h.window(float(t), 10.0)
+        h.replica_windows(float(t), 60.0)
+    assert len(h._windows) <= 2 and len(h._replica_windows) <= 1
+
+
+def test_kept_answers_are_the_answers_read_afresh() -> None:
+    """Seeded: random collections (replicas coming and going, gaps, late and repeated scrapes, NaN) and
+    reads at random `now`s and windows, each answer against the same read on a history that kept nothing."""
+    rng = np.random.default_rng(11)
+    h = ModelHistory("ns", "m")
+    t = 0.0
+    for _ in range(600):
+        t += float(rng.choice([0.3, 1.0, 2.0, 7.0, 45.0]))
+        pods = [p for p in "abcd" if rng.random() < 0.7]
+        reps = tuple(ReplicaSample(p, t - float(rng.choice([0.0, 0.0, 40.0])), running=float(rng.integers(0, 50)),
+                                   waiting=float(rng.choice([0.0, 3.0, math.nan])),
+                                   prompt_tokens_total=1000.0 * t + float(rng.integers(0, 100)),
+                                   ttft_sum=0.3 * t, ttft_count=t, itl_sum=0.02 * t * 9, itl_count=9 * t)
+                     for p in pods)
+        h.ingest(obs(t, *reps, upstream=float(rng.integers(0, 5))))
+        for _ in range(3):
+            now = t + float(rng.choice([0.0, 0.0, 0.5, 30.0]))
+            seconds = float(rng.choice([6.0, 60.0, 600.0, 3600.0, 7200.0]))
+            kept = (h.window(now, seconds), h.replica_windows(now, seconds), h.saturated_prefill_rate())
+            again = (h.window(now, seconds), h.replica_windows(now, seconds), h.saturated_prefill_rate())
+            afresh = _fresh(h)
+            assert kept == again == (afresh.window(now, seconds), afresh.replica_windows(now, seconds),
+                                     afresh.saturated_prefill_rate())
