@@ -363,7 +363,8 @@ class ScalerConfig:
                                           "else measured, else 10m), since a replica released now takes that "
                                           "long to come back, doubled (up to 4 cold starts) each time a "
                                           "released replica is asked for again within the delay and halved "
-                                          "after 8 cold starts without that; 0 in `proactive` mode (the "
+                                          "after 8 cold starts without that, and no release below the count "
+                                          "the panic window asks for; 0 in `proactive` mode (the "
                                           "forecast looks that far ahead). Set: fixed. `0s`: Knative's "
                                           "default, no delay.", "5m",
                                           check=in_range(0.0, 3600.0), shown_default="(coldStart)")

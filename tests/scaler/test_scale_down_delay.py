@@ -205,3 +205,43 @@ def test_a_release_before_an_idle_period_is_not_regretted_after_it() -> None:
                                  "panicThreshold": "10"}))
     assert (got[545][0].replicas, got[730][0].replicas, got[805][0].replicas) == (1, 0, 4)
     assert [t for t in polls if got[t][0].details.get("scale_down_delay_regret")] == []
+
+
+def _rise(after: float) -> Callable[[int], float]:
+    """Running 40 on 4 replicas, 15 from t=101, `after` from t=210 (the last seconds of the polls below)."""
+    return lambda t: 40.0 if t <= 100 else 15.0 if t < 210 else after
+
+
+@pytest.mark.parametrize("after, held", [(35.0, 4), (25.0, 3), (15.0, 2)])
+def test_the_default_delay_releases_no_replica_the_panic_window_asks_for(after: float, held: int) -> None:
+    # At t=215 the 4 decided at 100 is older than the delay (coldStart 60s), and the stable window (155, 215]
+    # asks for 2: (55 x 15 + 5 x 35) / 60 = 16.7 running. Its last 6 s (the panic window) hold the rise:
+    # (15 + 5 x 35) / 6 = 31.7 -> 4; (15 + 5 x 25) / 6 = 23.3 -> 3. Under Knative's 2x panic threshold, so
+    # Knative's count is the stable window's: the release would go while load rises. The floor is the panic
+    # window's count, at most the replicas ready; with steady load (after 15) the release goes as before.
+    got = run(Timeline("rise", _rise(after), [100, 215], ready0=4, metadata={"coldStart": "60s"}, want={}))
+    d = got[215][0]
+    assert d.details["kpa_desired"] == 2 and d.details["panic"] == 0.0
+    assert d.replicas == held
+    if held > 2:
+        assert d.reason == "scale_down_delay" and d.details["release_guard_replicas"] == held
+        assert d.details["would_be_replicas"] == 2
+    else:
+        assert d.reason == "scale_down" and "release_guard_replicas" not in d.details
+
+
+def test_a_delay_set_in_the_scaledobject_releases_as_knative_does() -> None:
+    # the same rise with scaleDownDelay set (here to the cold start the default would use): Knative's own
+    # scale-down delay, which holds only the counts decided within it
+    got = run(Timeline("rise", _rise(35.0), [100, 215], ready0=4, want={},
+                       metadata={"coldStart": "60s", "scaleDownDelay": "60s"}))
+    assert got[215][0].replicas == 2 and "release_guard_replicas" not in got[215][0].details
+
+
+def test_the_guard_only_holds_replicas_it_never_adds_them() -> None:
+    # a steeper rise: the panic window asks for (15 + 5 x 60) / 6 = 52.5 running -> 6, still under the panic
+    # threshold with 4 ready (5.25 / 4 < 2): the guard keeps the 4 there are; scaling up stays the windows' call
+    got = run(Timeline("steep", _rise(60.0), [100, 215], ready0=4, want={}, metadata={"coldStart": "60s"}))
+    d = got[215][0]
+    assert d.details["panic"] == 0.0 and d.details["kpa_desired"] == 2
+    assert d.replicas == 4 and d.details["release_guard_replicas"] == 4
