@@ -58,9 +58,6 @@ class KedaController:
         self._activation_interval = gateway_activation_interval_s
         self._last_activation = -math.inf
         self._push = any(t.is_push for t in settings.triggers)
-        # the optional protocols each scaler implements, checked once (a runtime Protocol check is slow)
-        self._observing = tuple(s for s in self.scalers if isinstance(s, Observing))
-        self._activatable = tuple(s for s in self.scalers if isinstance(s, Activatable))
 
     def start(self, sim: Simulation) -> None:
         for _ in range(self.initial_replicas):
@@ -88,8 +85,9 @@ class KedaController:
 
     def observe(self, sim: Simulation, state: ObservedState) -> None:
         want = False
-        for s in self._observing:
-            want |= s.observe(state, sim)
+        for s in self.scalers:
+            if isinstance(s, Observing):
+                want |= s.observe(state, sim)
         if want and self._push:
             self._push_now(sim)
 
@@ -98,8 +96,9 @@ class KedaController:
             return
         self._last_activation = sim.now
         want = False
-        for s in self._activatable:
-            want |= s.activate(sim.now)
+        for s in self.scalers:
+            if isinstance(s, Activatable):
+                want |= s.activate(sim.now)
         if want and self._push:
             self._push_now(sim)
 

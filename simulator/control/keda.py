@@ -231,18 +231,15 @@ class KedaOperator:
         self.failures: dict[str, int] = {}  # status.health[<sX- metric>].numberOfFailures
         self.fallback_active = False
         self._cache: dict[str, _Outcome] = {}  # useCachedMetrics records written by the poll
-        # once per distinct scaler object (they need not be hashable) that wants to hear of call chains
-        aware: dict[int, CallChainAware] = {}
-        for s in self._scalers:
-            if id(s) not in aware and isinstance(s, CallChainAware):
-                aware[id(s)] = s
-        self._chain_aware = tuple(aware.values())
 
     # ----------------------------------------------------------------------------- scaler calls
 
     def _begin(self, path: CallPath, now: float) -> None:
-        for s in self._chain_aware:
-            s.begin(path, now)
+        seen: set[int] = set()
+        for s in self._scalers:  # once per distinct scaler object (they need not be hashable)
+            if id(s) not in seen and isinstance(s, CallChainAware):
+                s.begin(path, now)
+            seen.add(id(s))
 
     def _metric_specs(self, idx: int) -> tuple[Sequence[MetricSpec], str]:
         """`GetMetricSpecForScalingForScaler`: an error or empty answer is retried once ("got empty metric spec")."""

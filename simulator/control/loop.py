@@ -51,7 +51,6 @@ class KedaHpaLoop:
         self.hpa_config = hpa if hpa is not None else settings.hpa_config()
         self.keda = KedaOperator(settings, scaler, created_at=start, fallback_counts_on_poll=fallback_counts_on_poll)
         self._scalers = tuple(scaler) if isinstance(scaler, Sequence) else (scaler,)
-        self._push_sources = tuple(s for s in self._scalers if isinstance(s, PushSource))  # checked once
         self.hpa_state = HPAState()
         self.spec_replicas = initial_replicas
         self.now = start
@@ -91,9 +90,10 @@ class KedaHpaLoop:
         if now < self.now:
             raise ValueError(f"time goes forward only: {now} < {self.now}")
         self._status = status
-        for scaler in self._push_sources:
-            for result in scaler.take_pushes():
-                self.push(self.now, result)
+        for scaler in self._scalers:
+            if isinstance(scaler, PushSource):
+                for result in scaler.take_pushes():
+                    self.push(self.now, result)
         out: list[ControlEvent] = []
         while True:
             due = self._next_due(now)
