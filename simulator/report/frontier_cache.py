@@ -24,7 +24,7 @@ import hashlib
 import importlib.util
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -119,37 +119,44 @@ class References:
 
 
 class PointCache:
-    """The points of one trace and backtest under `root` (build/frontier-cache in the scripts)."""
+    """The points of one trace and backtest under `root` (build/frontier-cache in the scripts). A point run
+    with another seed (a multi-seed frontier) is the backtest with that seed: its own entry, and the
+    backtest's own seed reads the entries a one-seed run wrote."""
 
     def __init__(self, root: Path, trace: Trace, backtest: Backtest, *, fresh: bool = False) -> None:
         self.root = root
         self.fresh = fresh  # read nothing, overwrite what is there
         self.trace_name = trace.name
-        self.base = f"{VERSION}|{trace.name}|{trace_digest(trace)}|{backtest!r}"
+        self.backtest = backtest
+        self.prefix = f"{VERSION}|{trace.name}|{trace_digest(trace)}|"
+        self.base = f"{self.prefix}{backtest!r}"
         self.hits = 0
         self.misses = 0
         policy_sources("ours"), policy_sources("other")  # hashed now, while the files are the code that runs
 
-    def _path(self, kind: str, key: str) -> Path:
-        digest = hashlib.sha256(f"{self.base}|{key}".encode()).hexdigest()[:40]
+    def _path(self, kind: str, key: str, seed: int | None = None) -> Path:
+        base = self.base if seed is None or seed == self.backtest.seed else \
+            f"{self.prefix}{replace(self.backtest, seed=seed)!r}"
+        digest = hashlib.sha256(f"{base}|{key}".encode()).hexdigest()[:40]
         return self.root / kind / f"{digest}.json"
 
     def _point_key(self, policy: str, knob: float) -> str:
         return f"{policy}|{knob!r}|{policy_sources(policy)}"
 
-    def get(self, policy: str, knob: float) -> Point | None:
-        """The cached point, marked `cached`, or None."""
-        data = None if self.fresh else _read(self._path("points", self._point_key(policy, knob)))
+    def get(self, policy: str, knob: float, seed: int | None = None) -> Point | None:
+        """The cached point (run with `seed`, default the backtest's), marked `cached`, or None."""
+        data = None if self.fresh else _read(self._path("points", self._point_key(policy, knob), seed))
         if data is None:
             self.misses += 1
             return None
         self.hits += 1
         return Point(knob, data["attainment"], data["gpu_hours"], data["cpu_s"], cached=True)
 
-    def put(self, policy: str, point: Point) -> None:
-        _write(self._path("points", self._point_key(policy, point.knob)),
+    def put(self, policy: str, point: Point, seed: int | None = None) -> None:
+        _write(self._path("points", self._point_key(policy, point.knob), seed),
                {"trace": self.trace_name, "policy": policy, "knob": point.knob, "attainment": point.attainment,
-                "gpu_hours": point.gpu_hours, "cpu_s": point.cpu_s})
+                "gpu_hours": point.gpu_hours, "cpu_s": point.cpu_s,
+                "seed": self.backtest.seed if seed is None else seed})
 
     def _refs_key(self, oracle_target: float) -> str:
         return f"references|{oracle_target!r}|{policy_sources('oracle')}"

@@ -24,7 +24,16 @@ import pytest
 
 from keda_llm.simulator.hardware.presets import get_preset
 from keda_llm.simulator.report import frontier_cache
-from keda_llm.simulator.report.frontier import Frontier, Point, frontier, knob_grid, knob_grid_down, next_knob, sweep
+from keda_llm.simulator.report.frontier import (
+    Frontier,
+    Point,
+    frontier,
+    knob_grid,
+    knob_grid_down,
+    next_knob,
+    over_seeds,
+    sweep,
+)
 from keda_llm.simulator.report.frontier_cache import PointCache, policy_sources, source_digest
 from keda_llm.simulator.report.summary import Slo
 from keda_llm.simulator.run import Backtest
@@ -171,11 +180,14 @@ def test_the_points_cache_replays_a_sweep_and_keys_on_the_source(case: tuple[Tra
     _check_fake(again)
     assert CALLS == [] and cache.hits == 20 and cache.misses == 0
     assert all(p.cached and p.cpu_s == 0.5 for f in again for p in f.points)  # the CPU seconds it cost then
-    # another seed is another key; so is another window of the trace
-    sweep(tr, replace(bt, seed=1), ["hpa-kv"], cap_gpu_hours=3.0, run=_fake_point, cache=PointCache(tmp_path, tr, bt))
+    # another seed is another key (whichever backtest the cache was made with: a run keys on its own seed);
+    # so is another window of the trace
     CALLS.clear()
+    sweep(tr, replace(bt, seed=1), ["hpa-kv"], cap_gpu_hours=3.0, run=_fake_point, cache=PointCache(tmp_path, tr, bt))
+    assert len(CALLS) == 6
     sweep(tr, replace(bt, seed=1), ["hpa-kv"], cap_gpu_hours=3.0, run=_fake_point,
           cache=PointCache(tmp_path, tr, replace(bt, seed=1)))
+    assert len(CALLS) == 6  # seed 1's, written by the run before
     sweep(tr.window(0.0, 300.0), bt, ["hpa-kv"], cap_gpu_hours=3.0, run=_fake_point,
           cache=PointCache(tmp_path, tr.window(0.0, 300.0), bt))
     assert len(CALLS) == 12  # hpa-kv's six points twice
@@ -191,6 +203,61 @@ def test_the_points_cache_replays_a_sweep_and_keys_on_the_source(case: tuple[Tra
     CALLS.clear()
     sweep(tr, bt, ["hpa-kv"], cap_gpu_hours=3.0, run=_fake_point, cache=PointCache(tmp_path, tr, bt, fresh=True))
     assert len(CALLS) == 6
+
+
+SEEDED: list[tuple[str, float, int]] = []
+
+
+def _seeded_point(trace: Trace, backtest: Backtest, policy: str, knob: float) -> Point:
+    """hpa-kv as `_fake_point`, but each seed moves the knob where 99% is met down by 0.02 and costs 10% more
+    GPU-hours: seed 0 meets it at 0.4 and below, seed 2 only at 0.36 and below."""
+    SEEDED.append((policy, knob, backtest.seed))
+    edge = 0.4 - 0.02 * backtest.seed
+    return Point(knob, 0.99 if knob <= edge else 0.5, (1.0 + 0.1 * backtest.seed) / knob, 0.5)
+
+
+def test_a_point_over_seeds_is_its_worst_attainment_at_its_mean_cost() -> None:
+    runs = [Point(0.1, 0.995, 10.0, 1.0), Point(0.1, 0.985, 14.0, 2.0, cached=True), Point(0.1, 1.0, 12.0, 3.0)]
+    p = over_seeds(0.1, runs)
+    assert (p.knob, p.attainment, p.gpu_hours, p.cpu_s, p.cached) == (0.1, 0.985, 12.0, 6.0, False)
+    assert over_seeds(0.1, [runs[1]]) is runs[1]  # one seed: the run itself, as a one-seed sweep has it
+    assert over_seeds(0.1, [runs[1], runs[1]]).cached
+    with pytest.raises(ValueError, match="at least one run"):
+        over_seeds(0.1, [])
+
+
+def test_a_sweep_over_seeds_reaches_the_target_only_where_every_seed_does(case: tuple[Trace, Backtest],
+                                                                           tmp_path: Path) -> None:
+    tr, bt = case
+    SEEDED.clear()
+    (one,) = sweep(tr, bt, ["hpa-kv"], cap_gpu_hours=None, run=_seeded_point)
+    assert one.reached is not None and one.reached.knob == 0.392 and {s for *_, s in SEEDED} == {0}
+    SEEDED.clear()
+    cache = PointCache(tmp_path, tr, bt)
+    (three,) = sweep(tr, bt, ["hpa-kv"], cap_gpu_hours=None, run=_seeded_point, seeds=(0, 1, 2), cache=cache)
+    # 0.392 meets 99% on seeds 0 and 1 but not 2: the walk goes on to 0.2744, then bisects back up to the
+    # largest knob every seed meets it at (0.3586 <= 0.36 < 0.3749)
+    assert [p.knob for p in three.points] == [0.8, 0.56, 0.392, 0.2744, 0.328, 0.3586, 0.3749]
+    assert [p.attainment for p in three.points] == [0.5, 0.5, 0.5, 0.99, 0.99, 0.99, 0.5]
+    assert three.reached is not None and three.reached.knob == 0.3586
+    assert three.reached.gpu_hours == pytest.approx(1.1 / 0.3586)  # the mean of 1.0, 1.1 and 1.2 over the knob
+    assert len(SEEDED) == 21
+    assert {(k, s) for _, k, s in SEEDED} == {(p.knob, s) for p in three.points for s in (0, 1, 2)}
+    # every run is its own cache entry: a one-seed sweep reads seed 0's, a three-seed replay runs nothing
+    SEEDED.clear()
+    (again,) = sweep(tr, bt, ["hpa-kv"], cap_gpu_hours=None, run=_seeded_point, seeds=(0, 1, 2),
+                     cache=PointCache(tmp_path, tr, bt))
+    assert SEEDED == [] and all(p.cached for p in again.points)
+    assert [(p.knob, p.attainment, p.gpu_hours) for p in again.points] == \
+        [(p.knob, p.attainment, p.gpu_hours) for p in three.points]
+    (seed1,) = sweep(tr, replace(bt, seed=1), ["hpa-kv"], cap_gpu_hours=None, run=_seeded_point,
+                     cache=PointCache(tmp_path, tr, replace(bt, seed=1)))
+    assert SEEDED == [] and seed1.points[0].cached  # seed 1's runs, as a backtest with seed 1 keys them
+    # the same in worker processes
+    (par,) = sweep(tr, bt, ["hpa-kv"], cap_gpu_hours=None, run=_seeded_point, seeds=(0, 1, 2), workers=2)
+    assert all(a.same(b) for a, b in zip(par.points, three.points, strict=True))
+    with pytest.raises(ValueError, match="seeds repeat"):
+        sweep(tr, bt, ["hpa-kv"], cap_gpu_hours=None, run=_seeded_point, seeds=(0, 0))
 
 
 def test_source_digests_separate_ours_from_the_rest(tmp_path: Path) -> None:
