@@ -71,6 +71,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--no-oracle", action="store_true", help="skip the oracle and static references")
     r.add_argument("--mode", default="auto", choices=MODES, help="simulator mode [auto]")
     r.add_argument("--seed", type=int, default=0, help="seed for cold starts and synthesized arrivals [0]")
+    r.add_argument("--seeds", type=int, default=1, metavar="N",
+                   help="run every candidate with the cold starts drawn N times (seeds --seed .. --seed+N-1) and "
+                        "count its worst SLO attainment at its mean GPU-hours: a pick that holds on every draw, "
+                        "N times the CPU [1]")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -138,8 +142,8 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any]:
         raise _Refused(f"--target {args.target:g}: must be in (0, 1]", "0.99 = 99% of requests meet the SLO")
     if not (args.slo_ttft > 0 and args.slo_itl > 0):
         raise _Refused("--slo-ttft and --slo-itl must be > 0 seconds", "e.g. --slo-ttft 2 --slo-itl 0.1")
-    if args.workers < 1 or args.max_replicas < 1:
-        raise _Refused("--workers and --max-replicas must be >= 1", f"{PROG} --help lists the flags")
+    if args.workers < 1 or args.max_replicas < 1 or args.seeds < 1:
+        raise _Refused("--workers, --max-replicas and --seeds must be >= 1", f"{PROG} --help lists the flags")
     model = args.model or preset.model.name
     if args.from_prometheus is not None:
         if args.model is None:
@@ -197,6 +201,8 @@ def _command(args: argparse.Namespace) -> str:
     for key, default in defaults.items():
         if getattr(args, key) != default:
             parts += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
+    if args.seeds != 1:
+        parts += ["--seeds", str(args.seeds)]
     if args.quick:
         parts.append("--quick")
     return shlex.join(parts)
@@ -214,15 +220,18 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
         console = Console(width=int(columns) if columns.isdigit() else 160)
     err_console = Console(stderr=True)
     n = len(grid.candidates())
+    seeds = tuple(range(args.seed, args.seed + args.seeds))
+    runs = n * len(seeds)
     err_console.print(f"trace {trace.name}: {len(trace)} requests over {trace.duration_s / 3600:.2f} h; "
-                      f"preset {bt.preset.name}; mode {bt.resolved_mode(trace)}; {n} candidates on "
-                      f"{min(args.workers, n)} worker(s)")
+                      f"preset {bt.preset.name}; mode {bt.resolved_mode(trace)}; {n} candidates"
+                      + (f" x {len(seeds)} seeds" if len(seeds) > 1 else "")
+                      + f" on {min(args.workers, runs)} worker(s)")
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=err_console, transient=True, disable=args.quiet)
-    task = progress.add_task("sweep", total=n + (0 if args.no_oracle else 1))
+    task = progress.add_task("sweep", total=runs + (0 if args.no_oracle else 1))
     with progress:
         result = tune(trace, bt, target, grid=grid, target=args.target, workers=args.workers,
-                      with_references=not args.no_oracle,
+                      with_references=not args.no_oracle, seeds=seeds,
                       progress=lambda done, total: progress.update(task, completed=done, total=total))
     console.print(frontier_table(result, bt))
     c = result.chosen

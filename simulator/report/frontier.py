@@ -59,7 +59,7 @@ from keda_llm.simulator.run import Backtest, concurrency_target, run_policies
 from keda_llm.simulator.workload.traces import Trace
 
 __all__ = ["SWEPT", "Frontier", "Point", "Reference", "TraceFrontier", "build_point_controller", "frontier",
-           "knob_grid", "run_point", "sweep"]
+           "knob_grid", "over_seeds", "run_point", "sweep", "with_seed", "worst_at_mean"]
 # ours' knob is its latency targets: with them set (as the recommended ScaledObject sets them, half the SLOs)
 # the latency term decides the count wherever engines are busy, and targetKVUtilization then moves nothing
 # (swept on azure2023-code: 0.8 down to 0.13 gave the same 90.7% at 32.11 GPU-h). The knob's value is the ITL
@@ -276,16 +276,22 @@ class _Ray:
             self.ray.shutdown()
 
 
-def over_seeds(knob: float, runs: Sequence[Point]) -> Point:
-    """One point from the same knob run with several seeds: the worst SLO attainment (a point meets the
-    target only if it does on every seed) at the mean GPU-hours (the expected cost); CPU summed, cached
-    only where every run was. One run is itself."""
+def worst_at_mean(runs: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """(SLO attainment, GPU-hours) of one setting run with several seeds: the worst attainment (it meets a
+    target only if it does on every seed) at the mean GPU-hours (the expected cost). The frontier's and
+    the tuner's rule (simulator/tune.py)."""
     if not runs:
         raise ValueError("a point needs at least one run")
+    return min(a for a, _ in runs), sum(g for _, g in runs) / len(runs)
+
+
+def over_seeds(knob: float, runs: Sequence[Point]) -> Point:
+    """One point from the same knob run with several seeds (`worst_at_mean`); CPU summed, cached only where
+    every run was. One run is itself."""
     if len(runs) == 1:
         return runs[0]
-    return Point(knob, min(p.attainment for p in runs), sum(p.gpu_hours for p in runs) / len(runs),
-                 sum(p.cpu_s for p in runs), cached=all(p.cached for p in runs))
+    attainment, gpu_hours = worst_at_mean([(p.attainment, p.gpu_hours) for p in runs])
+    return Point(knob, attainment, gpu_hours, sum(p.cpu_s for p in runs), cached=all(p.cached for p in runs))
 
 
 def _all_done(futs: Sequence[Future[Point]], combine: Callable[[list[Point]], Point]) -> Future[Point]:

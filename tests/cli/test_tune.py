@@ -91,6 +91,7 @@ def test_its_metadata_is_what_the_scaler_accepts(written: tuple[int, str, Path, 
     (["--trace", "azure-code-2023", "--preset", "llama-9b/tpu"], "unknown preset", "presets: llama-3.1-70b"),
     ([], "give --trace or --from-prometheus", "--trace NAME|FILE"),
     (["--trace", "azure-code-2023", "--target", "99"], "--target 99", "0.99"),
+    (["--trace", "azure-code-2023", "--seeds", "0"], "--seeds must be >= 1", "--help lists the flags"),
     (["--from-prometheus", "http://127.0.0.1:9"], "needs --model", "served model name"),
     (["--from-prometheus", "{refused}", "--model", "m"], "Prometheus at", "check the URL"),
 ])
