@@ -12,6 +12,7 @@ scrapes /metrics like any vLLM pod's; the real activator probes /health and forw
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -199,6 +200,17 @@ def stream_event(rid: int, model: str, start: int, end: int, done: bool) -> byte
     return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
 
+class _Server(ThreadingHTTPServer):
+    """A client that leaves before its answer is written (a health probe at shutdown, a scrape cut short) is
+    the client's business: no traceback on the demo's terminal for it. Anything else is reported as the
+    standard library does."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):  # BrokenPipeError, ConnectionResetError, ...
+            return
+        super().handle_error(request, client_address)
+
+
 class EngineServer:
     """Serves one replica on loopback: `/metrics` (`body()` is called under `lock` for each scrape) and,
     given a `serving`, GET /health and POST /v1/completions answered by the simulated engine (streamed
@@ -281,7 +293,7 @@ class EngineServer:
             def log_message(self, format: str, *args: object) -> None:
                 pass
 
-        self._httpd = ThreadingHTTPServer((host, port), Handler, bind_and_activate=False)
+        self._httpd = _Server((host, port), Handler, bind_and_activate=False)
         self._httpd.daemon_threads = True
         self._httpd.server_bind()  # bound, not listening: connections are refused until start()
         self.port = int(self._httpd.server_address[1])

@@ -80,6 +80,42 @@ def test_engine_server_refuses_until_loaded() -> None:
         server.stop()
 
 
+def test_a_client_that_leaves_mid_answer_prints_no_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C on the demo cut its own probes off mid-answer, and the engine's server printed a BrokenPipeError
+    traceback over the summary. A client leaving is not the server's error; a failing body still is."""
+    import contextlib
+    import socket
+    import struct
+
+    big = "x" * (8 << 20)  # more than the socket buffers hold: the write fails once the client is gone
+    calls = {"n": 0}
+
+    def body() -> str:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("a body that fails")
+        return big
+
+    server = EngineServer(body, threading.Lock())
+    server.start()
+    try:
+        c = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        c.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+        c.recv(1024)  # the answer has started
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        c.close()  # a reset, with most of the body unsent
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and calls["n"] < 2:
+            with contextlib.suppress(urllib.error.URLError, ConnectionError):  # the next body fails: reported
+                urllib.request.urlopen(server.url, timeout=2).read()
+        time.sleep(0.3)
+    finally:
+        server.stop()
+    err = capsys.readouterr().err
+    assert "RuntimeError: a body that fails" in err
+    assert "BrokenPipeError" not in err and "ConnectionResetError" not in err, err
+
+
 def test_scaled_scenario_keeps_the_story_and_the_floors() -> None:
     sc = demo.Scenario().scaled(45.0)  # f = 1/4
     assert [p.name for p in sc.phases] == [p.name for p in demo.Scenario().phases]
