@@ -259,7 +259,7 @@ def run_frontier(bt: Backtest, args: argparse.Namespace) -> None:
 
 
 COST_ROW = re.compile(r"^\| (.+?) \([\d,]+ requests\) \|.*$", re.M)
-COST_HEAD = ("| trace | mode | points | CPU s per point: all (max) | anchors' | ours' | oracle + static CPU s |\n"
+COST_HEAD = ("| trace | mode | points | CPU s per simulation: all (max) | anchors' | ours' | oracle + static CPU s |\n"
              "|---|---|---|---|---|---|---|")
 
 
