@@ -238,7 +238,7 @@ def run_frontier(bt: Backtest, args: argparse.Namespace) -> None:
         t0 = time.time()
         cache = None if args.no_cache else PointCache(CACHE, tr, bt, fresh=args.fresh)
         tf = frontier(tr, bt, policies, points=points, workers=args.workers, ray_address=args.ray, cache=cache,
-                      seeds=seeds_of(args),
+                      seeds=frontier_seeds(args),
                       progress=lambda pol, pt: print(f"  {pol}@{pt.knob:g}: {100 * pt.attainment:.1f}% "
                                                      f"{pt.gpu_hours:.2f} GPU-h {pt.cpu_s:.1f} CPU s"
                                                      f"{' (cached)' if pt.cached else ''}", flush=True))
@@ -282,7 +282,7 @@ def cost_table(rows: dict[str, str]) -> str:
     return "\n".join([COST_HEAD, *(rows[k] for k in keys)])
 
 
-def seeds_of(args: argparse.Namespace) -> tuple[int, ...]:
+def frontier_seeds(args: argparse.Namespace) -> tuple[int, ...]:
     """The seeds every frontier point runs with: --seeds N, else FRONTIER_SEEDS (1 with --quick)."""
     n = args.seeds if args.seeds is not None else (1 if args.quick else FRONTIER_SEEDS)
     return tuple(range(n))
@@ -293,7 +293,7 @@ def run_loo(bt: Backtest, args: argparse.Namespace) -> None:
     value any trace tried on every other trace (simulated where missing), then the choice per trace left
     out (simulator.leave_one_out); --update-docs writes the `leave-one-out` block."""
     points = args.points or (QUICK_POINTS if args.quick else FRONTIER_POINTS)
-    seeds = seeds_of(args)
+    seeds = frontier_seeds(args)
     loaded = []
     for case in CASES:
         tr = load(case, args.quick)

@@ -40,7 +40,7 @@ from keda_llm.simulator.control.policies import (
     default_scaledobject,
 )
 from keda_llm.simulator.control.scaledobject import KedaSettings, settings_from_manifest
-from keda_llm.simulator.report.frontier import Reference, with_seed, worker_pool, worst_at_mean
+from keda_llm.simulator.report.frontier import Reference, seeds_of, with_seed, worker_pool, worst_at_mean
 from keda_llm.simulator.report.summary import summarize
 from keda_llm.simulator.run import Backtest, run_policies, simulate
 from keda_llm.simulator.workload.traces import Trace
@@ -255,9 +255,7 @@ def tune(trace: Trace, backtest: Backtest, target_so: Target, *, grid: Grid = FU
         raise ValueError(f"target must be in (0, 1], got {target}")
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    seeds = tuple(seeds) if seeds else (backtest.seed,)
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds repeat: {seeds}")
+    seeds = seeds_of(backtest, seeds)
     cold = backtest.preset.cold_start(backtest.cold_start).quantile(0.9)
     knobs = grid.candidates()
     if not knobs:

@@ -59,7 +59,7 @@ from keda_llm.simulator.run import Backtest, concurrency_target, run_policies
 from keda_llm.simulator.workload.traces import Trace
 
 __all__ = ["SWEPT", "Frontier", "Point", "Reference", "TraceFrontier", "build_point_controller", "frontier",
-           "knob_grid", "over_seeds", "run_point", "sweep", "with_seed", "worst_at_mean"]
+           "knob_grid", "over_seeds", "run_point", "seeds_of", "sweep", "with_seed", "worst_at_mean"]
 # ours' knob is its latency targets: with them set (as the recommended ScaledObject sets them, half the SLOs)
 # the latency term decides the count wherever engines are busy, and targetKVUtilization then moves nothing
 # (swept on azure2023-code: 0.8 down to 0.13 gave the same 90.7% at 32.11 GPU-h). The knob's value is the ITL
@@ -285,6 +285,15 @@ def worst_at_mean(runs: Sequence[tuple[float, float]]) -> tuple[float, float]:
     return min(a for a, _ in runs), sum(g for _, g in runs) / len(runs)
 
 
+def seeds_of(backtest: Backtest, seeds: Sequence[int] | None) -> tuple[int, ...]:
+    """The seeds a point runs with: `seeds`, else the backtest's own; a repeated seed is refused (it would
+    count one draw twice). The frontier's and the tuner's (simulator/tune.py)."""
+    out = tuple(seeds) if seeds else (backtest.seed,)
+    if len(set(out)) != len(out):
+        raise ValueError(f"seeds repeat: {out}")
+    return out
+
+
 def over_seeds(knob: float, runs: Sequence[Point]) -> Point:
     """One point from the same knob run with several seeds (`worst_at_mean`); CPU summed, cached only where
     every run was. One run is itself."""
@@ -385,9 +394,7 @@ def sweep(trace: Trace, backtest: Backtest, policies: Sequence[str], *, cap_gpu_
     """Every policy's frontier, in the order given (see the module docstring). `run` simulates one point
     (a module-level function, so that worker processes can import it; tests give a stand-in). `seeds`:
     every point is run with each (the backtest's own seed by default) and counts as `over_seeds` of them."""
-    seeds = tuple(seeds) if seeds else (backtest.seed,)
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds repeat: {seeds}")
+    seeds = seeds_of(backtest, seeds)
     defaults = {pol: default_knob(pol, trace, backtest) for pol in policies}
     done: dict[str, list[Point]] = {pol: [] for pol in policies}
     if ray_address is not None:
@@ -486,8 +493,7 @@ def frontier(trace: Trace, backtest: Backtest, policies: Sequence[str], *, point
     return TraceFrontier(trace.name, len(trace), refs.feasible_share, target,
                          Reference(refs.oracle_attainment, refs.oracle_gpu_hours), refs.oracle_status,
                          Reference(refs.static_attainment, refs.static_gpu_hours), refs.bound_gpu_hours,
-                         tuple(fronts), refs.cpu_s, backtest.resolved_mode(trace),
-                         tuple(seeds) if seeds else (backtest.seed,))
+                         tuple(fronts), refs.cpu_s, backtest.resolved_mode(trace), seeds_of(backtest, seeds))
 
 
 def references(trace: Trace, backtest: Backtest) -> References:
