@@ -85,13 +85,14 @@ def test_knob_grid_down_divides_and_stops_at_the_bound() -> None:
 # A stand-in simulation, hand-derivable: `gpu_hours = 1 / knob` (queue: 10 / knob), and attainment a step in the
 # knob per policy; the cap (static's GPU-hours) is 3.
 #  ours (default half the 20 ms ITL SLO, 0.01): 100% up to 0.016, 90% beyond -> down 0.01, 0.01429 (meets),
-#    0.02041 (misses): `below`; the crossing is bisected three times: sqrt(0.01429 x 0.02041) = 0.01708
-#    (misses), sqrt(0.01429 x 0.01708) = 0.01562 (meets), sqrt(0.01562 x 0.01708) = 0.01633 (misses), so the
-#    cheapest meeting point is 0.01562 at 1 / 0.01562 = 64.02 GPU-h (over the cap: the cap stops only sweeps
-#    toward more capacity);
+#    0.02041 (misses): `below`; the crossing is bisected five times (each time the point that met costs over
+#    2% more than the one that missed): sqrt(0.01429 x 0.02041) = 0.01708 (misses), sqrt(0.01429 x 0.01708)
+#    = 0.01562 (meets), 0.01633 (misses), 0.01597 (meets, 62.62 GPU-h against 61.24: 2.3% more), 0.01615
+#    (misses), so the cheapest meeting point is 0.01597 at 1 / 0.01597 = 62.62 GPU-h (over the cap: the cap
+#    stops only sweeps toward more capacity);
 #  hpa-kv (default 0.8): 99% at 0.4 or below, 50% above -> up 0.8, 0.56, 0.392 (meets): `target`; bisected:
-#    sqrt(0.392 x 0.56) = 0.4685, sqrt(0.392 x 0.4685) = 0.4285 and sqrt(0.392 x 0.4285) = 0.4098 all miss,
-#    so 0.392 stays, at 2.551;
+#    sqrt(0.392 x 0.56) = 0.4685, 0.4285, 0.4098 and 0.4008 all miss, 0.3964 meets (2.523 GPU-h; 5 points),
+#    so 0.3964 at 2.523;
 #  aibrix-kpa (default 0.5): 100% everywhere -> down 0.5, 0.7143, 1 (the bound): `bound`, 1.0 GPU-h;
 #  queue (default 5): 50% everywhere -> up 5 (2.0 GPU-h), 3.5 (2.857), 2.45 (4.082, over the cap): `cap`;
 #  ray-serve (default 2): 100% at 2.0 GPU-h everywhere (its floor) -> down 2, 2.857 (no change): `flat`.
@@ -107,8 +108,8 @@ def _fake_point(trace: Trace, backtest: Backtest, policy: str, knob: float) -> P
 
 
 FAKE = ["ours", "hpa-kv", "aibrix-kpa", "queue", "ray-serve"]
-FAKE_EXPECTED = {"ours": ([0.01, 0.01429, 0.02041, 0.01708, 0.01562, 0.01633], "below", 0.01562),
-                 "hpa-kv": ([0.8, 0.56, 0.392, 0.4685, 0.4285, 0.4098], "target", 0.392),
+FAKE_EXPECTED = {"ours": ([0.01, 0.01429, 0.02041, 0.01708, 0.01562, 0.01633, 0.01597, 0.01615], "below", 0.01597),
+                 "hpa-kv": ([0.8, 0.56, 0.392, 0.4685, 0.4285, 0.4098, 0.4008, 0.3964], "target", 0.3964),
                  "aibrix-kpa": ([0.5, 0.7143, 1.0], "bound", 1.0), "queue": ([5.0, 3.5, 2.45], "cap", None),
                  "ray-serve": ([2.0, 2.857], "flat", 2.0)}
 
@@ -120,7 +121,7 @@ def _check_fake(fronts: list[Frontier]) -> None:
         assert [p.knob for p in f.points] == knobs and f.stop == stop, f
         assert (f.reached.knob if f.reached else None) == reached, f
     by = {f.policy: f for f in fronts}
-    assert by["ours"].cost() == "64.02 GPU-h" and by["hpa-kv"].cost() == "2.55 GPU-h"
+    assert by["ours"].cost() == "62.62 GPU-h" and by["hpa-kv"].cost() == "2.52 GPU-h"
     assert by["ours"].coarse == 3 and by["aibrix-kpa"].coarse == 3 and by["ray-serve"].coarse == 2
     assert by["queue"].cost() == "never (best 50.0%)"
 
@@ -168,41 +169,65 @@ def test_the_crossing_is_bisected_in_log_space() -> None:
                      top=None, refine=2) is None
 
 
+def test_the_bisection_stops_when_what_it_could_save_is_under_the_tolerance() -> None:
+    def nk(*kag: tuple[float, float, float], refine: int = 5) -> float | None:
+        done = [Point(k, a, g, 0.0) for k, a, g in kag]
+        return next_knob(done, target=0.99, cap_gpu_hours=None, points=4, ratio=0.7, top=None, refine=refine)
+
+    # the met point costs 6.63, the missed one 5.68: a cheaper point may lie between them, go on
+    walk = ((0.05, 0.999, 7.39), (0.07143, 0.963, 5.26))
+    assert nk(*walk, (0.05976, 0.98, 5.62), (0.05466, 0.999, 6.63), (0.05715, 0.984, 5.68)) == 0.05589
+    # that one met at 5.82, within 2.5% of the miss's 5.68: one more; then within 2% (5.78 against 5.68): done
+    assert nk(*walk, (0.05976, 0.98, 5.62), (0.05466, 0.999, 6.63), (0.05715, 0.984, 5.68),
+              (0.05589, 0.998, 5.82)) == 0.05652
+    assert nk(*walk, (0.05976, 0.98, 5.62), (0.05466, 0.999, 6.63), (0.05715, 0.984, 5.68),
+              (0.05589, 0.998, 5.78)) is None
+    # at most `refine` points, whatever the gap
+    assert nk(*walk, (0.05976, 0.98, 5.62), (0.05466, 0.999, 6.63), (0.05715, 0.984, 5.68),
+              (0.05589, 0.998, 6.5), (0.05652, 0.98, 5.7)) is None
+    # the point that met costs less than the one that missed (GPU-hours not monotone in the knob): nothing to
+    # save by bisecting
+    assert nk((0.3, 0.99, 6.62), (0.42, 0.9, 7.08)) is None
+    # within the tolerance from the walk's own step: no bisection at all
+    assert nk((0.05, 0.995, 6.10), (0.07143, 0.9, 6.0)) is None
+    assert nk((0.05, 0.995, 6.20), (0.07143, 0.9, 6.0)) == 0.05976
+
+
 def test_the_points_cache_replays_a_sweep_and_keys_on_the_source(case: tuple[Trace, Backtest], tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     tr, bt = case
     CALLS.clear()
     _check_fake(sweep(tr, bt, FAKE, cap_gpu_hours=3.0, run=_fake_point, cache=PointCache(tmp_path, tr, bt)))
-    assert len(CALLS) == 20 and len(list((tmp_path / "points").glob("*.json"))) == 20
+    assert len(CALLS) == 24 and len(list((tmp_path / "points").glob("*.json"))) == 24
     CALLS.clear()
     cache = PointCache(tmp_path, tr, bt)
     again = sweep(tr, bt, FAKE, cap_gpu_hours=3.0, run=_fake_point, cache=cache)
     _check_fake(again)
-    assert CALLS == [] and cache.hits == 20 and cache.misses == 0
+    assert CALLS == [] and cache.hits == 24 and cache.misses == 0
     assert all(p.cached and p.cpu_s == 0.5 for f in again for p in f.points)  # the CPU seconds it cost then
     # another seed is another key (whichever backtest the cache was made with: a run keys on its own seed);
     # so is another window of the trace
     CALLS.clear()
     sweep(tr, replace(bt, seed=1), ["hpa-kv"], cap_gpu_hours=3.0, run=_fake_point, cache=PointCache(tmp_path, tr, bt))
-    assert len(CALLS) == 6
+    assert len(CALLS) == 8
     sweep(tr, replace(bt, seed=1), ["hpa-kv"], cap_gpu_hours=3.0, run=_fake_point,
           cache=PointCache(tmp_path, tr, replace(bt, seed=1)))
-    assert len(CALLS) == 6  # seed 1's, written by the run before
+    assert len(CALLS) == 8  # seed 1's, written by the run before
     sweep(tr.window(0.0, 300.0), bt, ["hpa-kv"], cap_gpu_hours=3.0, run=_fake_point,
           cache=PointCache(tmp_path, tr.window(0.0, 300.0), bt))
-    assert len(CALLS) == 12  # hpa-kv's six points twice
+    assert len(CALLS) == 16  # hpa-kv's eight points twice
     # ours' policy changes: only ours' points run again
     real = frontier_cache.policy_sources
     monkeypatch.setattr(frontier_cache, "policy_sources",
                         lambda policy, root=None: real(policy, root) + ("-changed" if policy == "ours" else ""))
     CALLS.clear()
     _check_fake(sweep(tr, bt, FAKE, cap_gpu_hours=3.0, run=_fake_point, cache=PointCache(tmp_path, tr, bt)))
-    assert sorted(CALLS) == [("ours", 0.01), ("ours", 0.01429), ("ours", 0.01562), ("ours", 0.01633),
-                             ("ours", 0.01708), ("ours", 0.02041)]
+    assert sorted(CALLS) == [("ours", 0.01), ("ours", 0.01429), ("ours", 0.01562), ("ours", 0.01597),
+                             ("ours", 0.01615), ("ours", 0.01633), ("ours", 0.01708), ("ours", 0.02041)]
     # --fresh: nothing read, everything run and written again
     CALLS.clear()
     sweep(tr, bt, ["hpa-kv"], cap_gpu_hours=3.0, run=_fake_point, cache=PointCache(tmp_path, tr, bt, fresh=True))
-    assert len(CALLS) == 6
+    assert len(CALLS) == 8
 
 
 SEEDED: list[tuple[str, float, int]] = []
@@ -231,17 +256,17 @@ def test_a_sweep_over_seeds_reaches_the_target_only_where_every_seed_does(case: 
     tr, bt = case
     SEEDED.clear()
     (one,) = sweep(tr, bt, ["hpa-kv"], cap_gpu_hours=None, run=_seeded_point)
-    assert one.reached is not None and one.reached.knob == 0.392 and {s for *_, s in SEEDED} == {0}
+    assert one.reached is not None and one.reached.knob == 0.3964 and {s for *_, s in SEEDED} == {0}
     SEEDED.clear()
     cache = PointCache(tmp_path, tr, bt)
     (three,) = sweep(tr, bt, ["hpa-kv"], cap_gpu_hours=None, run=_seeded_point, seeds=(0, 1, 2), cache=cache)
     # 0.392 meets 99% on seeds 0 and 1 but not 2: the walk goes on to 0.2744, then bisects back up to the
-    # largest knob every seed meets it at (0.3586 <= 0.36 < 0.3749)
-    assert [p.knob for p in three.points] == [0.8, 0.56, 0.392, 0.2744, 0.328, 0.3586, 0.3749]
-    assert [p.attainment for p in three.points] == [0.5, 0.5, 0.5, 0.99, 0.99, 0.99, 0.5]
+    # largest knob every seed meets it at (0.3586 <= 0.36 < 0.3626)
+    assert [p.knob for p in three.points] == [0.8, 0.56, 0.392, 0.2744, 0.328, 0.3586, 0.3749, 0.3667, 0.3626]
+    assert [p.attainment for p in three.points] == [0.5, 0.5, 0.5, 0.99, 0.99, 0.99, 0.5, 0.5, 0.5]
     assert three.reached is not None and three.reached.knob == 0.3586
     assert three.reached.gpu_hours == pytest.approx(1.1 / 0.3586)  # the mean of 1.0, 1.1 and 1.2 over the knob
-    assert len(SEEDED) == 21
+    assert len(SEEDED) == 27
     assert {(k, s) for _, k, s in SEEDED} == {(p.knob, s) for p in three.points for s in (0, 1, 2)}
     # every run is its own cache entry: a one-seed sweep reads seed 0's, a three-seed replay runs nothing
     SEEDED.clear()
@@ -252,7 +277,11 @@ def test_a_sweep_over_seeds_reaches_the_target_only_where_every_seed_does(case: 
         [(p.knob, p.attainment, p.gpu_hours) for p in three.points]
     (seed1,) = sweep(tr, replace(bt, seed=1), ["hpa-kv"], cap_gpu_hours=None, run=_seeded_point,
                      cache=PointCache(tmp_path, tr, replace(bt, seed=1)))
-    assert SEEDED == [] and seed1.points[0].cached  # seed 1's runs, as a backtest with seed 1 keys them
+    # seed 1's runs, as a backtest with seed 1 keys them: only the knobs its own bisection adds are run
+    three_knobs = {p.knob for p in three.points}
+    assert seed1.points[0].cached and all(p.cached == (p.knob in three_knobs) for p in seed1.points)
+    assert sorted(k for _, k, _ in SEEDED) == sorted(p.knob for p in seed1.points if not p.cached) != []
+    SEEDED.clear()
     # the same in worker processes
     (par,) = sweep(tr, bt, ["hpa-kv"], cap_gpu_hours=None, run=_seeded_point, seeds=(0, 1, 2), workers=2)
     assert all(a.same(b) for a, b in zip(par.points, three.points, strict=True))
@@ -297,7 +326,7 @@ def test_sweep_is_monotone_enough_to_find_the_99_point(serial: list[Frontier]) -
     for f in serial[:len(UP)]:
         att = [p.attainment for p in f.grid]
         gpu = [p.gpu_hours for p in f.grid]
-        assert f.stop == "target" and 2 < len(f.grid) <= 6 and len(f.points) == len(f.grid) + 3, f
+        assert f.stop == "target" and 2 < len(f.grid) <= 6 and len(f.grid) < len(f.points) <= len(f.grid) + 5, f
         assert all(b >= a - 0.01 for a, b in itertools.pairwise(att)), att  # more capacity, more SLO
         assert all(b >= a - 1e-9 for a, b in itertools.pairwise(gpu)), gpu
         # the bisection points lie inside the grid's last step, which crossed the target
@@ -328,7 +357,7 @@ def test_a_default_that_meets_the_target_is_swept_toward_less_capacity(serial: l
     assert gpu.went_down and gpu.stop == "below"
     assert gpu.points[0].attainment >= 0.99 > gpu.points[1].attainment
     # then the step is bisected: sqrt(80 x 100) = 89.44, then toward whichever side it fell
-    assert gpu.points[2].knob == 89.44 and len(gpu.points) == 5
+    assert gpu.points[2].knob == 89.44 and len(gpu.points) == 7  # five bisections: 90.7 met at half of 89.44's cost
     ok = [p for p in gpu.points if p.attainment >= 0.99]
     assert gpu.reached is min(ok, key=lambda p: p.gpu_hours)
 
