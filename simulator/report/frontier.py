@@ -12,11 +12,13 @@ walks a geometric grid from it (every knob here buys capacity as it goes down):
   sits at its floor, one replica, and the next step would not move it either; without this rule a
   mostly idle trace spends most of its CPU on such points);
 in either direction after `points` points in all. Where the walk's last step crossed the target (one
-point met it, the next missed it, or the other way), more points bisect that step (geometric means of
-the knobs) while the point that met costs more than `REFINE_TOLERANCE` (2%) over the one that missed, at
-most `refine` (5) of them, so a cost to reach the target inside one step is found to within about 2%
-rather than charged the whole 1.4x step (or whatever a fixed count of bisections leaves: a policy's GPU-hours
-can fall by 14% inside a 1.05x knob step, where one more replica is held or not). Each policy's result is a
+point met it, the next missed it, or the other way), `refine` (3) more points bisect that step (geometric
+means of the knobs), and up to `REFINE_MORE` (2) more after them while the point that met costs over
+`REFINE_TOLERANCE` (2%) more than the one that missed, so a cost to reach the target inside one step is
+found to about 1.02x rather than charged the whole 1.4x step (GPU-hours are not monotone in the knob: over
+three seeds ours' fell by 12% inside the 1.02x step three bisections left on azure2023-conv, where one more
+replica is held or not, and aibrix-kpa's and hpa-kv's cheapest points there lie below both ends of theirs,
+so the first three are run whatever the ends cost). Each policy's result is a
 `Frontier`: its points and its cost to reach the target (the fewest GPU-hours among the points that meet
 it, whichever direction found them) or "never" with the best attainment it reached. Every policy is swept
 by the same rule.
@@ -77,9 +79,10 @@ KNOB_MAX = {"gpu": 100.0, "aibrix-kpa": 1.0, "aibrix-apa": 1.0, "llmd-wva": 1.0,
             "hpa-kv": 1.0}
 DEFAULT_RATIO = 0.7  # each point's knob over the previous one's: about 1.4x the capacity per step
 DEFAULT_POINTS = 6
-DEFAULT_REFINE = 5  # bisection points at most after the grid's last step crossed the target
-#: the bisection stops once the point that met the target costs at most this much more than the one that missed
-#: (the most a further bisection could save, where GPU-hours fall with the knob)
+DEFAULT_REFINE = 3  # bisection points after the grid's last step crossed the target
+#: bisection points beyond `refine` while the point that met the target costs over REFINE_TOLERANCE more than
+#: the one that missed (what one more bisection may still save, where GPU-hours fall with the knob)
+REFINE_MORE = 2
 REFINE_TOLERANCE = 0.02
 
 
@@ -369,11 +372,12 @@ def coarse_count(done: Sequence[Point], *, target: float, cap_gpu_hours: float |
 
 def _refine_next(done: Sequence[Point], coarse: int, target: float, refine: int) -> float | None:
     """Bisect the grid's last step where it crossed the target: between the point that met it and the one
-    that missed, the geometric mean of their knobs, `refine` times at most, and only while the point that
-    met costs more than REFINE_TOLERANCE over the one that missed (what a further bisection could still
-    save). Each halves the step in log space, so that a policy whose cost to reach the target lies inside
-    one step is not charged the whole step. No crossing, no refinement."""
-    if len(done) - coarse >= refine or coarse < 2:
+    that missed, the geometric mean of their knobs, `refine` times, then up to REFINE_MORE times more while
+    the point that met costs more than REFINE_TOLERANCE over the one that missed. Each halves the step in log
+    space (three turn a 1.4x capacity step into 1.04x, five into 1.01x), so that a policy whose cost to reach
+    the target lies inside one step is not charged the whole step. No crossing (or `refine` 0), none."""
+    refined = len(done) - coarse
+    if refine <= 0 or refined >= refine + REFINE_MORE or coarse < 2:
         return None
     a, b = done[coarse - 2], done[coarse - 1]
     if (a.attainment >= target) == (b.attainment >= target):
@@ -384,7 +388,7 @@ def _refine_next(done: Sequence[Point], coarse: int, target: float, refine: int)
             meet = p
         else:
             miss = p
-    if meet.gpu_hours <= miss.gpu_hours * (1 + REFINE_TOLERANCE):
+    if refined >= refine and meet.gpu_hours <= miss.gpu_hours * (1 + REFINE_TOLERANCE):
         return None
     mid = float(f"{math.sqrt(meet.knob * miss.knob):.4g}")
     return None if any(mid == p.knob for p in done) else mid
