@@ -228,7 +228,8 @@ class _Tier:
         self.sums = np.zeros((n, NF), dtype=dtype)
         self.counts = np.zeros((n, NF), dtype=np.uint16)
 
-    def add(self, at: float, row: npt.NDArray[np.float64]) -> None:
+    def add(self, at: float, row: npt.NDArray[np.float64], present: npt.NDArray[np.bool_] | None = None) -> None:
+        """Add `row` (NaN: not reported) to its bucket; `present` is ~isnan(row) when the caller has it."""
         b = math.floor(at / self.seconds)
         slot = b % self.n
         if self.ids[slot] > b:  # older than what the ring already holds there: gone
@@ -237,9 +238,13 @@ class _Tier:
             self.ids[slot] = b
             self.sums[slot] = 0
             self.counts[slot] = 0
-        present = ~np.isnan(row)
-        self.sums[slot, present] += row[present].astype(self.sums.dtype)
-        self.counts[slot, present] = np.minimum(self.counts[slot, present].astype(np.int64) + 1, 65535)
+        if present is None:
+            present = ~np.isnan(row)
+        # in place on the slot's own rows, only where the row has a value (the sum in the tier's dtype, as
+        # the row converted to it; a count stops at the uint16 top)
+        sums, counts = self.sums[slot], self.counts[slot]
+        np.add(sums, row.astype(self.sums.dtype, copy=False), out=sums, where=present)
+        np.add(counts, np.uint16(1), out=counts, where=present & (counts < 65535))
 
     def span(self) -> float:
         return self.seconds * self.n
@@ -492,8 +497,9 @@ class ModelHistory:
 
     def _add_row(self, obs: Observation) -> npt.NDArray[np.float64]:
         row = aggregate(obs.replicas, self._rates(), obs.upstream_demand, obs.at, self.stale_after)
+        present = ~np.isnan(row)
         for tier in self._tiers:
-            tier.add(obs.at, row)
+            tier.add(obs.at, row, present)
         self.long.add(obs.at, long_values(row.tolist(), *_LONG_COLUMNS))
         return row
 

@@ -49,6 +49,10 @@ class KedaController:
         self.name = name
         self.settings = settings
         self.scalers = tuple(scaler) if isinstance(scaler, Sequence) else (scaler,)
+        # which optional protocols each scaler speaks, checked once: a runtime protocol check walks the
+        # protocol's members every time, and observe() runs every collection cycle
+        self._observing = tuple(s for s in self.scalers if isinstance(s, Observing))
+        self._activatable = tuple(s for s in self.scalers if isinstance(s, Activatable))
         self._scaler_arg = scaler
         self.initial_replicas = initial_replicas
         self.hpa = hpa
@@ -85,9 +89,8 @@ class KedaController:
 
     def observe(self, sim: Simulation, state: ObservedState) -> None:
         want = False
-        for s in self.scalers:
-            if isinstance(s, Observing):
-                want |= s.observe(state, sim)
+        for s in self._observing:
+            want |= s.observe(state, sim)
         if want and self._push:
             self._push_now(sim)
 
@@ -96,9 +99,8 @@ class KedaController:
             return
         self._last_activation = sim.now
         want = False
-        for s in self.scalers:
-            if isinstance(s, Activatable):
-                want |= s.activate(sim.now)
+        for s in self._activatable:
+            want |= s.activate(sim.now)
         if want and self._push:
             self._push_now(sim)
 

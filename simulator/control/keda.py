@@ -221,6 +221,11 @@ class KedaOperator:
             self._scalers: tuple[ExternalScaler, ...] = tuple(scalers)
         else:
             self._scalers = (scalers,) * len(settings.triggers)
+        aware: dict[int, CallChainAware] = {}  # once per distinct scaler object (they need not be hashable)
+        for s in self._scalers:
+            if id(s) not in aware and isinstance(s, CallChainAware):
+                aware[id(s)] = s
+        self._aware = tuple(aware.values())  # checked once: a runtime protocol check walks its members
         self.settings = settings
         self.created_at = created_at
         self.fallback_counts_on_poll = fallback_counts_on_poll
@@ -235,11 +240,8 @@ class KedaOperator:
     # ----------------------------------------------------------------------------- scaler calls
 
     def _begin(self, path: CallPath, now: float) -> None:
-        seen: set[int] = set()
-        for s in self._scalers:  # once per distinct scaler object (they need not be hashable)
-            if id(s) not in seen and isinstance(s, CallChainAware):
-                s.begin(path, now)
-            seen.add(id(s))
+        for s in self._aware:
+            s.begin(path, now)
 
     def _metric_specs(self, idx: int) -> tuple[Sequence[MetricSpec], str]:
         """`GetMetricSpecForScalingForScaler`: an error or empty answer is retried once ("got empty metric spec")."""

@@ -50,7 +50,9 @@ class KedaHpaLoop:
         self.settings = settings
         self.hpa_config = hpa if hpa is not None else settings.hpa_config()
         self.keda = KedaOperator(settings, scaler, created_at=start, fallback_counts_on_poll=fallback_counts_on_poll)
-        self._scalers = tuple(scaler) if isinstance(scaler, Sequence) else (scaler,)
+        scalers = tuple(scaler) if isinstance(scaler, Sequence) else (scaler,)
+        # the scalers that push, checked once (a runtime protocol check walks its members on every call)
+        self._push_sources = tuple(s for s in scalers if isinstance(s, PushSource))
         self.hpa_state = HPAState()
         self.spec_replicas = initial_replicas
         self.now = start
@@ -90,10 +92,9 @@ class KedaHpaLoop:
         if now < self.now:
             raise ValueError(f"time goes forward only: {now} < {self.now}")
         self._status = status
-        for scaler in self._scalers:
-            if isinstance(scaler, PushSource):
-                for result in scaler.take_pushes():
-                    self.push(self.now, result)
+        for scaler in self._push_sources:
+            for result in scaler.take_pushes():
+                self.push(self.now, result)
         out: list[ControlEvent] = []
         while True:
             due = self._next_due(now)
