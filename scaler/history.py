@@ -127,7 +127,7 @@ class Load:
 
     @staticmethod
     def from_row(row: npt.NDArray[np.float64]) -> Load:
-        return Load(*(None if math.isnan(v) else float(v) for v in row.tolist()))
+        return Load(*[None if v != v else v for v in row.tolist()])  # v != v: NaN; tolist() gives floats
 
     def row(self) -> npt.NDArray[np.float64]:
         return np.array([math.nan if v is None else v for v in (getattr(self, f.name) for f in fields(self))])
@@ -168,45 +168,75 @@ def _num(v: float | None) -> float | None:
     return None if v is None or not math.isfinite(v) else v
 
 
+#: each replica's counter rates (Rates fields) and the aggregate field their sum goes to
+_RATE_SUMS = tuple((name, F[name + "_rate"]) for name in (
+    "prompt", "generation", "finished", "ttft_sum", "ttft_count", "itl_sum", "itl_count", "prefix_queried",
+    "prefix_hit"))
+
+
 def aggregate(samples: tuple[ReplicaSample, ...], rates: dict[str, Rates], upstream: float | None, now: float,
               stale_after: float) -> npt.NDArray[np.float64]:
     """One row of FIELDS over the fresh replicas: the single place sum-vs-mean is decided.
 
-    NaN and infinite values are treated as not reported (a bad gauge never becomes a number).
+    NaN and infinite values are treated as not reported (a bad gauge never becomes a number). One pass over
+    the replicas (this runs on every collection and decision); sums are math.fsum, exact whatever the order.
     """
     row = np.full(NF, math.nan)
-    fresh = [s for s in samples if is_fresh(s, now, stale_after)]
-    row[F["replicas"]] = len(fresh)
+    n = 0
+    running: list[float] = []
+    waiting: list[float] = []
+    kv_u: list[float] = []
+    kv_c: list[float] = []
+    limits: list[float] = []
+    rate_vals: list[list[float]] = [[] for _ in _RATE_SUMS]
+    lora: list[tuple[float, float, float]] = []
+    isfinite = math.isfinite
+    for s in samples:
+        if not is_fresh(s, now, stale_after):
+            continue
+        n += 1
+        v = s.running
+        if v is not None and isfinite(v):
+            running.append(v)
+        v = s.waiting
+        if v is not None and isfinite(v):
+            waiting.append(v)
+        u, c = s.kv_usage_ratio, s.kv_capacity_tokens
+        if u is not None and c is not None and isfinite(u) and isfinite(c) and c > 0:
+            kv_u.append(u)
+            kv_c.append(c)
+        v = s.max_running
+        if v is not None and isfinite(v) and v > 0:
+            limits.append(v)
+        r = rates.get(s.pod)
+        if r is not None:
+            for vals, (name, _) in zip(rate_vals, _RATE_SUMS, strict=True):
+                x = getattr(r, name)
+                if x is not None:
+                    vals.append(x)
+        m = _num(s.lora_max)
+        if m is not None and m > 0:
+            lora.append((_num(s.lora_running) or 0.0, _num(s.lora_waiting) or 0.0, m))
+    row[F["replicas"]] = n
     up = _num(upstream)
     if up is not None:
         row[F["upstream"]] = max(0.0, up)
-
-    def put_sum(name: str, values: list[float | None]) -> None:
-        got = [v for v in values if v is not None]
-        if got:
-            row[F[name]] = math.fsum(got)
-
-    put_sum("running", [_num(s.running) for s in fresh])
-    put_sum("waiting", [_num(s.waiting) for s in fresh])
-    kv = [(u, c) for u, c in ((_num(s.kv_usage_ratio), _num(s.kv_capacity_tokens)) for s in fresh)
-          if u is not None and c is not None and c > 0]
-    if kv:
-        row[F["kv_used"]] = math.fsum(u * c for u, c in kv)  # summed: tokens held
-        row[F["kv_capacity"]] = math.fsum(c for _, c in kv)  # summed: tokens of room
-        row[F["kv_replicas"]] = len(kv)
-        row[F["kv_ratio_mean"]] = math.fsum(u for u, _ in kv) / len(kv)  # mean: each replica alike
-        row[F["kv_ratio_max"]] = max(u for u, _ in kv)
-    limits = [m for m in (_num(s.max_running) for s in fresh) if m is not None and m > 0]
+    if running:
+        row[F["running"]] = math.fsum(running)
+    if waiting:
+        row[F["waiting"]] = math.fsum(waiting)
+    if kv_u:
+        row[F["kv_used"]] = math.fsum(u * c for u, c in zip(kv_u, kv_c, strict=True))  # summed: tokens held
+        row[F["kv_capacity"]] = math.fsum(kv_c)  # summed: tokens of room
+        row[F["kv_replicas"]] = len(kv_u)
+        row[F["kv_ratio_mean"]] = math.fsum(kv_u) / len(kv_u)  # mean: each replica alike
+        row[F["kv_ratio_max"]] = max(kv_u)
     if limits:
         row[F["max_running"]] = math.fsum(limits)
         row[F["max_running_replicas"]] = len(limits)
-    put_sum("prompt_rate", [rates[s.pod].prompt if s.pod in rates else None for s in fresh])
-    put_sum("generation_rate", [rates[s.pod].generation if s.pod in rates else None for s in fresh])
-    put_sum("finished_rate", [rates[s.pod].finished if s.pod in rates else None for s in fresh])
-    for name in ("ttft_sum", "ttft_count", "itl_sum", "itl_count", "prefix_queried", "prefix_hit"):
-        put_sum(name + "_rate", [getattr(rates[s.pod], name) if s.pod in rates else None for s in fresh])
-    lora = [(_num(s.lora_running) or 0.0, _num(s.lora_waiting) or 0.0, m) for s in fresh
-            if (m := _num(s.lora_max)) is not None and m > 0]
+    for vals, (_, col) in zip(rate_vals, _RATE_SUMS, strict=True):
+        if vals:
+            row[col] = math.fsum(vals)
     if lora:
         row[F["lora_demand"]] = math.fsum(r + w for r, w, _ in lora)
         row[F["lora_slots"]] = math.fsum(m for _, _, m in lora)
@@ -320,10 +350,12 @@ class _ReplicaTrack:
                 counter_rate(_num(prev.prompt_tokens_total), _num(s.prompt_tokens_total), dt),
                 counter_rate(_num(prev.generation_tokens_total), _num(s.generation_tokens_total), dt),
                 counter_rate(_num(prev.requests_finished_total), _num(s.requests_finished_total), dt),
-                *(counter_rate(_num(getattr(prev, name)), _num(getattr(s, name)), dt)
-                  for name in ("ttft_sum", "ttft_count", "itl_sum", "itl_count")),
-                *(counter_rate(_num(getattr(prev, name + "_total")), _num(getattr(s, name + "_total")), dt)
-                  for name in ("prefix_queried", "prefix_hit")),
+                counter_rate(_num(prev.ttft_sum), _num(s.ttft_sum), dt),
+                counter_rate(_num(prev.ttft_count), _num(s.ttft_count), dt),
+                counter_rate(_num(prev.itl_sum), _num(s.itl_sum), dt),
+                counter_rate(_num(prev.itl_count), _num(s.itl_count), dt),
+                counter_rate(_num(prev.prefix_queried_total), _num(s.prefix_queried_total), dt),
+                counter_rate(_num(prev.prefix_hit_total), _num(s.prefix_hit_total), dt),
             )
         elif not s.up:
             self.rates = Rates()
@@ -331,9 +363,9 @@ class _ReplicaTrack:
         if s.up and s.timestamp > 0:
             self.ever_up = True
         r = self.rates
-        self.ring[self.pos] = [s.timestamp, *(math.nan if v is None else v for v in (
+        self.ring[self.pos] = [s.timestamp, *[math.nan if v is None else v for v in (
             _num(s.running), _num(s.waiting), _num(s.kv_usage_ratio), _num(s.kv_capacity_tokens),
-            r.prompt, r.generation, r.finished, r.ttft_sum, r.ttft_count, r.itl_sum, r.itl_count))]
+            r.prompt, r.generation, r.finished, r.ttft_sum, r.ttft_count, r.itl_sum, r.itl_count)]]
         self.pos = (self.pos + 1) % REPLICA_RING
         self.size = min(self.size + 1, REPLICA_RING)
 
@@ -423,6 +455,9 @@ class ModelHistory:
         self._windows: dict[tuple[float, float], Load] = {}
         self._replica_windows: dict[tuple[float, float, float], tuple[ReplicaWindow, ...]] = {}
         self._prefill_rate: tuple[float | None] | None = None  # saturated_prefill_rate() since the last ingest
+        # the newest observation's aggregate row (at its own time, the history's bound): what snapshot() judged
+        # at that same time and bound would compute again (the replicas' rates change only on ingest)
+        self._latest_row: tuple[float, npt.NDArray[np.float64]] | None = None  # (its bound, the row)
 
     @property
     def last_at(self) -> float | None:
@@ -464,6 +499,7 @@ class ModelHistory:
             del self._replicas[pod]
         self._latest = obs
         row = self._add_row(obs)
+        self._latest_row = (self.stale_after, row)
         if any(row[F[name]] > 0 for name in ("running", "waiting", "upstream")):  # NaN > 0 is False
             self._last_demand_at = obs.at
         self._ingest_pools(obs)
@@ -523,7 +559,12 @@ class ModelHistory:
                 stale += 1
             else:
                 loading += 1
-        latest = Load.from_row(aggregate(obs.replicas, self._rates(), obs.upstream_demand, now, bound))
+        kept = self._latest_row
+        if kept is not None and now == obs.at and bound == kept[0]:
+            row = kept[1]
+        else:
+            row = aggregate(obs.replicas, self._rates(), obs.upstream_demand, now, bound)
+        latest = Load.from_row(row)
         prompts = [_num(s.prompt_tokens_total) for s in obs.replicas if is_fresh(s, now, bound)]
         finished = [_num(s.requests_finished_total) for s in obs.replicas if is_fresh(s, now, bound)]
         lifetime = None
@@ -544,15 +585,13 @@ class ModelHistory:
         return self._prefill_rate[0]
 
     def _saturated_prefill_rate(self) -> float | None:
-        rates: list[npt.NDArray[np.float64]] = []
-        for t in self._replicas.values():
-            if t.size == 0:
-                continue
-            ring = t.ring[:t.size] if t.size < REPLICA_RING else t.ring
-            busy = ring[:, RF["waiting"]] > 0  # NaN > 0 is False
-            rate = ring[busy, RF["prompt_rate"]]
-            rates.append(rate[np.isfinite(rate) & (rate > 0)])
-        saturated = np.concatenate(rates) if rates else np.empty(0)
+        tracks = [t.ring for t in self._replicas.values() if t.size]
+        if not tracks:
+            return None
+        rings = np.stack(tracks)  # rows a ring has not written yet are NaN: never busy
+        busy = rings[:, :, RF["waiting"]] > 0  # NaN > 0 is False
+        rate = rings[:, :, RF["prompt_rate"]][busy]
+        saturated = rate[np.isfinite(rate) & (rate > 0)]
         return float(np.median(saturated)) if saturated.size else None
 
     def window(self, now: float, seconds: float) -> Load:
