@@ -209,6 +209,7 @@ def _fresh(h: ModelHistory) -> ModelHistory:
     """The same history read without its kept answers (what every read computed before they were kept)."""
     h._forget_windows(math.nan)
     h._prefill_rate = None
+    h._latest_row = None
     return h
 
 
@@ -266,17 +267,22 @@ def test_kept_answers_are_the_answers_read_afresh() -> None:
     for _ in range(600):
         t += float(rng.choice([0.3, 1.0, 2.0, 7.0, 45.0]))
         pods = [p for p in "abcd" if rng.random() < 0.7]
-        reps = tuple(ReplicaSample(p, t - float(rng.choice([0.0, 0.0, 40.0])), running=float(rng.integers(0, 50)),
+        reps = tuple(ReplicaSample(p, t - float(rng.choice([0.0, 0.0, 15.0, 40.0])), running=float(rng.integers(0, 50)),
                                    waiting=float(rng.choice([0.0, 3.0, math.nan])),
                                    prompt_tokens_total=1000.0 * t + float(rng.integers(0, 100)),
                                    ttft_sum=0.3 * t, ttft_count=t, itl_sum=0.02 * t * 9, itl_count=9 * t)
                      for p in pods)
         h.ingest(obs(t, *reps, upstream=float(rng.integers(0, 5))))
+        if rng.random() < 0.1:  # a late collection: into its buckets only, the newest observation stays
+            h.ingest(obs(t - 0.2, *(dataclasses.replace(r, running=1.0) for r in reps)))
         for _ in range(3):
             now = t + float(rng.choice([0.0, 0.0, 0.5, 30.0]))
             seconds = float(rng.choice([6.0, 60.0, 600.0, 3600.0, 7200.0]))
-            kept = (h.window(now, seconds), h.replica_windows(now, seconds), h.saturated_prefill_rate())
-            again = (h.window(now, seconds), h.replica_windows(now, seconds), h.saturated_prefill_rate())
+            bound = float(rng.choice([30.0, 30.0, 10.0]))  # the history's own, or a ScaledObject's staleAfter
+            kept = (h.window(now, seconds), h.replica_windows(now, seconds), h.saturated_prefill_rate(),
+                    h.snapshot(now, bound))
+            again = (h.window(now, seconds), h.replica_windows(now, seconds), h.saturated_prefill_rate(),
+                     h.snapshot(now, bound))
             afresh = _fresh(h)
             assert kept == again == (afresh.window(now, seconds), afresh.replica_windows(now, seconds),
-                                     afresh.saturated_prefill_rate())
+                                     afresh.saturated_prefill_rate(), afresh.snapshot(now, bound))
