@@ -15,8 +15,8 @@ in either direction after `points` points in all. Where the walk's last step cro
 point met it, the next missed it, or the other way), `refine` (3) more points bisect that step (geometric
 means of the knobs), and up to `REFINE_MORE` (2) more after them while the point that met costs over
 `REFINE_TOLERANCE` (2%) more than the one that missed, so a cost to reach the target inside one step is
-found to about 1.02x rather than charged the whole 1.4x step (GPU-hours are not monotone in the knob: over
-three seeds ours' fell by 12% inside the 1.02x step three bisections left on azure2023-conv, where one more
+found to within about 2% rather than charged the whole 1.4x step (GPU-hours are not monotone in the knob: over
+three seeds ours' fell by 12% inside the 1.04x step three bisections left on azure2023-conv, where one more
 replica is held or not, and aibrix-kpa's and hpa-kv's cheapest points there lie below both ends of theirs,
 so the first three are run whatever the ends cost). Each policy's result is a
 `Frontier`: its points and its cost to reach the target (the fewest GPU-hours among the points that meet
