@@ -8,7 +8,9 @@ The engine is modelled the way vLLM's V1 scheduler works (vllm/v1/core/sched/sch
   KV blocks allow. A sequence needs ceil(tokens / block_size) blocks for what it has computed.
 - A running sequence that needs a block when none is free preempts the most recently admitted
   sequence (recompute: its blocks are freed and it goes back to the head of the queue, to be
-  prefilled again with what it had generated so far).
+  prefilled again with what it had generated so far). An iteration that preempted admits nobody:
+  the freed blocks go to the running sequences (V1 schedules waiting requests only "if not
+  preempted_reqs"); re-admitting the one just preempted made a KV-bound replica thrash.
 - With prefix caching, a request whose trace carries prefix block hashes (Mooncake `hash_ids`, one
   per 512 tokens) skips the leading blocks already cached on this replica (LRU, bounded by the KV
   capacity). Cached blocks are still counted in the request's KV usage (conservative).
@@ -190,6 +192,7 @@ class Replica:
         sched: list[tuple[Request, int]] = []
         # 1. running sequences, admission order
         i = 0
+        preempted = self.counters.preemptions
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
             n = min(seq._context - seq._computed, budget)
@@ -204,9 +207,11 @@ class Replica:
             budget -= n
             i += 1
         partial_left = any(s._context - s._computed > 0 for s in self.running[len(sched):])
-        # 2. admissions, FIFO
+        # 2. admissions, FIFO; none in an iteration that preempted (vLLM V1's scheduler admits no waiting
+        # request in a step whose running requests needed a preemption: the freed blocks go to them)
+        preempted_now = self.counters.preemptions > preempted
         admitted = 0
-        while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
+        while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs and not preempted_now:
             seq = self.waiting[0]
             if seq._computed == 0:
                 self._apply_prefix_cache(seq)
@@ -223,7 +228,9 @@ class Replica:
         if not sched:
             raise RuntimeError("replica: nothing schedulable although work is queued (a request larger than KV?)")
         all_decode = all(n == 1 and s._context - s._computed == 1 and s.first_token_s is not None for s, n in sched)
-        if all_decode and admitted == 0 and not partial_left and len(sched) == len(self.running):
+        # a run of decode iterations only where the queue could not start in any of them (after a preemption it
+        # may in the next one)
+        if all_decode and admitted == 0 and not partial_left and not preempted_now and len(sched) == len(self.running):
             return self._decode_run(now, horizon, [s for s, _ in sched])
         return self._one_iteration(now, sched)
 
