@@ -83,7 +83,7 @@ def test_an_iteration_that_preempts_admits_nobody() -> None:
     # 8th token and its first output. In the fourth iteration B needs a 3rd block: it is the latest, so it is
     # preempted. Its 2 freed blocks would hold its first 7 tokens again, and admitting it at once (as the replica
     # did) recomputed them beside A's decode every few iterations: on a KV-bound L4 replica that thrash made the
-    # detailed engine about 1.5x slower per output token than vLLM's rule (docs/simulator-results.md).
+    # detailed engine about 1.6x slower per output token than vLLM's rule (docs/simulator-results.md).
     rep = Replica(ReplicaConfig(max_num_seqs=4, max_num_batched_tokens=8, kv_blocks=5, block_size=4), TEN_MS)
     a, b = Request(0, 0.0, 8, 10), Request(1, 0.0, 8, 10)
     rep.add(a, 0.0)
