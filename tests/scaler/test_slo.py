@@ -9,7 +9,9 @@ from keda_llm.scaler.decide import decide
 from keda_llm.scaler.history import Load, ModelHistory
 from keda_llm.scaler.model import Observation, PolicyState, ReplicaSample, WorkloadState
 from keda_llm.scaler.slo import (
+    QUEUE_SHARE,
     LatencyDesired,
+    from_window,
     latency_basis,
     latency_desired,
     mean_output_tokens,
@@ -27,6 +29,32 @@ from keda_llm.scaler.slo import (
 ])
 def test_ttft_is_judged_only_while_requests_queue(queued: float | None, want: LatencyDesired) -> None:
     assert latency_desired(8.0, 0.05, 10.0, 2, 2.0, 0.1, queued=queued) == want
+
+
+@pytest.mark.parametrize("wait,judged", [
+    (0.5, False),  # 0.5 s of an 8 s TTFT queued: the rest is the prompts' own prefill, no replica shortens it
+    (QUEUE_SHARE * 8.0, True),  # at the share: the queue is a cost more replicas cut
+    (3.0, True),
+    (None, True),  # no wait known: judged while anything queues, as before
+])
+def test_ttft_is_judged_only_while_queueing_is_a_share_of_it(wait: float | None, judged: bool) -> None:
+    got = latency_desired(8.0, 0.05, 10.0, 2, 2.0, 0.1, queued=4.0, queue_wait=wait)
+    want = LatencyDesired(4.0, 2.0, 8.0, 0.05, 10.0) if judged else LatencyDesired(1.0, 0.5, None, 0.05, 10.0)
+    assert got == want
+
+
+def test_the_queue_wait_is_littles_law_over_first_tokens() -> None:
+    """Long prompts (mooncake-like): a mean TTFT just over its target, a small queue always there. The wait
+    is the queue over the rate of first tokens: 0.15 waiting / 3 first tokens/s = 0.05 s, under a tenth of
+    the 1.02 s TTFT, so the TTFT is the prompts' own prefill and does not ask for a 24th replica (the ratchet
+    that held 35 replicas where 23 served); a queue of 0.6 (0.2 s) is judged."""
+    config = parse_metadata({"model": "m", "targetTimeToFirstToken": "1s"})
+    def load(waiting: float) -> Load:
+        return Load(waiting=waiting, ttft_sum_rate=3.0 * 1.02, ttft_count_rate=3.0, finished_rate=3.0)
+    assert QUEUE_SHARE == 0.1  # the figures above
+    assert from_window(load(0.15), 30.0, 23.0, config) is None  # no ITL target, TTFT not judged: no signal
+    judged = from_window(load(0.6), 30.0, 23.0, config)
+    assert judged is not None and judged.ttft == pytest.approx(1.02) and judged.desired > 23.0
 
 
 @pytest.mark.parametrize("ttft,want_ratio", [
