@@ -221,6 +221,8 @@ def _latency(x: _Inputs, details: dict[str, float], replicas: list[ReplicaWindow
                 details["observed_ttft_s" + name] = t.ttft
             if t.itl is not None:
                 details["observed_itl_s" + name] = t.itl
+            if t.queue_wait is not None:  # under QUEUE_SHARE of the TTFT, the TTFT is not judged (slo.py)
+                details["queue_wait_s" + name] = t.queue_wait
     if c.target_ttft is not None:
         details["target_ttft_s"] = c.target_ttft
     if c.target_itl is not None:

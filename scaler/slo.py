@@ -38,6 +38,7 @@ class LatencyDesired:
     ttft: float | None  # observed mean TTFT, seconds (None: not reported)
     itl: float | None  # observed mean ITL, seconds
     completed: float  # requests that got their first token in the window
+    queue_wait: float | None = None  # mean wait in the queue, seconds (Little's law; None: not known)
 
 
 def latency_desired(ttft: float | None, itl: float | None, completed: float, ready: float,
@@ -76,7 +77,7 @@ def latency_desired(ttft: float | None, itl: float | None, completed: float, rea
     if not ratios:
         return None
     ratio = max(ratios)
-    return LatencyDesired(ready * ratio, ratio, ttft, itl, completed)
+    return LatencyDesired(ready * ratio, ratio, ttft, itl, completed, queue_wait)
 
 
 def latency_basis(ready: int, window_replicas: float | None) -> float:

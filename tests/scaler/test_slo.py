@@ -39,7 +39,8 @@ def test_ttft_is_judged_only_while_requests_queue(queued: float | None, want: La
 ])
 def test_ttft_is_judged_only_while_queueing_is_a_share_of_it(wait: float | None, judged: bool) -> None:
     got = latency_desired(8.0, 0.05, 10.0, 2, 2.0, 0.1, queued=4.0, queue_wait=wait)
-    want = LatencyDesired(4.0, 2.0, 8.0, 0.05, 10.0) if judged else LatencyDesired(1.0, 0.5, None, 0.05, 10.0)
+    want = (LatencyDesired(4.0, 2.0, 8.0, 0.05, 10.0, wait) if judged
+            else LatencyDesired(1.0, 0.5, None, 0.05, 10.0, wait))
     assert got == want
 
 
@@ -55,6 +56,7 @@ def test_the_queue_wait_is_littles_law_over_first_tokens() -> None:
     assert from_window(load(0.15), 30.0, 23.0, config) is None  # no ITL target, TTFT not judged: no signal
     judged = from_window(load(0.6), 30.0, 23.0, config)
     assert judged is not None and judged.ttft == pytest.approx(1.02) and judged.desired > 23.0
+    assert judged.queue_wait == pytest.approx(0.2)  # the decision's details carry it (`queue_wait_s`)
 
 
 @pytest.mark.parametrize("ttft,want_ratio", [

@@ -122,6 +122,8 @@ def test_a_model_short_everywhere_still_scales_on_latency() -> None:
     assert (replicas, reason) == (16, "latency_up")
     assert "latency_pinned_replicas" not in details
     assert details["observed_ttft_s"] == pytest.approx(4.0)
+    # the wait in the queue (Little's law): 240 queued / 14.25 first tokens a second, well over a tenth of 4 s
+    assert details["queue_wait_s"] == pytest.approx(240 / 14.25)
 
 
 def test_the_other_replicas_queueing_are_still_judged() -> None:
