@@ -45,8 +45,8 @@ N_SLOT_ROWS = 16
 # scratch rows, per slot, for one slice
 (_KV, _NRUN, _BDEC, _PEND, _NWAIT, _CHUNK, _ROOM, _CUM, _RANK, _C, _LIVE, _NPF, _PRESUM, _TAU1, _T1, _DONE,
  _B2, _GAINSUM, _TAU2, _BUSY, _LAST, _NFIN, _FIRSTS, _GENSUM, _TTFTS, _ITLS, _ITLN, _NROWS, _R0, _BUSY_FROM,
- _TAIL, _NTOT, _GROW, _PEND0, _IDLE0, _TAUD, _E0, _NIT) = range(38)
-N_SCRATCH = 38
+ _TAIL, _NTOT, _GROW, _PEND0, _IDLE0, _TAUD, _E0, _NIT, _CUT) = range(39)
+N_SCRATCH = 39
 # advance's reasons for returning
 EVENT, END, GROW, AFTER_SLICE = 0, 1, 2, 3
 # flags set by a slice (AFTER_SLICE)
@@ -120,15 +120,19 @@ def slot_totals(n_slots: int, ints: np.ndarray, run_i: np.ndarray, run_f: np.nda
 
 
 @_jit
-def _preempt(dt: float, kv_cap: float, coef: np.ndarray, ints: np.ndarray, run_i: np.ndarray, run_f: np.ndarray,
-             wait_i: np.ndarray, wait_f: np.ndarray, gain: np.ndarray, p64: np.ndarray, sc: np.ndarray,
-             n_slots: int) -> None:
-    """vLLM's recompute preemption, at the slice's start: a replica whose KV held, plus the prompts it is
-    prefilling and one slice of decoding (at least one iteration), would outgrow its cache gives back its
-    most recently admitted requests (keeping one) until the rest fit. Each goes to the head of its queue,
-    keeping its first token and what it generated; admitted again (when its KV fits), it prefills its
-    prompt and those tokens once more. Without this the fluid mode held up to 9% more KV than the cache
-    and ran an overloaded replica ~8% faster than the detailed engine (tests/simulator/test_sim_fluid.py)."""
+def _preempt(dt: float, budget: float, kv_cap: float, coef: np.ndarray, ints: np.ndarray, run_i: np.ndarray,
+             run_f: np.ndarray, wait_i: np.ndarray, wait_f: np.ndarray, gain: np.ndarray, p64: np.ndarray,
+             slots: np.ndarray, sc: np.ndarray, n_slots: int) -> None:
+    """vLLM's recompute preemption, at the slice's start: a replica whose KV held, plus what of its pending
+    prompts the slice computes and one slice of decoding (at least one iteration), would outgrow its cache
+    gives back its most recently admitted requests (keeping one) until the rest fit; a prompt part-way
+    through its prefill is one of them, as vLLM V1 allocates a prompt's blocks chunk by chunk. Each goes to
+    the head of its queue, keeping its first token and what it generated; admitted again, it prefills its
+    prompt and those tokens once more, and the slice admits nobody on that replica (V1 schedules waiting
+    requests only in a step that preempted none). Without this the fluid mode held up to 9% more KV than
+    the cache and ran an overloaded replica ~8% faster than the detailed engine; holding a whole prompt's KV
+    from its admission (vLLM V0's rule) put an overloaded L4 replica's TPOT 21% under the detailed engine's
+    (12% with these rules; tests/simulator/test_sim_fluid.py)."""
     over = False
     for s in range(n_slots):
         b = sc[_BDEC, s]
@@ -137,8 +141,11 @@ def _preempt(dt: float, kv_cap: float, coef: np.ndarray, ints: np.ndarray, run_i
         if b > 0.0:
             grow = b * max(1.0, dt / step_time(coef, b, kv, kv + b))
         sc[_GROW, s] = grow
+        sc[_ROOM, s] = sc[_PEND, s]  # what the slice can prefill is at most what is pending: exact only if needed
         if kv + sc[_PEND, s] + grow > kv_cap and sc[_NRUN, s] > 1.0:
-            over = True
+            sc[_ROOM, s] = _prefill_room(dt, budget, coef, slots, sc, s)
+            if kv + min(sc[_PEND, s], sc[_ROOM, s]) + grow > kv_cap:
+                over = True
     if not over:
         return
     n_run = ints[N_RUN]
@@ -146,13 +153,14 @@ def _preempt(dt: float, kv_cap: float, coef: np.ndarray, ints: np.ndarray, run_i
     for j in range(n_run - 1, -1, -1):
         gain[j] = 0.0
         s = run_i[1, j]
-        if sc[_NRUN, s] <= 1.0 or sc[_KV, s] + sc[_PEND, s] + sc[_GROW, s] <= kv_cap:
+        if sc[_NRUN, s] <= 1.0 or sc[_KV, s] + min(sc[_PEND, s], sc[_ROOM, s]) + sc[_GROW, s] <= kv_cap:
             continue
         pre = run_f[0, j]
         i = run_i[0, j]
         sc[_KV, s] -= p64[i] - pre + run_f[1, j]
         sc[_PEND, s] -= pre
         sc[_NRUN, s] -= 1.0
+        sc[_CUT, s] = 1.0
         if pre <= 0.0:
             sc[_GROW, s] *= (sc[_BDEC, s] - 1.0) / sc[_BDEC, s]
             sc[_BDEC, s] -= 1.0
@@ -204,14 +212,33 @@ def _carried(slots: np.ndarray, s: int, pend: float) -> tuple[float, float, floa
 
 
 @_jit
+def _prefill_room(dt: float, budget: float, coef: np.ndarray, slots: np.ndarray, sc: np.ndarray, s: int) -> float:
+    """Prompt tokens slot s can compute in this slice, and at least the next iteration's chunk: vLLM fills
+    every iteration from the queue up to the token budget the decoding requests leave, however long the
+    iteration. An iteration carried from the previous slice (step_slice) was scheduled whole: what is left
+    of it ends at e0, and the fresh iterations after it each take a whole chunk (counting its remainder
+    against them planned the next one short, so fast for the decodes beside it: 17% under a 70B prefill
+    backlog)."""
+    chunk = max(budget - sc[_BDEC, s], 0.0)
+    kv = sc[_KV, s]
+    b = sc[_BDEC, s]
+    tau = step_time(coef, b + chunk, kv, kv + b + chunk * chunk / 2)
+    _, _, _, rem0, e0 = _carried(slots, s, sc[_PEND, s])
+    fresh = max((dt - e0) / tau, 1.0) if e0 < dt else 0.0
+    return rem0 + fresh * chunk
+
+
+@_jit
 def _admit(t: float, dt: float, budget: float, seqs: float, kv_cap: float, coef: np.ndarray, ints: np.ndarray,
            run_i: np.ndarray, run_f: np.ndarray, wait_i: np.ndarray, wait_f: np.ndarray, gain: np.ndarray,
            p64: np.ndarray, arr: np.ndarray, slots: np.ndarray, sc: np.ndarray, n_slots: int) -> None:
     """Per-slot sums over the running rows, preemption where the KV cache would overflow (_preempt), then
     FIFO admission from each replica's queue of what it can start prefilling in this slice (vLLM admits a
     request only in an iteration with token budget left for it, so under a prefill backlog requests stay
-    *waiting*, which is what num_requests_waiting shows). A preempted request is admitted again with its
-    prompt and generated tokens to prefill, its first token kept."""
+    *waiting*, which is what num_requests_waiting shows) and whose first chunk the KV cache holds now
+    (vLLM V1 allocates the blocks of what an iteration computes, not the room its neighbours will grow
+    into: a replica at the edge of its cache admits, then preempts; _preempt). A preempted request is
+    admitted again with its prompt and generated tokens to prefill, its first token kept."""
     sc[:, :n_slots] = 0.0  # every per-slot sum of the slice starts here (step_slice relies on it too)
     sc[_BUSY_FROM, :n_slots] = t
     sc[_LAST, :n_slots] = -np.inf
@@ -224,30 +251,20 @@ def _admit(t: float, dt: float, budget: float, seqs: float, kv_cap: float, coef:
         if pre <= 0.0:
             sc[_BDEC, s] += 1.0
         sc[_PEND, s] += pre
-    _preempt(dt, kv_cap, coef, ints, run_i, run_f, wait_i, wait_f, gain, p64, sc, n_slots)
+    _preempt(dt, budget, kv_cap, coef, ints, run_i, run_f, wait_i, wait_f, gain, p64, slots, sc, n_slots)
     n_run = ints[N_RUN]
     n_wait = ints[N_WAIT]
     if n_wait == 0:
         return
     for s in range(n_slots):
         sc[_IDLE0, s] = 1.0 if sc[_NRUN, s] == 0.0 else 0.0
-        chunk = max(budget - sc[_BDEC, s], 0.0)
-        sc[_CHUNK, s] = chunk
-        kv = sc[_KV, s]
-        b = sc[_BDEC, s]
-        tau = step_time(coef, b + chunk, kv, kv + b + chunk * chunk / 2)
-        # what it can prefill in this slice, and at least the next iteration's chunk: vLLM fills every
-        # iteration from the queue up to the token budget, however long the iteration. An iteration carried
-        # from the previous slice (step_slice) was scheduled whole: what is left of it ends at e0, and the
-        # fresh iterations after it each take a whole chunk (counting its remainder against them planned the
-        # next one short, so fast for the decodes beside it: 17% under a 70B prefill backlog)
+        sc[_CHUNK, s] = max(budget - sc[_BDEC, s], 0.0)
         pend = sc[_PEND, s]
-        _, _, _, rem0, e0 = _carried(slots, s, pend)
-        fresh = max((dt - e0) / tau, 1.0) if e0 < dt else 0.0
-        sc[_ROOM, s] = rem0 + fresh * chunk - pend
+        room = _prefill_room(dt, budget, coef, slots, sc, s)
+        sc[_ROOM, s] = room - pend
+        sc[_PEND0, s] = min(pend, room)  # what of the pending prompts the slice computes
         sc[_CUM, s] = 0.0
         sc[_RANK, s] = 0.0
-        sc[_PEND0, s] = sc[_PEND, s]
     kept = 0
     for j in range(n_wait):
         i = wait_i[0, j]
@@ -256,10 +273,10 @@ def _admit(t: float, dt: float, budget: float, seqs: float, kv_cap: float, coef:
         p = p64[i] + g  # a preempted request recomputes what it generated too
         before = sc[_CUM, s]
         cum = before + p
-        # the KV cache must hold it beside the prompts already admitted and one slice of decoding (what
-        # _preempt holds room for: admitting into that room would only be preempted at the next slice)
-        room_kv = kv_cap - sc[_KV, s] - sc[_GROW, s] - sc[_PEND0, s]
-        ok = cum <= room_kv and sc[_RANK, s] < seqs - sc[_NRUN, s] and before < sc[_ROOM, s] and sc[_CHUNK, s] > 0.0
+        # the KV cache must hold its first chunk beside what the slice computes of the prompts before it
+        room_kv = kv_cap - sc[_KV, s] - sc[_PEND0, s]
+        ok = (sc[_CUT, s] == 0.0 and min(cum, before + sc[_CHUNK, s]) <= room_kv and sc[_RANK, s] < seqs - sc[_NRUN, s]
+              and before < sc[_ROOM, s] and sc[_CHUNK, s] > 0.0)
         sc[_CUM, s] = cum
         sc[_RANK, s] += 1.0
         if ok:  # admitted rows have computed nothing yet: KV and decoding counts unchanged, pending grows
