@@ -225,7 +225,8 @@ def _prefill_room(dt: float, budget: float, coef: np.ndarray, slots: np.ndarray,
     tau = step_time(coef, b + chunk, kv, kv + b + chunk * chunk / 2)
     _, _, _, rem0, e0 = _carried(slots, s, sc[_PEND, s])
     fresh = max((dt - e0) / tau, 1.0) if e0 < dt else 0.0
-    return rem0 + fresh * chunk
+    room: float = rem0 + fresh * chunk
+    return room
 
 
 @_jit
