@@ -63,6 +63,8 @@ def coefficients(perf: PerfModel) -> np.ndarray:
     if coef is None or coef.shape != (N_COEF,):
         raise ValueError(f"the fluid mode needs a perf model with coefficients() of {N_COEF} numbers "
                          f"(simulator/hardware/perf.py), got {type(perf).__name__}")
+    if not (np.isfinite(coef).all() and (coef >= 0.0).all()):  # more work never takes less time
+        raise ValueError(f"the fluid mode needs finite, non-negative step-time coefficients, got {coef.tolist()}")
     return coef
 
 
@@ -134,15 +136,19 @@ def _preempt(dt: float, budget: float, kv_cap: float, coef: np.ndarray, ints: np
     from its admission (vLLM V0's rule) put an overloaded L4 replica's TPOT 21% under the detailed engine's
     (12% with these rules; tests/simulator/test_sim_fluid.py)."""
     over = False
+    shortest = step_time(coef, 1.0, 0.0, 1.0)  # no iteration is shorter (coefficients() holds them >= 0)
     for s in range(n_slots):
         b = sc[_BDEC, s]
         kv = sc[_KV, s]
+        sc[_GROW, s] = 0.0
+        sc[_ROOM, s] = sc[_PEND, s]  # what the slice can prefill is at most what is pending: exact only if needed
+        if sc[_NRUN, s] <= 1.0 or kv + sc[_PEND, s] + b * max(1.0, dt / shortest) <= kv_cap:
+            continue  # far from the edge of its cache: its growth in the slice is not worth timing
         grow = 0.0
         if b > 0.0:
             grow = b * max(1.0, dt / step_time(coef, b, kv, kv + b))
         sc[_GROW, s] = grow
-        sc[_ROOM, s] = sc[_PEND, s]  # what the slice can prefill is at most what is pending: exact only if needed
-        if kv + sc[_PEND, s] + grow > kv_cap and sc[_NRUN, s] > 1.0:
+        if kv + sc[_PEND, s] + grow > kv_cap:
             sc[_ROOM, s] = _prefill_room(dt, budget, coef, slots, sc, s)
             if kv + min(sc[_PEND, s], sc[_ROOM, s]) + grow > kv_cap:
                 over = True

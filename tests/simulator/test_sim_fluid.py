@@ -120,6 +120,21 @@ def test_fluid_mode_refuses_a_perf_model_it_cannot_compile() -> None:
         with pytest.raises(ValueError, match=r"coefficients\(\) of 12 numbers"):
             k.coefficients(perf)  # type: ignore[arg-type]
 
+    # a step that gets shorter with more work (or a NaN) would break the bound _preempt skips slots by
+    class Negative(Other):
+        def coefficients(self) -> np.ndarray:
+            c = np.zeros(12)
+            c[2] = -1e-6
+            return c
+
+    class Nan(Other):
+        def coefficients(self) -> np.ndarray:
+            return np.full(12, np.nan)
+
+    for perf in (Negative(), Nan()):
+        with pytest.raises(ValueError, match="finite, non-negative"):
+            k.coefficients(perf)  # type: ignore[arg-type]
+
 
 class Engines:
     """The kernel's arrays for `slots` replicas and a trace of (arrival, prompt, output) rows, with a
