@@ -120,21 +120,6 @@ def test_fluid_mode_refuses_a_perf_model_it_cannot_compile() -> None:
         with pytest.raises(ValueError, match=r"coefficients\(\) of 12 numbers"):
             k.coefficients(perf)  # type: ignore[arg-type]
 
-    # a step that gets shorter with more work (or a NaN) would break the bound _preempt skips slots by
-    class Negative(Other):
-        def coefficients(self) -> np.ndarray:
-            c = np.zeros(12)
-            c[2] = -1e-6
-            return c
-
-    class Nan(Other):
-        def coefficients(self) -> np.ndarray:
-            return np.full(12, np.nan)
-
-    for perf in (Negative(), Nan()):
-        with pytest.raises(ValueError, match="finite, non-negative"):
-            k.coefficients(perf)  # type: ignore[arg-type]
-
 
 class Engines:
     """The kernel's arrays for `slots` replicas and a trace of (arrival, prompt, output) rows, with a
@@ -420,12 +405,12 @@ def test_a_replica_out_of_kv_preempts_its_latest_request_and_recomputes_it_later
     assert e.slots[k.PROMPT_TOK, 0] == pytest.approx(110.0)  # the recomputation counts as prompt tokens (vLLM)
 
 
-def test_admission_takes_the_kv_free_now_and_growth_preempts_the_latest_a_slice_later() -> None:
-    # vLLM V1 admits a request when the blocks for what it computes now are free, not the room its neighbours
-    # will grow into. One request decoding with 200 tokens held (250-token cache): a 30-token prompt fits now
-    # (230), so it runs; a slice later both have grown by 24-25 tokens (279), and the latest is preempted
-    # back to the queue's head with its 24 generated tokens (recompute) while the first goes on
-    e = Engines([(0.0, 190, 100), (0.0, 30, 100)], kv_cap=250.0)
+def test_admission_leaves_the_kv_that_a_slice_of_decoding_takes() -> None:
+    # one request decoding with 200 tokens held grows by 25 in the slice: a 30-token prompt fits the 250-token
+    # cache now (230) but not beside that growth (255), so it waits instead of being preempted a slice later
+    # (admitting into that room only churned: a 70B replica under 500-token prompts at 15/s preempted 1,414
+    # times against the detailed engine's 729)
+    e = Engines([(0.0, 190, 100), (0.0, 30, 10)], kv_cap=250.0)
     e.run_i[:, 0] = (0, 0)
     e.run_f[:, 0] = (0.0, 10.0, 0.0)
     e.ints[k.N_RUN] = 1
@@ -433,17 +418,14 @@ def test_admission_takes_the_kv_free_now_and_growth_preempts_the_latest_a_slice_
     e.slots[k.OUTSTANDING, 0] = 1.0
     e.route([1], [0])
     e.step(0.0)
-    assert e.running() == [0, 1] and e.ints[k.PREEMPTED] == 0
-    assert e.run_f[1, :2].tolist() == pytest.approx([35.0, 24.0])
-    e.step(0.25)
-    assert e.running() == [0] and e.waiting() == [1] and e.ints[k.PREEMPTED] == 1
-    assert e.wait_f[:, 0].tolist() == pytest.approx([24.0, 0.01])
+    assert e.running() == [0] and e.waiting() == [1] and e.ints[k.PREEMPTED] == 0
 
 
 def test_a_long_prompt_is_admitted_when_its_first_chunk_fits() -> None:
-    # a slice of one 10 ms iteration, budget 64: 195 tokens held of 270, a 100-token prompt's first chunk (63
-    # beside the decode) fits (258) where the whole prompt does not (295); it is admitted and its last 37
-    # tokens wait for the next iteration, as vLLM V1 allocates blocks chunk by chunk
+    # a slice of one 10 ms iteration, budget 64: 195 tokens held of 270 and the decode's next token, a
+    # 100-token prompt's first chunk (63 beside the decode) fits (259) where the whole prompt does not (296);
+    # it is admitted and its last 37 tokens wait for the next iteration, as vLLM V1 allocates blocks chunk by
+    # chunk
     e = Engines([(0.0, 190, 100), (0.0, 100, 10)], kv_cap=270.0, budget=64.0)
     e.run_i[:, 0] = (0, 0)
     e.run_f[:, 0] = (0.0, 5.0, 0.0)
@@ -454,7 +436,7 @@ def test_a_long_prompt_is_admitted_when_its_first_chunk_fits() -> None:
     e.step(0.0, dt=0.01)
     assert e.running() == [0, 1] and e.run_f[0, 1] == pytest.approx(37.0)
     # a cache one token short of that chunk holds it back
-    e = Engines([(0.0, 190, 100), (0.0, 100, 10)], kv_cap=257.0, budget=64.0)
+    e = Engines([(0.0, 190, 100), (0.0, 100, 10)], kv_cap=258.0, budget=64.0)
     e.run_i[:, 0] = (0, 0)
     e.run_f[:, 0] = (0.0, 5.0, 0.0)
     e.ints[k.N_RUN] = 1
@@ -537,7 +519,7 @@ def test_replicas_out_of_kv_thrash_as_the_detailed_engine_does() -> None:
     and out of KV. vLLM V1 admits a prompt when its first chunk fits and preempts the latest as decodes and
     prefills grow; when the fluid mode held a whole prompt's KV from admission beside a slice of decoding
     (V0's rule) it preempted a fraction as often and served the backlog fast: 23.5% of the SLO against the
-    detailed engine's 7.7%, mean TPOT 0.107 s against 0.146. With V1's rules: 8.3%, 0.129 s."""
+    detailed engine's 7.7%, mean TPOT 0.107 s against 0.146. With V1's rules: 8.5%, 0.128 s."""
     tr = load_shipped("azure2023-conv").window(0.0, 1200.0)
     bt = Backtest(get_preset("llama-3.1-8b/l4"), slo=SLO)
     runs = [simulate(tr, bt, ScheduleController("static", [PodPlan(0.0, math.inf, 0.0)] * 7), mode)
