@@ -132,7 +132,7 @@ def _preempt(dt: float, budget: float, kv_cap: float, coef: np.ndarray, ints: np
     requests only in a step that preempted none). Without this the fluid mode held up to 9% more KV than
     the cache and ran an overloaded replica ~8% faster than the detailed engine; holding a whole prompt's KV
     from its admission (vLLM V0's rule) put an overloaded L4 replica's TPOT 21% under the detailed engine's
-    (12% with these rules; tests/simulator/test_sim_fluid.py)."""
+    (11% with these rules; tests/simulator/test_sim_fluid.py)."""
     over = False
     for s in range(n_slots):
         b = sc[_BDEC, s]

@@ -560,8 +560,8 @@ def test_a_prefill_backlog_fills_every_iteration_after_a_carried_one(prompt: int
 # the detailed engine's: it re-admitted the request an iteration had just preempted, which vLLM V1 does not
 # (replica.py); with that fixed ours was -2.8% GPU-h and +8.07 points, concurrency -13.7% and -5.48 (were
 # -37.7% / +10.48 and -16.5% / -5.81). The fluid mode then took vLLM V1's admission at the edge of the cache
-# (a first chunk must fit, not a whole prompt beside a slice of decoding; fluid_kernel._preempt): concurrency
-# -5.8% / -1.94 (-5.4% / -2.31 over six shifts of 0.5 s), ours +15.9% / +9.27 in this one run, +2.2% / +2.72
+# (a first chunk must fit beside a slice of decoding, not a whole prompt; fluid_kernel._preempt): concurrency
+# -6.1% / -1.85 (-4.6% / -2.48 over six shifts of 0.5 s), ours +9.9% / +12.11 in this one run, +4.8% / +3.47
 # over six cold-start seeds, where the detailed mode alone spans 11.0-14.2 GPU-h and 56-74% of the SLO. What
 # is left is the thrash of chunk-sized self-preemptions (docs/simulator-results.md, "Fluid vs detailed", Open).
 AUTOSCALER_PARAMS = [pytest.param(p, pol, marks=pytest.mark.xfail(strict=True, reason="KV-bound L4 (open)"))
