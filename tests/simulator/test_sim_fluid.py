@@ -405,6 +405,22 @@ def test_a_replica_out_of_kv_preempts_its_latest_request_and_recomputes_it_later
     assert e.slots[k.PROMPT_TOK, 0] == pytest.approx(110.0)  # the recomputation counts as prompt tokens (vLLM)
 
 
+def test_a_slice_that_preempts_admits_nobody_on_that_replica() -> None:
+    # KV 210 tokens, 10 ms iterations, 0.25 s slices (25 iterations). Decoding requests holding 100 + 20 and
+    # 40 + 10 tokens need 170 + 2 x 25 = 220 with a slice of decoding: the later one is preempted. It would fit
+    # again beside the first (120 + 25 + 50 = 195), but vLLM V1 admits no waiting request in a step that
+    # preempted (the freed blocks go to the running), so it waits a slice
+    e = Engines([(0.0, 100, 100), (0.0, 40, 100)], kv_cap=210.0)
+    e.run_i[:, :2] = [[0, 1], [0, 0]]
+    e.run_f[:, 0] = (0.0, 20.0, -0.5)
+    e.run_f[:, 1] = (0.0, 10.0, -0.4)
+    e.ints[k.N_RUN] = 2
+    e.ints[k.OPEN] = 2
+    e.slots[k.OUTSTANDING, 0] = 2.0
+    e.step(0.0)
+    assert e.ints[k.PREEMPTED] == 1 and e.running() == [0] and e.waiting() == [1]
+
+
 def test_admission_leaves_the_kv_that_a_slice_of_decoding_takes() -> None:
     # one request decoding with 200 tokens held grows by 25 in the slice: a 30-token prompt fits the 250-token
     # cache now (230) but not beside that growth (255), so it waits instead of being preempted a slice later
