@@ -163,6 +163,15 @@ class Engines:
             self.slots, self.sc, self.slots.shape[1], self.p, self.o, self.arr, self.own, self.ttft, self.tpot)
         return out
 
+    def decoding_on_slot_0(self, rows: list[tuple[int, float, float]]) -> None:
+        """Put trace rows (row, tokens generated, first token time) in flight on slot 0, decoding."""
+        for j, (i, gen, first) in enumerate(rows):
+            self.run_i[:, j] = (i, 0)
+            self.run_f[:, j] = (0.0, gen, first)
+        self.ints[k.N_RUN] = len(rows)
+        self.ints[k.OPEN] += len(rows)
+        self.slots[k.OUTSTANDING, 0] += len(rows)
+
     def waiting(self) -> list[int]:
         return self.wait_i[0, :self.ints[k.N_WAIT]].tolist()
 
@@ -411,12 +420,7 @@ def test_a_slice_that_preempts_admits_nobody_on_that_replica() -> None:
     # again beside the first (120 + 25 + 50 = 195), but vLLM V1 admits no waiting request in a step that
     # preempted (the freed blocks go to the running), so it waits a slice
     e = Engines([(0.0, 100, 100), (0.0, 40, 100)], kv_cap=210.0)
-    e.run_i[:, :2] = [[0, 1], [0, 0]]
-    e.run_f[:, 0] = (0.0, 20.0, -0.5)
-    e.run_f[:, 1] = (0.0, 10.0, -0.4)
-    e.ints[k.N_RUN] = 2
-    e.ints[k.OPEN] = 2
-    e.slots[k.OUTSTANDING, 0] = 2.0
+    e.decoding_on_slot_0([(0, 20.0, -0.5), (1, 10.0, -0.4)])
     e.step(0.0)
     assert e.ints[k.PREEMPTED] == 1 and e.running() == [0] and e.waiting() == [1]
 
@@ -427,11 +431,7 @@ def test_admission_leaves_the_kv_that_a_slice_of_decoding_takes() -> None:
     # (admitting into that room only churned: a 70B replica under 500-token prompts at 15/s preempted 1,414
     # times against the detailed engine's 729)
     e = Engines([(0.0, 190, 100), (0.0, 30, 10)], kv_cap=250.0)
-    e.run_i[:, 0] = (0, 0)
-    e.run_f[:, 0] = (0.0, 10.0, 0.0)
-    e.ints[k.N_RUN] = 1
-    e.ints[k.OPEN] = 1
-    e.slots[k.OUTSTANDING, 0] = 1.0
+    e.decoding_on_slot_0([(0, 10.0, 0.0)])
     e.route([1], [0])
     e.step(0.0)
     assert e.running() == [0] and e.waiting() == [1] and e.ints[k.PREEMPTED] == 0
@@ -441,25 +441,17 @@ def test_a_long_prompt_is_admitted_when_its_first_chunk_fits() -> None:
     # a slice of one 10 ms iteration, budget 64: 195 tokens held of 270 and the decode's next token, a
     # 100-token prompt's first chunk (63 beside the decode) fits (259) where the whole prompt does not (296);
     # it is admitted and its last 37 tokens wait for the next iteration, as vLLM V1 allocates blocks chunk by
-    # chunk
-    e = Engines([(0.0, 190, 100), (0.0, 100, 10)], kv_cap=270.0, budget=64.0)
-    e.run_i[:, 0] = (0, 0)
-    e.run_f[:, 0] = (0.0, 5.0, 0.0)
-    e.ints[k.N_RUN] = 1
-    e.ints[k.OPEN] = 1
-    e.slots[k.OUTSTANDING, 0] = 1.0
-    e.route([1], [0])
-    e.step(0.0, dt=0.01)
+    # chunk. A cache one token short of that chunk (258) holds it back.
+    def beside_one_decoding(kv_cap: float) -> Engines:
+        e = Engines([(0.0, 190, 100), (0.0, 100, 10)], kv_cap=kv_cap, budget=64.0)
+        e.decoding_on_slot_0([(0, 5.0, 0.0)])
+        e.route([1], [0])
+        e.step(0.0, dt=0.01)
+        return e
+
+    e = beside_one_decoding(270.0)
     assert e.running() == [0, 1] and e.run_f[0, 1] == pytest.approx(37.0)
-    # a cache one token short of that chunk holds it back
-    e = Engines([(0.0, 190, 100), (0.0, 100, 10)], kv_cap=258.0, budget=64.0)
-    e.run_i[:, 0] = (0, 0)
-    e.run_f[:, 0] = (0.0, 5.0, 0.0)
-    e.ints[k.N_RUN] = 1
-    e.ints[k.OPEN] = 1
-    e.slots[k.OUTSTANDING, 0] = 1.0
-    e.route([1], [0])
-    e.step(0.0, dt=0.01)
+    e = beside_one_decoding(258.0)
     assert e.running() == [0] and e.waiting() == [1]
 
 
