@@ -45,8 +45,8 @@ N_SLOT_ROWS = 16
 # scratch rows, per slot, for one slice
 (_KV, _NRUN, _BDEC, _PEND, _NWAIT, _CHUNK, _ROOM, _CUM, _RANK, _C, _LIVE, _NPF, _PRESUM, _TAU1, _T1, _DONE,
  _B2, _GAINSUM, _TAU2, _BUSY, _LAST, _NFIN, _FIRSTS, _GENSUM, _TTFTS, _ITLS, _ITLN, _NROWS, _R0, _BUSY_FROM,
- _TAIL, _NTOT, _GROW, _PEND0, _IDLE0, _TAUD, _E0, _NIT, _CUT) = range(39)
-N_SCRATCH = 39
+ _TAIL, _NTOT, _GROW, _PEND0, _IDLE0, _TAUD, _E0, _NIT, _CUT, _D0) = range(40)
+N_SCRATCH = 40
 # advance's reasons for returning
 EVENT, END, GROW, AFTER_SLICE = 0, 1, 2, 3
 # flags set by a slice (AFTER_SLICE)
@@ -128,11 +128,14 @@ def _preempt(dt: float, budget: float, kv_cap: float, coef: np.ndarray, ints: np
     gives back its most recently admitted requests (keeping one) until the rest fit; a prompt part-way
     through its prefill is one of them, as vLLM V1 allocates a prompt's blocks chunk by chunk. Each goes to
     the head of its queue, keeping its first token and what it generated; admitted again, it prefills its
-    prompt and those tokens once more, and the slice admits nobody on that replica (V1 schedules waiting
-    requests only in a step that preempted none). Without this the fluid mode held up to 9% more KV than
+    prompt and those tokens once more. V1 schedules waiting requests only in a step that preempted none:
+    the replica admits after one decode iteration where the preemptions left nothing to prefill, else in
+    the next slice (_admit). Without this the fluid mode held up to 9% more KV than
     the cache and ran an overloaded replica ~8% faster than the detailed engine; holding a whole prompt's KV
     from its admission (vLLM V0's rule) put an overloaded L4 replica's TPOT 21% under the detailed engine's
-    (11% with these rules; tests/simulator/test_sim_fluid.py)."""
+    (6-16% with these rules while a replica that preempted admitted nobody for a whole slice, 1-4% since it
+    admits after one decode iteration; docs/simulator-results.md, "Found and fixed (the step that
+    preempted)")."""
     over = False
     for s in range(n_slots):
         b = sc[_BDEC, s]
@@ -198,16 +201,20 @@ def _preempt(dt: float, budget: float, kv_cap: float, coef: np.ndarray, ints: np
 
 
 @_jit
-def _carried(slots: np.ndarray, s: int, pend: float) -> tuple[float, float, float, float, float]:
+def _carried(slots: np.ndarray, sc: np.ndarray, s: int, pend: float) -> tuple[float, float, float, float, float]:
     """The iteration a previous slice started on slot s, scheduled whole (step_slice): (x of its c0 tokens
     done, c0, its duration tau0, rem0 tokens left, e0 when it ends into this slice); zeros when there is none.
-    Admission and the slice's step both plan around it, from this one reading."""
+    After a preemption that left nothing to prefill it is the decode iteration that preempted (_admit: no
+    prompt tokens, its duration _D0). Admission and the slice's step both plan around it, from this one reading."""
     x = slots[ITER_X, s]
     if x > 0.0 and pend > 0.0:
         c0 = slots[ITER_C, s]
         tau0 = slots[ITER_TAU, s]
         rem0 = min(c0 - x, pend)
         return x, c0, tau0, rem0, rem0 / c0 * tau0
+    d0 = sc[_D0, s]
+    if d0 > 0.0 and pend > 0.0:
+        return 0.0, 0.0, d0, 0.0, d0
     return 0.0, 0.0, 0.0, 0.0, 0.0
 
 
@@ -223,7 +230,7 @@ def _prefill_room(dt: float, budget: float, coef: np.ndarray, slots: np.ndarray,
     kv = sc[_KV, s]
     b = sc[_BDEC, s]
     tau = step_time(coef, b + chunk, kv, kv + b + chunk * chunk / 2)
-    _, _, _, rem0, e0 = _carried(slots, s, sc[_PEND, s])
+    _, _, _, rem0, e0 = _carried(slots, sc, s, sc[_PEND, s])
     fresh = max((dt - e0) / tau, 1.0) if e0 < dt else 0.0
     room: float = rem0 + fresh * chunk
     return room
@@ -253,6 +260,15 @@ def _admit(t: float, dt: float, budget: float, seqs: float, kv_cap: float, coef:
             sc[_BDEC, s] += 1.0
         sc[_PEND, s] += pre
     _preempt(dt, budget, kv_cap, coef, ints, run_i, run_f, wait_i, wait_f, gain, p64, slots, sc, n_slots)
+    for s in range(n_slots):
+        if sc[_PEND, s] == 0.0:  # nothing left to prefill (done, or preempted): no iteration is carried on
+            slots[ITER_X, s] = 0.0
+            b = sc[_BDEC, s]
+            if sc[_CUT, s] > 0.0 and b > 0.0:
+                # V1 admits nobody in the step that preempted, one decode iteration here: the queue is
+                # admitted after it (a whole slice without admission halved a KV-bound replica's churn)
+                sc[_D0, s] = step_time(coef, b, sc[_KV, s], sc[_KV, s] + b)
+                sc[_CUT, s] = 0.0
     n_run = ints[N_RUN]
     n_wait = ints[N_WAIT]
     if n_wait == 0:
@@ -365,7 +381,7 @@ def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, l
             # an iteration is scheduled whole: one that a previous slice started (slices shorter than a long
             # prefill iteration) keeps its chunk and duration until it ends (e0: rem0 of its c0 tokens left);
             # the iterations after it are planned afresh, at this slice's batch, KV and prompts
-            x, c0, tau0, rem0, e0 = _carried(slots, s, pend)
+            x, c0, tau0, rem0, e0 = _carried(slots, sc, s, pend)
             rest = pend - rem0
             c = min(max(budget - b, 0.0), rest)
             sc[_C, s] = c
