@@ -563,20 +563,27 @@ def test_replicas_out_of_kv_thrash_as_the_detailed_engine_does() -> None:
     assert abs(f_tpot - d_tpot) <= 0.10 * d_tpot
 
 
-def test_a_replica_out_of_kv_under_long_prompts_recomputes_as_the_detailed_engine_does() -> None:
-    """One L4 replica, 300 s of long prompts (lognormal, median 2,000 tokens, one chunk 2,048) at 0.8/s: the
-    cache holds a prompt's first chunk beside the decodes but not its second, so the detailed engine admits
-    it, computes the chunk, preempts it and admits it again: 497 preemptions, 2.78x the prompts' tokens
-    prefilled. While a slice that preempted admitted nobody the fluid replica decoded alone half the time
-    and thrashed less: 291 preemptions, 2.03x, mean TPOT 16% low; admitting after the one decode iteration
-    that preempted: 485, 2.58x, 4% low."""
+# (preset, median prompt, median output, requests/s, longest prompt): one L4 replica (30,816 KV tokens,
+# 2,048-token chunks) and one 70B TP4 replica (423,856 tokens, 8,192) fed long prompts
+LONG_PROMPT_CASES = (("llama-3.1-8b/l4", 2000, 100, 0.8, 8000), ("llama-3.1-70b/h100-tp4", 12000, 400, 1.5, 100_000))
+
+
+@pytest.mark.parametrize("preset, prompt_tok, output_tok, rate, longest", LONG_PROMPT_CASES)
+def test_a_replica_out_of_kv_under_long_prompts_recomputes_as_the_detailed_engine_does(
+        preset: str, prompt_tok: int, output_tok: int, rate: float, longest: int) -> None:
+    """300 s of long prompts (lognormal, sigma 0.8) on one replica: the cache holds a prompt's first chunk beside
+    the decodes but not the rest, so the detailed engine admits it, computes a chunk, preempts it and admits
+    it again (L4: 497 preemptions, 2.78x the prompts' tokens prefilled; 70B: 1,523, 3.70x). While a slice
+    that preempted admitted nobody the fluid replica decoded alone for the rest of the slice and thrashed
+    less (L4: 291, 2.03x; 70B: 408, 1.78x), its mean TPOT 16% and 43% low; admitting after the one decode
+    iteration that preempted: 485, 2.58x and 1,461, 3.33x, 4% and 2% low."""
     rng = np.random.default_rng(0)
-    n = 240
-    arr = np.cumsum(rng.exponential(1 / 0.8, n))
-    prompt = np.clip(rng.lognormal(math.log(2000), 0.8, n), 16, 8000).astype(np.int32)
-    output = np.clip(rng.lognormal(math.log(100), 0.8, n), 2, 2000).astype(np.int32)
+    n = int(300 * rate)
+    arr = np.cumsum(rng.exponential(1 / rate, n))
+    prompt = np.clip(rng.lognormal(math.log(prompt_tok), 0.8, n), 16, longest).astype(np.int32)
+    output = np.clip(rng.lognormal(math.log(output_tok), 0.8, n), 2, 2000).astype(np.int32)
     tr = Trace("long-prompts", arr, prompt, output)
-    bt = Backtest(get_preset("llama-3.1-8b/l4"), slo=SLO)
+    bt = Backtest(get_preset(preset), slo=SLO)
     runs = [simulate(tr, bt, ScheduleController("static", [PodPlan(0.0, math.inf, 0.0)]), mode)
             for mode in ("detailed", "fluid")]
     d_tpot, f_tpot = (float(np.nanmean(r.request_table().tpot_s)) for r in runs)
