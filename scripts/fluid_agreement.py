@@ -3,6 +3,7 @@
     .venv/bin/python scripts/fluid_agreement.py [--presets P,...] [--traces T,...] [--policies ...]
         [--minutes M] [--shifts N] [--jobs J] [--json FILE]
     .venv/bin/python scripts/fluid_agreement.py --physics [--jobs J]
+    .venv/bin/python scripts/fluid_agreement.py --replica [--presets P,...] [--jobs J]
 
 For each preset and trace window it plans the oracle once (in the fluid mode; `static` is its peak, kept
 all the time, as in run_policies), then runs each policy in both modes and prints fluid minus detailed:
@@ -16,8 +17,13 @@ arrivals shifted by 0.5, 1.0, ... s against the control loop's phase and reports
 spread: where that spread is wider than the tolerance the single run is not determined within it, and the
 means are what the modes must agree on. `--physics` instead runs replica physics alone: fixed replica counts
 from the start (PHYSICS_CASES), no control loop, so nothing is path-bound, and prints fluid minus detailed
-mean TPOT (over requests) and SLO attainment. Not run by CI (tests/simulator/test_sim_fluid.py holds a short
-window per preset); results are in docs/simulator-results.md, "Fluid vs detailed".
+mean TPOT (over requests) and SLO attainment. `--replica` runs one static replica per preset under 300 s of
+synthetic traffic (REPLICA_LOADS: lognormal prompts and answers, from short prompts to ones near an L4's
+whole cache, each at four rates from light to four times overloaded) and prints both modes' mean TPOT,
+mean TTFT, preemptions and prompt tokens computed over the trace's (recomputation after preemption
+included): the engine at the edge of its KV cache, where the shipped traces rarely take it. Not run by
+CI (tests/simulator/test_sim_fluid.py holds a short window per preset); results are in
+docs/simulator-results.md, "Fluid vs detailed".
 """
 
 from __future__ import annotations
@@ -156,6 +162,46 @@ def physics_case(preset: str, trace_name: str, minutes: int | None, replicas: in
             f"{100 * (f_slo - d_slo):+.2f} |")
 
 
+#: --replica: (median prompt, median answer) tokens, lognormal with sigma 0.8; each at RATE_MULTIPLES of the
+#: preset's REPLICA_BASE_RATE (requests/s at a 1,500-token prompt, scaled by 1,500 / prompt and by the
+#: square root of 150 / answer), a rate about at the replica's saturation on that preset
+REPLICA_LOADS = ((300, 300), (1500, 150), (6000, 200), (20000, 300))
+RATE_MULTIPLES = (0.5, 1.0, 2.0, 4.0)
+REPLICA_BASE_RATE = {"llama-3.1-8b/h100": 6.0, "llama-3.1-8b/a100": 3.0, "llama-3.1-8b/l4": 0.5,
+                     "llama-3.1-70b/h100-tp4": 2.0}
+
+
+def replica_case(preset: str, prompt_tok: int, output_tok: int, mult: float) -> str:
+    """One static replica under 300 s of lognormal traffic (seeded), both modes: one markdown line."""
+    from keda_llm.simulator.cluster.engine import Simulation
+    from keda_llm.simulator.cluster.fluid import FluidBackend
+
+    p = get_preset(preset)
+    rate = REPLICA_BASE_RATE[preset] * mult * 1500 / prompt_tok * math.sqrt(150 / output_tok)
+    rng = np.random.default_rng(1)
+    n = max(20, int(300 * rate))
+    arrival = np.cumsum(rng.exponential(1 / rate, n))
+    prompt = np.clip(rng.lognormal(math.log(prompt_tok), 0.8, n), 16, 60000).astype(np.int32)
+    output = np.clip(rng.lognormal(math.log(output_tok), 0.8, n), 2, 4000).astype(np.int32)
+    fits = prompt + output <= p.replica_config().kv_capacity_tokens  # a request larger than the cache is refused
+    tr = Trace("replica", arrival[fits], prompt[fits], output[fits])
+    bt = Backtest(p, cold_start="typical", slo=SLO)
+    out = []
+    for mode in ("detailed", "fluid"):
+        sim = Simulation(tr, bt.sim_config(), ScheduleController("static", [PodPlan(0.0, math.inf, 0.0)]), None,
+                         FluidBackend.slices(bt.fluid_slice_s) if mode == "fluid" else None)
+        res = sim.run()
+        t = res.request_table()
+        served = np.isfinite(t.ttft_s)
+        preempted, computed = sim.backend.engine_totals()  # type: ignore[attr-defined]
+        out.append((float(np.nanmean(t.tpot_s)), float(np.mean(t.ttft_s[served])), preempted,
+                    computed / float(tr.prompt_tokens.sum()), summarize(res, SLO).slo_attainment))
+    (d_tpot, d_ttft, d_pre, d_x, d_slo), (f_tpot, f_ttft, f_pre, f_x, f_slo) = out
+    return (f"| {preset} | {prompt_tok} / {output_tok} | {rate:.2f} (x{mult:g}) | {d_tpot:.4f} / {f_tpot:.4f} | "
+            f"{100 * (f_tpot - d_tpot) / d_tpot:+.1f}% | {d_ttft:.2f} / {f_ttft:.2f} | {d_pre} / {f_pre} | "
+            f"{d_x:.2f} / {f_x:.2f} | {100 * d_slo:.1f} / {100 * f_slo:.1f} |")
+
+
 def plan_for(preset: str, trace_name: str, minutes: int | None) -> OraclePlan:
     return plan(load_window(trace_name, minutes), Backtest(get_preset(preset), cold_start="typical", slo=SLO))
 
@@ -170,7 +216,18 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--json", default=None, help="write the rows here")
     ap.add_argument("--physics", action="store_true", help="static replicas only (PHYSICS_CASES), no control loop")
+    ap.add_argument("--replica", action="store_true",
+                    help="one replica per preset under synthetic load (REPLICA_LOADS), no control loop")
     args = ap.parse_args()
+    if args.replica:
+        print("| preset | median prompt / answer | requests/s | mean TPOT detailed / fluid | TPOT | "
+              "mean TTFT (s) | preemptions | prefill x | SLO % |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        cases = [(p, pt, ot, m) for p in args.presets.split(",") for pt, ot in REPLICA_LOADS for m in RATE_MULTIPLES]
+        with ProcessPoolExecutor(args.jobs) as pool:
+            for line in pool.map(replica_case, *zip(*cases, strict=True)):
+                print(line, flush=True)
+        return
     if args.physics:
         print("| preset | trace | replicas | TPOT detailed | TPOT fluid | TPOT | SLO detailed | SLO fluid | SLO pts |")
         print("|---|---|---|---|---|---|---|---|---|")

@@ -219,6 +219,13 @@ class DetailedBackend:
             sim.router.observed(loads)
         return samples, utils, sim.router.pending
 
+    def engine_totals(self) -> tuple[int, float]:
+        """(preemptions, prompt tokens computed, recomputation included) over the replicas still in the
+        cluster: the engine counters a fidelity comparison reads (scripts/fluid_agreement.py --replica)."""
+        reps = self.sim.cluster.replicas
+        return (sum(r.engine.counters.preemptions for r in reps),
+                float(sum(r.engine.counters.prompt_tokens for r in reps)))
+
     def row(self) -> tuple[int, int, int, int]:
         replicas = self.sim.cluster.replicas
         running = sum(r.engine.num_running for r in replicas)

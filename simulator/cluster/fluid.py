@@ -379,6 +379,12 @@ class FluidBackend:
             ))
         return samples, utils, self._held_n
 
+    def engine_totals(self) -> tuple[int, float]:
+        """(preemptions, prompt tokens computed, recomputation included), the detailed backend's
+        `engine_totals` (preemptions over the run; prompt tokens over every slot, which a new replica starts
+        afresh)."""
+        return int(self._ints[k.PREEMPTED]), float(self._slots[k.PROMPT_TOK].sum())
+
     def row(self) -> tuple[int, int, int, int]:
         arrivals = int(self._ints[k.ARRIVED])
         self._ints[k.ARRIVED] = 0

@@ -621,8 +621,11 @@ def test_a_prefill_backlog_fills_every_iteration_after_a_carried_one(prompt: int
 # -37.7% / +10.48 and -16.5% / -5.81). The fluid mode then took vLLM V1's admission at the edge of the cache
 # (a first chunk must fit beside a slice of decoding, not a whole prompt; fluid_kernel._preempt): concurrency
 # -6.1% / -1.85 (-4.6% / -2.48 over six shifts of 0.5 s), ours +9.9% / +12.11 in this one run, +4.8% / +3.47
-# over six cold-start seeds, where the detailed mode alone spans 11.0-14.2 GPU-h and 56-74% of the SLO. What
-# is left is the thrash of chunk-sized self-preemptions (docs/simulator-results.md, "Fluid vs detailed", Open).
+# over six cold-start seeds, where the detailed mode alone spans 11.0-14.2 GPU-h and 56-74% of the SLO. Since
+# a replica that preempted admits after that one decode iteration, not a slice later: concurrency -7.2% /
+# -0.42 (-3.5% / -1.11 over six shifts), ours +7.6% / +11.60 in this run and +0.2% / +1.71 over seeds 1-6
+# (the detailed mode alone 54.6-73.7% of the SLO). Concurrency's one run is still 7.2% off in GPU-hours, ours
+# is path-bound (docs/simulator-results.md, "Fluid vs detailed", Open).
 AUTOSCALER_PARAMS = [pytest.param(p, pol, marks=pytest.mark.xfail(strict=True, reason="KV-bound L4 (open)"))
                      if p == "llama-3.1-8b/l4" else (p, pol)
                      for pol in ("concurrency", "ours") for p in (c[0] for c in STATIC_CASES)]
