@@ -193,7 +193,7 @@ def replica_case(preset: str, prompt_tok: int, output_tok: int, mult: float) -> 
         res = sim.run()
         t = res.request_table()
         served = np.isfinite(t.ttft_s)
-        preempted, computed = sim.backend.engine_totals()  # type: ignore[attr-defined]
+        preempted, computed = sim.backend.engine_totals()
         out.append((float(np.nanmean(t.tpot_s)), float(np.mean(t.ttft_s[served])), preempted,
                     computed / float(tr.prompt_tokens.sum()), summarize(res, SLO).slo_attainment))
     (d_tpot, d_ttft, d_pre, d_x, d_slo), (f_tpot, f_ttft, f_pre, f_x, f_slo) = out

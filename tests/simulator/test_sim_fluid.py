@@ -21,7 +21,7 @@ import pytest
 
 import keda_llm.simulator.cluster.fluid as fluid
 import keda_llm.simulator.cluster.fluid_kernel as k
-from keda_llm.simulator.cluster.engine import Controller
+from keda_llm.simulator.cluster.engine import Controller, Simulation
 from keda_llm.simulator.cluster.fluid import own_prefill
 from keda_llm.simulator.control.controllers import PodPlan, ScheduleController
 from keda_llm.simulator.control.policies import build_controller
@@ -584,10 +584,17 @@ def test_a_replica_out_of_kv_under_long_prompts_recomputes_as_the_detailed_engin
     output = np.clip(rng.lognormal(math.log(output_tok), 0.8, n), 2, 2000).astype(np.int32)
     tr = Trace("long-prompts", arr, prompt, output)
     bt = Backtest(get_preset(preset), slo=SLO)
-    runs = [simulate(tr, bt, ScheduleController("static", [PodPlan(0.0, math.inf, 0.0)]), mode)
-            for mode in ("detailed", "fluid")]
-    d_tpot, f_tpot = (float(np.nanmean(r.request_table().tpot_s)) for r in runs)
+    out = []
+    for backend in (None, fluid.FluidBackend.slices(bt.fluid_slice_s)):
+        sim = Simulation(tr, bt.sim_config(), ScheduleController("static", [PodPlan(0.0, math.inf, 0.0)]), None,
+                         backend)
+        tpot = float(np.nanmean(sim.run().request_table().tpot_s))
+        preempted, computed = sim.backend.engine_totals()
+        out.append((tpot, preempted, computed / float(prompt.sum())))
+    (d_tpot, d_pre, d_x), (f_tpot, f_pre, f_x) = out
     assert abs(f_tpot - d_tpot) <= 0.06 * d_tpot
+    assert abs(f_pre - d_pre) <= 0.10 * d_pre  # the engine counters the exporter reads agree too
+    assert abs(f_x - d_x) <= 0.12 * d_x
 
 
 @pytest.mark.parametrize("prompt, rate", [(2048, 8.0), (500, 30.0)])
