@@ -261,6 +261,10 @@ class Backend(Protocol):
         """The timeline's counts now: (arrivals since the last row, held at the gateway, running, waiting)."""
         ...
 
+    def engine_totals(self) -> tuple[int, float]:
+        """(preemptions, prompt tokens computed, recomputation included): what a fidelity check compares."""
+        ...
+
     def close(self, end: float) -> Outcome:
         """The run ended at `end`: what is still held is dropped."""
         ...
