@@ -213,7 +213,7 @@ def _carried(slots: np.ndarray, sc: np.ndarray, s: int, pend: float) -> tuple[fl
         rem0 = min(c0 - x, pend)
         return x, c0, tau0, rem0, rem0 / c0 * tau0
     d0 = sc[_D0, s]
-    if d0 > 0.0 and pend > 0.0:
+    if d0 > 0.0:  # before any prompt is admitted too: admission's room starts after it
         return 0.0, 0.0, d0, 0.0, d0
     return 0.0, 0.0, 0.0, 0.0, 0.0
 
