@@ -173,9 +173,6 @@ REPLICA_BASE_RATE = {"llama-3.1-8b/h100": 6.0, "llama-3.1-8b/a100": 3.0, "llama-
 
 def replica_case(preset: str, prompt_tok: int, output_tok: int, mult: float) -> str:
     """One static replica under 300 s of lognormal traffic (seeded), both modes: one markdown line."""
-    from keda_llm.simulator.cluster.engine import Simulation
-    from keda_llm.simulator.cluster.fluid import FluidBackend
-
     p = get_preset(preset)
     rate = REPLICA_BASE_RATE[preset] * mult * 1500 / prompt_tok * math.sqrt(150 / output_tok)
     rng = np.random.default_rng(1)
@@ -188,12 +185,10 @@ def replica_case(preset: str, prompt_tok: int, output_tok: int, mult: float) -> 
     bt = Backtest(p, cold_start="typical", slo=SLO)
     out = []
     for mode in ("detailed", "fluid"):
-        sim = Simulation(tr, bt.sim_config(), ScheduleController("static", [PodPlan(0.0, math.inf, 0.0)]), None,
-                         FluidBackend.slices(bt.fluid_slice_s) if mode == "fluid" else None)
-        res = sim.run()
+        res = simulate(tr, bt, ScheduleController("static", [PodPlan(0.0, math.inf, 0.0)]), mode)  # type: ignore[arg-type]
         t = res.request_table()
         served = np.isfinite(t.ttft_s)
-        preempted, computed = sim.backend.engine_totals()
+        preempted, computed = res.engine_totals
         out.append((float(np.nanmean(t.tpot_s)), float(np.mean(t.ttft_s[served])), preempted,
                     computed / float(tr.prompt_tokens.sum()), summarize(res, SLO).slo_attainment))
     (d_tpot, d_ttft, d_pre, d_x, d_slo), (f_tpot, f_ttft, f_pre, f_x, f_slo) = out

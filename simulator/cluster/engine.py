@@ -178,6 +178,8 @@ class SimResult:
     #: counts them in `refused_count` only
     refused: list[Refusal] = field(default_factory=list)
     refused_count: int = 0
+    #: the backend's `engine_totals` at the run's end (preemptions, prompt tokens computed), lead-in included
+    engine_totals: tuple[int, float] = (0, 0.0)
 
     def request_table(self) -> RequestTable:
         """Every request of the trace as (arrival, weight, TTFT, TPOT): TTFT inf when not served (dropped),
@@ -395,7 +397,8 @@ class Simulation:
         return SimResult(self.controller.name, self.trace.name, self.requests, self.dropped_timeout,
                          self.dropped_rejected, end, self.timeline, s.gpu_seconds, s.cold_starts, s.zero_seconds,
                          self.scale_events, events, mode=backend.mode, cohorts=outcome.cohorts,
-                         refused=outcome.refused, refused_count=outcome.refused_count)
+                         refused=outcome.refused, refused_count=outcome.refused_count,
+                         engine_totals=backend.engine_totals())
 
     # -- the loop's own events ----------------------------------------------------------------------
     def _on_phase(self, r: SimReplica) -> None:

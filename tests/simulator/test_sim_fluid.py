@@ -21,7 +21,7 @@ import pytest
 
 import keda_llm.simulator.cluster.fluid as fluid
 import keda_llm.simulator.cluster.fluid_kernel as k
-from keda_llm.simulator.cluster.engine import Controller, Simulation
+from keda_llm.simulator.cluster.engine import Controller
 from keda_llm.simulator.cluster.fluid import own_prefill
 from keda_llm.simulator.control.controllers import PodPlan, ScheduleController
 from keda_llm.simulator.control.policies import build_controller
@@ -585,12 +585,10 @@ def test_a_replica_out_of_kv_under_long_prompts_recomputes_as_the_detailed_engin
     tr = Trace("long-prompts", arr, prompt, output)
     bt = Backtest(get_preset(preset), slo=SLO)
     out = []
-    for backend in (None, fluid.FluidBackend.slices(bt.fluid_slice_s)):
-        sim = Simulation(tr, bt.sim_config(), ScheduleController("static", [PodPlan(0.0, math.inf, 0.0)]), None,
-                         backend)
-        tpot = float(np.nanmean(sim.run().request_table().tpot_s))
-        preempted, computed = sim.backend.engine_totals()
-        out.append((tpot, preempted, computed / float(prompt.sum())))
+    for mode in ("detailed", "fluid"):
+        res = simulate(tr, bt, ScheduleController("static", [PodPlan(0.0, math.inf, 0.0)]), mode)  # type: ignore[arg-type]
+        preempted, computed = res.engine_totals
+        out.append((float(np.nanmean(res.request_table().tpot_s)), preempted, computed / float(prompt.sum())))
     (d_tpot, d_pre, d_x), (f_tpot, f_pre, f_x) = out
     assert abs(f_tpot - d_tpot) <= 0.06 * d_tpot
     assert abs(f_pre - d_pre) <= 0.10 * d_pre  # the engine counters the exporter reads agree too
