@@ -20,7 +20,7 @@ from typing import Any, TypeVar, cast
 import numba
 import numpy as np
 
-from keda_llm.simulator.hardware.perf import N_COEF, PerfModel
+from keda_llm.simulator.hardware.perf import N_COEF, PerfModel, coefficient_step_time
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -66,13 +66,9 @@ def coefficients(perf: PerfModel) -> np.ndarray:
     return coef
 
 
-@_jit
-def step_time(c: np.ndarray, new: float, kv: float, pairs: float) -> float:
-    """One engine iteration: `new` tokens computed, `kv` tokens of cache read, `pairs` attention pairs."""
-    a = c[0] + c[1] * kv + c[2] * new + c[3] * pairs
-    b = c[4] + c[5] * kv + c[6] * new + c[7] * pairs
-    out: float = max(a, b) + (c[8] + c[9] * new + c[10] * kv + c[11] * pairs)
-    return out
+#: one engine iteration: `new` tokens computed, `kv` tokens of cache read, `pairs` attention pairs (the perf
+#: model's own scalar form, compiled)
+step_time = _jit(coefficient_step_time)
 
 
 @_jit

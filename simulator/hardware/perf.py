@@ -24,6 +24,7 @@ version to public measurements by scripts/validate_perf.py (docs/simulator.md, "
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Protocol
@@ -66,6 +67,16 @@ def coefficient_step_times(c: FloatArray, new_tokens: FloatArray, kv_tokens: Flo
     b = c[4] + c[5] * kv_tokens + c[6] * new_tokens + c[7] * attn_pairs
     rest = c[8] + c[9] * new_tokens + c[10] * kv_tokens + c[11] * attn_pairs
     return np.asarray(np.maximum(a, b) + rest, dtype=np.float64)
+
+
+def coefficient_step_time(c: Sequence[float] | FloatArray, new_tokens: float, kv_tokens: float,
+                          attn_pairs: float) -> float:
+    """One iteration of `coefficients()`'s form in scalars, term for term as `coefficient_step_times` (the
+    same floats): the detailed replica times its iterations with it, the fluid kernel compiles it."""
+    a = c[0] + c[1] * kv_tokens + c[2] * new_tokens + c[3] * attn_pairs
+    b = c[4] + c[5] * kv_tokens + c[6] * new_tokens + c[7] * attn_pairs
+    out: float = max(a, b) + (c[8] + c[9] * new_tokens + c[10] * kv_tokens + c[11] * attn_pairs)
+    return out
 
 
 def step_time(perf: PerfModel, new_tokens: float, kv_tokens: float, attn_pairs: float) -> float:

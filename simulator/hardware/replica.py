@@ -35,9 +35,7 @@ import math
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from keda_llm.simulator.hardware.perf import PerfModel
+from keda_llm.simulator.hardware.perf import PerfModel, coefficient_step_time
 
 
 @dataclass(frozen=True)
@@ -142,6 +140,7 @@ class Replica:
         self.config = config
         self.perf = perf
         self.speed = 1.0  # < 1: a degraded GPU (throttled) runs every step this much slower (SimConfig.degraded)
+        self._coef = tuple(float(x) for x in perf.coefficients())  # _decode_run's scalar form of the model
         self.running: list[Request] = []
         self.waiting: deque[Request] = deque()
         self.free_blocks = config.kv_blocks
@@ -291,7 +290,7 @@ class Replica:
             new += n
             kv += p
             pairs += n * p + n * (n + 1) / 2
-        dur = float(self.perf.step_times(np.array([new]), np.array([kv]), np.array([pairs]))[0]) / self.speed
+        dur = coefficient_step_time(self._coef, new, kv, pairs) / self.speed
         end = now + dur
         finished: list[Request] = []
         c = self.counters
@@ -317,21 +316,38 @@ class Replica:
         return StepResult(dur, finished, 1)
 
     def _decode_run(self, now: float, horizon: float, seqs: list[Request]) -> StepResult:
-        """k identical decode iterations: each sequence gains one token per iteration."""
+        """k identical decode iterations: each sequence gains one token per iteration.
+
+        The iterations are timed one by one in scalars, up to the first that ends past `horizon` (at least
+        one): a run is cut at the next arrival or observation after a few iterations, where timing all k
+        as arrays (a numpy call per step of the formula) cost more than the rest of the detailed mode
+        together. Each duration is perf.coefficient_step_time, the model's own form term for term, so each
+        duration and end is the same float the arrays gave."""
         k = min(s.target_output - s._generated for s in seqs)
         k = self._fit_blocks(seqs, k)
         n = len(seqs)
         s0 = float(sum(s._computed for s in seqs))
-        steps = np.arange(k, dtype=np.float64)
-        kv = s0 + n * steps
-        durs = self.perf.step_times(np.full(k, float(n)), kv, kv + n) / self.speed
-        ends = now + np.cumsum(durs)
-        if k > 1 and ends[-1] > horizon:
-            k = max(1, int(np.searchsorted(ends, horizon, side="right")))
-            durs, ends = durs[:k], ends[:k]
-        end = float(ends[-1])
-        max_gap = float(durs[1:].max()) if k > 1 else 0.0
-        first_end = float(ends[0])
+        coef = self._coef
+        new = float(n)
+        speed = self.speed
+        total = 0.0
+        first_end = end = now
+        max_gap = 0.0
+        done = 0
+        while done < k:
+            kv = s0 + n * float(done)
+            dur = coefficient_step_time(coef, new, kv, kv + n) / speed
+            total += dur
+            at = now + total
+            if done > 0 and at > horizon:
+                break  # the run ends with the last iteration by the horizon
+            if done == 0:
+                first_end = at
+            elif dur > max_gap:
+                max_gap = dur
+            end = at
+            done += 1
+        k = done
         finished: list[Request] = []
         for seq in seqs:
             need = self._blocks_for(seq._computed + k) - seq._blocks

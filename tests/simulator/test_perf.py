@@ -12,6 +12,7 @@ from keda_llm.simulator.hardware.perf import (
     ConstantPerf,
     Efficiency,
     PhysicsPerf,
+    coefficient_step_time,
     coefficient_step_times,
     step_time,
 )
@@ -175,3 +176,20 @@ def test_zero_capacity_is_refused(changes: dict[str, int], fragment: str) -> Non
 def test_unknown_preset_names_the_known_ones() -> None:
     with pytest.raises(ConfigError, match=r"llama-3\.1-8b/h100"):
         get_preset("nope")
+
+
+def test_the_scalar_step_time_is_the_models_own_to_the_last_bit() -> None:
+    # the detailed replica times its decode runs with coefficient_step_time and the fluid kernel compiles it:
+    # both must give the very floats the model's step_times gives, or a run's outcome would depend on which
+    # path timed it (seeded: decode, prefill and mixed iterations from an empty cache to a full one)
+    rng = np.random.default_rng(9)
+    new = np.concatenate([rng.integers(1, 1025, 3000), rng.integers(1, 16385, 3000)]).astype(np.float64)
+    kv = rng.uniform(0.0, 2e6, new.size)
+    pairs = kv + new * rng.uniform(1.0, 4e4, new.size)
+    perfs = [p.perf() for p in PRESETS.values()] + [ConstantPerf(base_s=0.01, per_token_s=1e-5, per_kv_token_s=1e-8)]
+    for perf in perfs:
+        want = perf.step_times(new, kv, pairs)
+        coef = tuple(float(x) for x in perf.coefficients())
+        got = np.array([coefficient_step_time(coef, *row) for row in zip(new.tolist(), kv.tolist(), pairs.tolist(),
+                                                                           strict=True)])
+        assert np.array_equal(got, want), type(perf).__name__

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from keda_llm.simulator.hardware.gpus import H100_SXM_80GB
 from keda_llm.simulator.hardware.models import LLAMA_3_1_8B
 from keda_llm.simulator.hardware.perf import ConstantPerf, Efficiency, PhysicsPerf
+from keda_llm.simulator.hardware.presets import get_preset
 from keda_llm.simulator.hardware.replica import Replica, ReplicaConfig, Request
 
 TEN_MS = ConstantPerf(base_s=0.01)
@@ -189,3 +191,26 @@ def test_macro_steps_match_single_iterations() -> None:
         return [r.finish_s or 0.0 for r in reqs]
 
     assert simulate(True) == pytest.approx(simulate(False), rel=1e-12)
+
+
+def test_a_decode_run_cut_by_a_horizon_times_each_iteration_as_the_model_does() -> None:
+    # a fitted preset's batch of five decoding, cut at a horizon: the iterations the run covers and where it
+    # ends are those of the model's step_times over the run, to the last bit (the run times each iteration
+    # in scalars and stops at the first past the horizon)
+    preset = get_preset("llama-3.1-70b/h100-tp4")
+    perf = preset.perf()
+    rep = Replica(ReplicaConfig(max_num_seqs=8, max_num_batched_tokens=8192, kv_blocks=10_000), perf)
+    for i in range(5):
+        rep.add(Request(i, 0.0, 300 + 17 * i, 400), 0.0)
+    now = rep.step(0.0).duration  # one prefill iteration for all five
+    s0 = float(sum(r._computed for r in rep.running))
+    horizon = now + 0.55
+    res = rep.step(now, horizon)
+    steps = np.arange(399, dtype=np.float64)
+    kv = s0 + 5 * steps
+    ends = now + np.cumsum(perf.step_times(np.full(399, 5.0), kv, kv + 5))
+    covered = int(np.searchsorted(ends, horizon, side="right"))
+    assert 1 < covered < 399  # the regime: a run the horizon cuts
+    assert res.iterations == covered
+    assert now + res.duration == ends[covered - 1]
+    assert all(r._last_token_s == ends[covered - 1] for r in rep.running)
