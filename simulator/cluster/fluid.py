@@ -344,6 +344,27 @@ class FluidBackend:
     def before_observe(self) -> None:
         self._drop_late()
         self._release_gone()
+        self._route_arrived()
+
+    def _route_arrived(self) -> None:
+        """Route the requests that arrived since the slice began, up to now: the loop handles an event at the
+        start of the slice it falls in, before the kernel routes that slice's arrivals, and a sample taken
+        there would miss them where a real engine has them in its queue (8B H100, one replica: a mean of
+        2.33 waiting at the samples against the detailed engine's 2.54; 2.47 with them). Routing is in
+        arrival order either way; the kernel routes the rest of the slice's arrivals when it steps it."""
+        ints = self._ints
+        lo = int(ints[k.NEXT])
+        hi = int(np.searchsorted(self._arr64, self.loop.now, side="right"))
+        if hi <= lo:
+            return
+        ints[k.OPEN] += hi - lo
+        ints[k.ARRIVED] += hi - lo
+        ints[k.NEXT] = hi
+        idx = np.arange(lo, hi, dtype=np.int64)
+        if len(self._ready_slots()):
+            self._route(idx)
+        elif self._hold(idx):  # as the kernel's HELD flag: the gateway holds them and wakes the controller
+            self.sim.controller.gateway_hold(self.sim)
 
     # -- what the exporters would report ---------------------------------------------------------------
     def samples(self, now: float, dt: float) -> tuple[list[ReplicaSample], list[float], int]:

@@ -52,10 +52,11 @@ POLICIES = ("ours", "static", "concurrency", "queue", "gpu")
 # concurrency joined them when the prefill cost stopped freezing under a backlog: over six shifts the detailed
 # mode's SLO spans 69.8-71.7% and the means agree (fluid -4.1% GPU-h, +0.14 points), one run is 1.02 points off
 # Open: queue left them when 8B H100's slice went from 0.25 s to its own 0.102 s (fluid.slice_for). Its SLO
-# agrees (-0.07 points) but over 12 shifts its GPU-hours are 6.3% under the detailed mode's (at 0.25 s: 0.5%):
+# agrees (within a point) but over 12 shifts its GPU-hours are 6.6% under the detailed mode's (at 0.25 s: 0.5%):
 # queue scales on the engines' waiting count, and a slice admits once per slice, so the count it reports
 # under a burst follows the slice; at 0.25 s that cadence was the detailed engine's own under a prefill
-# backlog (one 8,192-token iteration: 0.26 s). docs/simulator-results.md, "Fluid vs detailed", Open.
+# backlog (one 8,192-token iteration: 0.26 s). A sample that missed the slice's arrivals so far was a quarter
+# of the gap (-8.9% before; the test below). docs/simulator-results.md, "Fluid vs detailed", Open.
 ENSEMBLE_CASES = (("azure2023-code", "queue"), ("azure2023-code", "ours"), ("azure2023-code", "concurrency"))
 _OPEN_CADENCE = pytest.mark.xfail(strict=True, reason="queue's waiting count follows the slice's admission cadence")
 ENSEMBLES = [pytest.param(*c, marks=_OPEN_CADENCE) if c[1] == "queue" else c for c in ENSEMBLE_CASES]
@@ -91,6 +92,30 @@ def test_fluid_agrees_with_detailed_over_control_phases(trace: str, policy: str)
     d_mean, f_mean = float(np.mean(d_gpu_h)), float(np.mean([g for g, _, _ in fluid]))
     assert abs(f_mean - d_mean) <= 0.05 * d_mean
     assert abs(np.mean([s for _, s, _ in fluid]) - np.mean(d_slo)) <= 0.01
+
+
+@pytest.mark.xfail(strict=True, reason="the fluid replica's ITL under load decides ours' first scale-up (open)")
+def test_ours_with_its_latency_targets_agrees_over_control_phases() -> None:
+    # ours as the backtests run it (targets at half the SLO, its cold start) on 8B H100: over six shifts the fluid
+    # mode spends 19.8% more GPU-hours. At the first burst the panic window's mean ITL is 3.064x its target in
+    # the detailed mode and 2.995x in the fluid one: 4 replicas against 3, and the paths part from there
+    # (docs/simulator-results.md, "Fluid vs detailed", Open)
+    tr = load_shipped("azure2023-code")
+    bt = Backtest(get_preset("llama-3.1-8b/h100"), cold_start="typical", slo=SLO)
+    p = bt.preset
+
+    def ctl(trace: Trace) -> Controller:
+        return build_controller("ours", model=p.model.name, max_replicas=64,
+                                concurrency_target=concurrency_target(trace, bt), static_replicas=1,
+                                cold_start_s=p.cold_start(bt.cold_start).quantile(0.9), slo=(SLO.ttft_s, SLO.itl_s))
+
+    shifted = [_shifted(tr, by) for by in SHIFTS_S]
+    runs = {mode: [summarize(simulate(t, bt, ctl(t), mode), SLO) for t in shifted]  # type: ignore[arg-type]
+            for mode in ("detailed", "fluid")}
+    (d_gpu, d_slo), (f_gpu, f_slo) = ((np.mean([s.gpu_hours for s in r]), np.mean([s.slo_attainment for s in r]))
+                                      for r in runs.values())
+    assert abs(f_gpu - d_gpu) <= 0.05 * d_gpu
+    assert abs(f_slo - d_slo) <= 0.01
 
 
 def test_coefficients_reproduce_step_times() -> None:
@@ -690,3 +715,23 @@ def test_each_preset_gets_a_slice_of_at_most_a_share_of_its_full_prefill_iterati
     for bad in (0.0, -1.0, math.nan, math.inf):
         with pytest.raises(ValueError, match="fluid time slice"):
             Backtest(get_preset("llama-3.1-8b/h100"), fluid_dt_s=bad)
+
+
+def test_a_sample_inside_a_slice_sees_the_requests_that_arrived_before_it() -> None:
+    # one 8B H100 replica behind a prefill backlog (60 prompts of 8,000 tokens at once, about 16 s of prefill);
+    # ten more arrive just before the collection at 5 s, inside the slice that collection falls in. The
+    # detailed engine has them in its queue at the sample; the fluid mode handles the collection at the
+    # slice's start and routed a slice's arrivals only when it stepped the slice, so its sample missed them
+    # (10 fewer waiting than the detailed engine's; queue scales on that count)
+    bt = Backtest(get_preset("llama-3.1-8b/h100"), slo=SLO)
+    dt, at = bt.fluid_slice_s, 5.0
+    late = math.floor(at / dt) * dt + 0.5 * (at - math.floor(at / dt) * dt)  # in the slice, before the sample
+    arr = np.concatenate([np.zeros(60), np.full(10, late)])
+    tr = Trace("backlog", arr, np.full(70, 8000, np.int32), np.full(70, 50, np.int32))
+    waiting = []
+    for mode in ("detailed", "fluid"):
+        tl = simulate(tr, bt, ScheduleController("one", [PodPlan(0.0, math.inf, 0.0)]), mode).timeline  # type: ignore[arg-type]
+        waiting.append(tl.waiting[tl.t.index(at)])
+    d, f = waiting
+    assert d >= 30  # the regime: a backlog the late ten join
+    assert abs(f - d) <= 2
