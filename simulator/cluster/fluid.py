@@ -265,9 +265,7 @@ class FluidBackend:
             if flags & k.DRAIN:
                 self._finish_drains(at)
             if flags & k.HELD:
-                held = np.arange(ints[k.HELD_LO], ints[k.HELD_HI], dtype=np.int64)
-                if self._hold(held):
-                    sim.controller.gateway_hold(sim)
+                self._hold_and_wake(np.arange(ints[k.HELD_LO], ints[k.HELD_HI], dtype=np.int64))
             if flags & k.DONE:
                 return t
         return None
@@ -298,6 +296,12 @@ class FluidBackend:
         k.route(idx, ready, self._rule, self._ints, self._wait_i, self._wait_f, self._slots, self._p64, self._o64,
                 self._kv_cap)
         self._sync_replicas()
+
+    def _hold_and_wake(self, idx: np.ndarray) -> None:
+        """Arrivals that found no ready replica: the gateway holds them and, if it held any, wakes the
+        controller (the activator's signal)."""
+        if self._hold(idx):
+            self.sim.controller.gateway_hold(self.sim)
 
     def _hold(self, idx: np.ndarray) -> int:
         """Hold `idx` (arrivals in order, no ready replica) under the activator's bound: the first
@@ -363,8 +367,8 @@ class FluidBackend:
         idx = np.arange(lo, hi, dtype=np.int64)
         if len(self._ready_slots()):
             self._route(idx)
-        elif self._hold(idx):  # as the kernel's HELD flag: the gateway holds them and wakes the controller
-            self.sim.controller.gateway_hold(self.sim)
+        else:
+            self._hold_and_wake(idx)
 
     # -- what the exporters would report ---------------------------------------------------------------
     def samples(self, now: float, dt: float) -> tuple[list[ReplicaSample], list[float], int]:

@@ -40,6 +40,14 @@ def _controller(policy: str) -> Controller:
     return build_controller(policy, model="m", max_replicas=64, concurrency_target=64, static_replicas=1)
 
 
+def _as_backtested(policy: str, trace: Trace, bt: Backtest) -> Controller:
+    """`policy` as run_policies builds it for the backtests (its cold start, latency targets from the SLO)."""
+    p = bt.preset
+    return build_controller(policy, model=p.model.name, max_replicas=64,
+                            concurrency_target=concurrency_target(trace, bt), static_replicas=1,
+                            cold_start_s=p.cold_start(bt.cold_start).quantile(0.9), slo=(SLO.ttft_s, SLO.itl_s))
+
+
 def _run(trace: Trace, policy: str, mode: str) -> tuple[float, float, int]:
     bt = Backtest(get_preset("llama-3.1-8b/h100"), slo=SLO)
     s = summarize(simulate(trace, bt, _controller(policy), mode), SLO)  # type: ignore[arg-type]
@@ -102,16 +110,9 @@ def test_ours_with_its_latency_targets_agrees_over_control_phases() -> None:
     # (docs/simulator-results.md, "Fluid vs detailed", Open)
     tr = load_shipped("azure2023-code")
     bt = Backtest(get_preset("llama-3.1-8b/h100"), cold_start="typical", slo=SLO)
-    p = bt.preset
-
-    def ctl(trace: Trace) -> Controller:
-        return build_controller("ours", model=p.model.name, max_replicas=64,
-                                concurrency_target=concurrency_target(trace, bt), static_replicas=1,
-                                cold_start_s=p.cold_start(bt.cold_start).quantile(0.9), slo=(SLO.ttft_s, SLO.itl_s))
-
     shifted = [_shifted(tr, by) for by in SHIFTS_S]
-    runs = {mode: [summarize(simulate(t, bt, ctl(t), mode), SLO) for t in shifted]  # type: ignore[arg-type]
-            for mode in ("detailed", "fluid")}
+    runs = {mode: [summarize(simulate(t, bt, _as_backtested("ours", t, bt), mode), SLO)  # type: ignore[arg-type]
+                   for t in shifted] for mode in ("detailed", "fluid")}
     (d_gpu, d_slo), (f_gpu, f_slo) = ((np.mean([s.gpu_hours for s in r]), np.mean([s.slo_attainment for s in r]))
                                       for r in runs.values())
     assert abs(f_gpu - d_gpu) <= 0.05 * d_gpu
@@ -666,14 +667,8 @@ def test_fluid_agrees_with_detailed_for_autoscalers_on_every_preset(preset: str,
     # the first 20 minutes of the conversation trace, each policy as run_policies builds it
     tr = load_shipped("azure2023-conv").window(0.0, 1200.0)
     bt = Backtest(get_preset(preset), slo=SLO)
-    p = bt.preset
-
-    def ctl() -> Controller:
-        return build_controller(policy, model=p.model.name, max_replicas=64,
-                                concurrency_target=concurrency_target(tr, bt), static_replicas=1,
-                                cold_start_s=p.cold_start(bt.cold_start).quantile(0.9), slo=(SLO.ttft_s, SLO.itl_s))
-
-    (d_gpu_h, d_slo), (f_gpu_h, f_slo) = (_run_on(preset, tr, ctl(), m) for m in ("detailed", "fluid"))
+    (d_gpu_h, d_slo), (f_gpu_h, f_slo) = (_run_on(preset, tr, _as_backtested(policy, tr, bt), m)
+                                          for m in ("detailed", "fluid"))
     assert abs(f_gpu_h - d_gpu_h) <= 0.05 * d_gpu_h
     assert abs(f_slo - d_slo) <= 0.01
 
