@@ -158,12 +158,15 @@ class DetailedBackend:
         """Add finished requests to the pod's latency histograms, with vLLM's semantics: TTFT one
         observation per request; ITL one per inter-token gap, so a request adds finish - first token
         (the sum of its gaps) over output tokens - 1 gaps, and the mean is sum of gaps / gaps. Counted
-        when the request finishes (vLLM observes as tokens come; the difference is a request's duration)."""
+        when the request finishes (vLLM observes as tokens come; the difference is a request's duration).
+        The TTFT runs from when the engine got the request, as vLLM's does: a request the gateway held while
+        no replica was ready reaches the engine only then (its own TTFT, in the request table, counts the
+        hold too)."""
         acc = self._latency.setdefault(pod, [0.0, 0.0, 0.0, 0.0])
         for q in finished:
             if q.first_token_s is None or q.finish_s is None:
                 continue
-            acc[0] += q.first_token_s - q.arrival_s
+            acc[0] += q.first_token_s - (q.arrival_s if q.submitted_s is None else q.submitted_s)
             acc[1] += 1.0
             if q.target_output >= 2:
                 acc[2] += q.finish_s - q.first_token_s

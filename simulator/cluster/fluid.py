@@ -137,6 +137,9 @@ class FluidBackend:
                              "mode only: the fluid mode routes in its compiled loop by outstanding requests")
         self._rule = k.RULE_ROUND_ROBIN if sim.router.rule == "round_robin" else k.RULE_LEAST
         self._arr64 = np.ascontiguousarray(trace.arrival_s, dtype=np.float64)
+        # when an engine got each request: its arrival, or its release if the gateway held it (the engine's
+        # TTFT histogram counts from here, as vLLM's does; the request table's TTFT from the arrival)
+        self._sub64 = self._arr64.copy()
         self._p64 = np.maximum(1, trace.prompt_tokens).astype(np.float64)
         self._o64 = np.maximum(1, trace.output_tokens).astype(np.float64)
         cfg = config.replica
@@ -248,7 +251,7 @@ class FluidBackend:
             t, self.dt, t_event, hard_end, self._held_n, ready, self._rule, self._budget,
             self._seqs, self._kv_cap, self._lat, self._coef, ints, self._run_i, self._run_f, self._wait_i,
             self._wait_f, self._gain, self._slots, self._scratch, len(self._by_slot), self._p64, self._o64,
-            self._arr64, self._own_prefill, self._ttft, self._tpot)
+            self._arr64, self._sub64, self._own_prefill, self._ttft, self._tpot)
         self.t = t
         self._sync_replicas()
         if sim.progress is not None and ints[k.NEXT] >= self._next_progress:
@@ -343,6 +346,7 @@ class FluidBackend:
         self._held, self._held_n = [], 0
         self.sim.router.woken_at = None
         if len(held):
+            self._sub64[held] = self.loop.now
             self._route(held)
 
     def before_observe(self) -> None:

@@ -347,7 +347,7 @@ def _first_floor(i: int, s: int, tau1: float, budget: float, coef: np.ndarray, a
 def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, lat: float, coef: np.ndarray,
                ints: np.ndarray, run_i: np.ndarray, run_f: np.ndarray, wait_i: np.ndarray, wait_f: np.ndarray,
                gain: np.ndarray, slots: np.ndarray, sc: np.ndarray, n_slots: int, p64: np.ndarray, o64: np.ndarray,
-               arr: np.ndarray, own_prefill: np.ndarray, ttft: np.ndarray, tpot: np.ndarray) -> bool:
+               arr: np.ndarray, sub: np.ndarray, own_prefill: np.ndarray, ttft: np.ndarray, tpot: np.ndarray) -> bool:
     """Advance every replica by one slice [t, t + dt); True when a draining replica emptied.
 
     Within the slice: mixed iterations (every decoding request + a chunk of `budget - decoding` prompt
@@ -495,7 +495,7 @@ def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, l
             t_fin = max(t_last, first - lat) + lat
             ttft[i] = first - arr[i]
             tpot[i] = (t_fin - first) / (out - 1.0) if out >= 2.0 else np.nan
-            sc[_TTFTS, s] += first - arr[i]
+            sc[_TTFTS, s] += first - sub[i]  # the engine's TTFT: from when it got the request (sub)
             if out >= 2.0:  # sum of gaps = finish - first token, over output - 1 gaps (vLLM's ITL histogram)
                 sc[_ITLS, s] += t_fin - first
                 sc[_ITLN, s] += out - 1.0
@@ -541,7 +541,8 @@ def advance(t: float, dt: float, t_event: float, hard_end: float, held_n: int, r
             budget: float, seqs: float, kv_cap: float, lat: float, coef: np.ndarray, ints: np.ndarray,
             run_i: np.ndarray, run_f: np.ndarray, wait_i: np.ndarray, wait_f: np.ndarray, gain: np.ndarray,
             slots: np.ndarray, sc: np.ndarray, n_slots: int, p64: np.ndarray, o64: np.ndarray, arr: np.ndarray,
-            own_prefill: np.ndarray, ttft: np.ndarray, tpot: np.ndarray) -> tuple[float, int, int, float]:
+            sub: np.ndarray, own_prefill: np.ndarray, ttft: np.ndarray,
+            tpot: np.ndarray) -> tuple[float, int, int, float]:
     """Run slices from `t` (whose events the caller has handled) until one the caller must see.
 
     Returns (t, reason, flags, slice start): reason EVENT (an event is due in the slice starting at t),
@@ -575,7 +576,7 @@ def advance(t: float, dt: float, t_event: float, hard_end: float, held_n: int, r
                 route(np.arange(lo, hi), ready, rule, ints, wait_i, wait_f, slots, p64, o64, kv_cap)
         busy = ints[N_RUN] > 0 or ints[N_WAIT] > 0
         if busy and step_slice(t, dt, budget, seqs, kv_cap, lat, coef, ints, run_i, run_f, wait_i, wait_f, gain,
-                               slots, sc, n_slots, p64, o64, arr, own_prefill, ttft, tpot):
+                               slots, sc, n_slots, p64, o64, arr, sub, own_prefill, ttft, tpot):
             flags |= DRAIN
         if ints[NEXT] >= n and ints[OPEN] == 0:
             return t_next, AFTER_SLICE, flags | DONE, t

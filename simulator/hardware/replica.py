@@ -73,6 +73,8 @@ class Request:
     prompt_tokens: int
     output_tokens: int
     prefix_hashes: tuple[int, ...] = ()
+    # when the engine got it: its arrival, or later when a gateway held it while no replica was ready
+    submitted_s: float | None = None
     # results
     first_token_s: float | None = None
     finish_s: float | None = None
@@ -178,6 +180,7 @@ class Replica:
         if not self.fits(request):
             self.counters.rejected += 1
             return False
+        request.submitted_s = now
         self.waiting.append(request)
         return True
 

@@ -179,14 +179,16 @@ class Engines:
     def step(self, t: float, dt: float = 0.25) -> bool:
         return bool(k.step_slice(t, dt, self.budget, self.seqs, self.kv_cap, 0.0, self.coef, self.ints, self.run_i,
                                  self.run_f, self.wait_i, self.wait_f, self.gain, self.slots, self.sc,
-                                 self.slots.shape[1], self.p, self.o, self.arr, self.own, self.ttft, self.tpot))
+                                 self.slots.shape[1], self.p, self.o, self.arr, self.arr, self.own, self.ttft,
+                                 self.tpot))
 
     def advance(self, t: float, t_event: float, ready: list[int], held_n: int = 0,
                 dt: float = 0.25) -> tuple[float, int, int, float]:
         out: tuple[float, int, int, float] = k.advance(
             t, dt, t_event, 1e9, held_n, np.array(ready, dtype=np.int64), k.RULE_LEAST, self.budget, self.seqs,
             self.kv_cap, 0.0, self.coef, self.ints, self.run_i, self.run_f, self.wait_i, self.wait_f, self.gain,
-            self.slots, self.sc, self.slots.shape[1], self.p, self.o, self.arr, self.own, self.ttft, self.tpot)
+            self.slots, self.sc, self.slots.shape[1], self.p, self.o, self.arr, self.arr, self.own, self.ttft,
+            self.tpot)
         return out
 
     def decoding_on_slot_0(self, rows: list[tuple[int, float, float]]) -> None:
