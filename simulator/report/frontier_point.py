@@ -14,13 +14,7 @@ from keda_llm.simulator.cluster.engine import Controller
 from keda_llm.simulator.control.anchors import ANCHORS, AnchorContext
 from keda_llm.simulator.control.baselines import gpu_baseline, queue_baseline
 from keda_llm.simulator.control.controllers import KedaController
-from keda_llm.simulator.control.policies import (
-    ITL_TARGET_FRACTION,
-    TTFT_TARGET_FRACTION,
-    at_latency_knob,
-    build_controller,
-    default_scaledobject,
-)
+from keda_llm.simulator.control.policies import at_latency_knob, build_controller, ours_scaledobject
 from keda_llm.simulator.report.summary import summarize
 from keda_llm.simulator.run import Backtest, concurrency_target, simulate
 from keda_llm.simulator.workload.traces import Trace
@@ -49,9 +43,7 @@ def build_point_controller(policy: str, knob: float, trace: Trace, backtest: Bac
     slo = (backtest.slo.ttft_s, backtest.slo.itl_s)
     m = backtest.max_replicas
     if policy == "ours":
-        so = backtest.scaledobject or default_scaledobject(p.model.name, max_replicas=m, cold_start_s=cold_p90,
-                                                           slo_ttft_s=slo[0] * TTFT_TARGET_FRACTION,
-                                                           slo_itl_s=slo[1] * ITL_TARGET_FRACTION)
+        so = backtest.scaledobject or ours_scaledobject(p.model.name, max_replicas=m, cold_start_s=cold_p90, slo=slo)
         return build_controller("ours", model=p.model.name, max_replicas=m, concurrency_target=1.0,
                                 static_replicas=1, settings=at_latency_knob(so, knob), cold_start_s=cold_p90, slo=slo)
     if policy in ("queue", "gpu"):

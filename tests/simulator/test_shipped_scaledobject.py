@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from keda_llm.scaler.config import parse_metadata
-from keda_llm.simulator.control.policies import ITL_TARGET_FRACTION, TTFT_TARGET_FRACTION, default_scaledobject
+from keda_llm.simulator.control.policies import ours_scaledobject
 from keda_llm.simulator.control.scaledobject import KedaSettings, load_scaledobject
 from keda_llm.simulator.hardware.presets import get_preset
 
@@ -31,8 +31,8 @@ def _policy(so: KedaSettings) -> tuple[dict[str, Any], dict[str, Any]]:
 def test_the_table_runs_the_shipped_scaledobject() -> None:
     p = get_preset("llama-3.1-70b/h100-tp4")
     # what scripts/simulator_table.py runs as `ours` (run_policies: build_controller's default, the backtest's SLO)
-    ours = default_scaledobject(p.model.name, max_replicas=64, cold_start_s=p.cold_start("typical").quantile(0.9),
-                                slo_ttft_s=2.0 * TTFT_TARGET_FRACTION, slo_itl_s=0.1 * ITL_TARGET_FRACTION)
+    ours = ours_scaledobject(p.model.name, max_replicas=64, cold_start_s=p.cold_start("typical").quantile(0.9),
+                             slo=(2.0, 0.1))
     assert _policy(load_scaledobject(EXAMPLES / "llama-70b-h100-tp4.yaml")) == _policy(ours)
 
 
@@ -47,3 +47,29 @@ def test_the_week_runs_the_same_shipped_scaledobject() -> None:
     assert meta["target_itl"] == 0.05 and meta["short_output_tokens"] == 43.0 and meta["mode"] == "reactive"
     assert meta["target_ttft"] == 1.0
     assert not (EXAMPLES / "llama-70b-h100-tp4-code.yaml").exists()
+
+
+def test_the_shipped_scaledobject_keeps_its_replica_through_a_pause_and_gives_it_back_after_an_idle_half_hour() -> None:
+    # 70B TP4, typical cold starts: a request every 10 s for 5 minutes, a 20-minute pause, 5 minutes more, then
+    # two hours of nothing and 5 minutes more. The pause is shorter than idleTimeout (30m) + cooldownPeriod
+    # (120 s): the replica stays and nothing waits a cold start. The two hours: the replica goes, and the
+    # last visit wakes it from zero (its requests wait one cold start at the gateway; none is lost).
+    import numpy as np
+
+    from keda_llm.simulator.control.policies import build_controller
+    from keda_llm.simulator.run import Backtest, simulate
+    from keda_llm.simulator.workload.traces import Trace
+
+    p = get_preset("llama-3.1-70b/h100-tp4")
+    visits = (0.0, 1500.0, 9000.0)
+    arr = np.sort([t0 + 10.0 * i for t0 in visits for i in range(30)])
+    tr = Trace("visits", arr, np.full(len(arr), 500, np.int32), np.full(len(arr), 100, np.int32))
+    ctl = build_controller("ours", model=p.model.name, max_replicas=8, concurrency_target=1.0, static_replicas=1,
+                           cold_start_s=p.cold_start("typical").quantile(0.9), slo=(2.0, 0.1))
+    res = simulate(tr, Backtest(p), ctl, "detailed")
+    assert res.cold_starts == 1  # the wake after the two hours
+    assert 3600.0 < res.zero_seconds < 7200.0
+    ttft = [r.ttft_s for r in res.requests]
+    assert all(t is not None for t in ttft)
+    assert max(ttft[:60]) < 2.0  # the first two visits: a ready replica
+    assert ttft[60] > 100.0  # the third visit's first request waited for its replica's cold start
