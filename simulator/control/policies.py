@@ -2,10 +2,10 @@
 
 `ours` runs a ScaledObject (the user's, or the shipped one, `ours_scaledobject`: to zero after 30 idle
 minutes) with the scaler's own service; `ours-zero` goes to zero after 5. Baselines: `static`, `queue`, `gpu`,
-`concurrency`, and `oracle` (simulator.report.oracle), each documented where it is built; the field's autoscalers (`knative-kpa`,
-`aibrix-kpa`, `aibrix-apa`, `llmd-wva`, `llmd-wva-tokens`, `dynamo-load`, `dynamo-sla`, `hpa-kv`,
-`ray-serve`) are in simulator.control.anchors. A policy name may carry its knob as `name@value` (for example
-`knative-kpa@35`): see `parse_policy`.
+`concurrency`, and `oracle` (simulator.report.oracle), each documented where it is built; the field's
+autoscalers (`knative-kpa`, `aibrix-kpa`, `aibrix-apa`, `llmd-wva`, `llmd-wva-tokens`, `dynamo-load`,
+`dynamo-sla`, `hpa-kv`, `ray-serve`) are in simulator.control.anchors. A policy name may carry its knob as
+`name@value` (for example `knative-kpa@35`): see `parse_policy`.
 """
 
 from __future__ import annotations
