@@ -84,13 +84,15 @@ def default_scaledobject(model: str, *, scale_to_zero: bool = False, idle_timeou
 
 
 def ours_scaledobject(model: str, *, max_replicas: int = 64, cold_start_s: float | None = None,
-                      slo: tuple[float, float] | None = None) -> KedaSettings:
+                      slo: tuple[float, float] | None = None, idle_timeout: str = OURS_IDLE_TIMEOUT,
+                      name: str = "ours") -> KedaSettings:
     """The ScaledObject `ours` runs and the repository ships (deploy/examples/keda-2.18/llama-70b-h100-tp4.yaml,
-    tests/simulator/test_shipped_scaledobject.py): the default above, to zero after OURS_IDLE_TIMEOUT idle, its
-    latency targets at TTFT_TARGET_FRACTION and ITL_TARGET_FRACTION of the SLO (TTFT s, ITL s)."""
-    return default_scaledobject(model, scale_to_zero=True, idle_timeout=OURS_IDLE_TIMEOUT, max_replicas=max_replicas,
+    tests/simulator/test_shipped_scaledobject.py): the default above, to zero after `idle_timeout` idle, its
+    latency targets at TTFT_TARGET_FRACTION and ITL_TARGET_FRACTION of the SLO (TTFT s, ITL s). `ours-zero` is
+    the same with 5 minutes."""
+    return default_scaledobject(model, scale_to_zero=True, idle_timeout=idle_timeout, max_replicas=max_replicas,
                                 cold_start_s=cold_start_s, slo_ttft_s=slo[0] * TTFT_TARGET_FRACTION if slo else None,
-                                slo_itl_s=slo[1] * ITL_TARGET_FRACTION if slo else None, name="ours")
+                                slo_itl_s=slo[1] * ITL_TARGET_FRACTION if slo else None, name=name)
 
 
 def parse_policy(name: str) -> tuple[str, float | None]:
@@ -173,13 +175,12 @@ def build_controller(policy: str, *, model: str, max_replicas: int, concurrency_
         return build_anchor(policy, ctx, knob)
     if knob is not None:
         concurrency_target = knob
-    if policy == "ours":
-        so = settings or ours_scaledobject(model, max_replicas=max_replicas, cold_start_s=cold_start_s, slo=slo)
-        return OursController(policy, so, initial_replicas=max(1, so.min_replicas))
-    if policy == "ours-zero":
-        so = default_scaledobject(model, scale_to_zero=True, max_replicas=max_replicas, cold_start_s=cold_start_s,
-                                  slo_ttft_s=slo[0] * TTFT_TARGET_FRACTION if slo else None,
-                                  slo_itl_s=slo[1] * ITL_TARGET_FRACTION if slo else None)
+    if policy in ("ours", "ours-zero"):
+        if policy == "ours-zero":
+            so = ours_scaledobject(model, max_replicas=max_replicas, cold_start_s=cold_start_s, slo=slo,
+                                   idle_timeout="5m", name="ours-zero")
+        else:
+            so = settings or ours_scaledobject(model, max_replicas=max_replicas, cold_start_s=cold_start_s, slo=slo)
         return OursController(policy, so, initial_replicas=max(1, so.min_replicas))
     if policy == "static":
         return ScheduleController("static", [PodPlan(0.0, float("inf"), 0.0)] * static_replicas)
