@@ -12,6 +12,8 @@ Three traces, each with a 99% target and a 10 GPU-h oracle; ours' points (SLO, G
 - B left out: on A and C, 0.02 and 0.03 meet one (A's), 0.05 none; 0.03 is cheaper (3.2 vs 4.4) -> 0.03,
   where B meets 99.2% at 1.2x: the bar is met.
 - C left out: on A and B, 0.02 and 0.03 meet both; 0.03 is cheaper (2.4 vs 3.4) -> C at 0.03: 97% at 2.0x.
+
+The bar (the target at <= 1.25x the oracle) counts before the target alone: see the last-but-one test.
 """
 
 from __future__ import annotations
@@ -41,6 +43,21 @@ def test_over_the_ratio_bar_fails_even_at_the_target() -> None:
     b_costly = TracePoints("B", 0.99, 10.0, {**B.points, 0.03: (0.992, 13.0)})  # 1.3x > 1.25x
     (_, b, _) = leave_one_out([A, b_costly, C], KNOBS)
     assert b.choice.knob == 0.03 and b.meets_target and not b.meets_bar
+
+
+def test_the_bar_on_the_others_outranks_their_targets_alone() -> None:
+    # On P and Q, 0.02 meets both targets but at 1.6x and 1.5x each oracle (the bar on neither); 0.05 meets
+    # only Q's, at 1.1x (the bar on one). Counting targets alone would choose 0.02, a value that fails the
+    # bar on both traces it was chosen on; the bar first chooses 0.05.
+    p = TracePoints("P", 0.99, 10.0, {0.02: (0.995, 16.0), 0.03: (0.98, 12.0), 0.05: (0.97, 10.0)})
+    q = TracePoints("Q", 0.99, 10.0, {0.02: (0.999, 15.0), 0.03: (0.985, 12.0), 0.05: (0.991, 11.0)})
+    c = choose([p, q], KNOBS)
+    assert (c.knob, c.within_bar, c.met, c.missed) == (0.05, ("Q",), ("Q",), ("P",))
+    # With both within the bar at 0.02 instead, it wins on the bar count.
+    p2 = TracePoints("P", 0.99, 10.0, {**p.points, 0.02: (0.995, 12.0)})
+    q2 = TracePoints("Q", 0.99, 10.0, {**q.points, 0.02: (0.999, 12.5)})
+    assert choose([p2, q2], KNOBS).within_bar == ("P", "Q")
+    assert choose([p2, q2], KNOBS).knob == 0.02
 
 
 def test_a_tie_goes_to_the_larger_knob() -> None:
