@@ -21,6 +21,7 @@ attainment, flagged as missing the target.
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -43,7 +44,7 @@ from keda_llm.simulator.control.scaledobject import KedaSettings, settings_from_
 from keda_llm.simulator.report.frontier import Reference, seeds_of, with_seed, worker_pool, worst_at_mean
 from keda_llm.simulator.report.summary import summarize
 from keda_llm.simulator.run import Backtest, run_policies, simulate
-from keda_llm.simulator.workload.traces import Trace
+from keda_llm.simulator.workload.traces import Trace, TraceError
 
 #: What the activator exports for the model's held requests (docs/activator.md): the demand seen at zero.
 ACTIVATION_QUERY = 'sum(keda_llm_activator_held_requests{{model="{model}"}})'
@@ -295,9 +296,55 @@ def tune(trace: Trace, backtest: Backtest, target_so: Target, *, grid: Grid = FU
     return TuneResult(points, target, oracle, static, feasible, bt.resolved_mode(trace), seeds)
 
 
+# -- holding out ------------------------------------------------------------------------------------
+
+def split_holdout(trace: Trace, span_s: float) -> tuple[Trace, Trace]:
+    """(the part to tune on, the last `span_s` seconds held out). A pick tuned on a trace is measured on
+    that same trace: in-sample. Held out, the trace's end checks it on traffic it was not chosen on (the
+    protocol of issue 11: tune on days 1-5, report days 6-7). The trace's lead-in length carries over: the
+    tuned part takes its own end as its lead-in (as a whole trace does, `Trace.wrapped`), the held-out part
+    the traffic just before it, none of which is the held-out traffic."""
+    end = trace.duration_s
+    if not (math.isfinite(span_s) and 0 < span_s < end):
+        raise TraceError(f"holdout {span_s:g} s: must be > 0 and shorter than the trace ({end:g} s)")
+    split = end - span_s
+    fit = trace.window(0.0, split)
+    held = trace.window(split, math.nextafter(end, math.inf), lead_s=trace.lead_s)
+    if len(fit) == 0:  # (the held-out part holds the last request: the trace ends at its last arrival)
+        raise TraceError(f"holdout {span_s:g} s: no request arrives in the part before it")
+    return (fit.wrapped(trace.lead_s) if trace.lead_s > 0 else fit), held
+
+
+@dataclass(frozen=True)
+class Holdout:
+    """The pick run on the held-out span: its SLO attainment (the worst over the seeds) and GPU-hours (their
+    mean), beside the oracle on that span where it ran."""
+
+    trace: Trace
+    attainment: float
+    gpu_hours: float
+    target: float
+    oracle: Reference | None
+
+    @property
+    def met(self) -> bool:
+        return self.attainment >= self.target
+
+
+def check_holdout(result: TuneResult, held: Trace, backtest: Backtest, *, with_reference: bool = True) -> Holdout:
+    """The written pick (`result.chosen`) on the held-out trace, with the sweep's seeds and rule."""
+    bt = replace(backtest, scaledobject=None, seed=result.seeds[0])
+    c = result.chosen
+    runs = [run_point(held, with_seed(bt, seed), c.knobs, c.manifest) for seed in result.seeds]
+    p = over_seeds(runs)
+    oracle = references(held, bt)[0] if with_reference else None
+    return Holdout(held, p.attainment, p.gpu_hours, result.target, oracle)
+
+
 # -- writing ------------------------------------------------------------------------------------------
 
-def header(result: TuneResult, *, trace: Trace, backtest: Backtest, command: str | None = None) -> list[str]:
+def header(result: TuneResult, *, trace: Trace, backtest: Backtest, command: str | None = None,
+           holdout: Holdout | None = None) -> list[str]:
     """The comment lines above the written ScaledObject: what it was tuned on and what it measured."""
     c = result.chosen
     cold = backtest.preset.cold_start(backtest.cold_start).quantile(0.9)
@@ -321,15 +368,30 @@ def header(result: TuneResult, *, trace: Trace, backtest: Backtest, command: str
         refs.append(f"static at peak {100 * result.static.attainment:.1f}% at {result.static.gpu_hours:.2f} GPU-h")
     if refs:
         lines.append("Beside it: " + "; ".join(refs) + ".")
+    if holdout is not None:
+        lines.append(holdout_line(holdout))
     lines.append(f"Knobs ({len(result.points)} points swept): {knobs}.")
     if command:
         lines.append(f"Command: {command}")
     return lines
 
 
-def render_yaml(result: TuneResult, *, trace: Trace, backtest: Backtest, command: str | None = None) -> str:
+def holdout_line(h: Holdout) -> str:
+    """One sentence: what the pick measured on the held-out span, and whether that meets the target."""
+    tr = h.trace
+    oracle = "" if h.oracle is None else (f" (oracle {100 * h.oracle.attainment:.1f}% at "
+                                          f"{h.oracle.gpu_hours:.2f} GPU-h)")
+    verdict = "meets" if h.met else "MISSES"
+    return (f"Held out (not tuned on): the trace's last {tr.duration_s / 3600:.2f} h, {len(tr)} requests: "
+            f"{100 * h.attainment:.1f}% met the SLO at {h.gpu_hours:.2f} GPU-hours{oracle}; {verdict} the "
+            f"{100 * h.target:g}% target.")
+
+
+def render_yaml(result: TuneResult, *, trace: Trace, backtest: Backtest, command: str | None = None,
+                holdout: Holdout | None = None) -> str:
     """The chosen ScaledObject as YAML, under a comment header (see `header`)."""
-    head = "".join(f"# {line}\n" for line in header(result, trace=trace, backtest=backtest, command=command))
+    head = "".join(f"# {line}\n" for line in header(result, trace=trace, backtest=backtest, command=command,
+                                                     holdout=holdout))
     return head + yaml.safe_dump(result.chosen.manifest, sort_keys=False, width=1 << 16)
 
 

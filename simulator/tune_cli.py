@@ -75,6 +75,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run every candidate with the cold starts drawn N times (seeds --seed .. --seed+N-1) and "
                         "count its worst SLO attainment at its mean GPU-hours: a pick that holds on every draw, "
                         "N times the CPU [1]")
+    r.add_argument("--holdout", default=None, metavar="SPAN",
+                   help="tune on the trace but its last SPAN (1d, 6h, 90m), then run the pick on that SPAN, which "
+                        "it was not chosen on, and report it (exit 3 when it misses the target there) [off]")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -97,6 +100,8 @@ def _hint(err: Exception, args: argparse.Namespace) -> str:
                 f"for a per-minute history ({', '.join(MINUTE_COLUMNS)})")
     if "no requests" in text or "no minutes" in text or "empty file" in text or "no request arrives" in text:
         return "the trace (or its --window) must hold at least one request"
+    if "holdout" in text or "span" in text:
+        return "--holdout (like --since) takes a span shorter than the trace: 1d, 6h, 90m"
     if "preset" in text:
         return f"presets: {', '.join(sorted(PRESETS))}"
     return f"{PROG} --help lists the flags"
@@ -128,8 +133,9 @@ def _history(args: argparse.Namespace, model: str) -> Trace:
     return shape_trace(tr, args)
 
 
-def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any]:
-    """(trace, Backtest, Target, Grid) from the arguments; every input error raises with a clear message."""
+def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any, Trace | None]:
+    """(trace, Backtest, Target, Grid, the held-out trace or None) from the arguments; every input error raises
+    with a clear message."""
     from keda_llm.simulator.report.summary import Slo
     from keda_llm.simulator.run import Backtest
     from keda_llm.simulator.tune import FULL_GRID, QUICK_GRID, Target
@@ -152,13 +158,19 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any]:
         trace = _history(args, model)
     else:
         trace = load_trace(args)
+    held = None
+    if args.holdout is not None:
+        from keda_llm.simulator.tune import split_holdout
+        from keda_llm.simulator.workload.history import parse_span
+
+        trace, held = split_holdout(trace, parse_span(args.holdout))
     slo = Slo(args.slo_ttft, args.slo_itl)
     bt = Backtest(preset, cold_start=args.cold_start, slo=slo, seed=args.seed, max_replicas=args.max_replicas,
                   mode=args.mode)
     target = Target(model=model, name=args.name, namespace=args.namespace or "default", deployment=args.deployment,
                     max_replicas=args.max_replicas, scaler_address=args.scaler_address,
                     prometheus_address=args.prometheus_address)
-    return trace, bt, target, QUICK_GRID if args.quick else FULL_GRID
+    return trace, bt, target, QUICK_GRID if args.quick else FULL_GRID, held
 
 
 def run(args: argparse.Namespace) -> int:
@@ -167,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
     from keda_llm.simulator.workload.history import HistoryError
 
     try:
-        trace, bt, target, grid = build(args)
+        trace, bt, target, grid, held = build(args)
     except _Refused as err:
         print(f"{PROG}: error: {err}; hint: {err.hint}", file=sys.stderr)
         return 2
@@ -178,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as err:  # --save-history
         print(f"{PROG}: error: cannot write: {err}; hint: check the --save-history path", file=sys.stderr)
         return 2
-    return execute(args, trace, bt, target, grid)
+    return execute(args, trace, bt, target, grid, held)
 
 
 def _command(args: argparse.Namespace) -> str:
@@ -203,16 +215,18 @@ def _command(args: argparse.Namespace) -> str:
             parts += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
     if args.seeds != 1:
         parts += ["--seeds", str(args.seeds)]
+    if args.holdout is not None:
+        parts += ["--holdout", args.holdout]
     if args.quick:
         parts.append("--quick")
     return shlex.join(parts)
 
 
-def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: Any) -> int:
+def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: Any, held: Trace | None = None) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from keda_llm.simulator.tune import plot, render_yaml, tune
+    from keda_llm.simulator.tune import check_holdout, holdout_line, plot, render_yaml, tune
 
     console = Console()
     if not console.is_terminal:
@@ -233,6 +247,10 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
         result = tune(trace, bt, target, grid=grid, target=args.target, workers=args.workers,
                       with_references=not args.no_oracle, seeds=seeds,
                       progress=lambda done, total: progress.update(task, completed=done, total=total))
+        holdout = None
+        if held is not None:
+            progress.update(task, description="held out")
+            holdout = check_holdout(result, held, bt, with_reference=not args.no_oracle)
     console.print(frontier_table(result, bt))
     c = result.chosen
     if result.feasible_share is not None and result.feasible_share < result.target:
@@ -246,7 +264,9 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
         console.print(f"[bold]no point met the {100 * result.target:g}% target[/bold]; written: the best attainment, "
                       f"{100 * c.attainment:.1f}% at {c.gpu_hours:.2f} GPU-hours. Raise --max-replicas, relax the SLO "
                       "or the target, or look at the oracle's line above: what no autoscaler can beat.")
-    text = render_yaml(result, trace=trace, backtest=bt, command=_command(args))
+    if holdout is not None:
+        console.print(holdout_line(holdout), markup=False, highlight=False)
+    text = render_yaml(result, trace=trace, backtest=bt, command=_command(args), holdout=holdout)
     try:
         if args.out:
             Path(args.out).write_text(text)
@@ -260,7 +280,9 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
     except OSError as err:
         print(f"{PROG}: error: cannot write: {err}; hint: check the --out/--plot path", file=sys.stderr)
         return 2
-    return 0 if result.met else 1
+    if not result.met:
+        return 1
+    return 3 if holdout is not None and not holdout.met else 0
 
 
 def frontier_table(result: Any, bt: Any) -> Any:
