@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -43,7 +43,7 @@ from keda_llm.simulator.control.policies import (
 from keda_llm.simulator.control.scaledobject import KedaSettings, settings_from_manifest
 from keda_llm.simulator.report.frontier import Reference, seeds_of, with_seed, worker_pool, worst_at_mean
 from keda_llm.simulator.report.summary import summarize
-from keda_llm.simulator.run import Backtest, run_policies, simulate
+from keda_llm.simulator.run import Backtest, Mode, run_policies, simulate
 from keda_llm.simulator.workload.traces import Trace, TraceError
 
 #: What the activator exports for the model's held requests (docs/activator.md): the demand seen at zero.
@@ -184,6 +184,7 @@ class TuneResult:
     feasible_share: float | None  # requests that can meet the SLO at all (the oracle's), when it ran
     mode: str
     seeds: tuple[int, ...] = (0,)  # each point's runs (over_seeds); the references ran with the first
+    max_replicas: int = DEFAULT_MAX_REPLICAS  # every candidate's maxReplicaCount, as simulated
 
     @property
     def met(self) -> bool:
@@ -293,10 +294,14 @@ def tune(trace: Trace, backtest: Backtest, target_so: Target, *, grid: Grid = FU
                     if progress is not None:
                         progress(n, total)
     points = tuple(over_seeds([runs[i, seed] for seed in seeds]) for i in range(len(knobs)))
-    return TuneResult(points, target, oracle, static, feasible, bt.resolved_mode(trace), seeds)
+    return TuneResult(points, target, oracle, static, feasible, bt.resolved_mode(trace), seeds, bt.max_replicas)
 
 
 # -- holding out ------------------------------------------------------------------------------------
+
+#: the shortest held-out span: a minute of the control loop (a few seconds' requests would say nothing)
+MIN_HOLDOUT_S = 60.0
+
 
 def split_holdout(trace: Trace, span_s: float) -> tuple[Trace, Trace]:
     """(the part to tune on, the last `span_s` seconds held out). A pick tuned on a trace is measured on
@@ -305,8 +310,9 @@ def split_holdout(trace: Trace, span_s: float) -> tuple[Trace, Trace]:
     tuned part takes its own end as its lead-in (as a whole trace does, `Trace.wrapped`), the held-out part
     the traffic just before it, none of which is the held-out traffic."""
     end = trace.duration_s
-    if not (math.isfinite(span_s) and 0 < span_s < end):
-        raise TraceError(f"holdout {span_s:g} s: must be > 0 and shorter than the trace ({end:g} s)")
+    if not (math.isfinite(span_s) and MIN_HOLDOUT_S <= span_s < end):
+        raise TraceError(f"holdout {span_s:g} s: must be at least {MIN_HOLDOUT_S:g} s and shorter than the trace "
+                         f"({end:g} s)")
     split = end - span_s
     fit = trace.window(0.0, split)
     held = trace.window(split, math.nextafter(end, math.inf), lead_s=trace.lead_s)
@@ -332,8 +338,10 @@ class Holdout:
 
 
 def check_holdout(result: TuneResult, held: Trace, backtest: Backtest, *, with_reference: bool = True) -> Holdout:
-    """The written pick (`result.chosen`) on the held-out trace, with the sweep's seeds and rule."""
-    bt = replace(backtest, scaledobject=None, seed=result.seeds[0])
+    """The written pick (`result.chosen`) on the held-out trace, as the sweep ran it: its mode (not the one
+    the shorter held-out trace would resolve to), maxReplicaCount, seeds and worst-of-seeds rule."""
+    bt = replace(backtest, scaledobject=None, seed=result.seeds[0], max_replicas=result.max_replicas,
+                 mode=cast(Mode, result.mode))
     c = result.chosen
     runs = [run_point(held, with_seed(bt, seed), c.knobs, c.manifest) for seed in result.seeds]
     p = over_seeds(runs)

@@ -76,8 +76,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "count its worst SLO attainment at its mean GPU-hours: a pick that holds on every draw, "
                         "N times the CPU [1]")
     r.add_argument("--holdout", default=None, metavar="SPAN",
-                   help="tune on the trace but its last SPAN (1d, 6h, 90m), then run the pick on that SPAN, which "
-                        "it was not chosen on, and report it (exit 3 when it misses the target there) [off]")
+                   help="tune on the trace but its last SPAN (1d, 6h, 90m; at least a minute), then run the pick on "
+                        "that SPAN, which it was not chosen on, and report it (exit 3 when the pick meets the target "
+                        "on the tuned part and misses it there) [off]")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -91,6 +92,10 @@ class _Refused(Exception):
 
 def _hint(err: Exception, args: argparse.Namespace) -> str:
     text = str(err)
+    if "holdout" in text:
+        return "--holdout takes a span of at least a minute and shorter than the trace: 1d, 6h, 90m"
+    if "span" in text:
+        return "--since (with --until) gives the span to read: 7d, 36h, 90m"
     if "Prometheus" in text:
         return "check the URL (e.g. http://prometheus.monitoring:9090), --model, --namespace and --since"
     if "no such file" in text or "unknown trace" in text:
@@ -100,8 +105,6 @@ def _hint(err: Exception, args: argparse.Namespace) -> str:
                 f"for a per-minute history ({', '.join(MINUTE_COLUMNS)})")
     if "no requests" in text or "no minutes" in text or "empty file" in text or "no request arrives" in text:
         return "the trace (or its --window) must hold at least one request"
-    if "holdout" in text or "span" in text:
-        return "--holdout (like --since) takes a span shorter than the trace: 1d, 6h, 90m"
     if "preset" in text:
         return f"presets: {', '.join(sorted(PRESETS))}"
     return f"{PROG} --help lists the flags"
@@ -161,9 +164,13 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any, Trace | None]
     held = None
     if args.holdout is not None:
         from keda_llm.simulator.tune import split_holdout
-        from keda_llm.simulator.workload.history import parse_span
+        from keda_llm.simulator.workload.history import HistoryError, parse_span
 
-        trace, held = split_holdout(trace, parse_span(args.holdout))
+        try:
+            span = parse_span(args.holdout)
+        except HistoryError as err:
+            raise TraceError(f"--holdout {args.holdout!r}: {err}") from None
+        trace, held = split_holdout(trace, span)
     slo = Slo(args.slo_ttft, args.slo_itl)
     bt = Backtest(preset, cold_start=args.cold_start, slo=slo, seed=args.seed, max_replicas=args.max_replicas,
                   mode=args.mode)

@@ -7,11 +7,12 @@ Three traces, each with a 99% target and a 10 GPU-h oracle; ours' points (SLO, G
     0.03   99.0% / 12    99.2% / 12    97% / 20
     0.05   95.0% /  9    99.1% / 11    90% / 12
 
-- A left out: on B and C every knob meets one target (B's); summed ratios 5.0, 2.4, 2.3 -> 0.05, where A
-  meets 95% (fails the SLO) at 0.9x.
-- B left out: on A and C, 0.02 and 0.03 meet one (A's), 0.05 none; 0.03 is cheaper (3.2 vs 4.4) -> 0.03,
-  where B meets 99.2% at 1.2x: the bar is met.
-- C left out: on A and B, 0.02 and 0.03 meet both; 0.03 is cheaper (2.4 vs 3.4) -> C at 0.03: 97% at 2.0x.
+- A left out: on B and C, B's target is met at every knob, its bar (<= 1.25x) at 0.03 and 0.05 only; neither
+  meets more than B's, so the summed ratios decide (3.2 against 2.3) -> 0.05, where A meets 95% (fails the
+  SLO) at 0.9x.
+- B left out: on A and C, A's bar is met at 0.03 only (0.02: 1.4x; 0.05: 95%) -> 0.03, where B meets 99.2% at
+  1.2x: the bar is met.
+- C left out: on A and B, 0.03 meets both bars (0.02 both targets, at 1.4x and 2.0x) -> C at 0.03: 97% at 2.0x.
 
 The bar (the target at <= 1.25x the oracle) counts before the target alone: see the last-but-one test.
 """
@@ -58,6 +59,16 @@ def test_the_bar_on_the_others_outranks_their_targets_alone() -> None:
     q2 = TracePoints("Q", 0.99, 10.0, {**q.points, 0.02: (0.999, 12.5)})
     assert choose([p2, q2], KNOBS).within_bar == ("P", "Q")
     assert choose([p2, q2], KNOBS).knob == 0.02
+
+
+def test_with_the_bar_tied_the_targets_met_decide_before_the_cost() -> None:
+    # 0.02 and 0.05 each meet the bar on one trace (P at 0.02, Q at 0.05); 0.02 also meets Q's target (at
+    # 1.5x), 0.05 nothing more: 0.02, though its summed ratios are higher (2.7 against 2.1)
+    p = TracePoints("P", 0.99, 10.0, {0.02: (0.995, 12.0), 0.03: (0.95, 10.0), 0.05: (0.97, 10.0)})
+    q = TracePoints("Q", 0.99, 10.0, {0.02: (0.999, 15.0), 0.03: (0.95, 10.0), 0.05: (0.991, 11.0)})
+    c = choose([p, q], KNOBS)
+    assert (c.knob, c.within_bar, c.met) == (0.02, ("P",), ("P", "Q"))
+    assert c.ratio_sum == pytest.approx(2.7)
 
 
 def test_a_tie_goes_to_the_larger_knob() -> None:

@@ -43,7 +43,8 @@ def test_the_example_is_the_tuners_output_and_measures_what_it_says(path: Path) 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = parser.parse_args(argv[2:])
-    trace, bt, target, _ = build(args)
+    trace, bt, target, _, held = build(args)
+    assert held is None  # the example was written without --holdout
     (swept,) = [v for k, v in head.items() if k.startswith("Knobs (")]
     knobs_text = dict(kv.split("=", 1) for kv in swept.rstrip(".").split(", "))
     doc = yaml.safe_load(text)
