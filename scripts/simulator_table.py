@@ -34,7 +34,8 @@ trace), the backtest (preset, SLO, seed, cold starts, mode), the policy, the kno
 the source the point runs: simulator/ (but the sweep, the tuner and the command lines), common/,
 activator/, scaler/model.py and scaler/scaledobject.py for every point, plus all of scaler/ and
 simulator/control/policies.py for ours' (simulator/report/frontier_cache.py). A re-run after a change to ours' policy
-simulates only ours' points; after a change to the simulator, every point. --fresh simulates every point
+simulates only ours' points; after a change to the simulator, every point (to the fluid mode's own modules:
+only the fluid traces' points). --fresh simulates every point
 again (and overwrites the cache), --no-cache neither reads nor writes it; `rm -r build/frontier-cache`
 empties it. --policies NAME ... fills the cache for some policies only (not with --update-docs).
 

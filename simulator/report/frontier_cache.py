@@ -10,7 +10,9 @@ lower bound) is one small JSON file named for a digest of everything its result 
 - the source the simulation runs. Every point: the simulator's modules but its front ends and ours'
   wiring (see SHARED_SOURCES), common/, activator/, and the two scaler modules every controller uses
   (scaler/model.py, scaler/scaledobject.py). Ours' points add all of scaler/ and simulator/control/policies.py.
-  So a change to ours' policy re-simulates ours' points only, and a change to the simulator all of them.
+  So a change to ours' policy re-simulates ours' points only, and a change to the simulator all of them,
+  but for the fluid mode's own modules (FLUID_ONLY): a point run in the detailed mode never executes
+  them, so a change to the fluid mode re-simulates the fluid traces' points only.
 
 What the key leaves out: simulator/control/policies.py counts as ours' wiring only (it also dispatches the other
 policies to their builders, which live in files the key does hold); a change there that moves another
@@ -39,6 +41,8 @@ SHARED_SOURCES = ("simulator", "common", "activator", "scaler/model.py", "scaler
 NOT_A_POINT = ("simulator/report/frontier.py", "simulator/report/frontier_cache.py",
                "simulator/report/leave_one_out.py", "simulator/tune.py",
                "simulator/tune_cli.py", "simulator/cli.py", "simulator/control/policies.py")
+#: what only the fluid mode runs (simulator/run.py imports them for it alone): not in a detailed point's key
+FLUID_ONLY = ("simulator/cluster/fluid.py", "simulator/cluster/fluid_kernel.py")
 #: what ours' points depend on beyond SHARED_SOURCES: the scaler's policy and ours' default ScaledObject
 OURS_SOURCES = ("scaler", "simulator/control/policies.py")
 VERSION = 1  # of the entries' format
@@ -78,16 +82,17 @@ def source_digest(entries: tuple[str, ...], skip: tuple[str, ...] = (), root: Pa
     return h.hexdigest()
 
 
-def policy_sources(policy: str, root: Path | None = None) -> str:
-    """The digest of the source `policy`'s points depend on: ours' or every other policy's."""
-    return _sources("ours" if policy == "ours" else "shared", root)
+def policy_sources(policy: str, root: Path | None = None, mode: str | None = None) -> str:
+    """The digest of the source `policy`'s points depend on: ours' or every other policy's; in the
+    `detailed` mode without FLUID_ONLY (any other mode, or None: with it)."""
+    return _sources("ours" if policy == "ours" else "shared", root, mode == "detailed")
 
 
 @functools.cache
-def _sources(kind: str, root: Path | None) -> str:
+def _sources(kind: str, root: Path | None, detailed: bool = False) -> str:
     """Hashed once per process (PointCache does it on creation): the code that runs is the code that was
     imported, whatever is edited on disk after."""
-    shared = source_digest(SHARED_SOURCES, NOT_A_POINT, root)
+    shared = source_digest(SHARED_SOURCES, NOT_A_POINT + (FLUID_ONLY if detailed else ()), root)
     if kind == "shared":
         return shared
     return hashlib.sha256((shared + source_digest(OURS_SOURCES, (), root)).encode()).hexdigest()
@@ -132,7 +137,9 @@ class PointCache:
         self.base = f"{self.prefix}{backtest!r}"
         self.hits = 0
         self.misses = 0
-        policy_sources("ours"), policy_sources("other")  # hashed now, while the files are the code that runs
+        self.mode = backtest.resolved_mode(trace)  # in the backtest's repr too, but "auto" resolves by the trace
+        for policy in ("ours", "other"):  # hashed now, while the files are the code that runs
+            policy_sources(policy, mode=self.mode)
 
     def _path(self, kind: str, key: str, seed: int | None = None) -> Path:
         base = self.base if seed is None or seed == self.backtest.seed else \
@@ -141,7 +148,7 @@ class PointCache:
         return self.root / kind / f"{digest}.json"
 
     def _point_key(self, policy: str, knob: float) -> str:
-        return f"{policy}|{knob!r}|{policy_sources(policy)}"
+        return f"{policy}|{knob!r}|{policy_sources(policy, mode=self.mode)}"
 
     def get(self, policy: str, knob: float, seed: int | None = None) -> Point | None:
         """The cached point (run with `seed`, default the backtest's), marked `cached`, or None."""
@@ -159,7 +166,7 @@ class PointCache:
                 "seed": self.backtest.seed if seed is None else seed})
 
     def _refs_key(self, oracle_target: float) -> str:
-        return f"references|{oracle_target!r}|{policy_sources('oracle')}"
+        return f"references|{oracle_target!r}|{policy_sources('oracle', mode=self.mode)}"
 
     def get_references(self, oracle_target: float) -> References | None:
         data = None if self.fresh else _read(self._path("references", self._refs_key(oracle_target)))

@@ -220,7 +220,8 @@ def test_the_points_cache_replays_a_sweep_and_keys_on_the_source(case: tuple[Tra
     # ours' policy changes: only ours' points run again
     real = frontier_cache.policy_sources
     monkeypatch.setattr(frontier_cache, "policy_sources",
-                        lambda policy, root=None: real(policy, root) + ("-changed" if policy == "ours" else ""))
+                        lambda policy, root=None, mode=None: real(policy, root, mode)
+                        + ("-changed" if policy == "ours" else ""))
     CALLS.clear()
     _check_fake(sweep(tr, bt, FAKE, cap_gpu_hours=3.0, run=_fake_point, cache=PointCache(tmp_path, tr, bt)))
     assert sorted(CALLS) == [("ours", 0.01), ("ours", 0.01429), ("ours", 0.01562), ("ours", 0.01597),
@@ -291,29 +292,34 @@ def test_a_sweep_over_seeds_reaches_the_target_only_where_every_seed_does(case: 
 
 
 def test_source_digests_separate_ours_from_the_rest(tmp_path: Path) -> None:
-    files = ["simulator/cluster/engine.py", "simulator/control/policies.py", "simulator/report/frontier.py",
+    files = ["simulator/cluster/engine.py", "simulator/cluster/fluid_kernel.py", "simulator/control/policies.py",
+             "simulator/report/frontier.py",
              "scaler/policy.py", "scaler/model.py", "scaler/scaledobject.py", "common/vocabulary.py",
              "activator/core.py", "exporter/x.py"]
     for f in files:
         (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / f).write_text(f"# {f}\n")
 
-    def digests() -> tuple[str, str]:
+    def digests() -> tuple[str, str, str, str]:
         frontier_cache._sources.cache_clear()
-        return policy_sources("ours", tmp_path), policy_sources("hpa-kv", tmp_path)
+        return (policy_sources("ours", tmp_path), policy_sources("hpa-kv", tmp_path),
+                policy_sources("ours", tmp_path, "detailed"), policy_sources("hpa-kv", tmp_path, "detailed"))
 
-    # which digests move when one file changes: (ours', the others')
-    moves = {"scaler/policy.py": (True, False), "simulator/control/policies.py": (True, False),
-             "simulator/cluster/engine.py": (True, True), "scaler/model.py": (True, True),
-             "scaler/scaledobject.py": (True, True), "common/vocabulary.py": (True, True),
-             "activator/core.py": (True, True), "simulator/report/frontier.py": (False, False),
-             "exporter/x.py": (False, False)}
+    # which digests move when one file changes: (ours', the others'), then the same for points run in the
+    # detailed mode, which never execute the fluid mode's modules
+    moves = {"scaler/policy.py": (True, False, True, False),
+             "simulator/control/policies.py": (True, False, True, False),
+             "simulator/cluster/engine.py": (True, True, True, True), "scaler/model.py": (True, True, True, True),
+             "simulator/cluster/fluid_kernel.py": (True, True, False, False),
+             "scaler/scaledobject.py": (True, True, True, True), "common/vocabulary.py": (True, True, True, True),
+             "activator/core.py": (True, True, True, True), "simulator/report/frontier.py": (False,) * 4,
+             "exporter/x.py": (False,) * 4}
     try:
         for f, expected in moves.items():
             before = digests()
             (tmp_path / f).write_text((tmp_path / f).read_text() + "# changed\n")
             after = digests()
-            assert (before[0] != after[0], before[1] != after[1]) == expected, f
+            assert tuple(b != a for b, a in zip(before, after, strict=True)) == expected, f
         (tmp_path / "simulator" / "__pycache__").mkdir()
         before = digests()
         (tmp_path / "simulator" / "__pycache__" / "engine.cpython-311.pyc").write_bytes(b"x")
