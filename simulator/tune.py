@@ -345,7 +345,11 @@ def check_holdout(result: TuneResult, held: Trace, backtest: Backtest, *, with_r
     c = result.chosen
     runs = [run_point(held, with_seed(bt, seed), c.knobs, c.manifest) for seed in result.seeds]
     p = over_seeds(runs)
-    oracle = references(held, bt)[0] if with_reference else None
+    oracle = None
+    if with_reference:  # the oracle alone: static at its peak would be one more simulation, never shown
+        (orc_run,), _ = run_policies(held, bt, ["oracle"])
+        orc = summarize(orc_run, bt.slo)
+        oracle = Reference(orc.slo_attainment, orc.gpu_hours)
     return Holdout(held, p.attainment, p.gpu_hours, result.target, oracle)
 
 
