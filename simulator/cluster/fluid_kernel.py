@@ -45,8 +45,9 @@ N_SLOT_ROWS = 16
 # scratch rows, per slot, for one slice
 (_KV, _NRUN, _BDEC, _PEND, _NWAIT, _CHUNK, _ROOM, _CUM, _RANK, _C, _LIVE, _NPF, _PRESUM, _TAU1, _T1, _DONE,
  _B2, _GAINSUM, _TAU2, _BUSY, _LAST, _NFIN, _FIRSTS, _GENSUM, _TTFTS, _ITLS, _ITLN, _NROWS, _R0, _BUSY_FROM,
- _TAIL, _NTOT, _GROW, _PEND0, _IDLE0, _TAUD, _E0, _NIT, _CUT, _D0) = range(40)
-N_SCRATCH = 40
+ _TAIL, _NTOT, _GROW, _PEND0, _IDLE0, _TAUD, _E0, _NIT, _CUT, _D0, _D0K, _AMIN, _TAU0, _KMIN, _KFREE, _NFREE,
+ _CRED) = range(47)
+N_SCRATCH = 47
 # advance's reasons for returning
 EVENT, END, GROW, AFTER_SLICE = 0, 1, 2, 3
 # flags set by a slice (AFTER_SLICE)
@@ -210,7 +211,7 @@ def _carried(slots: np.ndarray, sc: np.ndarray, s: int, pend: float) -> tuple[fl
         return x, c0, tau0, rem0, rem0 / c0 * tau0
     d0 = sc[_D0, s]
     if d0 > 0.0:  # before any prompt is admitted too: admission's room starts after it
-        return 0.0, 0.0, d0, 0.0, d0
+        return 0.0, 0.0, d0, 0.0, d0 * max(sc[_D0K, s], 1.0)
     return 0.0, 0.0, 0.0, 0.0, 0.0
 
 
@@ -235,14 +236,22 @@ def _prefill_room(dt: float, budget: float, coef: np.ndarray, slots: np.ndarray,
 @_jit
 def _admit(t: float, dt: float, budget: float, seqs: float, kv_cap: float, coef: np.ndarray, ints: np.ndarray,
            run_i: np.ndarray, run_f: np.ndarray, wait_i: np.ndarray, wait_f: np.ndarray, gain: np.ndarray,
-           p64: np.ndarray, arr: np.ndarray, slots: np.ndarray, sc: np.ndarray, n_slots: int) -> None:
+           p64: np.ndarray, o64: np.ndarray, arr: np.ndarray, slots: np.ndarray, sc: np.ndarray, n_slots: int) -> None:
     """Per-slot sums over the running rows, preemption where the KV cache would overflow (_preempt), then
     FIFO admission from each replica's queue of what it can start prefilling in this slice (vLLM admits a
     request only in an iteration with token budget left for it, so under a prefill backlog requests stay
     *waiting*, which is what num_requests_waiting shows) and whose first chunk the KV cache holds now
     beside a slice of its neighbours' decoding (vLLM V1 allocates the blocks of what an iteration computes,
     so a replica at the edge of its cache admits a long prompt, then preempts; _preempt). A preempted request is
-    admitted again with its prompt and generated tokens to prefill, its first token kept."""
+    admitted again with its prompt and generated tokens to prefill, its first token kept.
+
+    Two admissions start inside the slice, after some decode iterations (D0 x D0K, which _carried gives the
+    slice's step as the lead before its prefill): prompts that all arrived inside the slice on a replica
+    that was only decoding start in the iteration after the first arrives (the engine's order; from its
+    start they had the decoding requests pay for a chunk before it came), and the queue's head, blocked by
+    the cache or the batch limit on such a replica, is admitted on the credit of the requests that finish
+    first in the slice and starts in the iteration after them (the engine admits it there; waiting for the
+    next slice left the replica decoding alone meanwhile)."""
     sc[:, :n_slots] = 0.0  # every per-slot sum of the slice starts here (step_slice relies on it too)
     sc[_BUSY_FROM, :n_slots] = t
     sc[_LAST, :n_slots] = -np.inf
@@ -278,6 +287,23 @@ def _admit(t: float, dt: float, budget: float, seqs: float, kv_cap: float, coef:
         sc[_PEND0, s] = min(pend, room)  # what of the pending prompts the slice computes
         sc[_CUM, s] = 0.0
         sc[_RANK, s] = 0.0
+        sc[_KMIN, s] = np.inf
+    # the decoding requests that finish first in the slice (in whole decode iterations) and the KV and
+    # sequences they free: the engine admits its queue's head in the iteration after, not at the next slice
+    for j in range(n_run):
+        if run_f[0, j] <= 0.0:
+            s = run_i[1, j]
+            kk = max(1.0, math.ceil(o64[run_i[0, j]] - 1.0 - run_f[1, j] - 1e-9))
+            if kk < sc[_KMIN, s]:
+                sc[_KMIN, s] = kk
+    for j in range(n_run):
+        if run_f[0, j] <= 0.0:
+            s = run_i[1, j]
+            i = run_i[0, j]
+            kk = max(1.0, math.ceil(o64[i] - 1.0 - run_f[1, j] - 1e-9))
+            if kk == sc[_KMIN, s]:
+                sc[_KFREE, s] += p64[i] + o64[i] - 1.0
+                sc[_NFREE, s] += 1.0
     kept = 0
     for j in range(n_wait):
         i = wait_i[0, j]
@@ -292,6 +318,20 @@ def _admit(t: float, dt: float, budget: float, seqs: float, kv_cap: float, coef:
         room_kv = kv_cap - sc[_KV, s] - sc[_GROW, s] - sc[_PEND0, s]
         ok = (sc[_CUT, s] == 0.0 and min(cum, before + sc[_CHUNK, s]) <= room_kv and sc[_RANK, s] < seqs - sc[_NRUN, s]
               and before < sc[_ROOM, s] and sc[_CHUNK, s] > 0.0)
+        if (not ok and before == 0.0 and sc[_PEND, s] == 0.0 and sc[_PEND0, s] == 0.0
+                and sc[_CUT, s] == 0.0 and sc[_D0, s] == 0.0 and sc[_BDEC, s] > 0.0 and sc[_CHUNK, s] > 0.0
+                and sc[_KMIN, s] < np.inf):
+            # the queue's head, blocked by the cache or the batch limit, fits once the first finishers go:
+            # admitted to start after them (the slice decodes until then, as for the arrival lead)
+            kv = sc[_KV, s]
+            taud = step_time(coef, sc[_BDEC, s], kv, kv + sc[_BDEC, s])
+            lead = sc[_KMIN, s] * taud
+            if (lead < dt and min(p, sc[_CHUNK, s]) <= room_kv + sc[_KFREE, s]
+                    and sc[_RANK, s] < seqs - sc[_NRUN, s] + sc[_NFREE, s]):
+                ok = True
+                sc[_D0, s] = taud
+                sc[_D0K, s] = sc[_KMIN, s]
+                sc[_CRED, s] = 1.0
         sc[_CUM, s] = cum
         sc[_RANK, s] += 1.0
         if ok:  # admitted rows have computed nothing yet: KV and decoding counts unchanged, pending grows
@@ -306,6 +346,9 @@ def _admit(t: float, dt: float, budget: float, seqs: float, kv_cap: float, coef:
                 # from its own readiness when it came up inside the slice
                 sc[_BUSY_FROM, s] = max(t, arr[i], slots[READY_AT, s])
             sc[_PEND, s] += p
+            a = arr[i]
+            if sc[_AMIN, s] == 0.0 or a < sc[_AMIN, s]:
+                sc[_AMIN, s] = a
         else:
             wait_i[0, kept] = i
             wait_i[1, kept] = s
@@ -315,6 +358,18 @@ def _admit(t: float, dt: float, budget: float, seqs: float, kv_cap: float, coef:
             kept += 1
     ints[N_RUN] = n_run
     ints[N_WAIT] = kept
+    for s in range(n_slots):
+        # prompts that all arrived inside the slice on a decoding replica with nothing else to prefill: the
+        # engine decodes until the iteration boundary after the first one arrives, then takes its chunk
+        b = sc[_BDEC, s]
+        a = sc[_AMIN, s]
+        if a > t and b > 0.0 and sc[_PEND0, s] == 0.0 and sc[_D0, s] == 0.0:
+            kv = sc[_KV, s]
+            taud = step_time(coef, b, kv, kv + b)
+            sc[_D0, s] = taud
+            sc[_D0K, s] = math.ceil((a - t) / taud - 1e-9)
+        elif a > t and sc[_CRED, s] > 0.0:
+            sc[_D0K, s] = max(sc[_D0K, s], math.ceil((a - t) / sc[_D0, s] - 1e-9))
 
 
 @_jit
@@ -354,7 +409,8 @@ def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, l
     tokens, FIFO) until the admitted prompts are prefilled, then pure decode iterations, each phase's
     iteration time from the perf model at the slice's batch and KV; first tokens and completions are
     placed inside the slice where their token counts are reached."""
-    _admit(t, dt, budget, seqs, kv_cap, coef, ints, run_i, run_f, wait_i, wait_f, gain, p64, arr, slots, sc, n_slots)
+    _admit(t, dt, budget, seqs, kv_cap, coef, ints, run_i, run_f, wait_i, wait_f, gain, p64, o64, arr, slots, sc,
+           n_slots)
     n_run = ints[N_RUN]
     if n_run == 0:
         return False
@@ -383,6 +439,7 @@ def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, l
             sc[_C, s] = c
             sc[_R0, s] = rem0
             sc[_E0, s] = e0
+            sc[_TAU0, s] = tau0
             live = pend > 0.0 and (rem0 > 0.0 or c > 0.0)
             sc[_LIVE, s] = 1.0 if live else 0.0
             sc[_CUM, s] = 0.0
@@ -491,7 +548,16 @@ def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, l
             # pace, then (a request done before it) at the prefill phase's, back from that phase's end
             over = gen - (out - 1.0)
             in_dec = over <= g_dec
-            t_last = t + dt - over * sc[_TAU2, s] if in_dec else t + sc[_T1, s] - (over - g_dec) * sc[_TAU1, s]
+            if in_dec:
+                t_last = t + dt - over * sc[_TAU2, s]
+            else:  # back from the prefill phase's end: its fresh iterations, then what came before them
+                back = over - g_dec
+                e0 = sc[_E0, s]
+                fresh = max(0.0, sc[_T1, s] - e0) / sc[_TAU1, s]
+                if back <= fresh or sc[_TAU0, s] <= 0.0:
+                    t_last = t + sc[_T1, s] - back * sc[_TAU1, s]
+                else:
+                    t_last = t + min(e0, sc[_T1, s]) - (back - fresh) * sc[_TAU0, s]
             t_fin = max(t_last, first - lat) + lat
             ttft[i] = first - arr[i]
             tpot[i] = (t_fin - first) / (out - 1.0) if out >= 2.0 else np.nan
