@@ -293,14 +293,12 @@ def _admit(t: float, dt: float, budget: float, seqs: float, kv_cap: float, coef:
     for j in range(n_run):
         if run_f[0, j] <= 0.0:
             s = run_i[1, j]
-            kk = max(1.0, math.ceil(o64[run_i[0, j]] - 1.0 - run_f[1, j] - 1e-9))
-            if kk < sc[_KMIN, s]:
-                sc[_KMIN, s] = kk
-    for j in range(n_run):
-        if run_f[0, j] <= 0.0:
-            s = run_i[1, j]
             i = run_i[0, j]
             kk = max(1.0, math.ceil(o64[i] - 1.0 - run_f[1, j] - 1e-9))
+            if kk < sc[_KMIN, s]:  # an earlier finisher: what it frees replaces the sums so far
+                sc[_KMIN, s] = kk
+                sc[_KFREE, s] = 0.0
+                sc[_NFREE, s] = 0.0
             if kk == sc[_KMIN, s]:
                 sc[_KFREE, s] += p64[i] + o64[i] - 1.0
                 sc[_NFREE, s] += 1.0
