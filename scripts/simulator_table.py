@@ -434,6 +434,12 @@ def ours_vs_others(tf: TraceFrontier) -> str:
     r = ours.reached
     if r is None:
         if not reach:
+            over = [f for f in tf.frontiers if f.reached_over_cap is not None]
+            if over:
+                names = ", ".join(f"{f.policy} ({f.cost()})" for f in over)
+                return (f"**Ours against the others:** no policy reaches {_pct(tf.target)} for less than static "
+                        f"provisioning at the peak ({tf.static.gpu_hours:.2f} GPU-h at {_pct(tf.static.attainment)}); "
+                        f"ours' best is {_pct(ours.best.attainment)}; over the cap: {names}.")
             best = max(others, key=lambda f: f.best.attainment, default=None)
             tail = f"; the best other is {best.policy} at {_pct(best.best.attainment)}" if best else ""
             return (f"**Ours against the others:** no policy reaches {_pct(tf.target)} here; ours' best is "

@@ -21,7 +21,9 @@ replica is held or not, and aibrix-kpa's and hpa-kv's cheapest points there lie 
 so the first three are run whatever the ends cost). Each policy's result is a
 `Frontier`: its points and its cost to reach the target (the fewest GPU-hours among the points that meet
 it, whichever direction found them) or "never" with the best attainment it reached. Every policy is swept
-by the same rule.
+by the same rule. Where static provisioning at the cap meets the target (`frontier` says), a point that
+meets it only above the cap is reported but not counted as reaching it ("over the cap"): the cap stops a
+sweep, so a policy whose grid step jumped past it and one the cap stopped are both beaten by static there.
 
 `seeds`: every point is run once per seed (the cold starts' draws) and counts as the worst attainment at
 the mean GPU-hours (`over_seeds`). One seed's frontier on a one-hour trace is one draw of a few cold
@@ -97,6 +99,9 @@ class Frontier:
     knob_max: float | None = None
     #: how many of `points` are the grid walk's (the rest bisect its last step); None: all
     coarse: int | None = None
+    #: whether static provisioning at the cap meets the target: then a point that meets it only above the cap
+    #: is beaten by not autoscaling, and does not count as reaching it (`reached`)
+    cap_meets_target: bool = False
 
     @property
     def grid(self) -> tuple[Point, ...]:
@@ -105,9 +110,24 @@ class Frontier:
 
     @property
     def reached(self) -> Point | None:
-        """The cheapest point that meets the target, None when none does."""
+        """The cheapest point that meets the target, None when none does. Where static provisioning at the
+        cap meets the target, only points at or under the cap count: the sweep stops a policy at the cap, so
+        one that meets the target only above it (a step that jumped past the cap) is as dominated by static
+        as one the cap stopped, and counting it would rank the two by where a grid step happened to land."""
+        ok = [p for p in self.points if p.attainment >= self.target and not self.over_cap(p)]
+        return min(ok, key=lambda p: p.gpu_hours) if ok else None
+
+    @property
+    def reached_over_cap(self) -> Point | None:
+        """The cheapest point that meets the target above the cap where none does under it (see `reached`)."""
+        if self.reached is not None:
+            return None
         ok = [p for p in self.points if p.attainment >= self.target]
         return min(ok, key=lambda p: p.gpu_hours) if ok else None
+
+    def over_cap(self, p: Point) -> bool:
+        """Whether `p` costs more than static provisioning that meets the target."""
+        return self.cap_meets_target and self.cap_gpu_hours is not None and p.gpu_hours > self.cap_gpu_hours
 
     @property
     def best(self) -> Point:
@@ -140,9 +160,12 @@ class Frontier:
         return "points"
 
     def cost(self) -> str:
-        """`12.3 GPU-h` or `never (best 97.1%)`."""
+        """`12.3 GPU-h`, `never (best 97.1%)` or `over the cap (99.8% at 71.37 GPU-h)`."""
         r = self.reached
         if r is None:
+            o = self.reached_over_cap
+            if o is not None:
+                return f"over the cap ({100 * o.attainment:.1f}% at {o.gpu_hours:.2f} GPU-h)"
             return f"never (best {100 * self.best.attainment:.1f}%)"
         return f"{r.gpu_hours:.2f} GPU-h"
 
@@ -503,6 +526,7 @@ def frontier(trace: Trace, backtest: Backtest, policies: Sequence[str], *, point
     fronts = sweep(trace, backtest, policies, cap_gpu_hours=refs.static_gpu_hours, target=target, points=points,
                    ratio=ratio, workers=workers, ray_address=ray_address, progress=progress, cache=cache,
                    seeds=seeds)
+    fronts = [replace(f, cap_meets_target=refs.static_attainment >= target) for f in fronts]
     return TraceFrontier(trace.name, len(trace), refs.feasible_share, target,
                          Reference(refs.oracle_attainment, refs.oracle_gpu_hours), refs.oracle_status,
                          Reference(refs.static_attainment, refs.static_gpu_hours), refs.bound_gpu_hours,

@@ -430,3 +430,21 @@ def test_the_installed_parts_are_hashed_wherever_python_imports_them_from() -> N
     assert "simulator/run.py" in names and "scaler/model.py" in names and "common/vocabulary.py" in names
     assert "simulator/report/frontier.py" not in names  # the sweep itself is not a point's source
     assert source_digest(frontier_cache.SHARED_SOURCES) != source_digest(())
+
+
+def test_a_point_over_a_cap_that_static_meets_does_not_reach_the_target() -> None:
+    # a grid step that jumps past the cap (static at the oracle's peak) and meets the target there is as
+    # dominated by static as a policy the cap stopped: reported, not counted as reaching the target
+    pts = (Point(0.1, 0.08, 7.0, 0.0), Point(0.07, 0.998, 71.37, 0.0), Point(0.08, 0.97, 40.0, 0.0))
+    f = Frontier("dynamo-load", "ITL SLA (s)", 0.1, pts, 0.99, 45.91, cap_meets_target=True)
+    assert f.reached is None and f.reached_over_cap == pts[1] and f.over_cap(pts[1]) and not f.over_cap(pts[2])
+    assert f.cost() == "over the cap (99.8% at 71.37 GPU-h)"
+    # where static misses the target the cap is no alternative: every point counts
+    g = replace(f, cap_meets_target=False)
+    assert g.reached == pts[1] and g.reached_over_cap is None and g.cost() == "71.37 GPU-h"
+    # a point under the cap that meets the target is the cost to reach it, the one above it aside
+    h = replace(f, points=(*pts, Point(0.075, 0.99, 44.0, 0.0)))
+    assert h.reached is not None and h.reached.gpu_hours == 44.0 and h.reached_over_cap is None
+    # no point meets it anywhere: never, with the best attainment
+    k = replace(f, points=(pts[0], pts[2]))
+    assert k.reached is None and k.reached_over_cap is None and k.cost() == "never (best 97.0%)"
