@@ -402,7 +402,8 @@ def test_frontier_section_round_trips_and_plots(case: tuple[Trace, Backtest], tm
     assert (tmp_path / "f.png").stat().st_size > 1000
 
 
-COST = re.compile(r"^(\d+\.\d\d GPU-h|never \(best \d+\.\d%\))$")
+COST = re.compile(r"^(\d+\.\d\d GPU-h|never \(best \d+\.\d%\)|over the cap \(\d+\.\d% at (\d+\.\d\d) GPU-h\))$")
+CAP = re.compile(r"static at its peak \(the cap\) (\d+\.\d\d) GPU-h")
 
 
 def test_the_docs_frontier_block_parses() -> None:
@@ -414,8 +415,15 @@ def test_the_docs_frontier_block_parses() -> None:
         rows = st.parse_frontier_table(text)
         assert [r["policy"] for r in rows] == st.FRONTIER_POLICIES, title
         cost = next(k for k in rows[0] if k.startswith("cost to reach"))
+        cap = CAP.search(text)
+        assert cap, title
         for r in rows:
-            assert COST.match(r[cost]), (title, r)
+            m = COST.match(r[cost])
+            assert m, (title, r)
+            if m.group(2) is not None:  # met only over the cap: dearer than static at the peak
+                assert float(m.group(2)) > float(cap.group(1)), (title, r)
+            elif r[cost].endswith("GPU-h"):  # a cost to reach counts only under the cap
+                assert float(r[cost].split()[0]) <= float(cap.group(1)), (title, r)
             assert r["stop"] in ("target", "cap", "points", "below", "flat", "bound")
         img = re.search(r"\]\((img/[^)]+\.png)\)", text)
         assert img and (ROOT / "docs" / img.group(1)).is_file(), title
