@@ -161,7 +161,8 @@ def build_controller(policy: str, *, model: str, max_replicas: int, concurrency_
     Short answers need less: there a request decoded beside a long prompt's prefill chunks (8,192 tokens,
     ~0.6 s an iteration on 70B TP4) misses the SLO while the mean stays low. The scaler tightens the target
     itself for such traffic (`shortOutputTokens`, scaler/slo.py `short_output_factor`: the target x output
-    tokens per request / 44 below 44), so one ScaledObject serves both the code week and the chat traces
+    tokens per request / `shortOutputTokens` below it, its default in scaler/config.py), so one ScaledObject
+    serves both the code week and the chat traces
     (figures: docs/simulator-results.md, "The whole 2024 week" and the backtest table).
     The TTFT target is what holds replicas for long prompts' first tokens once a backlog has drained
     (mooncake-conv: 80.3% of the SLO without it, 86.0% with it, 86.1% at 1.08x the oracle since the
