@@ -1,7 +1,7 @@
 """The proactive backtest: the whole Azure 2024 code week, split into the tuning days and the held-back days.
 
     python scripts/week_table.py [--seeds 0 1 2] [--policies ours ours:mode=hybrid ...] [--workers N]
-                                 [--hours H] [--update-docs]
+                                 [--hours H] [--trace code|conv] [--update-docs]
 
 Each seed synthesizes the week's requests anew from its per-minute totals (simulator.workload.traces), runs
 the oracle on it (cached under build/week-cache by seed, trace length and the simulator source's digest: it
@@ -13,6 +13,10 @@ on), days 6-7 (held back) and the whole week: SLO attainment over all requests a
 on the same segment (a segment's GPU-hours: the pods alive in it, from the 5 s timeline). The table reports
 the worst seed per cell beside the mean. --update-docs writes it into the `week-table` block of
 docs/simulator-results.md. --hours cuts the week (a quick check of the script).
+
+--trace conv runs the same on the Azure 2024 conversation week instead, a trace no default was tuned on (the
+week of unseen traffic: long answers, a daily cycle), into the `week-table-conv` block; its oracles are cached
+apart from the code week's.
 """
 
 from __future__ import annotations
@@ -60,8 +64,12 @@ def backtest(seed: int) -> Backtest:
     return Backtest(get_preset(PRESET), cold_start="typical", slo=SLO, seed=seed, mode="fluid")
 
 
-def load(seed: int, hours: float | None) -> Trace:
-    return load_azure_2024_minutes("code", seed=seed, minutes=None if hours is None else int(hours * 60))
+TRACES = ("code", "conv")  # the two services of the Azure 2024 per-minute week
+BLOCKS = {"code": "week-table", "conv": "week-table-conv"}
+
+
+def load(seed: int, hours: float | None, trace: str = "code") -> Trace:
+    return load_azure_2024_minutes(trace, seed=seed, minutes=None if hours is None else int(hours * 60))
 
 
 def segment_cells(result: SimResult, gpus_per_replica: int, end_s: float) -> dict[str, Cell]:
@@ -83,16 +91,17 @@ def segment_cells(result: SimResult, gpus_per_replica: int, end_s: float) -> dic
     return out
 
 
-def oracle_pods(seed: int, hours: float | None) -> tuple[list[PodPlan], dict[str, Cell]]:
-    """The oracle's schedule for this seed (cached by seed, length and the simulator's source digest: it
+def oracle_pods(seed: int, hours: float | None, trace: str = "code") -> tuple[list[PodPlan], dict[str, Cell]]:
+    """The oracle's schedule for this seed (cached by trace, seed, length and the simulator's source digest: it
     costs a dozen simulations of the week)."""
     # keyed by the simulator's source too: an oracle planned on another kernel is another oracle
-    key = CACHE / f"oracle-seed{seed}-{'week' if hours is None else f'{hours:g}h'}-{policy_sources('oracle')[:12]}.json"
+    name = "oracle" if trace == "code" else f"oracle-{trace}"  # the code week's keys as they were
+    key = CACHE / f"{name}-seed{seed}-{'week' if hours is None else f'{hours:g}h'}-{policy_sources('oracle')[:12]}.json"
     if key.exists():
         data = json.loads(key.read_text())
         return ([PodPlan(*p) for p in data["pods"]],
                 {k: Cell(**v) for k, v in data["cells"].items()})
-    tr, bt = load(seed, hours), backtest(seed)
+    tr, bt = load(seed, hours, trace), backtest(seed)
     p = bt.preset
     plan = plan_oracle(tr, lambda ctl: simulate(tr, bt, ctl, "fluid"), p.perf(), p.replica_config(),
                        p.cold_start(bt.cold_start), SLO, bucket_s=300.0, target=bt.oracle_target, seed=seed,
@@ -101,16 +110,18 @@ def oracle_pods(seed: int, hours: float | None) -> tuple[list[PodPlan], dict[str
     CACHE.mkdir(parents=True, exist_ok=True)
     key.write_text(json.dumps({"pods": [[q.ready_at, q.remove_at, q.cold_start_s] for q in plan.pods],
                                "cells": {k: vars(v) for k, v in cells.items()}, "status": plan.status()}))
-    print(f"seed {seed}: oracle {plan.status()}", file=sys.stderr, flush=True)
+    print(f"{trace} seed {seed}: oracle {plan.status()}", file=sys.stderr, flush=True)
     return plan.pods, cells
 
 
-def run_one(job: tuple[int, str, float | None]) -> tuple[int, str, dict[str, Cell], float]:
-    seed, policy, hours = job
+def run_one(job: tuple[int, str, float | None] | tuple[int, str, float | None, str]
+            ) -> tuple[int, str, dict[str, Cell], float]:
+    seed, policy, hours = job[:3]
+    trace = job[3] if len(job) > 3 else "code"  # type: ignore[misc]
     t0 = time.process_time()
     if policy == "oracle":
-        return seed, policy, oracle_pods(seed, hours)[1], time.process_time() - t0
-    tr, bt = load(seed, hours), backtest(seed)
+        return seed, policy, oracle_pods(seed, hours, trace)[1], time.process_time() - t0
+    tr, bt = load(seed, hours, trace), backtest(seed)
     p = bt.preset
     if policy == "ours" or policy.startswith("ours:"):
         so = load_scaledobject(SHIPPED)
@@ -148,11 +159,14 @@ def main() -> None:
     ap.add_argument("--policies", nargs="+", default=["ours"])  # reactive is ours' default mode
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--hours", type=float, default=None, help="only the first H hours of the week")
+    ap.add_argument("--trace", choices=TRACES, default="code",
+                    help="the code week (tuned on days 1-5) or the conversation week (tuned on nothing)")
     ap.add_argument("--update-docs", action="store_true")
     args = ap.parse_args()
     policies = [p for p in args.policies if p != "oracle"]
     # the oracles first (one per seed, in parallel): every other cell is a ratio to them
-    jobs = [(s, "oracle", args.hours) for s in args.seeds] + [(s, p, args.hours) for s in args.seeds for p in policies]
+    jobs = ([(s, "oracle", args.hours, args.trace) for s in args.seeds]
+            + [(s, p, args.hours, args.trace) for s in args.seeds for p in policies])
     results: dict[tuple[int, str], dict[str, Cell]] = {}
     with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
         for seed, pol, cells, cpu in pool.map(run_one, jobs):
@@ -160,7 +174,8 @@ def main() -> None:
             print(f"seed {seed} {pol}: " + ", ".join(f"{k} {100 * c.slo:.2f}% {c.gpu_h:.1f} GPU-h"
                                                    for k, c in cells.items()) + f" ({cpu:.0f} CPU s)",
                   file=sys.stderr, flush=True)
-    text = (f"Preset {PRESET}, typical cold starts, SLO TTFT <= {SLO.ttft_s:g} s and mean ITL <= {SLO.itl_s:g} s, "
+    text = (("The Azure 2024 conversation week (no default was tuned on it). " if args.trace == "conv" else "")
+            + f"Preset {PRESET}, typical cold starts, SLO TTFT <= {SLO.ttft_s:g} s and mean ITL <= {SLO.itl_s:g} s, "
             f"fluid mode, seeds {', '.join(map(str, args.seeds))}"
             + (f", first {args.hours:g} h" if args.hours else "") + ". Each cell: the worst seed (the mean).\n\n"
             + table(results, args.seeds, [*policies, "oracle"]))
@@ -169,7 +184,7 @@ def main() -> None:
         sys.path.insert(0, str(ROOT / "scripts"))
         from simulator_table import replace_block
 
-        replace_block(DOCS / "simulator-results.md", "week-table", text)
+        replace_block(DOCS / "simulator-results.md", BLOCKS[args.trace], text)
 
 
 if __name__ == "__main__":

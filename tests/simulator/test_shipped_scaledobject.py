@@ -49,6 +49,22 @@ def test_the_week_runs_the_same_shipped_scaledobject() -> None:
     assert not (EXAMPLES / "llama-70b-h100-tp4-code.yaml").exists()
 
 
+def test_the_conversation_week_runs_the_same_scaledobject_on_the_other_service() -> None:
+    # the week of traffic no default was tuned on: the conversation service's minutes, the same shipped
+    # ScaledObject, its own block in the docs (and its oracles cached apart from the code week's)
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import week_table
+
+    code, conv = (week_table.load(0, 0.25, t) for t in ("code", "conv"))
+    assert conv.arrival_s.max() < 900.0 and len(conv) != len(code)
+    assert conv.output_tokens.mean() > 2 * code.output_tokens.mean()  # chat answers are long, code ones short
+    seed, policy, cells, _ = week_table.run_one((0, "ours", 0.25, "conv"))
+    assert (seed, policy) == (0, "ours") and set(cells) == {"days 1-5", "days 6-7", "week"}
+    assert 0.0 < cells["week"].slo <= 1.0 and cells["week"].gpu_h > 0.0
+    doc = (ROOT / "docs" / "simulator-results.md").read_text()
+    assert all(f"<!-- generated:{b} -->" in doc for b in week_table.BLOCKS.values())
+
+
 def test_the_shipped_scaledobject_keeps_its_replica_through_a_pause_and_gives_it_back_after_an_idle_half_hour() -> None:
     # 70B TP4, typical cold starts: a request every 10 s for 5 minutes, a 20-minute pause, 5 minutes more, then
     # two hours of nothing and 5 minutes more. The pause is shorter than idleTimeout (30m) + cooldownPeriod
