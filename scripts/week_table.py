@@ -16,7 +16,8 @@ docs/simulator-results.md. --hours cuts the week (a quick check of the script).
 
 --trace conv runs the same on the Azure 2024 conversation week instead, a trace no default was tuned on (the
 week of unseen traffic: long answers, a daily cycle), into the `week-table-conv` block; its oracles are cached
-apart from the code week's.
+apart from the code week's. Planning one of its oracles holds 14-16 GB: on a 24 GiB machine run one seed at a
+time (`--workers 1 --seeds N`), then all seeds together, which reads the cached oracles.
 """
 
 from __future__ import annotations
