@@ -4,7 +4,8 @@ one command, in the order they depend on nothing but the code:
     python scripts/regenerate_docs.py [--quick] [--workers N]
 
 1. scripts/simulator_table.py --update-docs: the backtest table (every trace, every baseline, the oracle);
-2. scripts/week_table.py --update-docs: the whole 2024 week, 3 seeds, tuning vs held-back days;
+2. scripts/week_table.py --update-docs: the whole 2024 week, 3 seeds, tuning vs held-back days; then
+   --trace conv: the conversation week no default was tuned on, one process (an oracle there holds 14-16 GB);
 3. scripts/simulator_table.py --frontier --update-docs: the cost to reach 99% per policy, with plots
    (--quick: the first 20 minutes of each trace, 3 points per policy);
    then --loo --update-docs: leave one trace out, from the frontier's points cache;
@@ -32,6 +33,8 @@ def steps(quick: bool, workers: int) -> list[list[str]]:
     return [
         ["simulator_table.py", *q],
         ["week_table.py", *w, *(["--hours", "6", "--seeds", "0"] if quick else ["--update-docs"])],
+        ["week_table.py", "--trace", "conv", "--workers", "1",
+         *(["--hours", "6", "--seeds", "0"] if quick else ["--update-docs"])],
         ["simulator_table.py", "--frontier", *w, *q],
         ["simulator_table.py", "--loo", *w, *q],
         ["pools_table.py", *q],
