@@ -30,11 +30,11 @@ def steps(quick: bool, workers: int) -> list[list[str]]:
     """Each step's argv; `quick` runs each script's short form and writes no docs."""
     q = ["--quick"] if quick else ["--update-docs"]
     w = ["--workers", str(workers)]
+    week = ["--hours", "6", "--seeds", "0"] if quick else ["--update-docs"]
     return [
         ["simulator_table.py", *q],
-        ["week_table.py", *w, *(["--hours", "6", "--seeds", "0"] if quick else ["--update-docs"])],
-        ["week_table.py", "--trace", "conv", "--workers", "1",
-         *(["--hours", "6", "--seeds", "0"] if quick else ["--update-docs"])],
+        ["week_table.py", *w, *week],
+        ["week_table.py", "--trace", "conv", "--workers", "1", *week],
         ["simulator_table.py", "--frontier", *w, *q],
         ["simulator_table.py", "--loo", *w, *q],
         ["pools_table.py", *q],

@@ -65,7 +65,7 @@ def backtest(seed: int) -> Backtest:
     return Backtest(get_preset(PRESET), cold_start="typical", slo=SLO, seed=seed, mode="fluid")
 
 
-TRACES = ("code", "conv")  # the two services of the Azure 2024 per-minute week
+#: the two services of the Azure 2024 per-minute week, each with its block in docs/simulator-results.md
 BLOCKS = {"code": "week-table", "conv": "week-table-conv"}
 
 
@@ -115,10 +115,8 @@ def oracle_pods(seed: int, hours: float | None, trace: str = "code") -> tuple[li
     return plan.pods, cells
 
 
-def run_one(job: tuple[int, str, float | None] | tuple[int, str, float | None, str]
-            ) -> tuple[int, str, dict[str, Cell], float]:
-    seed, policy, hours = job[:3]
-    trace = job[3] if len(job) > 3 else "code"  # type: ignore[misc]
+def run_one(job: tuple[int, str, float | None, str]) -> tuple[int, str, dict[str, Cell], float]:
+    seed, policy, hours, trace = job
     t0 = time.process_time()
     if policy == "oracle":
         return seed, policy, oracle_pods(seed, hours, trace)[1], time.process_time() - t0
@@ -160,7 +158,7 @@ def main() -> None:
     ap.add_argument("--policies", nargs="+", default=["ours"])  # reactive is ours' default mode
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--hours", type=float, default=None, help="only the first H hours of the week")
-    ap.add_argument("--trace", choices=TRACES, default="code",
+    ap.add_argument("--trace", choices=tuple(BLOCKS), default="code",
                     help="the code week (tuned on days 1-5) or the conversation week (tuned on nothing)")
     ap.add_argument("--update-docs", action="store_true")
     args = ap.parse_args()
