@@ -27,13 +27,15 @@ import json
 import logging
 import math
 import secrets
+import signal
 import socket
 import sys
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -1032,6 +1034,29 @@ CONTROL_WORDS = {
 }
 
 
+@contextmanager
+def _ctrl_c_sets(flag: threading.Event) -> Iterator[None]:
+    """Ctrl-C sets `flag` for the run loop to read, instead of raising KeyboardInterrupt wherever the main
+    thread happens to be: raised inside a weakref callback it printed "Exception ignored ..." and a
+    traceback under the summary. A second Ctrl-C raises as before, for a user who will not wait. Left
+    alone off the main thread and where SIGINT is not Python's default (ignored, or the caller's own)."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield
+        return
+
+    def on_sigint(signum: int, frame: object) -> None:
+        if flag.is_set():
+            raise KeyboardInterrupt
+        flag.set()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class Demo:
     """Wires the parts together, runs the script on the wall clock, shows it, and reports."""
 
@@ -1043,6 +1068,7 @@ class Demo:
         self._events_lock = threading.Lock()
         self._pending: list[tuple[float, str]] = []
         self._stop = threading.Event()
+        self._interrupt = threading.Event()  # Ctrl-C, set by the signal handler and read by the run loop
         self._t0 = time.monotonic()
         self._threads: list[threading.Thread] = []
         self.world: World | None = None
@@ -1156,7 +1182,7 @@ class Demo:
         before this too and get UNAVAILABLE; starting the clock after keeps the log clean."""
         sources = scaler.scaler.sources
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not self._stop.wait(0.1):
+        while time.monotonic() < deadline and not self._stop.wait(0.1) and not self._interrupt.is_set():
             with sources.history_lock:
                 h = sources.history(NAMESPACE, cfg)
                 snap = h.snapshot(time.time()) if h is not None else None
@@ -1166,6 +1192,11 @@ class Demo:
     # -- the run ---------------------------------------------------------------------------------
 
     def run(self) -> Report:
+        """Run the script to its end or to Ctrl-C, tear everything down, and report."""
+        with _ctrl_c_sets(self._interrupt):
+            return self._run()
+
+    def _run(self) -> Report:
         import grpc
 
         from keda_llm.exporter.fake_nvml import fake_gpus
@@ -1213,12 +1244,14 @@ class Demo:
             exporter.start()
             self._wait_for_data(scaler, cfg)
             self._t0 = time.monotonic()  # the simulation's time 0, and the load's
-            self._spawn(lambda: self._simulate(world, exporter), "demo-world")
-            http.spawn(self.load.run())
-            try:
-                self._show(world, exporter.url, scaler.http_url)
-            except KeyboardInterrupt:
-                interrupted = True
+            if not self._interrupt.is_set():
+                self._spawn(lambda: self._simulate(world, exporter), "demo-world")
+                http.spawn(self.load.run())
+                try:
+                    self._show(world, exporter.url, scaler.http_url)
+                except KeyboardInterrupt:  # a second Ctrl-C, from a user who will not wait
+                    interrupted = True
+            interrupted = interrupted or self._interrupt.is_set()
         finally:
             # the load first (Ctrl-C, or the grace passed): a request still in flight is cut off by the user;
             # stopping the world under it first failed its connection, and the summary counted it lost
@@ -1272,7 +1305,7 @@ class Demo:
         period = 1.0 if self.plain else 0.5
         next_at = 0.0
         try:
-            while True:
+            while not self._interrupt.is_set():
                 t = self.now()
                 if t >= self.sc.duration and (load is None or load.done or t >= self.sc.duration + grace):
                     break

@@ -388,11 +388,65 @@ def test_ctrl_c_counts_requests_in_flight_as_interrupted_not_lost() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert "Traceback" not in err, err
+    assert "Traceback" not in err and "Exception ignored" not in err, err
     summary = out[out.index("Summary"):]
     assert "lost 0" in summary and "FAILED" not in summary, summary
     assert "stopped early (Ctrl-C)" in summary and "interrupted in flight" in summary, summary
     assert proc.returncode == 130
+
+
+def test_ctrl_c_while_starting_ends_with_the_summary_not_a_traceback() -> None:
+    """Ctrl-C before the script starts (the scaler still waiting for its first scrape) stops the demo
+    there: the parts are torn down, no request was sent, and the summary says it stopped early."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "keda_llm.cli", "demo", "--duration", "60", "--plain"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()  # the header: every part is up, the data not yet collected
+        assert first.startswith("keda-llm demo:"), first
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    summary = out[out.index("Summary"):]
+    assert "stopped early (Ctrl-C): 0 requests were in flight" in summary, summary
+    assert "lost 0" in summary and "FAILED" not in summary, summary
+    assert proc.returncode == 130
+
+
+def test_ctrl_c_sets_the_flag_and_a_second_one_raises() -> None:
+    """The first Ctrl-C only sets the flag the run loop reads (raised wherever the main thread was, it
+    once surfaced inside a weakref callback as 'Exception ignored'); a second raises, and the caller's
+    handler is back afterwards."""
+    import os
+    import signal
+
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        flag = threading.Event()
+        with pytest.raises(KeyboardInterrupt), demo._ctrl_c_sets(flag):
+            os.kill(os.getpid(), signal.SIGINT)
+            assert flag.wait(5.0)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5.0)  # the handler raises here, in the main thread
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        # ignored (a background shell's children): left ignored, never turned into a flag
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        flag = threading.Event()
+        with demo._ctrl_c_sets(flag):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)
+        assert not flag.is_set() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, saved)
 
 
 def test_a_cancelled_load_sends_nothing_more_and_keeps_its_requests_in_flight() -> None:
