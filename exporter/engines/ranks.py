@@ -99,6 +99,14 @@ def total(samples: Sequence[Sample], ignore: frozenset[str] = frozenset()) -> fl
     return sum(parts.values())
 
 
+def without_breakdown(samples: Sequence[Sample], label: str) -> list[Sample]:
+    """The samples less the series that break a total down by `label`, for each name whose total is also
+    written (the same name with `label` empty or absent): adding the breakdown to its total counts every
+    request twice. A name written only broken down keeps its parts (they are disjoint and summed)."""
+    totals = {s.name for s in samples if not s.labels.get(label)}
+    return [s for s in samples if not s.labels.get(label) or s.name not in totals]
+
+
 def per_part(samples: Sequence[Sample], part_label: str) -> dict[str, float]:
     """The largest value among replicas for each value of `part_label` ("" when absent)."""
     out: dict[str, float] = {}

@@ -17,6 +17,14 @@ in the prealloc queue (for KV space) and the transfer queue (for its KV to arriv
 pool has not yet taken in, so they add to `requests_waiting` (the pools' split reads it: scaler/pools.py);
 the prefill inflight queue (computed, KV being sent) is not waiting for anything of the prefill server.
 
+With `--enable-priority-scheduling` the queue gauges (`QueueCount`: running, queued, the disaggregation
+queues) carry a `priority` label: the total under `priority=""` and a breakdown under `priority="0"`,
+`"1"`, ... (`_log_gauge_queue_count` in python/sglang/srt/observability/metrics_collector.py); the
+breakdown is dropped where its total is present. The prefill server's bootstrap queue was
+`num_prefill_prealloc_queue_reqs` in earlier builds and is `num_prefill_bootstrap_queue_reqs` now (same
+file). Builds of about v0.3 name the model in a `name` label (docs/references/production_metrics.md then)
+rather than `model_name`.
+
 LoRA (engine-metrics.md section 2.3; the scheduler's LoRA stats update in
 python/sglang/srt/observability/scheduler_metrics_mixin.py): `sglang:lora_pool_slots_used` counts the
 distinct adapters of the running batch, `sglang:lora_pool_slots_total` the adapter slots
@@ -34,6 +42,7 @@ from keda_llm.exporter.engines.ranks import (
     pick,
     total,
     weighted_ratio,
+    without_breakdown,
 )
 from keda_llm.exporter.model import EngineMetrics, Sample, Target
 
@@ -44,8 +53,8 @@ RUNNING = ("sglang:num_running_reqs", "sglang:num_requests_running")
 WAITING = ("sglang:num_queue_reqs", "sglang:num_requests_waiting")
 GRAMMAR_WAITING = ("sglang:num_grammar_queue_reqs",)  # waiting for grammar compilation, not in the queue
 # disaggregated serving: requests waiting outside num_queue_reqs (engine-metrics.md, SGLang scheduler gauges)
-DISAGG_WAITING = ("sglang:num_prefill_prealloc_queue_reqs", "sglang:num_decode_prealloc_queue_reqs",
-                  "sglang:num_decode_transfer_queue_reqs")
+DISAGG_WAITING = (("sglang:num_prefill_bootstrap_queue_reqs", "sglang:num_prefill_prealloc_queue_reqs"),
+                  ("sglang:num_decode_prealloc_queue_reqs",), ("sglang:num_decode_transfer_queue_reqs",))
 MAX_RUNNING = ("sglang:max_running_requests",)  # old builds only
 KV_USAGE = ("sglang:token_usage",)
 KV_CAPACITY = ("sglang:max_total_num_tokens",)
@@ -60,18 +69,20 @@ TTFT = ("sglang:time_to_first_token_seconds",)
 ITL = ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds")
 
 WANTED = frozenset(
-    RUNNING + WAITING + GRAMMAR_WAITING + DISAGG_WAITING + MAX_RUNNING + KV_USAGE + KV_CAPACITY + PROMPT + GENERATION
-    + FINISHED + CACHED + PREEMPTIONS + LORA_USED + LORA_TOTAL + histogram_names(*TTFT, *ITL)
+    RUNNING + WAITING + GRAMMAR_WAITING + sum(DISAGG_WAITING, ()) + MAX_RUNNING + KV_USAGE + KV_CAPACITY + PROMPT
+    + GENERATION + FINISHED + CACHED + PREEMPTIONS + LORA_USED + LORA_TOTAL + histogram_names(*TTFT, *ITL)
 )
 
 
 def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
     """One EngineMetrics per (`model_name`, `engine_type`)."""
+    samples = without_breakdown(samples, "priority")
     roles = {s.labels["engine_type"] for s in samples if "engine_type" in s.labels}
     default_role = roles.pop() if len(roles) == 1 else (target.role or "unified")
 
     def key(s: Sample) -> GroupKey:
-        return s.labels.get("model_name") or target.model or "unknown", s.labels.get("engine_type") or default_role
+        model = s.labels.get("model_name") or s.labels.get("name") or target.model or "unknown"
+        return model, s.labels.get("engine_type") or default_role
 
     out = []
     for (model, role), series in group(samples, key).items():
@@ -81,8 +92,8 @@ def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
         grammar = total(pick(series, *GRAMMAR_WAITING))
         if waiting is not None and grammar is not None:
             waiting += grammar
-        for name in DISAGG_WAITING:  # each is its own gauge (pick takes the first name present, not a sum)
-            more = total(pick(series, name))
+        for names in DISAGG_WAITING:  # each queue is its own gauge, under its current name or an older one
+            more = total(pick(series, *names))
             if waiting is not None and more is not None:
                 waiting += more
         prompt = total(pick(series, *PROMPT))

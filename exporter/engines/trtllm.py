@@ -3,7 +3,10 @@
 Each family is a gauge with a category label (custom_metrics_reporter.cc in NVIDIA/TensorRT-LLM
 triton_backend): `nv_trt_llm_request_metrics{request_type=active|max|waiting|...}` and
 `nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=max|used|free|tokens_per|fraction|...}`.
-Capacity = `max` blocks x `tokens_per`. Token counts are the sums of the `nv_llm_input_token_len` /
+Capacity = `max` blocks x `tokens_per`; the usage is `fraction`, or `used` / `max` on builds without it
+(inflight_batcher_llm/src/custom_metrics_reporter/custom_metrics_reporter.cc in
+triton-inference-server/tensorrtllm_backend, before `fraction` was added, reports `max`, `free`, `used`
+and `tokens_per` only). Token counts are the sums of the `nv_llm_input_token_len` /
 `nv_llm_output_token_len` histograms (one observation per finished request), whose count is the
 finished requests. No TTFT, ITL, prefix-cache or preemption series.
 
@@ -44,8 +47,11 @@ def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
         max_blocks = per_part(where(blocks, "kv_cache_block_type", "max"), "version")
         tokens_per = per_part(where(blocks, "kv_cache_block_type", "tokens_per"), "version")
         capacities = {v: n * tokens_per[v] for v, n in max_blocks.items() if v in tokens_per}
-        ratio, capacity = weighted_ratio(per_part(where(blocks, "kv_cache_block_type", "fraction"), "version"),
-                                         capacities)
+        fractions = per_part(where(blocks, "kv_cache_block_type", "fraction"), "version")
+        if not fractions:  # builds before `fraction` (used / max, as later builds compute it)
+            used = per_part(where(blocks, "kv_cache_block_type", "used"), "version")
+            fractions = {v: u / max_blocks[v] for v, u in used.items() if max_blocks.get(v, 0.0) > 0.0}
+        ratio, capacity = weighted_ratio(fractions, capacities)
         max_running = total(where(requests, "request_type", "max"))
         out.append(EngineMetrics(
             engine=NAME,

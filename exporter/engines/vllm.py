@@ -6,6 +6,18 @@ the batch limit comes from the target's config. The KV capacity of a rank is rea
 `vllm:cache_config_info{engine=...}` by name: `kv_cache_size_tokens` where the build has it (right for
 hybrid models), else `num_gpu_blocks` x `block_size`. The body carries no vLLM version.
 
+With data parallelism the two labels mean different things. The front end writes its one CacheConfig
+under every `engine` label (`log_metrics_info`, vllm/v1/metrics/loggers.py), and at startup it adds each
+engine's `num_gpu_blocks` into that config ("Sum values from all engines in DP case": the READY
+handshake in vllm/v1/engine/utils.py, later `_apply_ready_response` in core_client.py), while it keeps
+`kv_cache_size_tokens` as one engine's ("do not sum across DP"). So `kv_cache_size_tokens` is each
+engine's capacity, and `num_gpu_blocks` x `block_size` is the capacity of all the body's engines
+together, shared equally among them.
+
+Served by Triton's vLLM backend (triton-inference-server/vllm_backend, src/utils/metrics.py and
+src/model.py), the same `vllm:` names carry Triton's `model` and `version` labels instead of
+`model_name`: the model is read from `model` there.
+
 LoRA (vLLM `vllm/v1/metrics/loggers.py`, `PrometheusStatLogger`: the "LoRA metrics" gauge and its update
 at the end of `record`): `vllm:lora_requests_info{max_lora, running_lora_adapters,
 waiting_lora_adapters}` is set to the wall-clock time of each update, under a label set that names the
@@ -60,7 +72,7 @@ def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
     info = (CACHE_CONFIG, LORA_INFO)
 
     def key(s: Sample) -> GroupKey:
-        return s.labels.get("model_name") or target.model or "unknown", role
+        return s.labels.get("model_name") or s.labels.get("model") or target.model or "unknown", role
 
     out = []
     for (model, role_), series in group((s for s in samples if s.name not in info), key).items():
@@ -110,16 +122,25 @@ def _names(joined: str) -> set[str]:
 
 
 def _capacities(infos: list[Sample]) -> dict[str, float]:
-    """KV capacity in tokens per `engine` rank, from the cache config labels; ranks lacking it are left out."""
+    """KV capacity in tokens per `engine` rank, from the cache config labels; ranks lacking it are left out.
+
+    `kv_cache_size_tokens` is the rank's own; `num_gpu_blocks` x `block_size` is the front end's sum over
+    all its ranks (module docstring), so each rank gets an equal share of it."""
     out: dict[str, float] = {}
+    summed: dict[str, float] = {}
     for s in infos:
+        engine = s.labels.get("engine", "")
         tokens = _number(s.labels.get("kv_cache_size_tokens"))
-        if tokens is None:
-            blocks = _number(s.labels.get("num_gpu_blocks"))
-            size = _number(s.labels.get("block_size"))
-            tokens = blocks * size if blocks is not None and size is not None else None
         if tokens is not None and tokens > 0:
-            out[s.labels.get("engine", "")] = tokens
+            out[engine] = tokens
+            continue
+        blocks = _number(s.labels.get("num_gpu_blocks"))
+        size = _number(s.labels.get("block_size"))
+        if blocks is not None and size is not None and blocks * size > 0:
+            summed[engine] = blocks * size
+    if summed:
+        share = max(summed.values()) / len({s.labels.get("engine", "") for s in infos})
+        out.update((engine, share) for engine in summed if engine not in out)
     return out
 
 

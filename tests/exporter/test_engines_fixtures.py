@@ -116,12 +116,15 @@ def test_vllm_after() -> None:
 
 def test_vllm_data_parallel_2_is_summed_over_both_ranks() -> None:
     # two ranks, engine="0" and engine="1"; cache_config_info of each: block_size="16", num_gpu_blocks="26948"
-    # (no kv_cache_size_tokens label in this build) -> 26948 x 16 = 431168 tokens per rank
+    # (no kv_cache_size_tokens label in this build). vLLM writes the front end's one CacheConfig under every
+    # engine label, its num_gpu_blocks the sum over the DP engines (vllm/v1/engine/utils.py, "Sum values
+    # from all engines in DP case"; vllm/v1/metrics/loggers.py, log_metrics_info): 26948 x 16 = 431168
+    # tokens for both ranks together, 215584 each
     check(only("composed-vllm-dp2.prom"), "vllm", "meta-llama/Llama-3.1-8B-Instruct", "unified",
           requests_running=99,  # num_requests_running engine 0: 48.0 + engine 1: 51.0
           requests_waiting=9,  # num_requests_waiting 3.0 + 6.0
-          kv_cache_capacity_tokens=862336,  # 431168 + 431168
-          # kv_cache_usage_perc 0.6134 and 0.6672, equal capacities: (0.6134*431168 + 0.6672*431168) / 862336
+          kv_cache_capacity_tokens=431168,  # 215584 + 215584
+          # kv_cache_usage_perc 0.6134 and 0.6672, equal capacities: (0.6134*215584 + 0.6672*215584) / 431168
           kv_cache_usage_ratio=0.6403,
           prompt_tokens_total=52962700,  # prompt_tokens_total 2.657995e+07 + 2.638275e+07
           generation_tokens_total=11323060,  # generation_tokens_total 5.68261e+06 + 5.64045e+06

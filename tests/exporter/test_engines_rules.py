@@ -181,18 +181,51 @@ def _dp_body(cap0: str, cap1: str) -> str:
             'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.8\n')
 
 
+def _dp_tokens_body(cap0: str, cap1: str) -> str:
+    return (f'vllm:cache_config_info{{block_size="16",engine="0",kv_cache_size_tokens="{cap0}"}} 1.0\n'
+            f'vllm:cache_config_info{{block_size="16",engine="1",kv_cache_size_tokens="{cap1}"}} 1.0\n'
+            'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.2\n'
+            'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.8\n')
+
+
 def test_vllm_kv_ratio_is_weighted_by_each_rank_capacity() -> None:
-    got = one(_dp_body("100", "300"))
-    # capacities 100*16 = 1600 and 300*16 = 4800; (0.2*1600 + 0.8*4800) / 6400 = (320 + 3840) / 6400 = 0.65
+    got = one(_dp_tokens_body("1600", "4800"))
+    # kv_cache_size_tokens is each rank's own; (0.2*1600 + 0.8*4800) / 6400 = (320 + 3840) / 6400 = 0.65
     assert got.kv_cache_capacity_tokens == 6400
     assert got.kv_cache_usage_ratio == pytest.approx(0.65)
 
 
+def test_vllm_data_parallel_num_gpu_blocks_is_the_front_ends_sum_over_its_ranks() -> None:
+    # vLLM's front end adds every DP engine's blocks into its one CacheConfig at startup and writes that
+    # config under each engine label: two ranks of 26948 blocks show num_gpu_blocks="53896" on both
+    got = one(_dp_body("53896", "53896"))
+    assert got.kv_cache_capacity_tokens == 53896 * 16  # 862336, not twice that
+    assert got.kv_cache_usage_ratio == pytest.approx((0.2 + 0.8) / 2)  # equal shares, equal weights
+    # the rank's own kv_cache_size_tokens (newer builds, not summed across DP) still adds up over ranks
+    assert one(_dp_tokens_body("431168", "431168")).kv_cache_capacity_tokens == 862336
+
+
 def test_vllm_rank_without_capacity_gives_plain_mean_and_no_capacity() -> None:
-    # engine 1 not yet profiled: num_gpu_blocks="None" -> its capacity is unknown
-    got = one(_dp_body("100", "None"))
+    # engine 1 not yet profiled: its capacity is unknown
+    got = one(_dp_tokens_body("1600", "None"))
     assert got.kv_cache_usage_ratio == pytest.approx((0.2 + 0.8) / 2)
     assert got.kv_cache_capacity_tokens is None
+    got = one(_dp_body("None", "None"))
+    assert (got.kv_cache_usage_ratio, got.kv_cache_capacity_tokens) == (pytest.approx(0.5), None)
+
+
+def test_triton_vllm_backend_models_are_told_apart_by_the_model_label() -> None:
+    # Triton's vLLM backend writes the vllm: names under Triton's model/version labels, no model_name
+    body = ('vllm:num_requests_running{model="llama8b",version="1"} 10\n'
+            'vllm:num_requests_running{model="mistral7b",version="1"} 3\n'
+            'vllm:num_requests_waiting{model="llama8b",version="1"} 5\n'
+            'vllm:num_requests_waiting{model="mistral7b",version="1"} 0\n'
+            'vllm:gpu_cache_usage_perc{model="llama8b",version="1"} 0.9\n'
+            'vllm:gpu_cache_usage_perc{model="mistral7b",version="1"} 0.1\n'
+            'nv_inference_request_success{model="llama8b",version="1"} 7\n')
+    got = {m.model: (m.requests_running, m.requests_waiting, m.kv_cache_usage_ratio)
+           for m in normalize(body, Target(url="u", model="other"))}
+    assert got == {"llama8b": (10, 5, 0.9), "mistral7b": (3, 0, 0.1)}
 
 
 def test_vllm_prefers_kv_cache_size_tokens_label() -> None:
@@ -279,6 +312,33 @@ def test_sglang_prefill_server_role_applies_to_tokenizer_series() -> None:
     assert (got.prefix_cache_queried_tokens_total, got.prefix_cache_hit_tokens_total) == (500, 150)
 
 
+def test_sglang_priority_breakdown_is_not_added_to_its_total() -> None:
+    # --enable-priority-scheduling: the total under priority="", a breakdown under priority="0", "1"
+    body = "".join(f'sglang:{name}{{engine_type="unified",model_name="m",priority="{p}",tp_rank="0"}} {v}\n'
+                   for name, values in (("num_running_reqs", (10, 7, 3)), ("num_queue_reqs", (4, 1, 3)),
+                                        ("num_prefill_bootstrap_queue_reqs", (2, 2, 0)))
+                   for p, v in zip(("", "0", "1"), values, strict=True))
+    got = one(body)
+    assert (got.requests_running, got.requests_waiting) == (10, 4 + 2)
+    # a name written only broken down keeps its (disjoint) parts
+    only_parts = ('sglang:num_running_reqs{model_name="m",priority="0"} 7\n'
+                  'sglang:num_running_reqs{model_name="m",priority="1"} 3\n')
+    assert one(only_parts).requests_running == 10
+
+
+@pytest.mark.parametrize("queue", ["num_prefill_bootstrap_queue_reqs", "num_prefill_prealloc_queue_reqs"])
+def test_sglang_prefill_bootstrap_queue_under_its_current_and_older_name(queue: str) -> None:
+    body = (_sg("num_queue_reqs", 1, "0", "0", role="prefill") + _sg(queue, 25, "0", "0", role="prefill"))
+    assert one(body).requests_waiting == 26
+
+
+def test_sglang_v03_names_the_model_in_a_name_label() -> None:
+    body = ('sglang:max_total_num_tokens{name="google/gemma-2-9b-it"} 161721.0\n'
+            'sglang:num_requests_running{name="google/gemma-2-9b-it"} 9\n')
+    got = one(body, Target(url="u", model="configured"))
+    assert (got.model, got.requests_running, got.kv_cache_capacity_tokens) == ("google/gemma-2-9b-it", 9, 161721)
+
+
 def test_sglang_no_hit_yet_means_no_prefix_cache_series() -> None:
     # cached_tokens_total is only created at the first hit (incremented when cached_tokens > 0)
     got = one('sglang:prompt_tokens_total{model_name="m"} 500\n')
@@ -292,6 +352,18 @@ def test_triton_with_two_trtllm_models_keeps_their_names() -> None:
             'nv_trt_llm_request_metrics{model="b",request_type="active",version="1"} 2\n')
     got = normalize(body, Target(url="u", model="llama"))
     assert sorted((m.model, m.requests_running) for m in got) == [("a", 1), ("b", 2)]
+
+
+def test_triton_trtllm_without_fraction_takes_used_over_max() -> None:
+    # older tensorrtllm_backend builds report max/free/used/tokens_per blocks, no fraction
+    body = "".join(f'nv_trt_llm_kv_cache_block_metrics{{kv_cache_block_type="{k}",model="tensorrt_llm",version="1"}} '
+                   f"{v}\n" for k, v in (("tokens_per", 64), ("used", 300), ("free", 700), ("max", 1000)))
+    got = one(body)
+    assert (got.kv_cache_usage_ratio, got.kv_cache_capacity_tokens) == (0.3, 64000)
+    # fraction, where present, is the one read
+    with_fraction = body + ('nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction",model="tensorrt_llm",'
+                            'version="1"} 0.25\n')
+    assert one(with_fraction).kv_cache_usage_ratio == 0.25
 
 
 def test_triton_model_with_only_token_histograms_is_not_an_engine() -> None:

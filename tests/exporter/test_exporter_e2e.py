@@ -5,7 +5,8 @@ Expected values are read by hand from the fixture bodies:
   cache_config_info kv_cache_size_tokens="46592", prompt_tokens_total 179, generation_tokens_total 97,
   time_to_first_token_seconds count 16, sum 5.477985382080078, le=0.25 -> 1, le=0.5 -> 16.
 - llamacpp-b11434-load.prom: requests_processing 4, requests_deferred 12, prompt_tokens_total 20.
-- composed-vllm-dp2.prom: running 48 + 51, waiting 3 + 6, two ranks of 26948 blocks x 16 tokens,
+- composed-vllm-dp2.prom: running 48 + 51, waiting 3 + 6, num_gpu_blocks 26948 x 16 tokens (vLLM writes the
+  sum over its DP engines under each engine label),
   KV use 0.6134 and 0.6672 at equal capacity, prompt tokens 2.657995e7 + 2.638275e7.
 """
 
@@ -117,7 +118,7 @@ def test_exporter_serves_the_normalized_values(engines: dict[str, FakeEngine]) -
 
     dp = labels("dp2-0", "meta-llama/Llama-3.1-8B-Instruct", "vllm")
     assert (s[("llm_requests_running", dp)], s[("llm_requests_waiting", dp)]) == (99, 9)
-    assert s[("llm_kv_cache_capacity_tokens", dp)] == 2 * 26948 * 16
+    assert s[("llm_kv_cache_capacity_tokens", dp)] == 26948 * 16  # num_gpu_blocks: the sum over the DP engines
     assert s[("llm_kv_cache_usage_ratio", dp)] == pytest.approx((0.6134 + 0.6672) / 2, rel=1e-12)
     assert s[("llm_prompt_tokens_total", dp)] == 2.657995e7 + 2.638275e7
 
