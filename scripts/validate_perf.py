@@ -252,6 +252,17 @@ def loaded_table(eff: Efficiency) -> str:
     return "\n".join(rows)
 
 
+def held_out_table(eff: Efficiency) -> str:
+    """The same blog's points no fit uses (simulator/hardware/calibration.py HELD_OUT)."""
+    rows = ["| setup | dataset | QPS | metric | published | model | error | held |",
+            "|---|---|---|---|---|---|---|---|"]
+    for p in cal.HELD_OUT:
+        got = cal.replay_held_out(p, PhysicsPerf(p.gpu, p.model, p.tp, eff))
+        rows.append(f"| {p.label} | {p.dataset} | {_qps(p.qps)} | {p.metric} | {p.published:g} | {got:.3g} | "
+                    f"{100 * (got / p.published - 1):+.0f}% | {'25%' if p.held else 'reported'} |")
+    return "\n".join(rows)
+
+
 def sources() -> str:
     seen: dict[str, str] = {}
     for p in POINTS:
@@ -271,6 +282,7 @@ def main() -> None:
           f"mfu_by_arch={eff.mfu_by_arch}\n")
     print(table(replace(eff)))
     print("\n" + loaded_table(eff))
+    print("\n" + held_out_table(eff))
     print("\nSources:\n" + sources())
 
 
