@@ -364,12 +364,12 @@ def test_printed_scaledobject_is_valid_and_carries_the_scenario(capsys: pytest.C
     assert (cfg.warm_path, cfg.cold_start) == ("/models/llama-8b", 9.0)
 
 
-def test_ctrl_c_counts_requests_in_flight_as_interrupted_not_lost() -> None:
-    """The intro says Ctrl-C ends early with a summary: requests cut off in flight are not 'lost'."""
+def _demo_interrupted(until: Callable[[Any], None]) -> tuple[str, str, int]:
+    """Run `keda-llm demo`, send it SIGINT once `until(stdout)` returns, and give (stdout, stderr, exit
+    code) with the traceback checks every Ctrl-C test shares."""
     import signal
     import subprocess
     import sys
-    import time
 
     # a shell that runs the tests in the background hands its children SIGINT ignored (and Python then
     # installs no KeyboardInterrupt handler): give the demo the default disposition, as a terminal would
@@ -378,10 +378,7 @@ def test_ctrl_c_counts_requests_in_flight_as_interrupted_not_lost() -> None:
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stdout is not None
-        for line in proc.stdout:  # into the spike, when requests are surely in flight
-            if "] spike" in line:
-                break
-        time.sleep(1.0)
+        until(proc.stdout)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -389,37 +386,36 @@ def test_ctrl_c_counts_requests_in_flight_as_interrupted_not_lost() -> None:
             proc.kill()
             proc.wait()
     assert "Traceback" not in err and "Exception ignored" not in err, err
+    return out, err, proc.returncode
+
+
+def test_ctrl_c_counts_requests_in_flight_as_interrupted_not_lost() -> None:
+    """The intro says Ctrl-C ends early with a summary: requests cut off in flight are not 'lost'."""
+    def into_the_spike(stdout: Any) -> None:  # when requests are surely in flight
+        for line in stdout:
+            if "] spike" in line:
+                break
+        time.sleep(1.0)
+
+    out, _, code = _demo_interrupted(into_the_spike)
     summary = out[out.index("Summary"):]
     assert "lost 0" in summary and "FAILED" not in summary, summary
     assert "stopped early (Ctrl-C)" in summary and "interrupted in flight" in summary, summary
-    assert proc.returncode == 130
+    assert code == 130
 
 
 def test_ctrl_c_while_starting_ends_with_the_summary_not_a_traceback() -> None:
     """Ctrl-C before the script starts (the scaler still waiting for its first scrape) stops the demo
     there: the parts are torn down, no request was sent, and the summary says it stopped early."""
-    import signal
-    import subprocess
-    import sys
-
-    proc = subprocess.Popen([sys.executable, "-m", "keda_llm.cli", "demo", "--duration", "60", "--plain"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
-        assert proc.stdout is not None
-        first = proc.stdout.readline()  # the header: every part is up, the data not yet collected
+    def at_the_header(stdout: Any) -> None:  # every part is up, the data not yet collected
+        first = stdout.readline()
         assert first.startswith("keda-llm demo:"), first
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert "Traceback" not in err and "Exception ignored" not in err, err
+
+    out, _, code = _demo_interrupted(at_the_header)
     summary = out[out.index("Summary"):]
     assert "stopped early (Ctrl-C): 0 requests were in flight" in summary, summary
     assert "lost 0" in summary and "FAILED" not in summary, summary
-    assert proc.returncode == 130
+    assert code == 130
 
 
 def test_ctrl_c_sets_the_flag_and_a_second_one_raises() -> None:
