@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from keda_llm.common.vocabulary import ENGINE_METRICS, GPU_METRICS
+from keda_llm.common.vocabulary import ENGINE_LAST_SUCCESS, ENGINE_METRICS, GPU_METRICS
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -54,7 +54,8 @@ def test_dashboard_and_rules_use_only_exported_metric_names() -> None:
     exported = {m.name for m in ENGINE_METRICS + GPU_METRICS}
     exported |= {n + s for m in ENGINE_METRICS if m.type == "histogram" for n in [m.name]
                  for s in ("_bucket", "_sum", "_count")}
-    exported |= {"llm_engine_up", "llm_engine_startup_seconds", "llm_gpu_up", "llm_exporter_scrape_errors_total"}
+    exported |= {"llm_engine_up", "llm_engine_startup_seconds", "llm_gpu_up", "llm_exporter_scrape_errors_total",
+                 ENGINE_LAST_SUCCESS}
     dashboard = json.loads((DEPLOY / "grafana" / "dashboard.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
     exprs.append((DEPLOY / "prometheus" / "rules.yaml").read_text())

@@ -66,7 +66,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer
     vllm.mode = "status"  # loading: the exporter sees it not ready, then come up (its cold start is measured)
     llama = FakeEngine(engine_body("llamacpp-b11434-load.prom"))
     dead = FakeEngine(engine_body("vllm-0.32.0-cpu-idle.prom"))
-    dead.mode = "status"  # never comes up: LLMEngineDown, scrape errors
+    dead.mode = "status"  # never comes up: LLMEngineNeverUp, scrape errors
+    gone = FakeEngine(engine_body("vllm-0.32.0-cpu-idle.prom"))  # up, then down: LLMEngineDown
     started = _rfc3339(time.time() - 20)
 
     def annotated(name: str, engine: FakeEngine, **extra: str) -> dict[str, Any]:
@@ -76,7 +77,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer
                    annotations={"keda-llm.io/scrape": "true", "keda-llm.io/port": str(engine.port), **extra})
 
     pods = {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": [
-        annotated("vllm-0", vllm), annotated("vllm-dead-0", dead),
+        annotated("vllm-0", vllm), annotated("vllm-dead-0", dead), annotated("vllm-gone-0", gone),
         annotated("llama-0", llama, **{"keda-llm.io/model": "SmolLM2-135M-GGUF", "keda-llm.io/max-running": "4"})]}
     cfg = parse_config({"listen": "127.0.0.1:0", "interval": "1s", "timeout": "500ms", "node_name": NODE,
                         "kubernetes": {"enabled": True, "refresh_interval": "5s"}}, env={})
@@ -93,6 +94,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer
     try:
         time.sleep(2.5)
         vllm.mode = "serve"  # the engine is up now
+        gone.mode = "status"  # and this one, scraped by now, is down
         with grpc.insecure_channel(scaler.grpc_target) as channel:  # KEDA's first calls for the model
             client = stub(channel)
             so = ref("chat", namespace=NS, model="smollm2", exporters=f"127.0.0.1:{port}")
@@ -121,7 +123,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer
         scaler.stop()
         collector.stop()
         exporter.stop()
-        for engine in (vllm, llama, dead):
+        for engine in (vllm, llama, dead, gone):
             engine.stop()
 
 
@@ -156,7 +158,16 @@ def test_every_dashboard_panel_query_has_data(world: PrometheusServer, title: st
     assert _result(world, expr), f"panel {title!r}: {expr} has no data"
 
 
-ALERTS_THE_WORLD_HOLDS = {"LLMEngineDown", "LLMGPUThrottled", "LLMActivationRejected", "LLMExporterScrapeErrors"}
+ALERTS_THE_WORLD_HOLDS = {"LLMEngineDown", "LLMEngineNeverUp", "LLMGPUThrottled", "LLMActivationRejected",
+                          "LLMExporterScrapeErrors"}
+
+
+def test_a_pod_in_its_cold_start_is_not_an_engine_down(world: PrometheusServer) -> None:
+    """LLMEngineDown is for engines that were up: the one that never answered is LLMEngineNeverUp's."""
+    (down,) = [r for r in _rules() if r.get("alert") == "LLMEngineDown"]
+    (never,) = [r for r in _rules() if r.get("alert") == "LLMEngineNeverUp"]
+    assert {r["metric"]["pod"] for r in _result(world, down["expr"])} == {"vllm-gone-0"}
+    assert {r["metric"]["pod"] for r in _result(world, never["expr"])} == {"vllm-dead-0"}
 
 
 @pytest.mark.parametrize("alert", [r["alert"] for r in _rules() if "alert" in r])
