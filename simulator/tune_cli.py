@@ -15,10 +15,12 @@ import os
 import shlex
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from keda_llm.simulator.cli import ALIASES, TRACE_NAMES, add_trace_arguments, load_trace, shape_trace
+from keda_llm.simulator.cluster.lead_in import LEAD_IN_S
 from keda_llm.simulator.hardware.presets import PRESETS, ConfigError, get_preset
 from keda_llm.simulator.workload.traces import MINUTE_COLUMNS, Trace, TraceError, load_minutes_csv
 
@@ -107,6 +109,15 @@ def _hint(err: Exception, args: argparse.Namespace) -> str:
         return "the trace (or its --window) must hold at least one request"
     if "preset" in text:
         return f"presets: {', '.join(sorted(PRESETS))}"
+    if "after the year" in text:
+        return "--time-unit ms or us reads epoch milliseconds or microseconds"
+    if "not sorted" in text:
+        return "--sort sorts the rows by time"
+    if "not a date-time" in text or ("not a number" in text and "column" in text):
+        return ("--time-unit datetime reads ISO 8601 (2026-11-24T10:00:00.173Z); s, ms, us read numbers; "
+                "--time-column names the column")
+    if "a directory" in text or "cannot read" in text:
+        return "--trace takes a file: CSV, JSONL (.jsonl, .ndjson) or a per-minute CSV, optionally .gz"
     return f"{PROG} --help lists the flags"
 
 
@@ -114,6 +125,7 @@ def _history(args: argparse.Namespace, model: str) -> Trace:
     from keda_llm.simulator.workload.history import export_minutes, parse_span, parse_time, write_minutes_csv
 
     end = parse_time(args.until) if args.until else time.time()
+    args.until_resolved = end  # the header's command reads the same span again later
     start = end - parse_span(args.since)
     minutes = export_minutes(args.from_prometheus, model, start, end, namespace=args.namespace)
     if not any(m.requests > 0 for m in minutes):
@@ -136,6 +148,24 @@ def _history(args: argparse.Namespace, model: str) -> Trace:
     return shape_trace(tr, args)
 
 
+#: the SLOs a ScaledObject can carry: the written targets are fractions of them, as durations of 0.1 ms to 1 h
+SLO_TTFT_S = (0.01, 3600.0)
+SLO_ITL_S = (0.001, 60.0)
+#: less than this much traffic, or this many requests, and a pick says little (a warning, not a refusal)
+SHORT_TRACE_S, FEW_REQUESTS = 3600.0, 100
+
+
+def _check_writable(flag: str, path: Path) -> None:
+    """Refuse an output path before the sweep, not after it: its folder must exist and it must not be one."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise _Refused(f"{flag} {path}: a directory", f"{flag} takes a file name, e.g. {flag} {path / 'out'}")
+    if not folder.is_dir():
+        raise _Refused(f"{flag} {path}: no folder {folder}", f"create it first: mkdir -p {folder}")
+    if not os.access(folder, os.W_OK):
+        raise _Refused(f"{flag} {path}: the folder {folder} is not writable", "pick a folder you can write to")
+
+
 def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any, Trace | None]:
     """(trace, Backtest, Target, Grid, the held-out trace or None) from the arguments; every input error raises
     with a clear message."""
@@ -149,10 +179,17 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any, Trace | None]
                        f"--trace NAME|FILE (shipped: {', '.join(TRACE_NAMES)}) or --from-prometheus URL --model M")
     if not 0 < args.target <= 1:
         raise _Refused(f"--target {args.target:g}: must be in (0, 1]", "0.99 = 99% of requests meet the SLO")
-    if not (args.slo_ttft > 0 and args.slo_itl > 0):
-        raise _Refused("--slo-ttft and --slo-itl must be > 0 seconds", "e.g. --slo-ttft 2 --slo-itl 0.1")
+    if not (SLO_TTFT_S[0] <= args.slo_ttft <= SLO_TTFT_S[1] and SLO_ITL_S[0] <= args.slo_itl <= SLO_ITL_S[1]):
+        raise _Refused(f"--slo-ttft {args.slo_ttft:g} / --slo-itl {args.slo_itl:g}: the TTFT SLO must be "
+                       f"{SLO_TTFT_S[0]:g}-{SLO_TTFT_S[1]:g} s and the ITL SLO {SLO_ITL_S[0]:g}-{SLO_ITL_S[1]:g} s",
+                       "e.g. --slo-ttft 2 --slo-itl 0.1")
     if args.workers < 1 or args.max_replicas < 1 or args.seeds < 1:
         raise _Refused("--workers, --max-replicas and --seeds must be >= 1", f"{PROG} --help lists the flags")
+    if args.seed < 0:
+        raise _Refused(f"--seed {args.seed}: must be >= 0", "any whole number from 0, e.g. --seed 1")
+    for flag, out in (("--out", args.out), ("--plot", args.plot)):
+        if out is not None:
+            _check_writable(flag, Path(out))
     model = args.model or preset.model.name
     if args.from_prometheus is not None:
         if args.model is None:
@@ -208,10 +245,23 @@ def _command(args: argparse.Namespace) -> str:
     if args.trace is not None:
         parts += ["--trace", ALIASES.get(args.trace, args.trace) if args.trace in ALIASES else
                   Path(args.trace).name if Path(args.trace).exists() else args.trace]
+        reading = {"format": "auto", "time_column": "timestamp", "prompt_column": "prompt_tokens",
+                   "output_column": "output_tokens", "time_unit": "s", "hash_column": None}
+        for flag, unset in reading.items():
+            if getattr(args, flag, unset) != unset:
+                parts += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+        if getattr(args, "sort", False):
+            parts.append("--sort")
     else:
+        until = getattr(args, "until_resolved", None)
         parts += ["--from-prometheus", args.from_prometheus, "--since", args.since]
+        if until is not None:  # an absolute end: the same span when run again later
+            parts += ["--until", datetime.fromtimestamp(until, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")]
     if args.window:
         parts += ["--window", args.window]
+    for name, one in (("stretch", 1.0), ("rate_scale", 1.0), ("lead_in", LEAD_IN_S)):
+        if getattr(args, name) != one:
+            parts += [f"--{name.replace('_', '-')}", f"{getattr(args, name):g}"]
     parts += ["--preset", args.preset, "--slo-ttft", f"{args.slo_ttft:g}", "--slo-itl", f"{args.slo_itl:g}",
               "--target", f"{args.target:g}"]
     defaults = {"cold_start": "typical", "max_replicas": DEFAULT_MAX_REPLICAS, "mode": "auto", "seed": 0,
@@ -235,11 +285,15 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
 
     from keda_llm.simulator.tune import check_holdout, holdout_line, plot, render_yaml, tune
 
-    console = Console()
-    if not console.is_terminal:
-        columns = os.environ.get("COLUMNS", "")
-        console = Console(width=int(columns) if columns.isdigit() else 160)
+    columns = os.environ.get("COLUMNS", "")
+    width = int(columns) if columns.isdigit() else 160
     err_console = Console(stderr=True)
+    if not err_console.is_terminal:
+        err_console = Console(stderr=True, width=width)
+    # the YAML alone on stdout when it is printed (`> so.yaml`, `| kubectl apply -f -`); the report beside it
+    console = Console() if args.out else err_console
+    if not console.is_terminal:
+        console = Console(width=width, stderr=console.stderr)
     n = len(grid.candidates())
     seeds = tuple(range(args.seed, args.seed + args.seeds))
     runs = n * len(seeds)
@@ -247,6 +301,9 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
                       f"preset {bt.preset.name}; mode {bt.resolved_mode(trace)}; {n} candidates"
                       + (f" x {len(seeds)} seeds" if len(seeds) > 1 else "")
                       + f" on {min(args.workers, runs)} worker(s)")
+    if trace.duration_s < SHORT_TRACE_S or len(trace) < FEW_REQUESTS:
+        err_console.print(f"warning: {len(trace)} requests over {trace.duration_s / 60:.1f} minutes: a pick on less "
+                          f"than an hour or {FEW_REQUESTS} requests of traffic says little (docs/tune.md, Limits)")
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=err_console, transient=True, disable=args.quiet)
     task = progress.add_task("sweep", total=runs + (0 if args.no_oracle else 1))
@@ -270,7 +327,9 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
     else:
         console.print(f"[bold]no point met the {100 * result.target:g}% target[/bold]; written: the best attainment, "
                       f"{100 * c.attainment:.1f}% at {c.gpu_hours:.2f} GPU-hours. Raise --max-replicas, relax the SLO "
-                      "or the target, or look at the oracle's line above: what no autoscaler can beat.")
+                      "or the target"
+                      + (", or run without --no-oracle for the oracle's line: what no autoscaler can beat."
+                         if args.no_oracle else ", or look at the oracle's line above: what no autoscaler can beat."))
     if holdout is not None:
         console.print(holdout_line(holdout), markup=False, highlight=False)
     text = render_yaml(result, trace=trace, backtest=bt, command=_command(args), holdout=holdout)
@@ -279,7 +338,8 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
             Path(args.out).write_text(text)
             err_console.print(f"wrote {args.out}")
         else:
-            console.print(text, markup=False, highlight=False, soft_wrap=True)
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+            sys.stdout.flush()
         if args.plot:
             plot(result, args.plot, title=f"{trace.name} on {bt.preset.name}: TTFT <= {bt.slo.ttft_s:g}s, "
                                           f"ITL <= {bt.slo.itl_s:g}s")

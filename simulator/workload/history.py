@@ -30,7 +30,7 @@ from keda_llm.common.httpget import FetchError, fetch
 from keda_llm.common.vocabulary import ENGINE_METRICS
 from keda_llm.scaler.sources.errors import SourceError
 from keda_llm.scaler.sources.promql import parse_range_response
-from keda_llm.simulator.workload.traces import MINUTE_COLUMNS
+from keda_llm.simulator.workload.traces import MINUTE_COLUMNS, iso_seconds
 
 #: points per series in one range query: Prometheus refuses (end - start) / step > 11,000 (web/api/v1/api.go)
 MAX_POINTS = 11_000
@@ -50,10 +50,16 @@ def _label_value(text: str) -> str:
     return json.dumps(text)  # a PromQL string literal: double quotes, backslash escapes
 
 
+#: where a model runs as prefill and decode pools (docs/pools.md) each request passes both: its prompt is
+#: counted where it is computed (not on decode servers) and the request and its answer where it ends (not on
+#: prefill servers, which finish their part after one token); a unified server counts all three
+_ROLE = {"requests": 'role!="prefill"', "prompt_tokens": 'role!="decode"', "output_tokens": 'role!="prefill"'}
+
+
 def queries(model: str, namespace: str | None = None) -> dict[str, str]:
     """column -> PromQL for one minute's count of it, at each step."""
     sel = f"model={_label_value(model)}" + (f",namespace={_label_value(namespace)}" if namespace else "")
-    return {col: f"60 * sum(rate({_NAME[field]}{{{sel}}}[1m]))" for col, field in _COUNTERS.items()}
+    return {col: f"60 * sum(rate({_NAME[field]}{{{sel},{_ROLE[col]}}}[1m]))" for col, field in _COUNTERS.items()}
 
 
 def chunks(start: int, end: int, step: int = STEP_S, max_points: int = MAX_POINTS) -> list[tuple[int, int]]:
@@ -147,7 +153,6 @@ def parse_time(text: str) -> float:
     except ValueError:
         pass
     try:
-        dt = datetime.fromisoformat(text.strip())
+        return iso_seconds(text)
     except ValueError:
         raise HistoryError(f"{text!r} is neither Unix seconds nor an ISO 8601 date-time") from None
-    return (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp()

@@ -13,9 +13,10 @@ import gzip
 import io
 import json
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import IO, Literal
 
@@ -186,33 +187,71 @@ class Trace:
 
 # -- reading ---------------------------------------------------------------------------------------
 
+#: the most tokens one request's prompt or answer may name: past any model's context, and within the int32 the
+#: simulator keeps them in
+MAX_TOKENS = 100_000_000
+#: a timestamp in seconds past this (the year 5138) is a wrong unit, not a date
+_LATEST_PLAUSIBLE_S = 1e11
+_ISO = re.compile(r"(\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?)?)(?:[.,](\d+))?\s*(Z|z|[+-]\d{2}(?::?\d{2})?)?")
+
+
+def iso_seconds(text: str) -> float:
+    """Unix seconds of an ISO 8601 date-time, read the same on every Python the package supports and in every
+    local time zone: any number of fraction digits, `Z` or a `+hh:mm` offset, UTC when it names no zone.
+    ValueError when it is not one."""
+    m = _ISO.fullmatch(text.strip())
+    if m is None:
+        raise ValueError(f"not an ISO 8601 date-time: {text!r}")
+    base, frac, zone = m.groups()
+    tz = UTC
+    if zone and zone not in "Zz":
+        sign = -1 if zone[0] == "-" else 1
+        digits = zone[1:].replace(":", "")
+        tz = timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:] or 0)))
+    dt = datetime.fromisoformat(base.replace(" ", "T")).replace(tzinfo=tz)
+    return dt.timestamp() + (float("0." + frac) if frac else 0.0)
+
+
 def _open(path: Path) -> IO[str]:
     if not path.exists():
         raise TraceError(f"{path}: no such file")
+    if path.is_dir():
+        raise TraceError(f"{path}: a directory, not a trace file")
     if path.suffix == ".gz":
         return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
     return path.open("r", encoding="utf-8", newline="")
+
+
+def _whole(text: str) -> int:
+    """A whole number written as one (`1310`) or as a float with no fraction (`1310.0`, as pandas writes an
+    integer column that had a gap); ValueError otherwise."""
+    try:
+        return int(text)
+    except ValueError:
+        v = float(text)
+        if not v.is_integer():
+            raise
+        return int(v)
 
 
 def _token(path: Path, line: int, col: str, raw: object) -> int:
     try:
         if isinstance(raw, bool):
             raise ValueError
-        v = int(raw) if isinstance(raw, int) else int(str(raw).strip())
-    except (TypeError, ValueError):
+        v = int(raw) if isinstance(raw, int) else _whole(str(raw).strip())
+    except (TypeError, ValueError, OverflowError):
         raise TraceError(f"{path}: line {line}, column {col}: not a whole number of tokens: {raw!r}") from None
     if v < 0:
         raise TraceError(f"{path}: line {line}, column {col}: negative token count {v}")
+    if v > MAX_TOKENS:
+        raise TraceError(f"{path}: line {line}, column {col}: {v} tokens in one request (at most {MAX_TOKENS:,})")
     return v
 
 
 def _time(path: Path, line: int, col: str, raw: object, unit: TimeUnit) -> float:
     if unit == "datetime":
-        text = str(raw).strip()
-        head, _, frac = text.partition(".")
         try:
-            base = datetime.fromisoformat(head).timestamp()
-            return base + (float("0." + frac) if frac else 0.0)
+            return iso_seconds(str(raw))
         except ValueError:
             raise TraceError(f"{path}: line {line}, column {col}: not a date-time: {raw!r}") from None
     try:
@@ -225,7 +264,12 @@ def _time(path: Path, line: int, col: str, raw: object, unit: TimeUnit) -> float
         raise TraceError(f"{path}: line {line}, column {col}: not a finite number: {raw!r}")
     if v < 0:
         raise TraceError(f"{path}: line {line}, column {col}: negative timestamp {raw!r}")
-    return v * _UNIT_SCALE[unit]
+    seconds = v * _UNIT_SCALE[unit]
+    if seconds > _LATEST_PLAUSIBLE_S:
+        finer = {"s": "ms", "ms": "us"}.get(unit, unit)
+        raise TraceError(f"{path}: line {line}, column {col}: {raw!r} read as {unit} is after the year 5000: "
+                         f"a finer unit (--time-unit {finer})?")
+    return seconds
 
 
 def _finish(name: str, path: Path, col: str, lines: list[int], times: list[float], prompts: list[int],
@@ -240,7 +284,7 @@ def _finish(name: str, path: Path, col: str, lines: list[int], times: list[float
             i = int(back[0]) + 1
             raise TraceError(
                 f"{path}: line {lines[i]}, column {col}: timestamps not sorted ({times[i]!r} after {times[i - 1]!r}); "
-                "pass sort=True to sort them"
+                "sort them (--sort)"
             )
         order = np.argsort(t, kind="stable").astype(np.int64)
     t = t - t.min()
@@ -518,6 +562,8 @@ def load_minutes_csv(path: str | Path, seed: int = 0, token_sigma: float = 0.8, 
     req[slot], prompt[slot], output[slot] = cols[:, 0], cols[:, 1], cols[:, 2]
     rng = np.random.default_rng([seed, 1])  # its own stream: the synthesis below draws as for Azure 2024
     counts = np.floor(req).astype(np.int64) + (rng.random(len(req)) < req - np.floor(req))
+    if counts.sum() == 0:
+        raise TraceError(f"{p}: no requests in any minute")
     return synthesize_minutes(name or p.name, counts, prompt, output, seed=seed, token_sigma=token_sigma)
 
 

@@ -101,6 +101,16 @@ def test_its_metadata_is_what_the_scaler_accepts(written: tuple[int, str, Path, 
     (["--from-prometheus", "http://127.0.0.1:9", "--model", "m", "--since", "soon"], "is not a span", "--since"),
     (["--from-prometheus", "http://127.0.0.1:9"], "needs --model", "served model name"),
     (["--from-prometheus", "{refused}", "--model", "m"], "Prometheus at", "check the URL"),
+    # found by a review as a new user would run it (2026-11-30)
+    (["--trace", "{csv_epoch_ms}"], "after the year 5000", "--time-unit"),
+    (["--trace", "{csv_unsorted}"], "timestamps not sorted", "--sort"),
+    (["--trace", "{csv_huge_tokens}"], "tokens in one request", "--help lists the flags"),
+    (["--trace", "{a_directory}"], "a directory", "--trace takes a file"),
+    (["--trace", "{corrupt_gz}"], "cannot read it", "--trace takes a file"),
+    (["--trace", "{minutes_without_requests}"], "no requests in any minute", "at least one request"),
+    (["--trace", "azure-code-2023", "--out", "{missing_folder}/so.yaml"], "no folder", "mkdir -p"),
+    (["--trace", "azure-code-2023", "--plot", "{a_directory}"], "a directory", "takes a file name"),
+    (["--trace", "azure-code-2023", "--seed", "-1"], "--seed -1", "from 0"),
 ])
 def test_bad_input_is_one_line_with_a_hint(argv: list[str], message: str, hint: str, tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
@@ -110,8 +120,17 @@ def test_bad_input_is_one_line_with_a_hint(argv: list[str], message: str, hint: 
     bad.write_text("timestamp,prompt,output_tokens\n0,1,1\n")
     empty = tmp_path / "empty.csv"
     empty.write_text("timestamp,prompt_tokens,output_tokens\n")
-    subs = {"{csv_bad_column}": str(bad), "{csv_empty}": str(empty), "{refused}": f"http://{refused_address()}"}
-    argv = [subs.get(a, a) for a in argv]
+    (tmp_path / "ms.csv").write_text("timestamp,prompt_tokens,output_tokens\n1795514400173,10,5\n")
+    (tmp_path / "unsorted.csv").write_text("timestamp,prompt_tokens,output_tokens\n5,10,5\n2,10,5\n")
+    (tmp_path / "huge.csv").write_text("timestamp,prompt_tokens,output_tokens\n0,100000000000,5\n")
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "corrupt.csv.gz").write_bytes(b"\x1f\x8b\x08\x00not gzip at all")
+    (tmp_path / "zero.csv").write_text("minute,requests,prompt_tokens,output_tokens\n2026-11-24T10:00:00Z,0,0,0\n")
+    subs = {"{csv_bad_column}": str(bad), "{csv_empty}": str(empty), "{refused}": f"http://{refused_address()}",
+            "{csv_epoch_ms}": str(tmp_path / "ms.csv"), "{csv_unsorted}": str(tmp_path / "unsorted.csv"),
+            "{csv_huge_tokens}": str(tmp_path / "huge.csv"), "{a_directory}": str(tmp_path / "adir"),
+            "{corrupt_gz}": str(tmp_path / "corrupt.csv.gz"), "{minutes_without_requests}": str(tmp_path / "zero.csv")}
+    argv = [subs.get(a, a).replace("{missing_folder}", str(tmp_path / "nowhere")) for a in argv]
     rc = main(["tune", *argv, "--slo-ttft", "2", "--slo-itl", "0.1", "--quiet"])
     err = capsys.readouterr().err
     assert rc == 2
@@ -121,6 +140,54 @@ def test_bad_input_is_one_line_with_a_hint(argv: list[str], message: str, hint: 
     what, _, said = lines[0].partition("; hint: ")
     assert message in what and hint in said, lines[0]
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("slo", [["--slo-ttft", "7201", "--slo-itl", "0.1"], ["--slo-ttft", "inf", "--slo-itl", "0.1"],
+                                 ["--slo-ttft", "2", "--slo-itl", "1e-9"], ["--slo-ttft", "nan", "--slo-itl", "0.1"],
+                                 ["--slo-ttft", "0", "--slo-itl", "0.1"]])
+def test_an_slo_no_scaledobject_can_carry_is_refused_before_the_sweep(slo: list[str],
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["tune", "--trace", "azure-code-2023", *slo, "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "the TTFT SLO must be" in err and "hint: e.g. --slo-ttft 2" in err
+
+
+def test_printed_yaml_is_alone_on_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --out the ScaledObject goes to stdout alone (`> so.yaml`, `| kubectl apply -f -`), the frontier
+    and the verdict to stderr."""
+    rc = main([*RUN, "--target", "0.6", "--no-oracle"])
+    out, err = capsys.readouterr()
+    assert rc == 0
+    doc = yaml.safe_load(out)
+    assert doc["kind"] == "ScaledObject" and "frontier:" not in out
+    assert "frontier:" in err and "recommended:" in err
+
+
+def test_a_short_trace_is_tuned_with_a_warning(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    rc = main([*RUN, "--window", "0:120", "--target", "0.5", "--no-oracle", "--out", str(tmp_path / "so.yaml")])
+    err = capsys.readouterr().err
+    assert rc in (0, 1)
+    assert "warning: " in err and "says little" in err
+
+
+def test_the_header_command_reads_the_trace_as_it_was_read() -> None:
+    import argparse
+
+    from keda_llm.simulator.tune_cli import _command, add_arguments
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args(["--trace", "my.csv", "--sort", "--time-unit", "ms", "--time-column", "ts",
+                         "--stretch", "2", "--rate-scale", "0.5", "--lead-in", "600", "--slo-ttft", "2",
+                         "--slo-itl", "0.1"])
+    cmd = _command(args)
+    for part in ("--sort", "--time-unit ms", "--time-column ts", "--stretch 2", "--rate-scale 0.5", "--lead-in 600"):
+        assert part in cmd, cmd
+    # history from Prometheus: the span's end is written as a time, so the command reads the same span later
+    args = p.parse_args(["--from-prometheus", "http://p:9090", "--model", "m", "--slo-ttft", "2", "--slo-itl", "0.1"])
+    args.until_resolved = 1795514400.0
+    assert "--until 2026-11-24T10:00:00Z" in _command(args)
 
 
 def test_without_the_sim_extra_it_names_the_extra() -> None:

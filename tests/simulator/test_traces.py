@@ -159,3 +159,41 @@ def test_shipped_burstgpt_week() -> None:
     t = load_burstgpt(seed=0)
     assert 15_000 < len(t) < 25_000 and t.arrival_s[-1] < 7 * 86400
     assert load_burstgpt(seed=0).arrival_s.tolist() == t.arrival_s.tolist()
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("2026-11-24T10:00:00.173000Z", 1795514400.173), ("2026-11-24T10:00:00+01:00", 1795510800.0),
+    ("2026-11-24 10:00:00.6805900", 1795514400.68059), ("2026-11-24T10:00:00-0530", 1795534200.0),
+    ("2026-11-24T10:00", 1795514400.0), ("2026-11-24T10:00:00,5Z", 1795514400.5), ("2026-11-24", 1795478400.0),
+])
+def test_iso_date_times_with_fractions_and_zones(text: str, seconds: float) -> None:
+    """Log formats as written: any fraction digits, Z or an offset; UTC where no zone is named, whatever the
+    machine's local zone."""
+    from keda_llm.simulator.workload.traces import iso_seconds
+
+    assert iso_seconds(text) == pytest.approx(seconds, abs=1e-6)
+
+
+def test_a_csv_of_iso_times_with_a_zone_loads(tmp_path: Path) -> None:
+    p = tmp_path / "iso.csv"
+    p.write_text("timestamp,prompt_tokens,output_tokens\n2026-11-24T10:00:00.173000Z,1310.0,19\n"
+                 "2026-11-24T11:00:01.5+01:00,20,5\n")
+    tr = load_csv(p, "timestamp", "prompt_tokens", "output_tokens", "datetime")
+    assert tr.arrival_s.tolist() == pytest.approx([0.0, 1.327])
+    assert tr.prompt_tokens.tolist() == [1310, 20]  # 1310.0: a whole number, as pandas writes one
+
+
+def test_naive_date_times_read_the_same_in_every_local_zone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    p = tmp_path / "dst.csv"
+    # the night the US leaves daylight time: three hours in UTC, four in New York's local time
+    p.write_text("timestamp,prompt_tokens,output_tokens\n2026-11-01T04:00:00,1,1\n2026-11-01T07:00:00,1,1\n")
+    spans = []
+    for zone in ("UTC", "America/New_York"):
+        monkeypatch.setenv("TZ", zone)
+        time.tzset()
+        spans.append(load_csv(p, "timestamp", "prompt_tokens", "output_tokens", "datetime").duration_s)
+    monkeypatch.delenv("TZ")
+    time.tzset()
+    assert spans[0] == spans[1] == pytest.approx(3 * 3600)

@@ -35,6 +35,7 @@ from keda_llm.simulator.workload.history import (
 from keda_llm.simulator.workload.traces import load_minutes_csv
 
 MODEL = 'meta-llama/Llama-3.1-8B-Instruct'
+PD_MODEL = "pd-model"  # served by prefill and decode pools
 N = 120  # minutes of data
 PROMPT_PER_REQ, OUTPUT_PER_REQ = 123, 17
 
@@ -73,6 +74,23 @@ def openmetrics(t0: int) -> str:
                 for k in range(1, 5):
                     value += count / 4
                     lines.append(f"{family}_total{{{lab}}} {value} {t0 + 60 * m + 15 * k}")
+    # PD_MODEL in prefill and decode pools: each request passes a prefill server (its prompt, and one token to
+    # end its part there) and a decode server (which counts the request, its prompt and its answer)
+    for family, prefill, decode in (("llm_requests_finished", 1, 1),
+                                    ("llm_prompt_tokens", PROMPT_PER_REQ, PROMPT_PER_REQ),
+                                    ("llm_generation_tokens", 1, OUTPUT_PER_REQ)):
+        at = lines.index(f"# TYPE {family} counter") + 1  # a family's samples stay together in OpenMetrics
+        block = []
+        for role, factor in (("prefill", prefill), ("decode", decode)):
+            lab = f'model="{PD_MODEL}",namespace="llm",pod="{role}0",role="{role}"'
+            value = 0.0
+            block.append(f"{family}_total{{{lab}}} 0 {t0}")
+            for m in range(N):
+                count = sum(per_pod(m)) * factor
+                for k in range(1, 5):
+                    value += count / 4
+                    block.append(f"{family}_total{{{lab}}} {value} {t0 + 60 * m + 15 * k}")
+        lines[at:at] = block
     lines.append("# EOF")
     return "\n".join(lines) + "\n"
 
@@ -100,9 +118,10 @@ def test_chunks_stay_under_the_point_limit() -> None:
 
 def test_queries_use_the_vocabulary_and_escape_the_model() -> None:
     q = queries('a"b', "ns")
-    assert q["requests"] == '60 * sum(rate(llm_requests_finished_total{model="a\\"b",namespace="ns"}[1m]))'
+    assert q["requests"] == ('60 * sum(rate(llm_requests_finished_total{model="a\\"b",namespace="ns",'
+                             'role!="prefill"}[1m]))')
     assert "llm_prompt_tokens_total" in q["prompt_tokens"] and "llm_generation_tokens_total" in q["output_tokens"]
-    assert queries("m")["requests"] == '60 * sum(rate(llm_requests_finished_total{model="m"}[1m]))'
+    assert queries("m")["requests"] == '60 * sum(rate(llm_requests_finished_total{model="m",role!="prefill"}[1m]))'
 
 
 def test_spans() -> None:
@@ -127,6 +146,17 @@ def test_the_export_gives_each_minute_of_the_model_in_its_namespace(world: tuple
         assert g.output_tokens == pytest.approx(e.output_tokens, abs=1e-6), g
     assert len(calls) == 3 * 3  # three counters, 120 points in chunks of at most 50
     assert all((int(c["end"]) - int(c["start"])) // 60 + 1 <= 50 for c in calls)
+
+
+def test_a_model_in_prefill_and_decode_pools_counts_each_request_once(world: tuple[PrometheusServer, int]) -> None:
+    """Each request passes a prefill and a decode server: its prompt from the prefill pool, the request and its
+    answer from the decode pool, not the sum of both (twice the requests)."""
+    server, t0 = world
+    got = export_minutes(server.url, PD_MODEL, t0, t0 + 60 * N, namespace="llm")
+    assert [m.start for m in got] == [m.start for m in expected(t0)]
+    for g, e in zip(got, expected(t0), strict=True):
+        assert (g.requests, g.prompt_tokens, g.output_tokens) == pytest.approx(
+            (e.requests, e.prompt_tokens, e.output_tokens), abs=1e-6), g
 
 
 def test_a_week_is_asked_for_in_chunks_prometheus_accepts(world: tuple[PrometheusServer, int]) -> None:
