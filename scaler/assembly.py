@@ -190,6 +190,17 @@ class Sources:
             self._restore_loop.start()  # once: a second start does nothing
         return source
 
+    def answered(self, cfg: ScalerConfig, now: float) -> bool:
+        """Whether the config's source has collected replica data within its staleAfter: only then does a model
+        it does not list mean "no replica runs", not "no data"."""
+        try:
+            key = self.key(cfg)
+        except ConfigError:
+            return False
+        held = self._sources.get(key)
+        last = held[0].status().last_success_at if held is not None else None
+        return last is not None and now - last <= cfg.stale_after
+
     def history(self, namespace: str, cfg: ScalerConfig) -> ModelHistory | None:
         """The model's history as the config's own source collected it (None: not collected yet)."""
         try:
@@ -377,7 +388,7 @@ def build(settings: ScalerSettings, *, reader: WorkloadSource | None = None, clo
     refresh_s = settings.refresh_s
     service = ScalerService(
         decide=levers, history_for=lambda key, cfg: sources.history(key.namespace, cfg),
-        history_lock=sources.history_lock,
+        history_lock=sources.history_lock, source_answered=lambda key, cfg, now: sources.answered(cfg, now),
         workloads=(lambda k: reader.state(k.namespace, k.name)) if reader is not None else None,
         bus=bus, clock=clock, on_new=on_new, on_forget=on_forget, metrics=metrics,
         tick_s=settings.tick_s, activation_hold_s=settings.activation_hold_s,

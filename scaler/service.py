@@ -284,6 +284,7 @@ class ScalerService:
         on_new: Callable[[ScaledObjectKey, ScalerConfig], None] | None = None,
         on_forget: Callable[[ScaledObjectKey, ScalerConfig], None] | None = None,
         reuse_s: float = 0.0,
+        source_answered: Callable[[ScaledObjectKey, ScalerConfig, float], bool] | None = None,
     ) -> None:
         if tick_s <= 0:
             raise ValueError(f"tick_s must be > 0, got {tick_s}")
@@ -299,6 +300,9 @@ class ScalerService:
         self._on_new = on_new
         self._on_forget = on_forget
         self._workloads = workloads
+        # whether a config's source has collected lately: a model it does not list is then not running; without
+        # it (a source down since the start) that absence is missing data, not idleness
+        self._source_answered = source_answered
         self.bus = bus or ActivationBus(clock=clock)
         self.clock = clock
         self.tick_s = tick_s
@@ -415,10 +419,11 @@ class ScalerService:
                 before = entry.result
                 self._evaluate_into(entry, tick)
                 done += 1
-            # What watch_demand does for the answers it decides: demand woke an idle ScaledObject whose
-            # stream is open, so push now rather than wait for KEDA's next poll.
-            if (entry.key in watched and isinstance(before, Answer) and not before.active
-                    and self._wakes(entry, now)):
+            # What watch_demand does for the answers it decides: demand (or a warm window) woke an idle
+            # ScaledObject, or one at zero with no data, whose stream is open, so push now rather than wait
+            # for KEDA's next poll.
+            asleep = isinstance(before, NoUsableData) or (isinstance(before, Answer) and not before.active)
+            if entry.key in watched and asleep and self._wakes(entry, now):
                 self.activate(entry.key, source="demand")
         return done
 
@@ -479,9 +484,11 @@ class ScalerService:
                     self.metrics.record(key, cfg.model, answer)
                     return answer
         at_zero = known is not None and known.current_replicas == 0
-        if cfg.scale_to_zero and (history is None or at_zero):
-            # idle, unless a warm window is open (scaler/schedule.py): that wakes it with no data at all
-            woken = warm_at_zero(cfg, known or WorkloadState(0, 0), now)
+        idle = at_zero or (history is None and self._absent_means_idle(key, cfg, known, now))
+        # an open warm window (scaler/schedule.py) wakes a model nothing says runs, with no data at all
+        woken = warm_at_zero(cfg, known or WorkloadState(0, 0), now) \
+            if cfg.scale_to_zero and (known is None or known.current_replicas == 0) else None
+        if cfg.scale_to_zero and (idle or woken is not None):
             decision = woken or Decision(0, Reason.IDLE_ZERO.value, active=False)
             answer = Answer(entry.metric_name, decision, decision.active)
             entry.last_decision = answer.decision
@@ -494,6 +501,15 @@ class ScalerService:
                                 f"seen yet (collection finds replicas by their `model` label)", known_replicas=count)
         return NoUsableData(f"no usable data for model {cfg.model!r} in namespace {key.namespace!r}, holding: {why}",
                             known_replicas=count)
+
+    def _absent_means_idle(self, key: ScaledObjectKey, cfg: ScalerConfig, known: WorkloadState | None,
+                           now: float) -> bool:
+        """A model the source has never listed is idle (zero) only if nothing says replicas run and the source
+        has answered lately; replicas running that nothing reports, or a source that has not answered (down, or
+        the scaler just started), is missing data: UNAVAILABLE, and KEDA holds the count."""
+        if known is not None and known.current_replicas > 0:
+            return False
+        return self._source_answered is None or self._source_answered(key, cfg, now)
 
     def _lookup(self, key: ScaledObjectKey, cfg: ScalerConfig) -> HistoryView | None:
         if self._history_for is not None:
@@ -531,14 +547,16 @@ class ScalerService:
     async def watch_demand(self, interval_s: float = 1.0) -> None:
         """Push `true` when demand wakes a ScaledObject that was inactive (e.g. `activationQuery` > 0).
 
-        Only ScaledObjects with an open stream whose last answer was inactive are re-evaluated, so
+        Only ScaledObjects with an open stream whose last answer was inactive, or no answer for want of
+        data (a model at zero that nothing reports, which a warm window still wakes), are re-evaluated, so
         1,000 busy streams cost nothing here. Runs until cancelled.
         """
         while True:
             await asyncio.sleep(interval_s)
             for key, mkey in self.watched_entries():
                 entry = self._entries.get((key, mkey))
-                if entry is None or not isinstance(entry.result, Answer) or entry.result.active:
+                if entry is None or entry.result is None or (isinstance(entry.result, Answer)
+                                                             and entry.result.active):
                     continue
                 try:
                     # The policy's own answer, never the overlaid one: an activation's hold read as demand

@@ -117,8 +117,10 @@ def test_a_window_wakes_a_model_at_zero_holds_the_floor_and_releases_it(world: W
 def test_a_window_wakes_a_model_no_exporter_reports_for() -> None:
     """The scaler as `keda-llm scaler` builds it (ScalerPod), for a model whose GPU node pool is at zero: no
     exporter answers, so nothing is ever collected and there is nothing to decide on. An open window must
-    still wake it (GetMetrics answers the floor, 2, and the open stream gets `true`), and before the window it
-    is idle at zero as without one."""
+    still wake it (GetMetrics answers the floor, 2, and the open stream gets `true`). Before the window, and
+    after it, nothing says whether the model runs (no Kubernetes view here, no source answering): that is
+    missing data, UNAVAILABLE, which KEDA answers by holding the count (zero stays zero), never by scaling a
+    running model to zero."""
     clock = FakeClock(OPENS - 30.0)
     pod = ScalerPod(clock)
     so = ref("cold", model="cold-70b", exporters=refused_address(), scaleToZero="true",
@@ -126,8 +128,9 @@ def test_a_window_wakes_a_model_no_exporter_reports_for() -> None:
                          "leadTime: 10m}]")
     try:
         client = stub(pod.channel)
-        poll = keda_poll(client, so)
-        assert poll.active is False and poll.values[0][1:] == (0, 0.0)
+        with pytest.raises(grpc.RpcError) as err:
+            keda_poll(client, so)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
         stream = StreamReader(client.StreamIsActive(so))
         wait_for_streams_of(pod, 1)
         for _ in range(29):
@@ -143,10 +146,11 @@ def test_a_window_wakes_a_model_no_exporter_reports_for() -> None:
         _, text = get(pod.http + "/metrics")
         assert metric_value(text, "keda_llm_scaler_decision_reason", namespace="llm", scaledobject="cold",
                             model="cold-70b", reason="warm_window") == 1
-        clock.now = START + 3600.0  # the window is over: idle at zero again
+        clock.now = START + 3600.0  # the window is over: no data again
         pod.collect()
-        poll = keda_poll(client, so)
-        assert poll.active is False and poll.values[0][1:] == (0, 0.0)
+        with pytest.raises(grpc.RpcError) as err:
+            keda_poll(client, so)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
         stream.call.cancel()
     finally:
         pod.stop()
