@@ -161,7 +161,6 @@ class Sources:
             self._queries[(self.key(cfg), namespace, cfg.model)] = cfg.activation_query
         source.watch(namespace, cfg.model, cfg.activation_query or None)
 
-
     def _prometheus(self, address: str) -> PrometheusClient:
         return PrometheusClient(address)
 
@@ -372,6 +371,7 @@ def build(settings: ScalerSettings, *, reader: WorkloadSource | None = None, clo
                 reader.track(key.namespace, variant.name)
 
     def on_forget(key: ScaledObjectKey, cfg: ScalerConfig) -> None:
+        """No entry of the service uses this ScaledObject (nor, for the source, its model) any more."""
         bus.untrack(key)
         if reader is not None:
             reader.untrack(key.namespace, key.name)

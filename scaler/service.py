@@ -241,6 +241,22 @@ class ServiceMetrics:
             self._reasons[lv] = d.reason
 
 
+    def forget(self, lv: tuple[str, str, str]) -> None:
+        """Drop every series of one (namespace, scaledobject, model): a forgotten ScaledObject's gauges would
+        otherwise stay in /metrics at their last values for good."""
+        for metric in (self.desired, self.active, self.demand, self.capacity, self.panic, self.data_age,
+                       self.unavailable):
+            with contextlib.suppress(KeyError):
+                metric.remove(*lv)
+        reason = self._reasons.pop(lv, None)
+        if reason is not None:
+            for old in {reason, *(r.value for r in Reason)}:
+                with contextlib.suppress(KeyError):
+                    self.reason.remove(*lv, old)
+        for pod, why in self._fractions.pop(lv, set()):
+            with contextlib.suppress(KeyError):
+                self.replica_fraction.remove(*lv, pod, why)
+
     def _record_fractions(self, lv: tuple[str, str, str], details: Mapping[str, float]) -> None:
         """The decision's `replica_fraction:<reason>:<pod>` details as gauge children; a pod gone or healthy
         again loses its series."""
@@ -314,6 +330,7 @@ class ScalerService:
         # One evaluation at a time: the RPC path (asyncio loop) and the DecisionRefresher (a thread) both
         # step an entry's policy state, which must move once per tick.
         self._eval_lock = threading.Lock()
+        self._sweep_lock = threading.Lock()
         self._last_sweep = clock()
 
     # -- config -------------------------------------------------------------------------------------
@@ -404,6 +421,7 @@ class ScalerService:
         Thread-safe; returns how many entries were decided. The DecisionRefresher's step."""
         now = self.clock()
         tick = math.floor(now / self.tick_s) * self.tick_s
+        self._maybe_sweep(now)  # the refresher decides every entry, so RPCs reuse its answers and never sweep
         watched = set(self.bus.watched())
         done = 0
         for entry in list(self._entries.values()):
@@ -569,16 +587,30 @@ class ScalerService:
                     log.debug("demand check for %s: %s", key, err)
 
     def _maybe_sweep(self, now: float) -> None:
-        """Forget ScaledObjects KEDA stopped asking about (deleted, or metadata changed)."""
-        if now - self._last_sweep < min(60.0, self.forget_after_s):
-            return
-        self._last_sweep = now
-        watched = set(self.bus.watched())
-        for k, e in list(self._entries.items()):
-            if now - e.last_used > self.forget_after_s and k[0] not in watched:
-                del self._entries[k]
-                if self._on_forget is not None:
-                    self._on_forget(e.key, e.config)
+        """Forget ScaledObjects KEDA stopped asking about (deleted, or metadata changed). What is shared is let
+        go only with its last user: a ScaledObject re-created with new metadata keeps its Kubernetes view and
+        its series. The model stays watched at its source: a paused ScaledObject is not polled either, and
+        its history must be whole when it comes back."""
+        if now - self._last_sweep < min(60.0, self.forget_after_s) or not self._sweep_lock.acquire(blocking=False):
+            return  # not due, or the other thread (RPCs, the refresher) is sweeping
+        try:
+            self._last_sweep = now
+            watched = set(self.bus.watched())
+            gone = [(k, e) for k, e in list(self._entries.items())
+                    if now - e.last_used > self.forget_after_s and k[0] not in watched]
+            for k, _ in gone:
+                self._entries.pop(k, None)
+            self._release(gone)
+        finally:
+            self._sweep_lock.release()
+
+    def _release(self, gone: list[tuple[tuple[ScaledObjectKey, MetadataKey], _Entry]]) -> None:
+        live = list(self._entries.values())
+        for _, e in gone:
+            if self._on_forget is not None and not any(o.key == e.key for o in live):
+                self._on_forget(e.key, e.config)
+            if not any(o.key == e.key and o.config.model == e.config.model for o in live):
+                self.metrics.forget((e.key.namespace, e.key.name, e.config.model))
 
     def known(self) -> list[Hashable]:
         return list(self._entries)
