@@ -16,6 +16,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from keda_llm.common.durations import parse_duration as parse_duration  # the one Go duration grammar (exporter too)
 from keda_llm.scaler.schedule import MAX_WINDOWS, WarmWindow, parse_windows
@@ -39,12 +40,24 @@ MAX_WARM_NODES = 64  # warm calls per cold start: the scaler caps it again (--wa
 MAX_PATH = 4096  # PATH_MAX on Linux
 
 
+#: the longest value an error message quotes whole: a 20 KB value echoed into grpc-message passed gRPC's 16 KB
+#: metadata limit (the client got RESOURCE_EXHAUSTED instead of INVALID_ARGUMENT)
+SHOWN_VALUE = 200
+
+
+def shown(value: str) -> str:
+    """A metadata value as an error message quotes it: repr, cut to SHOWN_VALUE characters."""
+    if len(value) <= SHOWN_VALUE:
+        return repr(value)
+    return f"{value[:SHOWN_VALUE]!r}... ({len(value)} characters)"
+
+
 class ConfigError(ValueError):
     """Malformed trigger metadata. The servicer maps it to INVALID_ARGUMENT."""
 
     def __init__(self, key: str, value: str | None, problem: str) -> None:
-        shown = "(missing)" if value is None else repr(value)
-        super().__init__(f"metadata key {key!r} = {shown}: {problem}")
+        shown_value = "(missing)" if value is None else shown(value)
+        super().__init__(f"metadata key {key!r} = {shown_value}: {problem}")
         self.key = key
         self.value = value
         self.problem = problem
@@ -104,17 +117,54 @@ def parse_text(text: str) -> str:
     return s
 
 
+def parse_name(text: str) -> str:
+    """A name matched to a label value (the model): text without control characters."""
+    s = parse_text(text)
+    if any(ord(c) < 32 or ord(c) == 127 for c in s):
+        raise ValueError("must not contain control characters")
+    return s
+
+
+def _endpoint(text: str, *, scheme: bool) -> str:
+    """`host`, `host:port`, `[v6]:port` or (`scheme`) an http(s) URL, its port 1-65535: what the scaler can
+    dial. Accepted unchecked, a bad port failed on every collection (UNAVAILABLE for ever) or as an
+    internal error."""
+    s = text.strip()
+    if not s or any(c.isspace() or ord(c) < 32 for c in s):
+        raise ValueError("must not be empty or contain spaces")
+    has_scheme = "://" in s
+    if has_scheme and not scheme:
+        raise ValueError("host[:port], without a scheme")
+    try:
+        parts = urlsplit(s if has_scheme else "//" + s)
+        port = parts.port
+    except ValueError as err:
+        raise ValueError(f"not host[:port]{' or an http(s) URL' if scheme else ''}: {err}") from None
+    if has_scheme and parts.scheme not in ("http", "https"):
+        raise ValueError("not an http:// or https:// URL")
+    if not parts.hostname:
+        raise ValueError("no host")
+    if port == 0:
+        raise ValueError("port 0")
+    return s
+
+
+def parse_host_port(text: str) -> str:
+    return _endpoint(text, scheme=False)
+
+
 def parse_list(text: str) -> tuple[str, ...]:
     items = tuple(part.strip() for part in text.split(","))
     if not items or any(not item or any(c.isspace() for c in item) for item in items):
         raise ValueError("a comma-separated list of host:port or URLs, with no empty items")
-    return items
+    return tuple(_endpoint(item, scheme=True) for item in items)
 
 
 def parse_url(text: str) -> str:
     s = text.strip()
     if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", s):
         raise ValueError("not an http:// or https:// URL")
+    _endpoint(s, scheme=True)
     return s.rstrip("/")
 
 
@@ -290,13 +340,13 @@ def _key(default: Any, key: str, parse: Parser, doc: str, example: str, check: C
 class ScalerConfig:
     """One trigger's parsed metadata. Durations are seconds; None = not set (the scaler measures or derives it)."""
 
-    model: str = _key("", "model", parse_text, "Served model name, matched to the `model` label of the replicas' "
+    model: str = _key("", "model", parse_name, "Served model name, matched to the `model` label of the replicas' "
                       "metrics within the ScaledObject's namespace.", "meta-llama/Llama-3.1-8B-Instruct",
                       required=True)
     metrics_source: str = _key("exporters", "metricsSource", one_of(*METRICS_SOURCES),
                                "`exporters`: the scaler scrapes the exporters itself (lowest lag); `prometheus`: "
                                "PromQL over HTTP at `prometheusAddress`.", "prometheus")
-    exporters_service: str = _key("", "exportersService", parse_text,
+    exporters_service: str = _key("", "exportersService", parse_host_port,
                                   "Headless Service whose DNS names the exporters (`host[:port]`, port 9400 when "
                                   "omitted); empty: the scaler's own default (command line).",
                                   "keda-llm-exporter.keda-llm.svc:9400", shown_default="(scaler default)")

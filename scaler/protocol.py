@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from keda_llm.scaler.activation import ScaledObjectKey
-from keda_llm.scaler.config import ConfigError
+from keda_llm.scaler.config import ConfigError, shown
 from keda_llm.scaler.names import matches
 from keda_llm.scaler.service import NoUsableData, ScalerService
 
@@ -72,7 +72,7 @@ def describe_config_error(err: Exception) -> str:
     value = getattr(err, "value", None)
     text = str(err)
     if key is not None and str(key) not in text:
-        text = f"metadata key {key!r} (value {value!r}): {text}"
+        text = f"metadata key {key!r} (value {shown(str(value))}): {text}"
     return f"invalid ScaledObject metadata: {text}"
 
 

@@ -127,6 +127,19 @@ BAD = [
     ("exporters list with a hole", {"exporters": "a:9400,,b:9400"}, "exporters", "'a:9400,,b:9400'",
      "no empty items"),
     ("empty activation query", {"activationQuery": " "}, "activationQuery", "' '", "must not be empty"),
+    # found by a review: accepted, these failed on every collection (UNAVAILABLE for ever) or as INTERNAL
+    ("exporters service port not a number", {"exportersService": "svc:abc"}, "exportersService", "'svc:abc'",
+     "not host[:port]"),
+    ("exporters service port out of range", {"exportersService": "svc:99999"}, "exportersService", "'svc:99999'",
+     "out of range"),
+    ("exporters service with a scheme", {"exportersService": "http://svc:9400"}, "exportersService",
+     "'http://svc:9400'", "without a scheme"),
+    ("exporter port not a number", {"exporters": "a:9400,host:notaport"}, "exporters", "'a:9400,host:notaport'",
+     "not host[:port] or an http(s) URL"),
+    ("exporter URL cut short", {"exporters": "http://[::1"}, "exporters", "'http://[::1'", "Invalid IPv6 URL"),
+    ("prometheus port out of range", {"prometheusAddress": "http://x:99999999"}, "prometheusAddress",
+     "'http://x:99999999'", "out of range"),
+    ("model with a NUL", {"model": "m\x00x"}, "model", "'m\\x00x'", "control characters"),
 ]
 
 
@@ -194,3 +207,16 @@ def test_latency_targets_must_be_positive_durations(key: str) -> None:
         parse_metadata({"model": "m", key: "0s"})
     with pytest.raises(ConfigError, match=f"metadata key '{key}' = 'fast': not a duration"):
         parse_metadata({"model": "m", key: "fast"})
+
+
+@pytest.mark.parametrize("endpoint", ["10.0.0.5:9400", "exporter.ns.svc", "[fd00::5]:9400", "http://e:9400/metrics",
+                                      "https://e.ns.svc:9443"])
+def test_exporters_that_can_be_dialled_are_accepted(endpoint: str) -> None:
+    assert parse_metadata({"model": "m", "exporters": endpoint}).exporters == (endpoint,)
+
+
+def test_a_huge_bad_value_is_quoted_cut_short() -> None:
+    """A 20 KB value echoed whole into grpc-message passed gRPC's 16 KB metadata limit."""
+    with pytest.raises(ConfigError) as e:
+        parse_metadata({"model": "m", "panicWindow": "9" * 20_000})
+    assert len(str(e.value)) < 500 and "(20000 characters)" in str(e.value)
