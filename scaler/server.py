@@ -170,11 +170,17 @@ def create_server(
     return server, port, health_servicer
 
 
+MAX_POST_BODY = 65536  # an activation carries no body; more than this is refused, not read
+
+
 class _HTTPHandler(BaseHTTPRequestHandler):
     """GET /metrics, GET /healthz, POST /v1/activate/<namespace>/<scaledobject>."""
 
     server: _ScalerHTTPServer
     protocol_version = "HTTP/1.1"
+    # headers and body leave in two writes: with Nagle's algorithm and the client's delayed ACK a kept-alive
+    # connection waited ~40 ms per answer (gateways' pooled clients, Prometheus scrapes)
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("http %s " + format, self.client_address[0], *args)
@@ -207,9 +213,15 @@ class _HTTPHandler(BaseHTTPRequestHandler):
             self._json(404, {"error": f"no such path {path!r}"})
 
     def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
+        raw = (self.headers.get("Content-Length") or "0").strip()
+        length = int(raw) if raw.isdigit() else -1
+        if length < 0 or length > MAX_POST_BODY:  # a body we cannot skip leaves the connection out of step
+            self.close_connection = True
+            self._json(400 if length < 0 else 413, {"error": f"Content-Length {raw[:40]!r}: expected 0 to "
+                                                             f"{MAX_POST_BODY} (an activation needs no body)"})
+            return
         if length:
-            self.rfile.read(min(length, 65536))
+            self.rfile.read(length)
         path = self.path.split("?", 1)[0]
         parts = path[len(ACTIVATE_PATH) + 1:].split("/") if path.startswith(ACTIVATE_PATH + "/") else []
         if len(parts) != 2:
