@@ -40,6 +40,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from multidict import CIMultiDict
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from yarl import URL
@@ -66,7 +67,10 @@ log = logging.getLogger(__name__)
 #: Headers that belong to one connection, never forwarded (RFC 9110 7.6.1), and those aiohttp sets.
 HOP_BY_HOP = frozenset(h.lower() for h in (
     "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection", "TE",
-    "Trailer", "Transfer-Encoding", "Upgrade", "Host", "Content-Length"))
+    "Trailer", "Transfer-Encoding", "Upgrade", "Host", "Content-Length",
+    # the body is read whole before it is forwarded: passed on, `Expect: 100-continue` made aiohttp wait for a
+    # 100 that an upstream need not send (Python's http.server never does), and the request hung
+    "Expect"))
 #: Idle pooled upstream connections are closed after this long: under vLLM's own keep-alive timeout
 #: (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s by default: vllm-project/vllm, vllm/envs.py), so an idle connection
 #: is dropped here first rather than closed by the engine just as a request is sent on it (that request
@@ -84,7 +88,14 @@ class _Rejected(Exception):
 
 
 class _ConnectFailed(Exception):
-    """The endpoint refused or dropped the connection before answering: safe to try another."""
+    """The endpoint did not answer. `sent` False: no connection was made (refused, silent, unresolved), so
+    nothing reached it and another endpoint may take the request. `sent` True: the connection closed after
+    the request went out; the endpoint may have begun it, so it is tried again once (an idle pooled
+    connection the engine closed just then), and a second such close is the client's 502."""
+
+    def __init__(self, message: str, *, sent: bool) -> None:
+        super().__init__(message)
+        self.sent = sent
 
 
 class Metrics:
@@ -162,8 +173,10 @@ class Activator:
             timeout=aiohttp.ClientTimeout(total=None))
         for name, (host, port), app in (("proxy", proxy, self._proxy_app()),
                                         *((("admin", admin, self._admin_app()),) if admin else ())):
+            # stop() has waited shutdown_grace for the requests in flight already: what is left then is cut
+            # (given the whole grace again here, a stop took up to three times shutdown_grace)
             runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
-                                   shutdown_timeout=self.cfg.shutdown_grace)
+                                   shutdown_timeout=min(1.0, self.cfg.shutdown_grace / 10))
             await runner.setup()
             site = web.TCPSite(runner, host or None, port, backlog=4096)
             await site.start()
@@ -262,6 +275,9 @@ class Activator:
         if route is None:
             body_model = _body_model(body)
             route = route_by_body(request.path, body_model, self.names, self.cfg.default_model)
+            if route is None and body and body_model is None:
+                return self._reject(None, _Rejected("bad_request"),
+                                    message="the body is not a JSON object naming its `model`")
             if route is None:
                 return self._reject(None, _Rejected("unknown_model"),
                                     message=f"model {body_model!r} is not served here")
@@ -269,6 +285,7 @@ class Activator:
         priority = self._priority(request)
         path_qs = route.path + (f"?{request.query_string}" if request.query_string else "")
         first_held: float | None = None  # set once the request was admitted to the queue
+        dropped = 0  # connections closed after the request went out
         while True:
             try:
                 endpoint, first_held = await self._endpoint_for(st, priority, first_held)
@@ -277,11 +294,20 @@ class Activator:
             try:
                 return await self._forward(request, st, endpoint, path_qs, body)
             except _ConnectFailed as e:
+                if e.sent:
+                    dropped += 1
+                    if dropped > 1:  # not a stale pooled connection: this request is what the endpoint drops
+                        log.warning("%s closed the connection on a request for %s twice (%s): 502",
+                                    endpoint, route.model, e)
+                        return self._reject(st, _Rejected("upstream"), status=502,
+                                            message=f"upstream closed the connection without answering: {e}")
                 # nothing reached the client: route it again (held again, keeping its place and its
                 # first arrival for max_wait, when no other endpoint is left)
-                log.info("%s refused a request for %s (%s): routing it again", endpoint, route.model, e)
+                log.info("%s %s a request for %s (%s): routing it again", endpoint,
+                         "dropped" if e.sent else "refused", route.model, e)
                 self.metrics.retries.labels(st.cfg.name).inc()
-                self.endpoints.suspect(endpoint)
+                if not e.sent:
+                    self.endpoints.suspect(endpoint)
                 if first_held is None:
                     first_held = self.clock()
             finally:
@@ -440,7 +466,8 @@ class Activator:
             log.info("woke %s/%s for model %s", m.namespace, m.scaled_object, m.name)
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError) as e:
             self.metrics.activations.labels(m.name, "error").inc()
-            log.warning("activation of %s/%s failed: %s (retrying)", m.namespace, m.scaled_object, e)
+            log.warning("activation of %s/%s failed: %s (retrying)", m.namespace, m.scaled_object,
+                        str(e) or type(e).__name__)
             st.waker.last = self.clock() - st.waker.interval + min(2.0, st.waker.interval)
 
     # ---- forwarding ----
@@ -456,10 +483,13 @@ class Activator:
             up = await self._session.request(request.method, URL(endpoint + path_qs, encoded=True),
                                              data=body or None, headers=headers, timeout=self._upstream_timeout,
                                              allow_redirects=False)
-        except aiohttp.ServerTimeoutError as e:
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
+            # no connection made: refused, unresolved, or silent (a vanished pod's address often is)
+            raise _ConnectFailed(str(e) or type(e).__name__, sent=False) from e
+        except aiohttp.ServerTimeoutError as e:  # connected and sent, no answer within read_timeout
             return self._reject(st, _Rejected("upstream"), status=504, message=f"upstream: {e}")
-        except aiohttp.ClientConnectionError as e:  # refused, reset or closed before an answer began
-            raise _ConnectFailed(str(e) or type(e).__name__) from e
+        except aiohttp.ClientConnectionError as e:  # reset or closed after the request went out
+            raise _ConnectFailed(str(e) or type(e).__name__, sent=True) from e
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
             return self._reject(st, _Rejected("upstream"), status=504 if isinstance(e, asyncio.TimeoutError)
                                 else 502, message=f"upstream: {type(e).__name__}")
@@ -473,8 +503,14 @@ class Activator:
                 resp.content_length = up.content_length
             await resp.prepare(request)
             write = resp.write
+            read_timeout = self.cfg.read_timeout
             try:
-                async for chunk in up.content.iter_any():  # each read as it comes: no re-buffering
+                while True:  # each read as it comes: no re-buffering
+                    # our own bound on each read: a malformed chunked body stalls aiohttp's parser without an
+                    # error, and its socket timeout then never fires
+                    chunk = await asyncio.wait_for(up.content.readany(), read_timeout)
+                    if not chunk:
+                        break
                     await write(chunk)
                 await resp.write_eof()
             except ConnectionResetError:
@@ -482,9 +518,10 @@ class Activator:
                 # this comes first): nothing to tell it, and not the endpoint's fault
                 log.debug("client left during an answer of %s from %s", st.cfg.name, endpoint)
                 return resp
-            except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-                # the endpoint broke off mid-answer: cut the client's connection so it sees a short answer
-                log.warning("%s broke off an answer for %s: %s", endpoint, st.cfg.name, e)
+            except (aiohttp.ClientError, asyncio.TimeoutError, HttpProcessingError) as e:
+                # the endpoint broke off mid-answer (or sent what does not parse): cut the client's
+                # connection so it sees a short answer
+                log.warning("%s broke off an answer for %s: %s", endpoint, st.cfg.name, e or type(e).__name__)
                 if request.transport is not None:
                     request.transport.close()
                 return resp
