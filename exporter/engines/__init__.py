@@ -21,19 +21,20 @@ from keda_llm.exporter.parse import parse
 @dataclass(frozen=True)
 class Adapter:
     name: str
-    prefix: str  # a sample name starting with this identifies the engine
+    prefixes: tuple[str, ...]  # a sample name starting with one of these identifies the engine
     wanted: frozenset[str]  # the sample names the adapter reads
     normalize: Callable[[list[Sample], Target], list[EngineMetrics]]
 
 
 ADAPTERS: dict[str, Adapter] = {
-    m.NAME: Adapter(m.NAME, m.PREFIX, m.WANTED, m.normalize) for m in (vllm, sglang, tgi, trtllm, llamacpp)
+    m.NAME: Adapter(m.NAME, m.PREFIXES, m.WANTED, m.normalize)
+    for m in (vllm, sglang, tgi, trtllm, llamacpp)
 }
 #: The engine types, as the `engine` label and the `engine:` config key spell them.
 ENGINE_NAMES: tuple[str, ...] = tuple(ADAPTERS)
 
 _ALL_WANTED = frozenset().union(*(a.wanted for a in ADAPTERS.values()))
-_PREFIXES = tuple((a.prefix, a.name) for a in ADAPTERS.values())
+_PREFIXES = tuple((prefix, a.name) for a in ADAPTERS.values() for prefix in a.prefixes)
 
 
 def detect(samples: Iterable[Sample]) -> str | None:
@@ -57,8 +58,9 @@ def normalize(body: str, target: Target) -> list[EngineMetrics]:
         if adapter is None:
             raise ScrapeError("unknown_engine", f"engine {target.engine!r} is not one of {', '.join(ENGINE_NAMES)}")
         samples = parse(body, adapter.wanted.__contains__)
-        if not any(s.name.startswith(adapter.prefix) for s in samples):
-            raise ScrapeError("unknown_engine", f"no {adapter.name} metrics ({adapter.prefix}*) in the body")
+        if not any(s.name.startswith(adapter.prefixes) for s in samples):
+            raise ScrapeError("unknown_engine", f"no {adapter.name} metrics ("
+                              + ", ".join(p + "*" for p in adapter.prefixes) + ") in the body")
     else:
         samples = parse(body, _ALL_WANTED.__contains__)
         name = detect(samples)

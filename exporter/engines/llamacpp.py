@@ -19,6 +19,7 @@ from keda_llm.exporter.model import EngineMetrics, Sample, Target
 
 NAME = "llamacpp"
 PREFIX = "llamacpp:"
+PREFIXES = (PREFIX,)
 
 RUNNING = ("llamacpp:requests_processing",)
 WAITING = ("llamacpp:requests_deferred",)

@@ -48,6 +48,7 @@ from keda_llm.exporter.model import EngineMetrics, Sample, Target
 
 NAME = "sglang"
 PREFIX = "sglang:"
+PREFIXES = (PREFIX,)
 
 RUNNING = ("sglang:num_running_reqs", "sglang:num_requests_running")
 WAITING = ("sglang:num_queue_reqs", "sglang:num_requests_waiting")

@@ -17,6 +17,7 @@ from keda_llm.exporter.model import EngineMetrics, Sample, Target
 
 NAME = "tgi"
 PREFIX = "tgi_"
+PREFIXES = (PREFIX,)
 
 RUNNING = ("tgi_batch_current_size",)
 WAITING = ("tgi_queue_size",)

@@ -1,4 +1,6 @@
-"""Triton Inference Server with the TensorRT-LLM backend (`nv_trt_llm_*`; engine-metrics.md section 4.1).
+"""TensorRT-LLM: served by Triton Inference Server with the TensorRT-LLM backend (`nv_trt_llm_*`;
+engine-metrics.md section 4.1), or by its own `trtllm-serve` (`trtllm_*`: trtllm_serve.py). A body is one or
+the other.
 
 Each family is a gauge with a category label (custom_metrics_reporter.cc in NVIDIA/TensorRT-LLM
 triton_backend): `nv_trt_llm_request_metrics{request_type=active|max|waiting|...}` and
@@ -17,21 +19,29 @@ disjoint parts (summed; the KV ratio weighted by each version's capacity).
 
 from __future__ import annotations
 
+from keda_llm.exporter.engines import trtllm_serve
 from keda_llm.exporter.engines.ranks import GroupKey, group, per_part, total, weighted_ratio, where
 from keda_llm.exporter.model import EngineMetrics, Sample, Target
 
 NAME = "trtllm"
-PREFIX = "nv_trt_llm_"
+PREFIXES = ("nv_trt_llm_", trtllm_serve.PREFIX)
 
 REQUESTS = "nv_trt_llm_request_metrics"
 KV_BLOCKS = "nv_trt_llm_kv_cache_block_metrics"
 INPUT_TOKENS = "nv_llm_input_token_len"
 OUTPUT_TOKENS = "nv_llm_output_token_len"
 
-WANTED = frozenset({REQUESTS, KV_BLOCKS, INPUT_TOKENS + "_sum", OUTPUT_TOKENS + "_sum", OUTPUT_TOKENS + "_count"})
+WANTED = frozenset({REQUESTS, KV_BLOCKS, INPUT_TOKENS + "_sum", OUTPUT_TOKENS + "_sum",
+                    OUTPUT_TOKENS + "_count"}) | trtllm_serve.WANTED
 
 
 def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
+    if any(s.name.startswith(trtllm_serve.PREFIX) for s in samples):
+        return trtllm_serve.normalize([s for s in samples if s.name in trtllm_serve.WANTED], target, NAME)
+    return _triton(samples, target)
+
+
+def _triton(samples: list[Sample], target: Target) -> list[EngineMetrics]:
     role = target.role or "unified"
 
     def key(s: Sample) -> GroupKey:

@@ -43,6 +43,7 @@ from keda_llm.exporter.model import EngineMetrics, Sample, Target
 
 NAME = "vllm"
 PREFIX = "vllm:"
+PREFIXES = (PREFIX,)
 
 RUNNING = ("vllm:num_requests_running",)
 WAITING = ("vllm:num_requests_waiting",)

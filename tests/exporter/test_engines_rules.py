@@ -400,3 +400,62 @@ def test_weighted_ratio(ratios: dict[str, float], caps: dict[str, float],
         assert ratio is None
     else:
         assert ratio == pytest.approx(expected[0])
+
+
+# --- trtllm-serve (TensorRT-LLM's own OpenAI server) -------------------------------------------------------------
+
+TRTLLM_SERVE = """\
+# HELP trtllm_num_requests_running Number of active requests
+# TYPE trtllm_num_requests_running gauge
+trtllm_num_requests_running{engine_type="trtllm",model_name="nvidia/llama-8b-fp8"} 12.0
+# TYPE trtllm_num_requests_waiting gauge
+trtllm_num_requests_waiting{engine_type="trtllm",model_name="nvidia/llama-8b-fp8"} 5.0
+# TYPE trtllm_max_num_active_requests gauge
+trtllm_max_num_active_requests{engine_type="trtllm",model_name="nvidia/llama-8b-fp8"} 64.0
+# TYPE trtllm_kv_cache_utilization gauge
+trtllm_kv_cache_utilization{engine_type="trtllm",model_name="nvidia/llama-8b-fp8"} 0.375
+# TYPE trtllm_kv_cache_max_blocks gauge
+trtllm_kv_cache_max_blocks{engine_type="trtllm",model_name="nvidia/llama-8b-fp8"} 4096.0
+# TYPE trtllm_kv_cache_tokens_per_block gauge
+trtllm_kv_cache_tokens_per_block{engine_type="trtllm",model_name="nvidia/llama-8b-fp8"} 32.0
+# TYPE trtllm_request_success counter
+trtllm_request_success_total{engine_type="trtllm",finished_reason="stop",model_name="nvidia/llama-8b-fp8"} 90.0
+trtllm_request_success_total{engine_type="trtllm",finished_reason="length",model_name="nvidia/llama-8b-fp8"} 10.0
+# TYPE trtllm_prompt_tokens counter
+trtllm_prompt_tokens_total{engine_type="trtllm",model_name="nvidia/llama-8b-fp8"} 51200.0
+# TYPE trtllm_generation_tokens counter
+trtllm_generation_tokens_total{engine_type="trtllm",model_name="nvidia/llama-8b-fp8"} 25600.0
+# TYPE trtllm_time_to_first_token_seconds histogram
+trtllm_time_to_first_token_seconds_bucket{engine_type="trtllm",le="0.25",model_name="nvidia/llama-8b-fp8"} 80.0
+trtllm_time_to_first_token_seconds_bucket{engine_type="trtllm",le="+Inf",model_name="nvidia/llama-8b-fp8"} 100.0
+trtllm_time_to_first_token_seconds_count{engine_type="trtllm",model_name="nvidia/llama-8b-fp8"} 100.0
+trtllm_time_to_first_token_seconds_sum{engine_type="trtllm",model_name="nvidia/llama-8b-fp8"} 21.5
+"""
+
+
+def test_trtllm_serve_body_is_read_as_trtllm() -> None:
+    """Names and meanings from NVIDIA/TensorRT-LLM tensorrt_llm/metrics/collector.py (MetricsCollector): the
+    utilization is usedNumBlocks / maxNumBlocks, the capacity max blocks x tokens per block."""
+    assert detect(parse(TRTLLM_SERVE)) == "trtllm"
+    got = one(TRTLLM_SERVE, Target(url="u", model="configured"))
+    assert (got.engine, got.model) == ("trtllm", "nvidia/llama-8b-fp8")
+    assert (got.requests_running, got.requests_waiting, got.requests_max_running) == (12, 5, 64)
+    assert (got.kv_cache_usage_ratio, got.kv_cache_capacity_tokens) == (0.375, 4096 * 32)
+    assert (got.prompt_tokens_total, got.generation_tokens_total, got.requests_finished_total) == (51200, 25600, 100)
+    assert got.time_to_first_token_seconds is not None and got.time_to_first_token_seconds.count == 100
+
+
+def test_trtllm_serve_without_iteration_stats_reports_them_missing() -> None:
+    """Without `enable_iter_perf_stats` only the request families exist: queue and KV are missing, not 0."""
+    body = "\n".join(line for line in TRTLLM_SERVE.splitlines()
+                     if "request_success" in line or "prompt_tokens" in line or line.startswith("#")) + "\n"
+    got = one(body)
+    assert (got.requests_running, got.requests_waiting, got.kv_cache_usage_ratio, got.kv_cache_capacity_tokens) == (
+        None, None, None, None)
+    assert got.requests_finished_total == 100 and got.model == "nvidia/llama-8b-fp8"
+
+
+def test_forcing_trtllm_accepts_either_server() -> None:
+    assert one(TRTLLM_SERVE, Target(url="u", engine="trtllm")).requests_running == 12
+    with pytest.raises(ScrapeError, match=r"no trtllm metrics \(nv_trt_llm_\*, trtllm_\*\)"):
+        normalize('vllm:num_requests_running{model_name="m"} 1\n', Target(url="u", engine="trtllm"))

@@ -1,0 +1,63 @@
+"""TensorRT-LLM's own OpenAI server, `trtllm-serve` (`trtllm_*` at its /prometheus/metrics).
+
+Facts (NVIDIA/TensorRT-LLM tensorrt_llm/metrics/collector.py, `MetricsCollector`): every series carries the
+collector's labels (the served `model_name`, an `engine_type`); the iteration gauges come from the engine's
+own stats (`enable_iter_perf_stats`): `trtllm_num_requests_running` / `_waiting` (numActiveRequests,
+numQueuedRequests), `trtllm_max_num_active_requests`, `trtllm_kv_cache_utilization` (usedNumBlocks /
+maxNumBlocks, a 0-1 fraction), `trtllm_kv_cache_max_blocks` x `trtllm_kv_cache_tokens_per_block` (the
+capacity); the request counters and histograms come with `return_perf_metrics`. A build or a config without
+a family leaves its signal missing, never 0. Series that differ in another label (a `finished_reason`) are
+disjoint parts and summed.
+"""
+
+from __future__ import annotations
+
+from keda_llm.exporter.engines.ranks import GroupKey, first_histogram, group, histogram_names, pick, total
+from keda_llm.exporter.model import EngineMetrics, Sample, Target
+
+PREFIX = "trtllm_"
+
+RUNNING = ("trtllm_num_requests_running",)
+WAITING = ("trtllm_num_requests_waiting",)
+MAX_RUNNING = ("trtllm_max_num_active_requests",)
+KV_USAGE = ("trtllm_kv_cache_utilization",)
+KV_MAX_BLOCKS = ("trtllm_kv_cache_max_blocks",)
+KV_TOKENS_PER_BLOCK = ("trtllm_kv_cache_tokens_per_block",)
+PROMPT = ("trtllm_prompt_tokens_total",)
+GENERATION = ("trtllm_generation_tokens_total",)
+FINISHED = ("trtllm_request_success_total",)  # summed over finished_reason
+TTFT = ("trtllm_time_to_first_token_seconds",)
+ITL = ("trtllm_time_per_output_token_seconds",)
+
+WANTED = frozenset(RUNNING + WAITING + MAX_RUNNING + KV_USAGE + KV_MAX_BLOCKS + KV_TOKENS_PER_BLOCK + PROMPT
+                   + GENERATION + FINISHED + histogram_names(*TTFT, *ITL))
+
+
+def normalize(samples: list[Sample], target: Target, engine: str) -> list[EngineMetrics]:
+    """One EngineMetrics per `model_name` (the target's model where the body names none)."""
+    role = target.role or "unified"
+
+    def key(s: Sample) -> GroupKey:
+        return s.labels.get("model_name") or target.model or "unknown", role
+
+    out = []
+    for (model, role_), series in group(samples, key).items():
+        blocks, per_block = total(pick(series, *KV_MAX_BLOCKS)), total(pick(series, *KV_TOKENS_PER_BLOCK))
+        capacity = blocks * per_block if blocks and per_block else None
+        max_running = total(pick(series, *MAX_RUNNING))
+        out.append(EngineMetrics(
+            engine=engine,
+            model=model,
+            role=role_,
+            requests_running=total(pick(series, *RUNNING)),
+            requests_waiting=total(pick(series, *WAITING)),
+            requests_max_running=max_running if max_running else target.max_running,
+            kv_cache_usage_ratio=total(pick(series, *KV_USAGE)),
+            kv_cache_capacity_tokens=capacity,
+            prompt_tokens_total=total(pick(series, *PROMPT)),
+            generation_tokens_total=total(pick(series, *GENERATION)),
+            requests_finished_total=total(pick(series, *FINISHED)),
+            time_to_first_token_seconds=first_histogram(series, TTFT),
+            inter_token_latency_seconds=first_histogram(series, ITL),
+        ))
+    return out
