@@ -255,7 +255,16 @@ class Activator:
 
     # ---- the proxy ----
 
+    async def _models(self) -> web.Response:
+        """`GET /v1/models` answered here, from the config: a client's model listing neither wakes a model at
+        zero nor depends on which replica answers (it was a 404 unless a default model was set)."""
+        return web.json_response({"object": "list", "data": [
+            {"id": name, "object": "model", "owned_by": "keda-llm", "root": self.names[name]}
+            for name in sorted(self.names)]})
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if request.method == "GET" and request.path == "/v1/models" and not self.prefixes:
+            return await self._models()
         self.inflight += 1
         self._idle.clear()
         try:

@@ -98,14 +98,20 @@ class ActivationBus:
     newest stream is the one most likely still read by a live client.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.time, max_streams_per_key: int = 32) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time, max_streams_per_key: int = 32,
+                 max_keys: int = 10_000) -> None:
         if max_streams_per_key < 1:
             raise ValueError(f"max_streams_per_key must be >= 1, got {max_streams_per_key}")
+        if max_keys < 1:
+            raise ValueError(f"max_keys must be >= 1, got {max_keys}")
         self._clock = clock
         self._max = max_streams_per_key
+        self._max_keys = max_keys
         self._lock = threading.Lock()
         self._subs: dict[ScaledObjectKey, collections.OrderedDict[int, Subscription]] = {}
-        self._last: dict[ScaledObjectKey, float] = {}
+        # the last activation per ScaledObject, least recently activated first: bounded, since without a
+        # Kubernetes view any name is accepted (2,000 POSTs for names no ScaledObject has stayed for good)
+        self._last: collections.OrderedDict[ScaledObjectKey, float] = collections.OrderedDict()
 
     def subscribe(self, key: ScaledObjectKey) -> Subscription:
         """Register the calling stream (must run on the asyncio loop that will wait)."""
@@ -134,6 +140,9 @@ class ActivationBus:
         when = self._clock() if at is None else at
         with self._lock:
             self._last[key] = max(when, self._last.get(key, when))
+            self._last.move_to_end(key)
+            while len(self._last) > self._max_keys:
+                self._last.popitem(last=False)
             subs = list(self._subs.get(key, {}).values())
         for sub in subs:
             sub.notify()

@@ -185,3 +185,21 @@ def test_an_endpoint_never_connected_to_sends_the_request_elsewhere() -> None:
             await silent.stop()
 
     run(main())
+
+
+def test_the_model_list_is_answered_without_waking_anything() -> None:
+    """`GET /v1/models` (OpenAI clients list models first) lists the served names and aliases from the config:
+    no wake, no 404 when no default model is set."""
+    async def main() -> None:
+        up, act = await _world(default_model="")
+        try:
+            async with aiohttp.ClientSession() as s, s.get(act_url(act) + "/v1/models") as r:
+                assert r.status == 200
+                doc = await r.json()
+            assert doc["object"] == "list" and [m["id"] for m in doc["data"]] == ["m"]
+            assert up.posts == {}
+        finally:
+            await act.stop()
+            await up.stop()
+
+    run(main())

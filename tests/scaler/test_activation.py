@@ -300,3 +300,21 @@ def test_the_kubernetes_reader_says_whether_a_scaled_object_exists(tmp_path: Pat
         assert reader.exists("llm", "tracked") is True
         api.fail_with = 503
         assert reader.exists("llm", "other") is None  # the API cannot tell
+
+
+def test_the_bus_keeps_a_bounded_number_of_scaledobjects() -> None:
+    """Without a Kubernetes view any name is accepted: POSTs for names no ScaledObject has must not grow the
+    bus for good. The least recently activated go first; a recent one is kept."""
+    from keda_llm.scaler.activation import ActivationBus
+    from keda_llm.scaler.service import ScaledObjectKey
+
+    bus = ActivationBus(clock=lambda: 100.0, max_keys=50)
+    keep = ScaledObjectKey("llm", "real")
+    bus.activate(keep)
+    for i in range(200):
+        bus.activate(ScaledObjectKey("llm", f"unknown-{i}"))
+        if i % 10 == 0:
+            bus.activate(keep)  # still in use
+    assert bus.last_activation(keep) == 100.0
+    assert bus.last_activation(ScaledObjectKey("llm", "unknown-0")) is None
+    assert bus.last_activation(ScaledObjectKey("llm", "unknown-199")) == 100.0
