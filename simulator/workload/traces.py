@@ -322,7 +322,7 @@ def load_csv(path: str | Path, time_col: str, prompt_col: str, output_col: str, 
             line = line0 + 1 + k
             if not row:
                 continue
-            if len(row) < len(header):
+            if len(row) != len(header):  # more: an unquoted comma shifted the columns, and they would be misread
                 raise TraceError(f"{p}: line {line}: {len(row)} fields, header has {len(header)}")
             lines.append(line)
             times.append(_time(p, line, time_col, row[ti], time_unit))

@@ -197,3 +197,11 @@ def test_naive_date_times_read_the_same_in_every_local_zone(tmp_path: Path, monk
     monkeypatch.delenv("TZ")
     time.tzset()
     assert spans[0] == spans[1] == pytest.approx(3 * 3600)
+
+
+def test_a_row_with_more_fields_than_the_header_is_refused(tmp_path: Path) -> None:
+    """An unquoted comma shifts the columns after it: read as it stands, the row's numbers are misread."""
+    p = tmp_path / "shifted.csv"
+    p.write_text("timestamp,note,prompt_tokens,output_tokens\n0,ok,10,5\n1,a, b,20,7\n")
+    with pytest.raises(TraceError, match="line 3: 5 fields, header has 4"):
+        load_csv(p, "timestamp", "prompt_tokens", "output_tokens")
