@@ -153,10 +153,14 @@ def _ratio(num: float | None, den: float | None) -> float | None:
 
 
 def counter_rate(prev: float | None, cur: float | None, dt: float) -> float | None:
-    """Per-second increase; a decrease is a restart, counted from zero (Prometheus `rate` does the same)."""
-    if prev is None or cur is None or dt <= 0:
+    """Per-second increase; None across a decrease (see `_ReplicaTrack.add`)."""
+    if prev is None or cur is None or dt <= 0 or cur < prev:
         return None
-    return (cur - prev if cur >= prev else cur) / dt
+    return (cur - prev) / dt
+
+
+def _went_down(pairs: tuple[tuple[float | None, float | None], ...]) -> bool:
+    return any(p is not None and c is not None and c < p for p, c in pairs)
 
 
 def is_fresh(sample: ReplicaSample, now: float, stale_after: float) -> bool:
@@ -172,6 +176,10 @@ def _num(v: float | None) -> float | None:
 _RATE_SUMS = tuple((name, F[name + "_rate"]) for name in (
     "prompt", "generation", "finished", "ttft_sum", "ttft_count", "itl_sum", "itl_count", "prefix_queried",
     "prefix_hit"))
+#: rates read only as a ratio of the two (a mean latency, a hit rate): a replica counts in both sums or in
+#: neither, else one reporting a histogram's _count without its _sum dilutes the mean (0.4 s read as 0.2 s)
+_PAIRED = {"ttft_sum": "ttft_count", "ttft_count": "ttft_sum", "itl_sum": "itl_count", "itl_count": "itl_sum",
+           "prefix_queried": "prefix_hit", "prefix_hit": "prefix_queried"}
 
 
 def aggregate(samples: tuple[ReplicaSample, ...], rates: dict[str, Rates], upstream: float | None, now: float,
@@ -212,7 +220,7 @@ def aggregate(samples: tuple[ReplicaSample, ...], rates: dict[str, Rates], upstr
         if r is not None:
             for vals, (name, _) in zip(rate_vals, _RATE_SUMS, strict=True):
                 x = getattr(r, name)
-                if x is not None:
+                if x is not None and (name not in _PAIRED or getattr(r, _PAIRED[name]) is not None):
                     vals.append(x)
         m = _num(s.lora_max)
         if m is not None and m > 0:
@@ -326,6 +334,11 @@ def window_mean(bucket_means: npt.NDArray[np.float64]) -> npt.NDArray[np.float64
         return np.where(n > 0, total / np.maximum(n, 1), math.nan)
 
 
+#: the replica counters, in Rates' field order
+_COUNTERS = ("prompt_tokens_total", "generation_tokens_total", "requests_finished_total", "ttft_sum", "ttft_count",
+             "itl_sum", "itl_count", "prefix_queried_total", "prefix_hit_total")
+
+
 class _ReplicaTrack:
     """One replica's recent samples and what is needed for its counter rates."""
 
@@ -346,17 +359,12 @@ class _ReplicaTrack:
             return  # the same scrape seen again (or an older one): nothing new
         if prev is not None and prev.up and s.up:
             dt = s.timestamp - prev.timestamp
-            self.rates = Rates(
-                counter_rate(_num(prev.prompt_tokens_total), _num(s.prompt_tokens_total), dt),
-                counter_rate(_num(prev.generation_tokens_total), _num(s.generation_tokens_total), dt),
-                counter_rate(_num(prev.requests_finished_total), _num(s.requests_finished_total), dt),
-                counter_rate(_num(prev.ttft_sum), _num(s.ttft_sum), dt),
-                counter_rate(_num(prev.ttft_count), _num(s.ttft_count), dt),
-                counter_rate(_num(prev.itl_sum), _num(s.itl_sum), dt),
-                counter_rate(_num(prev.itl_count), _num(s.itl_count), dt),
-                counter_rate(_num(prev.prefix_queried_total), _num(s.prefix_queried_total), dt),
-                counter_rate(_num(prev.prefix_hit_total), _num(s.prefix_hit_total), dt),
-            )
+            pairs = tuple((_num(getattr(prev, f)), _num(getattr(s, f))) for f in _COUNTERS)
+            # A counter that went down (an engine restart, a reading published late, two pods trading names)
+            # gives no rates for this one interval, for any counter of the replica: counted from zero, as
+            # Prometheus' rate() does, a swap or a late reading read as 500,000 tokens a second, and a _sum
+            # reset without its _count made a mean TTFT six times too long. A restart costs one interval.
+            self.rates = Rates() if _went_down(pairs) else Rates(*(counter_rate(p, c, dt) for p, c in pairs))
         elif not s.up:
             self.rates = Rates()
         self.last = s

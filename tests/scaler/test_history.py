@@ -34,11 +34,47 @@ def test_counter_rates_and_reset() -> None:
                                      requests_finished_total=6)))
     assert h.replica_rates("a") == Rates(1000.0, 100.0, 2.0)
     assert len(h.replica_samples("a")) == 2
-    # Engine restarted: counters went down, counted from zero.
+    # Engine restarted: counters went down. That interval gives no rates (when the restart fell in it is
+    # unknown); the next one counts from the restarted counters.
     h.ingest(obs(14.0, ReplicaSample("a", 14.0, prompt_tokens_total=500, generation_tokens_total=20,
                                      requests_finished_total=1)))
-    assert h.replica_rates("a") == Rates(250.0, 10.0, 0.5)
+    assert h.replica_rates("a") == Rates()
+    h.ingest(obs(16.0, ReplicaSample("a", 16.0, prompt_tokens_total=1500, generation_tokens_total=220,
+                                     requests_finished_total=5)))
+    assert h.replica_rates("a") == Rates(500.0, 100.0, 2.0)
     assert counter_rate(None, 5.0, 1.0) is None and counter_rate(1.0, 5.0, 0.0) is None
+    assert counter_rate(5.0, 4.0, 1.0) is None
+
+
+@pytest.mark.parametrize(("why", "later"), [
+    # a reading published late, its stamp after a newer one's: a dip of 50 tokens
+    ("a late reading", {"prompt_tokens_total": 999_950.0, "ttft_sum": 400.0, "ttft_count": 1000.0}),
+    # two pods trading names: this name now reads the other pod's counters
+    ("two pods trading names", {"prompt_tokens_total": 5_000.0, "ttft_sum": 2.0, "ttft_count": 10.0}),
+    # an early restart: _sum came down, _count (small still) did not
+    ("a _sum reset without its _count", {"prompt_tokens_total": 1_000_100.0, "ttft_sum": 0.5, "ttft_count": 1002.0}),
+])
+def test_a_counter_going_down_is_never_a_spike(why: str, later: dict[str, float]) -> None:
+    """Found by a review: counted from zero, as Prometheus' rate() does, these read as 1,000,150 and 503,100
+    tokens a second, and a mean TTFT of 1.5 s for a true 0.25 s."""
+    h = ModelHistory("ns", "m")
+    h.ingest(obs(10.0, ReplicaSample("a", 10.0, prompt_tokens_total=999_000.0, ttft_sum=399.0, ttft_count=998.0)))
+    h.ingest(obs(11.0, ReplicaSample("a", 11.0, prompt_tokens_total=1_000_000.0, ttft_sum=400.0, ttft_count=1000.0)))
+    h.ingest(obs(12.0, ReplicaSample("a", 12.0, **later)))
+    assert h.replica_rates("a") == Rates(), why
+    load = h.window(12.0, 1.0)
+    assert load.prompt_rate is None or load.prompt_rate <= 1000.0, why
+    assert load.mean_ttft is None or load.mean_ttft <= 0.5, why
+
+
+def test_a_mean_latency_counts_only_replicas_that_report_both_sum_and_count() -> None:
+    """A replica with a histogram's _count but no _sum (NaN) added requests to the mean's denominator only:
+    a true 0.4 s read as 0.2 s, and the latency term under-asked."""
+    h = ModelHistory("ns", "m")
+    for t, n in ((10.0, 0.0), (20.0, 10.0)):
+        h.ingest(obs(t, ReplicaSample("a", t, ttft_sum=0.4 * n, ttft_count=n),
+                     ReplicaSample("b", t, ttft_sum=math.nan, ttft_count=n)))
+    assert h.window(20.0, 1.0).mean_ttft == pytest.approx(0.4)
 
 
 def test_rates_summed_over_replicas_in_the_window() -> None:
@@ -191,11 +227,15 @@ def test_windowed_mean_latency_is_a_ratio_of_sums_over_replicas_with_resets() ->
     # (10 + 2) s of TTFT over (5 + 10) requests = 0.8 s (the mean of the two means would be 1.1 s).
     assert load.mean_ttft == pytest.approx(0.8)
     assert load.mean_itl == pytest.approx(0.03)  # (5 + 1) s over (100 + 100) gaps
-    # a restarts: its counters read from zero (3 s over 1 request in 10 s); b adds 2 s over 10 requests.
+    # a restarts: its interval gives nothing (no spike from counters read from zero); b adds 2 s over 10
+    # requests; the next interval counts a again, from its restarted counters.
     h.ingest(obs(30.0, ReplicaSample("a", 30.0, ttft_sum=3.0, ttft_count=1.0),
                  ReplicaSample("b", 30.0, ttft_sum=4.0, ttft_count=20.0)))
-    assert h.window(30.0, 1.0).mean_ttft == pytest.approx((3.0 + 2.0) / (1.0 + 10.0))
+    assert h.window(30.0, 1.0).mean_ttft == pytest.approx(2.0 / 10.0)
     assert h.window(30.0, 1.0).mean_itl is None  # nobody reported the ITL histogram this time
+    h.ingest(obs(40.0, ReplicaSample("a", 40.0, ttft_sum=7.0, ttft_count=3.0),
+                 ReplicaSample("b", 40.0, ttft_sum=6.0, ttft_count=30.0)))
+    assert h.window(40.0, 1.0).mean_ttft == pytest.approx((4.0 + 2.0) / (2.0 + 10.0))
 
 
 def test_no_latency_histograms_no_mean() -> None:
