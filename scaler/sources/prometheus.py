@@ -100,7 +100,10 @@ class PrometheusSource(BackgroundSource):
         with self._cycle_lock:
             now = self._clock()
             fields = sorted(self._queries)
-            answers = list(self._pool.map(self._vector, fields))
+            # every signal at one evaluation time: run at Prometheus' own "now" each, a scrape landing
+            # between two of them mixed two scrapes in one observation (a panic-window TTFT read double)
+            at = time.time()
+            answers = list(self._pool.map(lambda f: self._vector(f, at), fields))
             failed = [a for a in answers if isinstance(a, SourceError)]
             for exc in failed:
                 self._errors.add(exc.reason)
@@ -128,9 +131,9 @@ class PrometheusSource(BackgroundSource):
         self._subscribers.publish(observations)
         return observations
 
-    def _vector(self, fname: str) -> list[VectorSample] | SourceError:
+    def _vector(self, fname: str, at: float) -> list[VectorSample] | SourceError:
         try:
-            return self._client.vector(self._queries[fname])
+            return self._client.vector(self._queries[fname], at)
         except SourceError as exc:
             return exc
 

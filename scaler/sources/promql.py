@@ -122,11 +122,13 @@ class PrometheusClient:
         self._max_bytes = max_bytes
         self._headers = dict(headers or {})
 
-    def query(self, promql: str) -> tuple[str, list[VectorSample] | float]:
-        """Evaluate `promql` now. Prometheus' own 4xx/5xx JSON errors surface as api_error."""
+    def query(self, promql: str, at: float | None = None) -> tuple[str, list[VectorSample] | float]:
+        """Evaluate `promql` at `at` (Unix seconds; None: Prometheus' now). Prometheus' own 4xx/5xx JSON errors
+        surface as api_error."""
+        params = {"query": promql} if at is None else {"query": promql, "time": f"{at:.3f}"}
         _, body = fetch(
             self.url, timeout_s=self._timeout_s, max_bytes=self._max_bytes,
-            params={"query": promql}, headers=self._headers, ok_statuses=(200, 400, 422, 503),
+            params=params, headers=self._headers, ok_statuses=(200, 400, 422, 503),
         )
         return parse_query_response(body, promql)
 
@@ -140,8 +142,8 @@ class PrometheusClient:
         )
         return parse_range_response(body, promql)
 
-    def vector(self, promql: str) -> list[VectorSample]:
-        rtype, result = self.query(promql)
+    def vector(self, promql: str, at: float | None = None) -> list[VectorSample]:
+        rtype, result = self.query(promql, at)
         if not isinstance(result, list):
             raise SourceError("result_type", f"query {promql!r}: resultType {rtype!r}, expected vector")
         return result

@@ -216,3 +216,28 @@ def test_empty_observation_for_a_watched_model_after_a_good_cycle() -> None:
     finally:
         source.stop()
         fake.close()
+
+
+def test_every_signal_of_a_cycle_is_evaluated_at_one_time() -> None:
+    """Each query at Prometheus' own "now", a scrape landing between two of them mixed two scrapes in one
+    observation (a panic-window mean TTFT read twice its value, found by a review)."""
+
+    class Recording(PrometheusClient):
+        def __init__(self) -> None:
+            super().__init__("127.0.0.1:9")
+            self.ats: list[float | None] = []
+
+        def vector(self, promql: str, at: float | None = None) -> list[VectorSample]:
+            self.ats.append(at)
+            return []
+
+    client = Recording()
+    source = PrometheusSource(client, clock=Clock())
+    try:
+        source.collect_once()
+        source.collect_once()
+    finally:
+        source.stop()
+    n = len(signal_queries())
+    assert len(client.ats) == 2 * n and None not in client.ats
+    assert len(set(client.ats[:n])) == 1 and len(set(client.ats[n:])) == 1
