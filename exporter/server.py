@@ -155,7 +155,8 @@ class MetricsServer:
         self._thread.start()
 
     def stop(self) -> None:
-        self._httpd.shutdown()
+        if self._thread is not None:  # shutdown() waits for serve_forever: never started, it waited for ever
+            self._httpd.shutdown()
         self._httpd.server_close()
         if self._thread is not None:
             self._thread.join(5.0)

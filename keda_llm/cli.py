@@ -36,7 +36,7 @@ def _missing_extra(name: str, err: ModuleNotFoundError) -> bool:
     if (err.name or "").split(".")[0] not in SIM_ONLY:
         return False
     print(f"keda-llm {name}: needs the simulator's dependencies ({err.name} is not installed); "
-          f"hint: pip install 'keda-llm[sim]'", file=sys.stderr)
+          f"hint: pip install -e '.[sim]' (from a checkout)", file=sys.stderr)
     return True
 
 

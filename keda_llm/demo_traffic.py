@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 from collections.abc import Callable, Coroutine, Sequence
@@ -137,6 +138,8 @@ class Load:
         self._sent_times: list[float] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._cancelled = False  # cancel(): send nothing more
+        self._runner: asyncio.Task[None] | None = None  # run(), awaited by cancel() so its session closes
+        self._woken: asyncio.Event | None = None  # set by cancel(): run() stops waiting for its next send
         self.done = False
 
     def rate(self, now: float, window: float = 5.0) -> float:
@@ -150,12 +153,15 @@ class Load:
 
     async def run(self) -> None:
         """Send the whole schedule, then wait for every answer."""
+        self._runner = asyncio.current_task()
+        self._woken = woken = asyncio.Event()
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
                                          timeout=aiohttp.ClientTimeout(total=None, sock_read=600)) as session:
             for i, s in enumerate(self.schedule):
                 delay = s.at - self.clock()
-                if delay > 0:
-                    await asyncio.sleep(delay)
+                if delay > 0 and not self._cancelled:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(woken.wait(), delay)
                 if self._cancelled:
                     break
                 task = asyncio.create_task(self._one(session, i, s))
@@ -172,6 +178,13 @@ class Load:
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        # run() may be asleep until its next send: wake it and let it end, so its client session closes on
+        # this loop (left pending, the loop's close printed "Unclosed client session", "Task was destroyed")
+        if self._woken is not None:
+            self._woken.set()
+        runner = self._runner
+        if runner is not None and not runner.done() and runner is not asyncio.current_task():
+            await asyncio.gather(runner, return_exceptions=True)
 
     async def _one(self, session: aiohttp.ClientSession, i: int, s: Send) -> None:
         st = self.stats

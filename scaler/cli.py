@@ -118,7 +118,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "pod-deletion-cost so a scale-down removes it first (needs `patch` on pods: "
                         "deploy/overlays/pod-deletion-cost; not with --no-kube)")
     k.add_argument("--activation-token", default=env("KEDA_LLM_ACTIVATION_TOKEN"),
-                   help="require `Authorization: Bearer <token>` on POST /v1/activate")
+                   help="require `Authorization: Bearer <token>` on POST /v1/activate [$KEDA_LLM_ACTIVATION_TOKEN]")
     w = parser.add_argument_group("cold-start warming (ScaledObjects with warmPath)")
     w.add_argument("--warm-token-file", default=env("KEDA_LLM_WARM_TOKEN_FILE"),
                    help="file holding the exporters' POST /v1/warm bearer token (a mounted Secret; re-read when "

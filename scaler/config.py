@@ -349,7 +349,7 @@ class ScalerConfig:
     exporters_service: str = _key("", "exportersService", parse_host_port,
                                   "Headless Service whose DNS names the exporters (`host[:port]`, port 9400 when "
                                   "omitted); empty: the scaler's own default (command line).",
-                                  "keda-llm-exporter.keda-llm.svc:9400", shown_default="(scaler default)")
+                                  "keda-llm-exporter.keda-llm-exporter.svc:9400", shown_default="(scaler default)")
     exporters: tuple[str, ...] = _key((), "exporters", parse_list,
                                       "Static comma-separated list of exporters (`host:port` or URLs), instead of "
                                       "`exportersService`.", "10.0.0.5:9400,10.0.0.6:9400", shown_default="(none)")

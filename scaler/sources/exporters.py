@@ -48,7 +48,7 @@ def dns_targets(
     name: str, port: int = DEFAULT_PORT, *, path: str = "/metrics", getaddrinfo: GetAddrInfo = socket.getaddrinfo,
     scheme: str = "http",
 ) -> Resolver:
-    """Every address of a headless Service (e.g. `keda-llm-exporter.keda-llm.svc`), sorted, as URLs
+    """Every address of a headless Service (e.g. `keda-llm-exporter.keda-llm-exporter.svc`), sorted, as URLs
     (`https` for exporters serving TLS: they are dialled by pod IP, so the caller's context checks the
     chain, not the name; common/tls.py)."""
 

@@ -385,7 +385,9 @@ def _demo_interrupted(until: Callable[[Any], None]) -> tuple[str, str, int]:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert "Traceback" not in err and "Exception ignored" not in err, err
+    for noise in ("Traceback", "Exception ignored", "Unclosed client session", "Task was destroyed",
+                  "RuntimeError"):  # each once printed under the summary, which then looked like a crash
+        assert noise not in err, err
     return out, err, proc.returncode
 
 

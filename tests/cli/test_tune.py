@@ -198,4 +198,4 @@ def test_without_the_sim_extra_it_names_the_extra() -> None:
                      "--quick")
     assert code == 2
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and "pip install 'keda-llm[sim]'" in lines[0], err
+    assert len(lines) == 1 and "pip install -e '.[sim]'" in lines[0], err

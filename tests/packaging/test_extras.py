@@ -61,4 +61,4 @@ def test_simulate_names_the_extra_it_needs() -> None:
     code, err = _run("simulate", "--trace", "azure-code-2023", "--window", "0:60", "--policies", "static")
     assert code == 2
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and "pip install 'keda-llm[sim]'" in lines[0], err
+    assert len(lines) == 1 and "pip install -e '.[sim]'" in lines[0], err

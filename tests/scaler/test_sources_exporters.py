@@ -240,11 +240,11 @@ def test_background_loop_publishes_to_subscribers(servers: list[BodyServer]) -> 
 
 def test_dns_targets_sorted_unique_urls_ipv6_bracketed() -> None:
     def fake(name: str, port: int, type: int) -> list[tuple[object, object, object, object, tuple[object, ...]]]:
-        assert (name, port, type) == ("keda-llm-exporter.keda-llm.svc", 9400, socket.SOCK_STREAM)
+        assert (name, port, type) == ("keda-llm-exporter.keda-llm-exporter.svc", 9400, socket.SOCK_STREAM)
         return [(2, 1, 6, "", ("10.0.0.9", 9400)), (2, 1, 6, "", ("10.0.0.10", 9400)),
                 (2, 1, 6, "", ("10.0.0.9", 9400)), (10, 1, 6, "", ("fd00::5", 9400, 0, 0))]
 
-    resolve = dns_targets("keda-llm-exporter.keda-llm.svc", getaddrinfo=fake)
+    resolve = dns_targets("keda-llm-exporter.keda-llm-exporter.svc", getaddrinfo=fake)
     assert list(resolve()) == ["http://10.0.0.10:9400/metrics", "http://10.0.0.9:9400/metrics",
                                "http://[fd00::5]:9400/metrics"]
 
