@@ -62,3 +62,11 @@ def test_simulate_names_the_extra_it_needs() -> None:
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "pip install -e '.[sim]'" in lines[0], err
+
+
+def test_the_demo_names_the_extra_it_needs_and_ends() -> None:
+    """Without the extra the demo's parts stop before they started; stopping the exporter's server that never
+    served waited for ever (a review found the demo hanging with no output in a core-only install)."""
+    code, err = _run("demo", "--duration", "20", "--plain", timeout=60)
+    assert code != 0 and "Traceback" not in err, err
+    assert "pip install -e '.[sim]'" in err or "pip install -e '.[demo]'" in err, err
