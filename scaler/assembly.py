@@ -371,7 +371,7 @@ def build(settings: ScalerSettings, *, reader: WorkloadSource | None = None, clo
                 reader.track(key.namespace, variant.name)
 
     def on_forget(key: ScaledObjectKey, cfg: ScalerConfig) -> None:
-        """No entry of the service uses this ScaledObject (nor, for the source, its model) any more."""
+        """No entry of the service uses this ScaledObject any more (its model stays watched at its source)."""
         bus.untrack(key)
         if reader is not None:
             reader.untrack(key.namespace, key.name)
