@@ -152,7 +152,7 @@ def _history(args: argparse.Namespace, model: str) -> Trace:
 SLO_TTFT_S = (0.01, 3600.0)
 SLO_ITL_S = (0.001, 60.0)
 #: less than this much traffic, or this many requests, and a pick says little (a warning, not a refusal)
-SHORT_TRACE_S, FEW_REQUESTS = 3600.0, 100
+SHORT_TRACE_S, FEW_REQUESTS = 1800.0, 100
 
 
 def _check_writable(flag: str, path: Path) -> None:
@@ -303,7 +303,8 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
                       + f" on {min(args.workers, runs)} worker(s)")
     if trace.duration_s < SHORT_TRACE_S or len(trace) < FEW_REQUESTS:
         err_console.print(f"warning: {len(trace)} requests over {trace.duration_s / 60:.1f} minutes: a pick on less "
-                          f"than an hour or {FEW_REQUESTS} requests of traffic says little (docs/tune.md, Limits)")
+                          f"than {SHORT_TRACE_S / 60:g} minutes or {FEW_REQUESTS} requests of traffic says little "
+                          "(docs/tune.md, Limits)")
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=err_console, transient=True, disable=args.quiet)
     task = progress.add_task("sweep", total=runs + (0 if args.no_oracle else 1))
