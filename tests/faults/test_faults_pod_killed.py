@@ -28,7 +28,7 @@ import grpc
 import pytest
 from httpstub import free_port
 from keda_client import PushHolder, Service
-from prometheus_server import refused_address
+from prometheus_server import BodyServer
 from scaler_harness import get, metric_value, post
 
 from keda_llm.scaler.externalscaler import externalscaler_pb2 as pb
@@ -89,9 +89,12 @@ def wait_until(what: str, check: object, timeout: float = 20.0) -> None:
 
 @pytest.fixture
 def two_pods() -> Iterator[dict[str, object]]:
-    # Every exporter is unreachable: no model has a replica in sight, so each ScaledObject is idle at zero
-    # and only an activation makes it active.
-    exporters = refused_address()
+    # The exporter answers and lists no engine (every model at zero): no model has a replica in sight, so each
+    # ScaledObject is idle at zero and only an activation makes it active. (An exporter that does not answer
+    # is missing data, not idleness: UNAVAILABLE, tests/scaler/test_zero_without_data.py.)
+    exporter = BodyServer('llm_exporter_targets{node="gpu-1",state="all"} 0\n'
+                          'llm_exporter_targets{node="gpu-1",state="up"} 0\n')
+    exporters = exporter.address
     ports = {k: free_port() for k in ("a_grpc", "a_http", "b_grpc", "b_http")}
     a = ScalerProcess(ports["a_grpc"], ports["a_http"], ports["b_http"], exporters)
     b = ScalerProcess(ports["b_grpc"], ports["b_http"], ports["a_http"], exporters)
@@ -103,6 +106,7 @@ def two_pods() -> Iterator[dict[str, object]]:
             proc = pods.get(key)
             if isinstance(proc, ScalerProcess):
                 proc.kill()
+        exporter.close()
 
 
 def test_keda_reconnects_to_the_peer_and_no_activation_is_lost_nor_any_false_pushed(
@@ -141,9 +145,20 @@ def test_keda_reconnects_to_the_peer_and_no_activation_is_lost_nor_any_false_pus
         assert all(keda.logs[n].opened == 2 for n in names)
 
         # The polled path through the Service agrees (KEDA's next poll, the HPA's GetMetrics): the
-        # activations hold both awake at 1 replica; `idle` stays at 0.
+        # activations hold both awake at 1 replica; `idle` stays at 0. Until B's first collection for these
+        # ScaledObjects it has no data (UNAVAILABLE: KEDA holds); KEDA polls again, and so does this.
         with grpc.insecure_channel(service.address) as channel:
             client = pb_grpc.ExternalScalerStub(channel)  # type: ignore[no-untyped-call]
+
+            def collected() -> bool:
+                try:
+                    client.IsActive(trigger("idle"), timeout=5)
+                    return True
+                except grpc.RpcError as err:
+                    assert err.code() == grpc.StatusCode.UNAVAILABLE, err
+                    return False
+
+            wait_until("B's first collection", collected, timeout=15)
             for name, active in (("chat", True), ("code", True), ("idle", False)):
                 so = trigger(name)
                 assert client.IsActive(so, timeout=5).result is active, name
