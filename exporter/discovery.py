@@ -27,9 +27,9 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
+from keda_llm.common.times import iso_seconds
 from keda_llm.common.vocabulary import ENGINES, ROLES
 from keda_llm.exporter.config import ExporterConfig, KubernetesConfig
 from keda_llm.exporter.model import Target
@@ -54,7 +54,7 @@ class DiscoveryError(Exception):
 
 def parse_time(text: str) -> float:
     """Unix seconds from a Kubernetes RFC 3339 timestamp ("2025-01-02T03:04:05Z")."""
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    return iso_seconds(text)
 
 
 def _serving_container(pod: Mapping[str, Any], ann: Mapping[str, str]) -> Mapping[str, Any] | None:

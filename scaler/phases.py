@@ -25,10 +25,11 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
+
+from keda_llm.common.times import iso_seconds
 
 PHASES = ("scheduled", "image_pulled", "container_started", "engine_ready", "cold_start")
 #: Histogram buckets (seconds): a phase takes from under a second (a cached image) to many minutes (a node).
@@ -42,7 +43,7 @@ def timestamp(text: Any) -> float | None:
     if not isinstance(text, str) or not text:
         return None
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+        return iso_seconds(text)
     except ValueError:
         return None
 

@@ -27,10 +27,11 @@ from pathlib import Path
 
 from keda_llm.common.durations import parse_duration
 from keda_llm.common.httpget import FetchError, fetch
+from keda_llm.common.times import iso_seconds
 from keda_llm.common.vocabulary import ENGINE_METRICS
 from keda_llm.scaler.sources.errors import SourceError
 from keda_llm.scaler.sources.promql import parse_range_response
-from keda_llm.simulator.workload.traces import MINUTE_COLUMNS, iso_seconds
+from keda_llm.simulator.workload.traces import MINUTE_COLUMNS
 
 #: points per series in one range query: Prometheus refuses (end - start) / step > 11,000 (web/api/v1/api.go)
 MAX_POINTS = 11_000

@@ -13,15 +13,15 @@ import gzip
 import io
 import json
 import math
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import IO, Literal
 
 import numpy as np
 from numpy.typing import NDArray
+
+from keda_llm.common.times import iso_seconds
 
 DATA = Path(__file__).parent / "data"
 TimeUnit = Literal["s", "ms", "us", "datetime"]
@@ -192,26 +192,6 @@ class Trace:
 MAX_TOKENS = 100_000_000
 #: a timestamp in seconds past this (the year 5138) is a wrong unit, not a date
 _LATEST_PLAUSIBLE_S = 1e11
-_ISO = re.compile(r"(\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?)?)(?:[.,](\d+))?\s*(Z|z|[+-]\d{2}(?::?\d{2})?)?")
-
-
-def iso_seconds(text: str) -> float:
-    """Unix seconds of an ISO 8601 date-time, read the same on every Python the package supports and in every
-    local time zone: any number of fraction digits, `Z` or a `+hh:mm` offset, UTC when it names no zone.
-    ValueError when it is not one."""
-    m = _ISO.fullmatch(text.strip())
-    if m is None:
-        raise ValueError(f"not an ISO 8601 date-time: {text!r}")
-    base, frac, zone = m.groups()
-    tz = UTC
-    if zone and zone not in "Zz":
-        sign = -1 if zone[0] == "-" else 1
-        digits = zone[1:].replace(":", "")
-        tz = timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:] or 0)))
-    dt = datetime.fromisoformat(base.replace(" ", "T")).replace(tzinfo=tz)
-    return dt.timestamp() + (float("0." + frac) if frac else 0.0)
-
-
 def _open(path: Path) -> IO[str]:
     if not path.exists():
         raise TraceError(f"{path}: no such file")

@@ -169,7 +169,7 @@ def test_shipped_burstgpt_week() -> None:
 def test_iso_date_times_with_fractions_and_zones(text: str, seconds: float) -> None:
     """Log formats as written: any fraction digits, Z or an offset; UTC where no zone is named, whatever the
     machine's local zone."""
-    from keda_llm.simulator.workload.traces import iso_seconds
+    from keda_llm.common.times import iso_seconds
 
     assert iso_seconds(text) == pytest.approx(seconds, abs=1e-6)
 
