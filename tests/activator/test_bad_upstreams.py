@@ -15,6 +15,8 @@ each case needs (found by a review against real local servers):
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -81,35 +83,36 @@ class RawUpstream:
             pass
 
 
-async def _world(**kw: Any) -> tuple[RawUpstream, Any]:
+@contextlib.asynccontextmanager
+async def _world(**kw: Any) -> AsyncIterator[tuple[RawUpstream, Any]]:
+    """One RawUpstream behind a started activator (stopped, both, on the way out)."""
     up = await RawUpstream().start()
     kw.setdefault("default_model", "m")
     act = await start_activator(ActivatorConfig(models=(model_config("m", (up.url,)),), probe_interval=3600,
                                                 read_timeout=LIMIT, **kw))
-    await wait_for(lambda: bool(act.endpoints.ready("m")))
-    return up, act
+    try:
+        await wait_for(lambda: bool(act.endpoints.ready("m")))
+        yield up, act
+    finally:
+        await act.stop()
+        await up.stop()
 
 
 def test_a_request_the_upstream_drops_is_tried_once_more_then_502() -> None:
     async def main() -> None:
-        up, act = await _world()  # max_wait 5 m: before the fix the request was resent until then
-        try:
+        async with _world() as (up, act):  # max_wait 5 m: before the fix the request was resent until then
             async with aiohttp.ClientSession() as s, s.post(act_url(act) + "/v1/drop", json={"model": "m"}) as r:
                 assert r.status == 502
                 assert (await r.json())["error"]["type"] == "upstream"
             assert up.posts["/v1/drop"] == 2  # the stale pooled connection allowance, then the answer
             assert act.endpoints.ready("m")  # not set aside: it answers other requests
-        finally:
-            await act.stop()
-            await up.stop()
 
     run(main())
 
 
 def test_a_malformed_chunked_answer_is_cut_at_read_timeout() -> None:
     async def main() -> None:
-        up, act = await _world()
-        try:
+        async with _world() as (_up, act):
             async with aiohttp.ClientSession() as s:
                 got = b""
                 try:
@@ -121,39 +124,27 @@ def test_a_malformed_chunked_answer_is_cut_at_read_timeout() -> None:
                 except aiohttp.ClientPayloadError:
                     ended = "cut"
             assert ended == "cut" and got == b'data: {"i": 0}\n\n'  # what came before, then a short answer
-        finally:
-            await act.stop()
-            await up.stop()
 
     run(main(), timeout=30.0)  # a hang here is the bug: read_timeout is 1 s
 
 
 def test_expect_100_continue_is_not_passed_on() -> None:
     async def main() -> None:
-        up, act = await _world()
-        try:
-            async with aiohttp.ClientSession() as s, s.post(act_url(act) + "/v1/ok", json={"model": "m"},
-                                                            expect100=True) as r:
-                assert r.status == 200 and (await r.json()) == {"ok": True}
-        finally:
-            await act.stop()
-            await up.stop()
+        async with _world() as (_up, act), aiohttp.ClientSession() as s, \
+                s.post(act_url(act) + "/v1/ok", json={"model": "m"}, expect100=True) as r:
+            assert r.status == 200 and (await r.json()) == {"ok": True}
 
     run(main(), timeout=30.0)
 
 
 def test_a_body_that_is_not_json_is_a_bad_request() -> None:
     async def main() -> None:
-        up, act = await _world(default_model="")  # the model must be read from the body
-        try:
-            async with aiohttp.ClientSession() as s:
-                async with s.post(act_url(act) + "/v1/ok", data=b"not json") as r:
-                    assert r.status == 400 and (await r.json())["error"]["type"] == "bad_request"
-                async with s.post(act_url(act) + "/v1/ok", json={"model": "other"}) as r:
-                    assert r.status == 404  # JSON naming a model not served here
-        finally:
-            await act.stop()
-            await up.stop()
+        # the model must be read from the body
+        async with _world(default_model="") as (_up, act), aiohttp.ClientSession() as s:
+            async with s.post(act_url(act) + "/v1/ok", data=b"not json") as r:
+                assert r.status == 400 and (await r.json())["error"]["type"] == "bad_request"
+            async with s.post(act_url(act) + "/v1/ok", json={"model": "other"}) as r:
+                assert r.status == 404  # JSON naming a model not served here
 
     run(main())
 
@@ -191,15 +182,11 @@ def test_the_model_list_is_answered_without_waking_anything() -> None:
     """`GET /v1/models` (OpenAI clients list models first) lists the served names and aliases from the config:
     no wake, no 404 when no default model is set."""
     async def main() -> None:
-        up, act = await _world(default_model="")
-        try:
+        async with _world(default_model="") as (up, act):
             async with aiohttp.ClientSession() as s, s.get(act_url(act) + "/v1/models") as r:
                 assert r.status == 200
                 doc = await r.json()
             assert doc["object"] == "list" and [m["id"] for m in doc["data"]] == ["m"]
             assert up.posts == {}
-        finally:
-            await act.stop()
-            await up.stop()
 
     run(main())
