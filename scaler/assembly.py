@@ -189,16 +189,15 @@ class Sources:
             self._restore_loop.start()  # once: a second start does nothing
         return source
 
-    def answered(self, cfg: ScalerConfig, now: float) -> bool:
-        """Whether the config's source has collected replica data within its staleAfter: only then does a model
-        it does not list mean "no replica runs", not "no data"."""
+    def answered_at(self, cfg: ScalerConfig) -> float | None:
+        """When the config's source last collected replica data (None: never): within its staleAfter, a model it
+        does not list means "no replica runs", not "no data"."""
         try:
             key = self.key(cfg)
         except ConfigError:
-            return False
+            return None
         held = self._sources.get(key)
-        last = held[0].status().last_success_at if held is not None else None
-        return last is not None and now - last <= cfg.stale_after
+        return held[0].status().last_success_at if held is not None else None
 
     def history(self, namespace: str, cfg: ScalerConfig) -> ModelHistory | None:
         """The model's history as the config's own source collected it (None: not collected yet)."""
@@ -388,7 +387,7 @@ def build(settings: ScalerSettings, *, reader: WorkloadSource | None = None, clo
     refresh_s = settings.refresh_s
     service = ScalerService(
         decide=levers, history_for=lambda key, cfg: sources.history(key.namespace, cfg),
-        history_lock=sources.history_lock, source_answered=lambda key, cfg, now: sources.answered(cfg, now),
+        history_lock=sources.history_lock, source_answered_at=lambda key, cfg: sources.answered_at(cfg),
         workloads=(lambda k: reader.state(k.namespace, k.name)) if reader is not None else None,
         bus=bus, clock=clock, on_new=on_new, on_forget=on_forget, metrics=metrics,
         tick_s=settings.tick_s, activation_hold_s=settings.activation_hold_s,

@@ -16,7 +16,9 @@ background thread re-decides each ScaledObject when its inputs change (or its an
 old), on the same tick grid, and RPCs read the answer: an answer younger than `reuse_s` is served as
 it is, an older one is decided on the spot as before. The policy state then moves with the data, not
 with who asked when, so two pods fed the same collections step their policies at the same ticks.
-With `reuse_s` = 0 (the default) every tick is decided on the first question in it.
+With `reuse_s` = 0 (the default) every tick is decided on the first question in it. An UNAVAILABLE
+answer (no usable data) moved no policy state, so it is not held to its tick: the next question after
+its inputs change (a collection lands, the source answers, an activation) is decided again at once.
 
 Rules this module owns (DESIGN.md "Decision semantics"):
 - No usable data -> `NoUsableData` (the servicer answers UNAVAILABLE: KEDA and the HPA hold).
@@ -169,7 +171,8 @@ class _Entry:
     result: Answer | NoUsableData | None = None
     last_used: float = 0.0
     last_decision: Decision | None = None
-    inputs: tuple[float | None, float | None] | None = None  # (history's last collection, last activation)
+    # (history's last collection, last activation, source's last answer)
+    inputs: tuple[float | None, float | None, float | None] | None = None
     at_zero: bool = False  # the target ran no replica at the last decision (known, or as collection saw it)
 
 
@@ -300,7 +303,7 @@ class ScalerService:
         on_new: Callable[[ScaledObjectKey, ScalerConfig], None] | None = None,
         on_forget: Callable[[ScaledObjectKey, ScalerConfig], None] | None = None,
         reuse_s: float = 0.0,
-        source_answered: Callable[[ScaledObjectKey, ScalerConfig, float], bool] | None = None,
+        source_answered_at: Callable[[ScaledObjectKey, ScalerConfig], float | None] | None = None,
     ) -> None:
         if tick_s <= 0:
             raise ValueError(f"tick_s must be > 0, got {tick_s}")
@@ -316,9 +319,9 @@ class ScalerService:
         self._on_new = on_new
         self._on_forget = on_forget
         self._workloads = workloads
-        # whether a config's source has collected lately: a model it does not list is then not running; without
-        # it (a source down since the start) that absence is missing data, not idleness
-        self._source_answered = source_answered
+        # when a config's source last collected: within staleAfter, a model it does not list is not running;
+        # without that (a source down since the start) the absence is missing data, not idleness
+        self._source_answered_at = source_answered_at
         self.bus = bus or ActivationBus(clock=clock)
         self.clock = clock
         self.tick_s = tick_s
@@ -392,14 +395,21 @@ class ScalerService:
                 if entry.tick != tick or entry.result is None:  # else: decided meanwhile, this tick
                     self._evaluate_into(entry, tick)
             self._maybe_sweep(now)
+        elif isinstance(entry.result, NoUsableData) and self._inputs(entry) != entry.inputs:
+            # No data is no policy step (the state did not move), so the answer is not held to its tick: the
+            # collection that has just landed answers now, not a tick or a refresh later.
+            with self._eval_lock:
+                if isinstance(entry.result, NoUsableData) and self._inputs(entry) != entry.inputs:
+                    self._evaluate_into(entry, max(tick, entry.tick))
         assert entry.result is not None
         return entry.result
 
-    def _inputs(self, entry: _Entry) -> tuple[float | None, float | None]:
-        """What a decision of this entry rests on, besides the clock: its history's last collection and its
-        last activation (None where the history cannot tell: then every tick counts as new)."""
+    def _inputs(self, entry: _Entry) -> tuple[float | None, float | None, float | None]:
+        """What a decision of this entry rests on, besides the clock: its history's last collection (None where
+        the history cannot tell: then every tick counts as new), its last activation and its source's last answer."""
         history = self._lookup(entry.key, entry.config)
-        return getattr(history, "last_at", None), self.bus.last_activation(entry.key)
+        answered = self._source_answered_at(entry.key, entry.config) if self._source_answered_at else None
+        return getattr(history, "last_at", None), self.bus.last_activation(entry.key), answered
 
     def _evaluate_into(self, entry: _Entry, tick: float) -> None:
         """Decide `entry` at `tick` (caller holds the evaluation lock).
@@ -527,7 +537,10 @@ class ScalerService:
         the scaler just started), is missing data: UNAVAILABLE, and KEDA holds the count."""
         if known is not None and known.current_replicas > 0:
             return False
-        return self._source_answered is None or self._source_answered(key, cfg, now)
+        if self._source_answered_at is None:
+            return True
+        last = self._source_answered_at(key, cfg)
+        return last is not None and now - last <= cfg.stale_after
 
     def _lookup(self, key: ScaledObjectKey, cfg: ScalerConfig) -> HistoryView | None:
         if self._history_for is not None:

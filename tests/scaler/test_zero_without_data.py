@@ -30,7 +30,7 @@ def service(running: int | None, answered: bool | None) -> ScalerService:
     return ScalerService(
         decide=decide, histories=store.get, history_lock=store.lock, bus=ActivationBus(clock=clock), clock=clock,
         workloads=None if running is None else (lambda key: WorkloadState(running, running)),
-        source_answered=None if answered is None else (lambda key, cfg, now: answered))
+        source_answered_at=None if answered is None else (lambda key, cfg: T0 if answered else None))
 
 
 @pytest.mark.parametrize(("running", "answered"), [(3, True), (3, False), (None, False)])
@@ -70,3 +70,24 @@ def test_a_scaler_whose_exporters_never_answer_holds_a_running_model() -> None:
         assert codes == [grpc.StatusCode.UNAVAILABLE] * 4
     finally:
         pod.stop()
+
+
+def test_the_first_collection_answers_within_the_tick_it_lands() -> None:
+    """A scaler that has just started answers UNAVAILABLE until its source first answers. When that answer
+    lands, the next question is answered from it even within the same tick: a no-data answer moved no
+    policy state, so holding it to its tick only delayed KEDA (two ScaledObjects on one source, asked in
+    one tick on either side of the collection, disagreed)."""
+    clock, store = FakeClock(T0), HistoryStore()
+    answered: list[float] = []
+    svc = ScalerService(
+        decide=decide, histories=store.get, history_lock=store.lock, bus=ActivationBus(clock=clock), clock=clock,
+        source_answered_at=lambda key, cfg: answered[-1] if answered else None, reuse_s=10.0)
+    with pytest.raises(NoUsableData):
+        svc.answer(KEY, META)
+    clock.now += 0.3  # same tick
+    answered.append(clock.now)
+    answer = svc.answer(KEY, META)
+    assert (answer.decision.replicas, answer.active) == (0, False)
+    # an answer with data is held to its tick as before: the source going quiet does not re-decide it
+    answered.clear()
+    assert svc.answer(KEY, META) is answer
