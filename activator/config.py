@@ -70,6 +70,7 @@ class ActivatorConfig:
     activation_interval: float = 30.0  # repeat the activation this often while requests stay held
     admin_token_file: str = ""  # bearer token for /admin/*; empty: admin endpoints are off
     max_body_bytes: int = 1024 * 1024  # request bodies are read whole (to find `model`) up to this
+    body_timeout: float = 30.0  # a client's request body must arrive whole within this (else 408)
     priority_header: str = "X-Priority"
     priority_classes: tuple[str, ...] = ()  # first leaves first; a missing/unknown value is the last class
     health_path: str = "/health"  # static endpoints are ready while this answers 2xx
@@ -294,6 +295,7 @@ def parse(raw: Any) -> ActivatorConfig:
         activation_interval=_take(raw, "activation_interval", "", _duration, d.activation_interval),
         admin_token_file=_take(raw, "admin_token_file", "", _text, d.admin_token_file),
         max_body_bytes=_take(raw, "max_body_bytes", "", _size, d.max_body_bytes),
+        body_timeout=_take(raw, "body_timeout", "", _duration, d.body_timeout),
         priority_header=_take(raw, "priority_header", "", _header, d.priority_header),
         priority_classes=_take(raw, "priority_classes", "", _list(_text), d.priority_classes),
         health_path=_take(raw, "health_path", "", _path, d.health_path),

@@ -276,10 +276,18 @@ class Activator:
 
     async def _proxy(self, request: web.Request) -> web.StreamResponse:
         try:
-            body = await request.read()
+            # a client that trickles its body (or stops sending it) would hold a slot in `inflight`, which
+            # the shutdown waits for, for ever
+            async with asyncio.timeout(self.cfg.body_timeout):
+                body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return self._reject(None, _Rejected("bad_request"), status=413,
                                 message=f"request body over {self.cfg.max_body_bytes} bytes")
+        except TimeoutError:
+            response = self._reject(None, _Rejected("bad_request"), status=408,
+                                    message=f"request body not received within {self.cfg.body_timeout:g} s")
+            response.force_close()  # the rest of the body may still come: not on this connection
+            return response
         route = route_by_path(request.path, self.prefixes) if self.prefixes else None
         if route is None:
             body_model = _body_model(body)
