@@ -66,6 +66,7 @@ def fetch(
     clock: Callable[[], float] = time.monotonic,
     accept_gzip: bool = False,
     tls: ssl.SSLContext | None = None,
+    on_headers: Callable[[Callable[[str], str | None]], None] | None = None,
 ) -> tuple[int, bytes]:
     """GET `url` (plus `params`, URL-encoded); return (status, body) when status is in `ok_statuses`.
 
@@ -73,6 +74,7 @@ def fetch(
     `accept_gzip`: ask for gzip and return the body decompressed; `max_bytes` then bounds both the
     bytes received and the bytes they expand to (a small body can inflate a thousandfold).
     `tls`: the context for an https URL (default: the system's CAs, hostname checked).
+    `on_headers`: called with the answer's header lookup once its headers are in (the `Date`, for one).
     """
     deadline = clock() + timeout
     try:
@@ -85,6 +87,8 @@ def fetch(
         assert conn.sock is not None
         resp = _Response(conn.sock, _DeadlineReader(conn.sock, deadline, clock))
         resp.begin()
+        if on_headers is not None:
+            on_headers(resp.getheader)
         if resp.status not in ok_statuses:
             raise FetchError("http_status", f"HTTP {resp.status}: {_prefix(resp)!r}", resp.status)
         length = resp.getheader("Content-Length")

@@ -10,6 +10,7 @@ policy sees them as stale (hold) instead of gone (which would read as lost capac
 from __future__ import annotations
 
 import dataclasses
+import logging
 import socket
 import ssl
 import time
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from keda_llm.scaler.model import Observation
+from keda_llm.scaler.sources.clocks import TOLERANCE_S, clock_offset
 from keda_llm.scaler.sources.common import BackgroundSource, ErrorCounts, ModelKey
 from keda_llm.scaler.sources.errors import SourceError
 from keda_llm.scaler.sources.exposition import (
@@ -33,6 +35,8 @@ Resolver = Callable[[], Sequence[str]]
 #: The newest TLS context for https exporters (common.tls.ReloadingContext.get).
 TLSContext = Callable[[], ssl.SSLContext]
 GetAddrInfo = Callable[..., Sequence[tuple[object, object, object, object, tuple[object, ...]]]]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 9400
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
@@ -100,9 +104,11 @@ class ExportersSource(BackgroundSource):
         activation: PrometheusClient | None = None,
         clock: Callable[[], float] = time.time,
         tls: TLSContext | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         super().__init__("exporters-source", interval_s, max_workers, "scrape-exporter", clock)
         self._resolver = resolver
+        self._wall = wall  # this pod's real clock, which an exporter's `Date` header is compared with
         self._tls = tls
         self._timeout_s = timeout_s
         self._max_bytes = max_bytes
@@ -111,6 +117,7 @@ class ExportersSource(BackgroundSource):
         self._targets: Sequence[str] = ()
         self._answers: dict[str, _Answer] = {}
         self._target_errors: dict[str, str | None] = {}
+        self._offsets: dict[str, float] = {}  # the last clock offset reported, per exporter
 
     # -- the MetricSource interface ------------------------------------------------------------
 
@@ -165,23 +172,47 @@ class ExportersSource(BackgroundSource):
             errors.append(f"{exc} (using the last {len(self._targets)} known exporters)")
         return self._targets
 
-    def _fetch(self, url: str) -> bytes | SourceError:
+    def _fetch(self, url: str) -> tuple[bytes, float] | SourceError:
+        """The body and the exporter's clock offset (clocks.py), or the error."""
+        date: list[str | None] = []
         try:
             tls = self._tls() if self._tls is not None and url.startswith("https:") else None
-            return fetch(url, timeout_s=self._timeout_s, max_bytes=self._max_bytes, tls=tls)[1]
+            sent = self._wall()
+            body = fetch(url, timeout_s=self._timeout_s, max_bytes=self._max_bytes, tls=tls,
+                         on_headers=lambda header: date.append(header("Date")))[1]
         except SourceError as exc:
             return exc
+        return body, clock_offset(date[0] if date else None, sent, self._wall())
 
-    @staticmethod
-    def _parse(url: str, body: bytes | SourceError) -> ParsedExposition | SourceError:
-        if isinstance(body, SourceError):
-            return body
+    def _parse(self, url: str, fetched: tuple[bytes, float] | SourceError) -> ParsedExposition | SourceError:
+        if isinstance(fetched, SourceError):
+            return fetched
+        body, offset = fetched
         try:
-            return parse_exposition(body.decode("utf-8"))
+            parsed = parse_exposition(body.decode("utf-8"))
         except UnicodeDecodeError:
             return SourceError("parse", f"{url}: body is not UTF-8")
         except SourceError as exc:
             return SourceError(exc.reason, f"{url}: {exc.message}")
+        if offset or url in self._offsets:
+            self._skewed(url, offset)
+        if offset:
+            for fields in parsed.replicas.values():
+                if fields.get("timestamp", 0.0) > 0:
+                    fields["timestamp"] = max(fields["timestamp"] - offset, 1.0)  # 0 means "never": keep it > 0
+        parsed.clock_offset = offset
+        return parsed
+
+    def _skewed(self, url: str, offset: float) -> None:
+        """Say so, once per exporter and whenever its offset moves by more than the tolerance."""
+        last = self._offsets.get(url)
+        if not offset:
+            self._offsets.pop(url, None)
+            log.info("exporter %s: its clock agrees with this pod's again", url)
+        elif last is None or abs(last - offset) > TOLERANCE_S:
+            self._offsets[url] = offset
+            log.warning("exporter %s: its clock is %+.1f s from this pod's (its Date header); its replicas' "
+                        "timestamps are corrected by that much. Check the node's time sync (NTP).", url, offset)
 
     def _record(
         self, now: float, targets: Sequence[str], results: list[ParsedExposition | SourceError], errors: list[str]
@@ -203,6 +234,7 @@ class ExportersSource(BackgroundSource):
             del self._answers[url]
             target_errors.pop(url, None)
         self._target_errors = target_errors
+        self._offsets = {u: o for u, o in self._offsets.items() if u in targets}
         return answered
 
     def _observations(self, now: float, errors: list[str]) -> list[Observation]:

@@ -69,6 +69,7 @@ class ParsedExposition:
 
     replicas: dict[ReplicaKey, dict[str, float]] = field(default_factory=dict)
     invalid_values: int = 0  # NaN/Inf/negative samples, dropped (the field reads as "not reported")
+    clock_offset: float = 0.0  # the exporter's clock minus ours, corrected out of the timestamps (clocks.py)
 
 
 def _unescape(value: str) -> str:

@@ -9,7 +9,7 @@ text crossing the cluster every interval, a tenth of that compressed; `max_bytes
 from __future__ import annotations
 
 import ssl
-from collections.abc import Container, Mapping
+from collections.abc import Callable, Container, Mapping
 
 from keda_llm.common.httpget import FetchError
 from keda_llm.common.httpget import fetch as get
@@ -27,11 +27,13 @@ def fetch(
     headers: Mapping[str, str] | None = None,
     ok_statuses: Container[int] = (200,),
     tls: ssl.SSLContext | None = None,
+    on_headers: Callable[[Callable[[str], str | None]], None] | None = None,
 ) -> tuple[int, bytes]:
     """GET `url`; return (status, body). Other statuses than `ok_statuses` are SourceError("http_status").
     `tls`: the context for an https URL (default: the system's CAs)."""
     try:
         return get(url, timeout=timeout_s, max_bytes=max_bytes, params=params, accept_gzip=True,
-                   headers={"User-Agent": USER_AGENT, **(headers or {})}, ok_statuses=ok_statuses, tls=tls)
+                   headers={"User-Agent": USER_AGENT, **(headers or {})}, ok_statuses=ok_statuses, tls=tls,
+                   on_headers=on_headers)
     except FetchError as exc:
         raise SourceError(exc.reason, f"{url}: {exc.message}") from exc

@@ -30,6 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from keda_llm.exporter.cli import build_collector
 from keda_llm.exporter.config import parse_config
 from keda_llm.exporter.server import create_server
+from keda_llm.scaler.sources.clocks import date_seconds
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -92,6 +93,8 @@ def test_exporter_serves_the_normalized_values(engines: dict[str, FakeEngine]) -
 
     assert status == 200
     assert headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    # the scaler reads a node's clock offset from it (scaler/sources/clocks.py)
+    assert date_seconds(headers["Date"]) == pytest.approx(time.time(), abs=30)
     assert gz_status == 200 and gz_headers["Content-Encoding"] == "gzip"
     assert parse(gzip.decompress(gz_body).decode()).keys() == parse(body.decode()).keys()
     s = parse(body.decode())
