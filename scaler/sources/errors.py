@@ -17,6 +17,7 @@ SourceReason = Literal[
     "parse",  # not the Prometheus text format
     "not_json",  # Prometheus API: the body is not JSON / not the API's envelope
     "api_error",  # Prometheus API: status "error"
+    "partial",  # Prometheus-compatible API: a partial answer (some of its stores did not answer)
     "result_type",  # Prometheus API: a result type the query cannot give (e.g. a matrix)
     "invalid_value",  # NaN / +-Inf / negative where a signal must be a number (counted, value dropped)
 ]

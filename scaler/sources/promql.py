@@ -50,6 +50,8 @@ def _envelope_data(body: bytes, query: str) -> Any:
         raise SourceError(
             "api_error", f"query {query!r}: Prometheus said {doc.get('errorType', '?')}: {doc.get('error', '?')}"
         )
+    if doc.get("isPartial") is True:  # VictoriaMetrics cluster, where deny_partial_response was not honoured
+        raise SourceError("partial", f"query {query!r}: a partial answer (a storage node did not answer)")
     return doc.get("data")
 
 
@@ -104,6 +106,15 @@ def parse_range_response(body: bytes, query: str) -> list[MatrixSeries]:
     return out
 
 
+#: Asked on every query: a partial answer (a store or storage node down) is an error, never data. Missing
+#: replicas would read as fewer replicas, missing load as less load: a scale-down on a partial view.
+#: Thanos's querier answers partially by default unless `partial_response=false` (thanos.io, Query
+#: component, "Partial Response"); a VictoriaMetrics cluster's vmselect unless `deny_partial_response=1`
+#: (docs.victoriametrics.com, cluster version, "Cluster availability"), and it marks one `isPartial`.
+#: Prometheus ignores both (it never answers partially).
+NO_PARTIAL = {"partial_response": "false", "deny_partial_response": "1"}
+
+
 class PrometheusClient:
     """Instant queries against one Prometheus (or a compatible API: Thanos, Mimir, VictoriaMetrics)."""
 
@@ -125,7 +136,7 @@ class PrometheusClient:
     def query(self, promql: str, at: float | None = None) -> tuple[str, list[VectorSample] | float]:
         """Evaluate `promql` at `at` (Unix seconds; None: Prometheus' now). Prometheus' own 4xx/5xx JSON errors
         surface as api_error."""
-        params = {"query": promql} if at is None else {"query": promql, "time": f"{at:.3f}"}
+        params = {"query": promql, **NO_PARTIAL} if at is None else {"query": promql, "time": f"{at:.3f}", **NO_PARTIAL}
         _, body = fetch(
             self.url, timeout_s=self._timeout_s, max_bytes=self._max_bytes,
             params=params, headers=self._headers, ok_statuses=(200, 400, 422, 503),
@@ -137,7 +148,7 @@ class PrometheusClient:
         than 11,000 points per series in one query: callers chunk (scaler/backfill.py)."""
         _, body = fetch(
             self.range_url, timeout_s=self._timeout_s, max_bytes=self._max_bytes,
-            params={"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"},
+            params={"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}", **NO_PARTIAL},
             headers=self._headers, ok_statuses=(200, 400, 422, 503),
         )
         return parse_range_response(body, promql)

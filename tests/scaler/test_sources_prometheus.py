@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from httpstub import HttpStub, Request, Response
 from prometheus_server import BodyServer, Job, PrometheusServer, json_body, prometheus_servers, refused_address
 from sources_bodies import HEADER, MODEL, NOW, pod_a, pod_b, two_pod_body
 
@@ -131,6 +132,8 @@ VECTOR = {"status": "success", "data": {"resultType": "vector", "result": [
                                                         "result": [{"metric": {}, "value": [1, "lots"]}]}}),
          "application/json", "not_json", "value 'lots' is not a number"),
         (502, b"bad gateway", "text/plain", "http_status", "HTTP 502"),
+        (200, json_body({**VECTOR, "isPartial": True}), "application/json", "partial",  # VictoriaMetrics cluster
+         "a partial answer"),
     ],
 )
 def test_prometheus_answering_garbage_is_a_clear_counted_error(
@@ -241,3 +244,32 @@ def test_every_signal_of_a_cycle_is_evaluated_at_one_time() -> None:
     n = len(signal_queries())
     assert len(client.ats) == 2 * n and None not in client.ats
     assert len(set(client.ats[:n])) == 1 and len(set(client.ats[n:])) == 1
+
+
+def test_a_querier_that_answers_partially_by_default_is_asked_not_to() -> None:
+    """A Thanos querier answers with what the stores that answered hold, unless `partial_response=false`
+    (a VictoriaMetrics cluster: `deny_partial_response=1`). A partial view reads missing replicas as fewer
+    replicas; asked not to, the querier fails the query, and the cycle publishes nothing (it holds)."""
+    def thanos(request: Request) -> Response:
+        if request.query.get("partial_response") == ["false"]:
+            return Response(422, json_body({"status": "error", "errorType": "execution",
+                                            "error": "receive series from store B: unavailable"}), "application/json")
+        return Response(200, json_body({**VECTOR, "warnings": ["receive series from store B: unavailable"]}),
+                        "application/json")
+
+    stub = HttpStub(thanos)
+    source = PrometheusSource(PrometheusClient(stub.address), clock=Clock())
+    try:
+        source.watch("llm", MODEL)
+        assert source.collect_once() == []
+        assert source.latest("llm", MODEL) is None
+        assert source.status().errors == {"api_error": len(signal_queries())}
+        assert all(r.query.get("deny_partial_response") == ["1"] for r in stub.requests)
+        # the long history's range queries ask the same
+        with pytest.raises(SourceError, match="unavailable"):
+            PrometheusClient(stub.address).range_query("up", NOW - 60, NOW, 15)
+        assert stub.requests[-1].path == "/api/v1/query_range"
+        assert stub.requests[-1].query.get("partial_response") == ["false"]
+    finally:
+        source.stop()
+        stub.close()
