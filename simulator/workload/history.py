@@ -30,7 +30,7 @@ from keda_llm.common.httpget import FetchError, fetch
 from keda_llm.common.times import iso_seconds
 from keda_llm.common.vocabulary import ENGINE_METRICS
 from keda_llm.scaler.sources.errors import SourceError
-from keda_llm.scaler.sources.promql import parse_range_response
+from keda_llm.scaler.sources.promql import NO_PARTIAL, parse_range_response
 from keda_llm.simulator.workload.traces import MINUTE_COLUMNS
 
 #: points per series in one range query: Prometheus refuses (end - start) / step > 11,000 (web/api/v1/api.go)
@@ -79,7 +79,7 @@ def chunks(start: int, end: int, step: int = STEP_S, max_points: int = MAX_POINT
 def query_range(url: str, promql: str, start: int, end: int, step: int = STEP_S, *, timeout_s: float = 60.0,
                 get: Fetch = fetch) -> dict[int, float]:
     """timestamp -> value of a query that returns at most one series (empty when it returns none)."""
-    params = {"query": promql, "start": str(start), "end": str(end), "step": str(step)}
+    params = {"query": promql, "start": str(start), "end": str(end), "step": str(step), **NO_PARTIAL}  # whole or none
     try:
         _, body = get(f"{url.rstrip('/')}/api/v1/query_range", timeout=timeout_s, max_bytes=MAX_BYTES, params=params,
                       ok_statuses=(200, 400, 422))
@@ -88,7 +88,8 @@ def query_range(url: str, promql: str, start: int, end: int, step: int = STEP_S,
     try:
         result = parse_range_response(body, promql)  # the scaler's parser: one reading of Prometheus' answers
     except SourceError as e:
-        why = "refused the query" if e.reason == "api_error" else "gave an answer that is not a matrix"
+        why = {"api_error": "refused the query", "partial": "gave a partial answer (a store did not answer)"}.get(
+            e.reason, "gave an answer that is not a matrix")
         raise HistoryError(f"Prometheus at {url} {why}: {e.message}") from None
     if len(result) > 1:
         raise HistoryError(f"Prometheus at {url}: {promql!r} gave {len(result)} series, expected one")

@@ -243,3 +243,23 @@ def test_a_history_file_that_cannot_be_written_is_one_line(world: tuple[Promethe
                "--save-history", str(tmp_path / "no-such-dir" / "h.csv")])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "cannot write" in err[0] and "--save-history" in err[0], err
+
+
+def test_a_partial_answer_is_a_history_error_and_partial_answers_are_declined() -> None:
+    """A history missing what a down store holds would tune for less traffic than the model serves: the
+    export asks Thanos and VictoriaMetrics not to answer partially, and refuses an answer marked partial."""
+    from httpstub import HttpStub, Request, Response
+    from prometheus_server import json_body
+
+    def vm(request: Request) -> Response:
+        return Response(200, json_body({"status": "success", "isPartial": True,
+                                        "data": {"resultType": "matrix", "result": []}}), "application/json")
+
+    stub = HttpStub(vm)
+    try:
+        with pytest.raises(HistoryError, match="partial answer"):
+            query_range(stub.url, "up", 1_800_000_000, 1_800_000_600)
+        (req,) = stub.requests
+        assert req.query["partial_response"] == ["false"] and req.query["deny_partial_response"] == ["1"]
+    finally:
+        stub.close()
