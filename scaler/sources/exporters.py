@@ -174,15 +174,16 @@ class ExportersSource(BackgroundSource):
 
     def _fetch(self, url: str) -> tuple[bytes, float] | SourceError:
         """The body and the exporter's clock offset (clocks.py), or the error."""
-        date: list[str | None] = []
+        date: list[tuple[str | None, float]] = []  # the header, and when it came (before the body)
         try:
             tls = self._tls() if self._tls is not None and url.startswith("https:") else None
             sent = self._wall()
             body = fetch(url, timeout_s=self._timeout_s, max_bytes=self._max_bytes, tls=tls,
-                         on_headers=lambda header: date.append(header("Date")))[1]
+                         on_headers=lambda header: date.append((header("Date"), self._wall())))[1]
         except SourceError as exc:
             return exc
-        return body, clock_offset(date[0] if date else None, sent, self._wall())
+        header, received = date[0] if date else (None, sent)
+        return body, clock_offset(header, sent, received)
 
     def _parse(self, url: str, fetched: tuple[bytes, float] | SourceError) -> ParsedExposition | SourceError:
         if isinstance(fetched, SourceError):
