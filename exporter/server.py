@@ -17,6 +17,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
+from keda_llm.common.httpserver import IDLE_TIMEOUT_S
 from keda_llm.common.tls import ReloadingContext, TLSAcceptMixin
 from keda_llm.exporter.warm import Warmer, WarmError
 
@@ -36,6 +37,7 @@ class Source(Protocol):
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"  # keep-alive: Prometheus reuses connections
+    timeout = IDLE_TIMEOUT_S  # a silent connection is closed (common/httpserver.py)
     # Headers and body go out in two writes; with Nagle on, a kept-alive scrape waits ~40 ms for the
     # peer's delayed ACK before the body leaves (measured 43-48 ms per scrape vs 0.3-0.5 ms).
     disable_nagle_algorithm = True

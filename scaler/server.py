@@ -42,6 +42,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from keda_llm.common.httpserver import IDLE_TIMEOUT_S
 from keda_llm.common.tls import ReloadingContext, TLSAcceptMixin, server_context
 from keda_llm.scaler.activation import (
     ACTIVATE_PATH,
@@ -178,6 +179,7 @@ class _HTTPHandler(BaseHTTPRequestHandler):
 
     server: _ScalerHTTPServer
     protocol_version = "HTTP/1.1"
+    timeout = IDLE_TIMEOUT_S  # a silent connection is closed (common/httpserver.py)
     # headers and body leave in two writes: with Nagle's algorithm and the client's delayed ACK a kept-alive
     # connection waited ~40 ms per answer (gateways' pooled clients, Prometheus scrapes)
     disable_nagle_algorithm = True

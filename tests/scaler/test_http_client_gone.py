@@ -79,3 +79,51 @@ def test_answers_leave_without_waiting_for_an_ack() -> None:
     from keda_llm.scaler.server import _HTTPHandler
 
     assert _HTTPHandler.disable_nagle_algorithm is True
+
+
+@pytest.mark.parametrize("part", ["scaler", "exporter"])
+@pytest.mark.parametrize("sends", [b"", b"GET /metr", b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"],
+                         ids=["nothing", "half a request line", "one request, then idles"])
+def test_a_silent_connection_is_closed_and_its_thread_freed(part: str, sends: bytes,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thread-per-connection servers: a client that connects and then says nothing (or stops mid-request, or
+    keeps an answered connection open) held its thread for ever; now for IDLE_TIMEOUT_S (120 s, shortened
+    here), then the server closes the connection and still serves the next client."""
+    import socket
+    import threading
+    import time
+
+    from keda_llm.common.httpserver import IDLE_TIMEOUT_S
+    from keda_llm.exporter.server import _Handler
+    from keda_llm.scaler.server import _HTTPHandler
+
+    assert _Handler.timeout == _HTTPHandler.timeout == IDLE_TIMEOUT_S == 120.0
+    monkeypatch.setattr(_Handler, "timeout", 0.5)
+    monkeypatch.setattr(_HTTPHandler, "timeout", 0.5)
+    if part == "scaler":
+        st = ServerThread(make_service({("llm", "m"): FakeHistory(desired=1)}, FakeClock()))
+        port, stop = st.server.http_port, st.stop
+    else:
+        server, port = create_server(("127.0.0.1", 0), _Source())
+        server.start()
+        stop = server.stop
+    try:
+        threads = threading.active_count()
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(sends)
+            started = time.monotonic()
+            reply = b""
+            while chunk := sock.recv(65536):  # until the server closes
+                reply += chunk
+            took = time.monotonic() - started
+        assert 0.4 <= took < 5.0
+        assert reply.startswith(b"HTTP/1.1 ") if sends.endswith(b"\r\n\r\n") else reply == b""
+        deadline = time.monotonic() + 5
+        while threading.active_count() > threads and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert threading.active_count() <= threads  # the connection's thread ended
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert sock.recv(65536).startswith(b"HTTP/1.1 ")
+    finally:
+        stop()
