@@ -14,7 +14,6 @@ import json
 import math
 import os
 import sys
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -122,19 +121,16 @@ def load_trace(args: argparse.Namespace) -> Trace:
     elif path.exists():
         suffixes = "".join(path.suffixes[-2:]).lower()
         fmt = getattr(args, "format", "auto")
-        try:
-            if fmt == "auto":  # .json, .jsonl, .ndjson (and .gz of each) are JSON lines
-                fmt = "jsonl" if "json" in suffixes else ("minutes" if is_minutes_csv(path) else "csv")
-            if fmt == "minutes":
-                tr = load_minutes_csv(path, seed=args.seed)
-            elif fmt == "jsonl":
-                tr = load_jsonl(path, args.time_column, args.prompt_column, args.output_column, args.time_unit,
-                                hash_key=args.hash_column, sort=args.sort)
-            else:
-                tr = load_csv(path, args.time_column, args.prompt_column, args.output_column, args.time_unit,
-                              sort=args.sort)
-        except (OSError, EOFError, UnicodeDecodeError, zlib.error) as err:  # unreadable, a corrupt .gz, not text
-            raise TraceError(f"{path}: cannot read it: {err}") from None
+        if fmt == "auto":  # .json, .jsonl, .ndjson (and .gz of each) are JSON lines
+            fmt = "jsonl" if "json" in suffixes else ("minutes" if is_minutes_csv(path) else "csv")
+        if fmt == "minutes":
+            tr = load_minutes_csv(path, seed=args.seed)
+        elif fmt == "jsonl":
+            tr = load_jsonl(path, args.time_column, args.prompt_column, args.output_column, args.time_unit,
+                            hash_key=args.hash_column, sort=args.sort)
+        else:
+            tr = load_csv(path, args.time_column, args.prompt_column, args.output_column, args.time_unit,
+                          sort=args.sort)
     else:
         raise TraceError(f"unknown trace {args.trace!r}: not a shipped trace ({', '.join(TRACE_NAMES)}) "
                          "and no such file")

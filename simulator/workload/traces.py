@@ -8,11 +8,13 @@ timestamps, aggregates) are drawn with a seeded numpy Generator, so a run is rep
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import io
 import json
 import math
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -190,16 +192,34 @@ class Trace:
 #: the most tokens one request's prompt or answer may name: past any model's context, and within the int32 the
 #: simulator keeps them in
 MAX_TOKENS = 100_000_000
+#: prefix block hashes are kept as int64: unsigned 64-bit ones are read bit for bit
+_INT64_MIN, _INT64_MAX, _UINT64_MAX = -(1 << 63), (1 << 63) - 1, (1 << 64) - 1
+#: a per-minute history longer than this is a wrong unit or a typo, not traffic to tune on (and its zero-filled
+#: minutes alone would take gigabytes)
+MAX_HISTORY_DAYS = 400
+#: the most requests one trace may synthesize or hold: 3.7x the Azure 2024 conversation week (27.3 M)
+MAX_REQUESTS = 100_000_000
 #: a timestamp in seconds past this (the year 5138) is a wrong unit, not a date
 _LATEST_PLAUSIBLE_S = 1e11
-def _open(path: Path) -> IO[str]:
+@contextlib.contextmanager
+def _open(path: Path) -> Iterator[IO[str]]:
+    """The file as text (.gz read transparently). What reading it can raise besides a TraceError becomes one
+    naming the file: unreadable, a corrupt .gz, not UTF-8, a CSV field past the csv module's limit."""
     if not path.exists():
         raise TraceError(f"{path}: no such file")
     if path.is_dir():
         raise TraceError(f"{path}: a directory, not a trace file")
-    if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
-    return path.open("r", encoding="utf-8", newline="")
+    try:
+        if path.suffix == ".gz":
+            with io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="") as fh:
+                yield fh
+        else:
+            with path.open("r", encoding="utf-8", newline="") as fh:
+                yield fh
+    except csv.Error as err:
+        raise TraceError(f"{path}: not a CSV this reads: {err}") from None
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as err:
+        raise TraceError(f"{path}: cannot read it: {err}") from None
 
 
 def _whole(text: str) -> int:
@@ -304,6 +324,8 @@ def load_csv(path: str | Path, time_col: str, prompt_col: str, output_col: str, 
                 continue
             if len(row) != len(header):  # more: an unquoted comma shifted the columns, and they would be misread
                 raise TraceError(f"{p}: line {line}: {len(row)} fields, header has {len(header)}")
+            if len(lines) == MAX_REQUESTS:
+                raise TraceError(f"{p}: line {line}: more than {MAX_REQUESTS:,} requests (cut the file)")
             lines.append(line)
             times.append(_time(p, line, time_col, row[ti], time_unit))
             prompts.append(_token(p, line, prompt_col, row[pi]))
@@ -338,11 +360,15 @@ def load_jsonl(path: str | Path, time_key: str, prompt_key: str, output_key: str
                 obj = json.loads(text)
             except json.JSONDecodeError as e:
                 raise TraceError(f"{p}: line {line}: not JSON: {e.msg}") from None
+            except RecursionError:
+                raise TraceError(f"{p}: line {line}: not a request: JSON nested too deeply") from None
             if not isinstance(obj, dict):
                 raise TraceError(f"{p}: line {line}: not a JSON object")
             for key in (time_key, prompt_key, output_key, *([hash_key] if hash_key else [])):
                 if key not in obj:
                     raise TraceError(f"{p}: line {line}: missing field {key!r}")
+            if len(lines) == MAX_REQUESTS:
+                raise TraceError(f"{p}: line {line}: more than {MAX_REQUESTS:,} requests (cut the file)")
             lines.append(line)
             times.append(_time(p, line, time_key, obj[time_key], time_unit))
             prompts.append(_token(p, line, prompt_key, obj[prompt_key]))
@@ -351,7 +377,10 @@ def load_jsonl(path: str | Path, time_key: str, prompt_key: str, output_key: str
                 hs = obj[hash_key]
                 if not isinstance(hs, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in hs):
                     raise TraceError(f"{p}: line {line}, column {hash_key}: not a list of integers")
-                hashes.append(hs)
+                if not all(_INT64_MIN <= h <= _UINT64_MAX for h in hs):
+                    raise TraceError(f"{p}: line {line}, column {hash_key}: a hash past 64 bits")
+                # unsigned 64-bit hashes (xxhash, ...) as the signed ones they are bit for bit: equal stays equal
+                hashes.append([h - (1 << 64) if h > _INT64_MAX else h for h in hs])
     return _finish(name or p.name, p, time_key, lines, times, prompts, outputs, hashes, sort)
 
 
@@ -385,7 +414,8 @@ def _lognormal_tokens(rng: np.random.Generator, means: NDArray[np.float64], sigm
     if sigma == 0:
         return np.maximum(1, np.rint(means)).astype(np.int32)
     mu = np.log(np.maximum(means, 1.0)) - sigma * sigma / 2
-    return np.maximum(1, np.rint(np.exp(mu + sigma * rng.standard_normal(len(means))))).astype(np.int32)
+    drawn = np.rint(np.exp(mu + sigma * rng.standard_normal(len(means))))
+    return np.clip(drawn, 1, MAX_TOKENS).astype(np.int32)  # a far tail of a huge mean stays a token count
 
 
 def _arrivals_in_minutes(rng: np.random.Generator, counts: NDArray[np.int64]) -> NDArray[np.float64]:
@@ -533,9 +563,19 @@ def load_minutes_csv(path: str | Path, seed: int = 0, token_sigma: float = 0.8, 
         if times and (t - times[0]) % 60 != 0:
             raise TraceError(f"{p}: line {line}, column minute: {raw_t!r} is not a whole number of minutes after "
                              "the first")
+        if times and t - times[0] > MAX_HISTORY_DAYS * 86400:
+            raise TraceError(f"{p}: line {line}, column minute: {raw_t!r} is {(t - times[0]) / 86400:,.0f} days after "
+                             f"the first minute: a history spans at most {MAX_HISTORY_DAYS} days")
         times.append(t)
         r, pt, ot = (_nonneg(p, line, c, row[i]) for c, i in zip(MINUTE_COLUMNS[1:], idx[1:], strict=True))
+        for col, tokens in (("prompt_tokens", pt), ("output_tokens", ot)):
+            if tokens / max(math.floor(r), 1) > MAX_TOKENS:
+                raise TraceError(f"{p}: line {line}, column {col}: {tokens:g} tokens over {r:g} requests is more than "
+                                 f"{MAX_TOKENS:,} a request")
         values.append((r, pt, ot))
+    total = sum(v[0] for v in values)
+    if total > MAX_REQUESTS:
+        raise TraceError(f"{p}: {total:,.0f} requests in all: at most {MAX_REQUESTS:,} (a shorter span: --since)")
     slot = np.rint((np.asarray(times) - times[0]) / 60).astype(np.int64)
     req, prompt, output = (np.zeros(int(slot[-1]) + 1, dtype=np.float64) for _ in range(3))
     cols = np.asarray(values, dtype=np.float64)
