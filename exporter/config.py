@@ -183,7 +183,11 @@ def parse_target(value: object, key: str, node: str) -> Target:
     if "url" not in m:
         raise ConfigError(f"{key}.url", None, "required")
     url = _str(m["url"], f"{key}.url")
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # a port that is not a number, or past 65535
+    except ValueError as e:  # `http://[::1` (an unclosed IPv6 bracket)
+        raise ConfigError(f"{key}.url", url, f"not a URL: {e}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"{key}.url", url, "expected an http:// or https:// URL with a host")
     # An empty string means the default, as the README's commented config shows it (`engine: ""` detects,

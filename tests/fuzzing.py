@@ -1,0 +1,35 @@
+"""Seeded mutation of parsed-YAML trees, for fuzzing the config parsers (`mutate_tree`)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+#: Values a mutation puts in place of a key's: wrong types, edge numbers, absurd durations, bad URLs.
+ODD_VALUES: list[Any] = [
+    None, True, False, 0, -1, 1, 1.5, float("nan"), float("inf"), -float("inf"), 10**30, "", "x", "-1s", "1e308s",
+    "99999999h", "0s", "nan", ":0", ":99999", "[::1]:80", "http://", "://x", "/", [], {}, [None], {"a": None},
+    "a" * 5000, "\x00", "1KiB", "1e3", "http://[::1", "http://h:99999", "http://h:port",
+]
+
+
+def mutate_tree(rng: random.Random, tree: Any, extra_keys: tuple[str, ...] = ("zz",)) -> Any:
+    """A copy of `tree` with some keys dropped, some values replaced by ODD_VALUES, some unknown keys added."""
+    if isinstance(tree, dict):
+        out = dict(tree)
+        r = rng.random()
+        if out and r < 0.2:
+            del out[rng.choice(list(out))]
+        elif out and r < 0.5:
+            out[rng.choice(list(out))] = rng.choice(ODD_VALUES)
+        elif r < 0.55:
+            out[rng.choice(extra_keys)] = rng.choice(ODD_VALUES)
+        return {k: (mutate_tree(rng, v, extra_keys) if rng.random() < 0.4 else v) for k, v in out.items()}
+    if isinstance(tree, list):
+        items = list(tree)
+        if items and rng.random() < 0.3:
+            items[rng.randrange(len(items))] = rng.choice(ODD_VALUES)
+        if rng.random() < 0.2:
+            items.append(rng.choice(ODD_VALUES))
+        return [mutate_tree(rng, x, extra_keys) if rng.random() < 0.4 else x for x in items]
+    return rng.choice(ODD_VALUES) if rng.random() < 0.3 else tree
