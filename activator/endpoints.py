@@ -98,8 +98,10 @@ def slice_endpoints(slice_obj: Mapping[str, Any], model: ModelConfig) -> list[En
     Ready as Kubernetes defines it for consumers: `conditions.ready` true or unset (unknown reads as
     ready), and not terminating. The port: `model.port` if set, else the port named `model.port_name`,
     else the slice's first port; a slice without that port contributes nothing."""
-    ports = slice_obj.get("ports") or []
-    port: int | None = None
+    if not isinstance(slice_obj, dict):
+        return []
+    ports = [p for p in _list(slice_obj.get("ports")) if isinstance(p, dict)]
+    port: object = None
     for p in ports:
         if (model.port and p.get("port") == model.port) or (not model.port and model.port_name
                                                               and p.get("name") == model.port_name):
@@ -107,24 +109,39 @@ def slice_endpoints(slice_obj: Mapping[str, Any], model: ModelConfig) -> list[En
             break
     if port is None and not model.port and not model.port_name and ports:
         port = ports[0].get("port")
-    if not isinstance(port, int):
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
         return []
     v6 = slice_obj.get("addressType") == "IPv6"
     if slice_obj.get("addressType") not in ("IPv4", "IPv6"):
         return []  # FQDN slices name no pod address
     out = []
-    for ep in slice_obj.get("endpoints") or []:
-        cond = ep.get("conditions") or {}
-        if cond.get("ready") is False or cond.get("terminating") is True:
+    for ep in _list(slice_obj.get("endpoints")):  # an entry of the wrong shape contributes nothing
+        if not isinstance(ep, dict):
             continue
-        addrs = ep.get("addresses") or []
-        if not addrs:
+        cond = ep.get("conditions") or {}
+        if not isinstance(cond, dict) or cond.get("ready") is False or cond.get("terminating") is True:
+            continue
+        addrs = _list(ep.get("addresses"))
+        if not addrs or not isinstance(addrs[0], str) or not addrs[0]:
             continue
         host = f"[{addrs[0]}]" if v6 else addrs[0]
         ref = ep.get("targetRef") or {}
-        pod = ref.get("name", "") if ref.get("kind") == "Pod" else ""
-        out.append(Endpoint(f"{model.scheme}://{host}:{port}", pod))
+        pod = ref.get("name", "") if isinstance(ref, dict) and ref.get("kind") == "Pod" else ""
+        out.append(Endpoint(f"{model.scheme}://{host}:{port}", pod if isinstance(pod, str) else ""))
     return out
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _name(obj: object) -> str:
+    """An object's metadata.name; ValueError (the watcher lists again) when it has none."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    name = meta.get("name") if isinstance(meta, dict) else None
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"an EndpointSlice without metadata.name: {str(obj)[:80]}")
+    return name
 
 
 class SliceWatcher:
@@ -185,7 +202,9 @@ class SliceWatcher:
                 slices, rv = await self._list(session, m)
                 failures = 0
                 await self._watch(session, m, slices, rv)
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, KeyError) as e:
+            except Exception as e:
+                # the API's errors, a dropped connection, an answer of the wrong shape alike: list again (a
+                # watcher that died on one would have kept its model's endpoints as they were, for ever)
                 self.errors += 1
                 delay = _BACKOFF_S[min(failures, len(_BACKOFF_S) - 1)]
                 failures += 1
@@ -198,7 +217,9 @@ class SliceWatcher:
             if r.status != 200:
                 raise ValueError(f"list: HTTP {r.status}: {(await r.text())[:200]}")
             body = await r.json()
-        slices = {s["metadata"]["name"]: s for s in body.get("items") or []}
+        if not isinstance(body, dict):
+            raise ValueError(f"list: not an object: {str(body)[:80]}")
+        slices = {_name(s): s for s in _list(body.get("items"))}
         self._publish(m, slices)
         return slices, str(body.get("metadata", {}).get("resourceVersion", ""))
 
@@ -214,12 +235,14 @@ class SliceWatcher:
                 if not line.strip():
                     continue
                 event = json.loads(line)
+                if not isinstance(event, dict) or not isinstance(event.get("object") or {}, dict):
+                    raise ValueError(f"watch: an event that is not an object: {line[:80]!r}")
                 kind, obj = event.get("type"), event.get("object") or {}
                 if kind == "ERROR":  # 410 Gone: our resourceVersion is too old; list again
                     raise ValueError(f"watch: {obj.get('code')} {obj.get('message', '')}")
                 if kind == "BOOKMARK":
                     continue
-                name = obj["metadata"]["name"]
+                name = _name(obj)
                 if kind == "DELETED":
                     slices.pop(name, None)
                 else:

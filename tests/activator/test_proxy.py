@@ -224,3 +224,65 @@ def test_endpointslice_watch_wakes_held_requests_when_a_replica_turns_ready(tmp_
             await kube.close()
 
     run(main())
+
+
+def test_slice_endpoints_of_any_shape_give_endpoints_or_none() -> None:
+    """The API server's objects are read defensively: a field of the wrong shape contributes nothing (seeded fuzz
+    of mutated slices; an `AttributeError` here would have killed the model's watcher)."""
+    import random
+
+    from fuzzing import mutate_tree
+
+    m = ModelConfig(name="m", service="svc", namespace="llm", port_name="http")
+    base = _slice("a", [("10.0.0.1", True), ("10.0.0.2", False)], 8000)
+    rng = random.Random(20261130)
+    kept = 0
+    for _ in range(5000):
+        got = slice_endpoints(mutate_tree(rng, base, ("ports", "endpoints", "addressType")), m)
+        assert all(isinstance(e, Endpoint) and e.url.startswith("http://") for e in got)
+        kept += bool(got)
+    assert kept > 500
+
+
+def test_a_malformed_watch_event_relists_and_the_watch_goes_on(tmp_path: Path) -> None:
+    """Events of the wrong shape (not an object, an object without a name, a list for an object) made the
+    model's watcher die, silently: its endpoints then stayed as they were for good. Now each is logged and
+    counted, the watcher lists again, and the next good event is read."""
+    async def main() -> None:
+        model = await FakeModel().start()
+        mport = model.server.port  # type: ignore[union-attr]
+        # one watch connection per script: each bad event ends its watch, the watcher lists and watches again
+        scripts: list[list[object]] = [
+            [[1, 2]], [{"type": "MODIFIED", "object": {"metadata": {}}}], [{"type": "MODIFIED", "object": [1]}],
+            [{"type": "ADDED", "object": {"metadata": {"name": "odd"}, "ports": "x", "endpoints": [3]}},
+             {"type": "MODIFIED", "object": _slice("llama-x", [("127.0.0.1", True)], mport)}]]
+        watches = 0
+
+        async def slices(request: web.Request) -> web.StreamResponse:
+            nonlocal watches
+            if request.query.get("watch") != "true":
+                return web.json_response({"kind": "EndpointSliceList", "metadata": {"resourceVersion": "7"},
+                                          "items": [_slice("llama-x", [("127.0.0.1", False)], mport)]})
+            resp = web.StreamResponse()
+            await resp.prepare(request)
+            watches += 1
+            for event in scripts[min(watches, len(scripts)) - 1]:
+                await resp.write(json.dumps(event).encode() + b"\n")
+            await asyncio.sleep(3600)  # the watch stays open, as the API server's does
+            return resp
+
+        app = web.Application()
+        app.router.add_get("/apis/discovery.k8s.io/v1/namespaces/llm/endpointslices", slices)
+        kube = await Server(app).start()
+        m = ModelConfig(name="m", namespace="llm", service="llama", port_name="http")
+        act = await start_activator(ActivatorConfig(
+            models=(m,), default_model="m", kubernetes=KubeConfig(api_server=kube.url, token_file="", ca_file="")))
+        try:
+            await wait_for(lambda: bool(act.endpoints.ready("m")), timeout=20, what="the good event read")
+            assert [e.url for e in act.endpoints.ready("m")] == [f"http://127.0.0.1:{mport}"]
+            assert watches == 4  # three bad events, three lists again; the fourth watch's odd slice is read as none
+        finally:
+            await _stop(act, model)
+            await kube.close()
+
+    run(main())
