@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,8 +39,8 @@ def parse_loads(text: str) -> dict[tuple[str, str], tuple[float | None, float | 
         if family.name not in (KV, WAITING):
             continue
         for s in family.samples:
-            if s.name != family.name:
-                continue
+            if s.name != family.name or not math.isfinite(s.value) or s.value < 0:
+                continue  # NaN, infinite or negative is not reported: one such load would win (or lose) every route
             key = (s.labels.get("model", ""), s.labels.get("pod", ""))
             kv, waiting = out.get(key, (None, None))
             out[key] = (s.value, waiting) if family.name == KV else (kv, s.value)
@@ -95,6 +96,10 @@ class LoadTable:
 
     async def run(self, interval: float, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            await self.poll_once()
+            try:
+                await self.poll_once()
+            except Exception:  # the loop must not die: routing would read ever older loads, then none
+                self.errors += 1
+                log.exception("reading the exporters' loads failed; trying again in %gs", interval)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), interval)
