@@ -5,15 +5,32 @@ flight) or reach an endpoint, and the requests around it are served."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
 from activator_harness import HOST, FakeModel, act_url, model_config, run, start_activator, wait_for
 
 from keda_llm.activator.config import ActivatorConfig
+from keda_llm.activator.proxy import Activator
 
 BODY = b'{"model": "m", "prompt": "hello", "max_tokens": 4}'
+
+
+@contextlib.asynccontextmanager
+async def serving(body_timeout: float) -> AsyncIterator[tuple[FakeModel, Activator]]:
+    """A model behind an activator with this `body_timeout`, its endpoint probed ready; both stopped after."""
+    model = await FakeModel().start()
+    act = await start_activator(ActivatorConfig(models=(model_config("m", (model.url,)),), body_timeout=body_timeout))
+    try:
+        await wait_for(lambda: bool(act.endpoints.ready("m")), what="the endpoint probed ready")
+        yield model, act
+    finally:
+        await act.stop()
+        assert model.server is not None
+        await model.server.close()
 
 
 async def slow_post(port: int, sent: bytes, trickle: float | None) -> tuple[bytes, float]:
@@ -51,10 +68,7 @@ async def slow_post(port: int, sent: bytes, trickle: float | None) -> tuple[byte
 @pytest.mark.parametrize("trickle", [None, 0.05], ids=["stops-sending", "trickles"])
 def test_a_body_that_does_not_arrive_is_answered_408_and_the_activator_stays_free(trickle: float | None) -> None:
     async def main() -> None:
-        model = await FakeModel().start()
-        act = await start_activator(ActivatorConfig(models=(model_config("m", (model.url,)),), body_timeout=0.5))
-        try:
-            await wait_for(lambda: bool(act.endpoints.ready("m")), what="the endpoint probed ready")
+        async with serving(0.5) as (model, act):
             answer, took = await slow_post(act.ports["proxy"], BODY[:10], trickle)
             head = answer.split(b"\r\n", 1)[0]
             assert head == b"HTTP/1.1 408 Request Timeout", answer[:200]
@@ -63,15 +77,10 @@ def test_a_body_that_does_not_arrive_is_answered_408_and_the_activator_stays_fre
             assert act.inflight == 0
             assert model.seen == []  # nothing reached the endpoint
             # the activator serves the next request as before
-            async with aiohttp.ClientSession() as s, s.post(act_url(act) + "/v1/completions",
-                                                            data=BODY) as r:
+            async with aiohttp.ClientSession() as s, s.post(act_url(act) + "/v1/completions", data=BODY) as r:
                 assert r.status == 200
                 await r.read()
             assert len(model.seen) == 1
-        finally:
-            await act.stop()
-            assert model.server is not None
-            await model.server.close()
 
     run(main())
 
@@ -79,10 +88,7 @@ def test_a_body_that_does_not_arrive_is_answered_408_and_the_activator_stays_fre
 def test_a_whole_body_within_the_timeout_is_served() -> None:
     """Just under `body_timeout` is not late: the body is read whole and forwarded."""
     async def main() -> None:
-        model = await FakeModel().start()
-        act = await start_activator(ActivatorConfig(models=(model_config("m", (model.url,)),), body_timeout=2.0))
-        try:
-            await wait_for(lambda: bool(act.endpoints.ready("m")), what="the endpoint probed ready")
+        async with serving(2.0) as (model, act):
             reader, writer = await asyncio.open_connection(HOST, act.ports["proxy"])
             writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                          b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(BODY) + BODY[:10])
@@ -94,9 +100,5 @@ def test_a_whole_body_within_the_timeout_is_served() -> None:
             writer.close()
             assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
             assert len(model.seen) == 1
-        finally:
-            await act.stop()
-            assert model.server is not None
-            await model.server.close()
 
     run(main())
