@@ -5,6 +5,7 @@ the other.
 Each family is a gauge with a category label (custom_metrics_reporter.cc in NVIDIA/TensorRT-LLM
 triton_backend): `nv_trt_llm_request_metrics{request_type=active|max|waiting|...}` and
 `nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=max|used|free|tokens_per|fraction|...}`.
+Running is `scheduled` and waiting `waiting` (or active - scheduled): `active` holds both (_running_waiting).
 Capacity = `max` blocks x `tokens_per`; the usage is `fraction`, or `used` / `max` on builds without it
 (inflight_batcher_llm/src/custom_metrics_reporter/custom_metrics_reporter.cc in
 triton-inference-server/tensorrtllm_backend, before `fraction` was added, reports `max`, `free`, `used`
@@ -63,12 +64,13 @@ def _triton(samples: list[Sample], target: Target) -> list[EngineMetrics]:
             fractions = {v: u / max_blocks[v] for v, u in used.items() if max_blocks.get(v, 0.0) > 0.0}
         ratio, capacity = weighted_ratio(fractions, capacities)
         max_running = total(where(requests, "request_type", "max"))
+        running, waiting = _running_waiting(requests)
         out.append(EngineMetrics(
             engine=NAME,
             model=rename or model or target.model or "unknown",
             role=role_,
-            requests_running=total(where(requests, "request_type", "active")),
-            requests_waiting=total(where(requests, "request_type", "waiting")),
+            requests_running=running,
+            requests_waiting=waiting,
             requests_max_running=max_running if max_running is not None else target.max_running,
             kv_cache_usage_ratio=ratio,
             kv_cache_capacity_tokens=capacity,
@@ -77,3 +79,20 @@ def _triton(samples: list[Sample], target: Target) -> list[EngineMetrics]:
             requests_finished_total=total(series.get(OUTPUT_TOKENS + "_count", [])),
         ))
     return out
+
+
+def _running_waiting(requests: list[Sample]) -> tuple[float | None, float | None]:
+    """(in the batch, waiting) from the request gauges. `active` is every request the executor holds, the
+    waiting ones included: the backend reports waiting = active - scheduled (tensorrtllm_backend
+    inflight_batcher_llm/src/model_instance_state.cc, "Waiting Requests"), so `active` as running counted
+    each waiting request twice. Running is `scheduled`; builds before the `waiting` label (v0.7-v0.17
+    report active, max, scheduled, context) give waiting as active - scheduled."""
+    active = total(where(requests, "request_type", "active"))
+    scheduled = total(where(requests, "request_type", "scheduled"))
+    waiting = total(where(requests, "request_type", "waiting"))
+    if scheduled is None:  # neither split reported: all the executor holds is what it runs
+        running = active if waiting is None or active is None else max(active - waiting, 0.0)
+        return running, waiting
+    if waiting is None and active is not None:
+        waiting = max(active - scheduled, 0.0)
+    return scheduled, waiting

@@ -354,6 +354,23 @@ def test_triton_with_two_trtllm_models_keeps_their_names() -> None:
     assert sorted((m.model, m.requests_running) for m in got) == [("a", 1), ("b", 2)]
 
 
+@pytest.mark.parametrize(("types", "expected"), [
+    ({"active": 10, "scheduled": 6, "waiting": 4, "max": 64}, (6, 4)),  # v0.18+: waiting = active - scheduled
+    ({"active": 10, "scheduled": 6, "context": 2, "max": 64}, (6, 4)),  # v0.7-v0.17: no `waiting` label
+    ({"active": 10, "waiting": 4}, (6, 4)),
+    ({"active": 3}, (3, None)),
+])
+def test_triton_trtllm_running_is_scheduled_and_active_holds_the_waiting(
+        types: dict[str, int], expected: tuple[float, float | None]) -> None:
+    """tensorrtllm_backend reports `active` as every request the executor holds and `waiting` as active -
+    scheduled (inflight_batcher_llm/src/model_instance_state.cc): active as running counted each waiting
+    request twice, and builds without the `waiting` label reported none."""
+    body = "".join(f'nv_trt_llm_request_metrics{{model="tensorrt_llm",request_type="{k}",version="1"}} {v}\n'
+                   for k, v in types.items())
+    got = one(body)
+    assert (got.requests_running, got.requests_waiting) == expected
+
+
 def test_triton_trtllm_without_fraction_takes_used_over_max() -> None:
     # older tensorrtllm_backend builds report max/free/used/tokens_per blocks, no fraction
     body = "".join(f'nv_trt_llm_kv_cache_block_metrics{{kv_cache_block_type="{k}",model="tensorrt_llm",version="1"}} '
