@@ -10,7 +10,7 @@ KV ratio is weighted by each part's capacity.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 
 from keda_llm.exporter.errors import ScrapeError
 from keda_llm.exporter.model import Histogram, Sample
@@ -99,11 +99,12 @@ def total(samples: Sequence[Sample], ignore: frozenset[str] = frozenset()) -> fl
     return sum(parts.values())
 
 
-def without_breakdown(samples: Sequence[Sample], label: str) -> list[Sample]:
-    """The samples less the series that break a total down by `label`, for each name whose total is also
-    written (the same name with `label` empty or absent): adding the breakdown to its total counts every
-    request twice. A name written only broken down keeps its parts (they are disjoint and summed)."""
-    totals = {s.name for s in samples if not s.labels.get(label)}
+def without_breakdown(samples: Sequence[Sample], label: str, names: Container[str]) -> list[Sample]:
+    """The samples less the series of `names` that break a total down by `label`, for each such name whose
+    total is also written (the same name with `label` empty or absent): adding the breakdown to its total
+    counts every request twice. A name written only broken down keeps its parts (they are disjoint and
+    summed), and so does every name not in `names` (its `label` values are disjoint parts, not a total)."""
+    totals = {s.name for s in samples if s.name in names and not s.labels.get(label)}
     return [s for s in samples if not s.labels.get(label) or s.name not in totals]
 
 

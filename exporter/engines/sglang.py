@@ -20,7 +20,10 @@ the prefill inflight queue (computed, KV being sent) is not waiting for anything
 With `--enable-priority-scheduling` the queue gauges (`QueueCount`: running, queued, the disaggregation
 queues) carry a `priority` label: the total under `priority=""` and a breakdown under `priority="0"`,
 `"1"`, ... (`_log_gauge_queue_count` in python/sglang/srt/observability/metrics_collector.py); the
-breakdown is dropped where its total is present. The prefill server's bootstrap queue was
+breakdown is dropped where its total is present. The tokenizer's series (token counters, finished
+requests, TTFT/ITL) carry `priority` too, but as each request's own: `""` is the requests that named
+none (the tokenizer manager's default label, replaced by the request's priority), disjoint from the
+others, so there the parts are summed. The prefill server's bootstrap queue was
 `num_prefill_prealloc_queue_reqs` in earlier builds and is `num_prefill_bootstrap_queue_reqs` now (same
 file). Builds of about v0.3 name the model in a `name` label (docs/references/production_metrics.md then)
 rather than `model_name`.
@@ -69,6 +72,11 @@ LORA_TOTAL = ("sglang:lora_pool_slots_total",)
 TTFT = ("sglang:time_to_first_token_seconds",)
 ITL = ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds")
 
+#: The scheduler's queue gauges (QueueCount): with priority scheduling, a total under `priority=""` and a
+#: breakdown beside it. Every other series' `priority` values are disjoint parts (the tokenizer's counters and
+#: histograms: `""` there is the requests that named no priority), summed.
+QUEUE_GAUGES = frozenset(RUNNING + WAITING + GRAMMAR_WAITING + sum(DISAGG_WAITING, ()))
+
 WANTED = frozenset(
     RUNNING + WAITING + GRAMMAR_WAITING + sum(DISAGG_WAITING, ()) + MAX_RUNNING + KV_USAGE + KV_CAPACITY + PROMPT
     + GENERATION + FINISHED + CACHED + PREEMPTIONS + LORA_USED + LORA_TOTAL + histogram_names(*TTFT, *ITL)
@@ -77,7 +85,7 @@ WANTED = frozenset(
 
 def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
     """One EngineMetrics per (`model_name`, `engine_type`)."""
-    samples = without_breakdown(samples, "priority")
+    samples = without_breakdown(samples, "priority", QUEUE_GAUGES)
     roles = {s.labels["engine_type"] for s in samples if "engine_type" in s.labels}
     default_role = roles.pop() if len(roles) == 1 else (target.role or "unified")
 

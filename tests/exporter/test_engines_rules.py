@@ -326,6 +326,29 @@ def test_sglang_priority_breakdown_is_not_added_to_its_total() -> None:
     assert one(only_parts).requests_running == 10
 
 
+def test_sglang_tokenizer_series_are_summed_over_priorities() -> None:
+    """The tokenizer's counters and histograms carry each request's own priority (`""`: it named none), so the
+    parts are disjoint: dropping them as a breakdown kept only the requests without a priority (a prefix hit
+    ratio above 1 too, with cached tokens counted from every priority)."""
+    lab = 'engine_type="unified",model_name="m"'
+    body = "".join(
+        f'sglang:{name}{{{lab},is_streaming="false",priority="{p}"}} {v}\n'
+        for name, values in (("prompt_tokens_total", (12, 90000)), ("generation_tokens_total", (3, 8000)),
+                             ("num_requests_total", (1, 400)))
+        for p, v in zip(("", "1"), values, strict=True))
+    body += (f'sglang:cached_tokens_total{{{lab},cache_source="device",priority="1"}} 5000\n'
+             + "".join(f'sglang:time_to_first_token_seconds_{part}{{{lab},priority="{p}"{le}}} {v}\n'
+                       for p, n in (("", 1), ("1", 400))
+                       for part, le, v in (("bucket", ',le="+Inf"', n), ("sum", "", n * 0.2), ("count", "", n)))
+             + f'sglang:num_running_reqs{{{lab},priority="",tp_rank="0"}} 5\n'
+             + f'sglang:num_running_reqs{{{lab},priority="1",tp_rank="0"}} 5\n')
+    got = one(body)
+    assert (got.prompt_tokens_total, got.generation_tokens_total, got.requests_finished_total) == (90012, 8003, 401)
+    assert got.prefix_cache_hit_tokens_total == 5000
+    assert got.time_to_first_token_seconds is not None and got.time_to_first_token_seconds.count == 401
+    assert got.requests_running == 5  # the scheduler's queue gauge: the total, its breakdown dropped
+
+
 @pytest.mark.parametrize("queue", ["num_prefill_bootstrap_queue_reqs", "num_prefill_prealloc_queue_reqs"])
 def test_sglang_prefill_bootstrap_queue_under_its_current_and_older_name(queue: str) -> None:
     body = (_sg("num_queue_reqs", 1, "0", "0", role="prefill") + _sg(queue, 25, "0", "0", role="prefill"))
