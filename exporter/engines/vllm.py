@@ -47,6 +47,9 @@ PREFIXES = (PREFIX,)
 
 RUNNING = ("vllm:num_requests_running",)
 WAITING = ("vllm:num_requests_waiting",)
+# V0 (to 0.10; Triton's vLLM backend too): requests preempted to CPU, waiting to be swapped back in; in neither
+# running nor waiting (vllm/engine/metrics.py "Number of requests swapped to CPU"), so they add to waiting
+SWAPPED = ("vllm:num_requests_swapped",)
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # renamed in 0.9, old gone in 0.12
 CACHE_CONFIG = "vllm:cache_config_info"
 LORA_INFO = "vllm:lora_requests_info"
@@ -60,7 +63,7 @@ TTFT = ("vllm:time_to_first_token_seconds",)
 ITL = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")  # renamed in 0.11
 
 WANTED = frozenset(
-    RUNNING + WAITING + KV_USAGE + (CACHE_CONFIG, LORA_INFO) + PROMPT + GENERATION + FINISHED + PREFIX_QUERIES
+    RUNNING + WAITING + SWAPPED + KV_USAGE + (CACHE_CONFIG, LORA_INFO) + PROMPT + GENERATION + FINISHED + PREFIX_QUERIES
     + PREFIX_HITS + PREEMPTIONS + histogram_names(*TTFT, *ITL)
 )
 
@@ -78,12 +81,13 @@ def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
     out = []
     for (model, role_), series in group((s for s in samples if s.name not in info), key).items():
         ratio, capacity = weighted_ratio(per_part(pick(series, *KV_USAGE), "engine"), capacities)
+        waiting, swapped = total(pick(series, *WAITING)), total(pick(series, *SWAPPED))
         out.append(EngineMetrics(
             engine=NAME,
             model=model,
             role=role_,
             requests_running=total(pick(series, *RUNNING)),
-            requests_waiting=total(pick(series, *WAITING)),
+            requests_waiting=waiting + swapped if waiting is not None and swapped is not None else waiting,
             requests_max_running=target.max_running,
             kv_cache_usage_ratio=ratio,
             kv_cache_capacity_tokens=capacity,

@@ -326,6 +326,15 @@ def test_sglang_priority_breakdown_is_not_added_to_its_total() -> None:
     assert one(only_parts).requests_running == 10
 
 
+def test_vllm_v0_swapped_requests_are_waiting() -> None:
+    """V0 engines (and Triton's vLLM backend) report requests preempted to CPU apart: in neither running nor
+    waiting, but waiting to run (vllm/engine/metrics.py, `vllm:num_requests_swapped`)."""
+    body = ('vllm:num_requests_running{model_name="m"} 8\nvllm:num_requests_waiting{model_name="m"} 2\n'
+            'vllm:num_requests_swapped{model_name="m"} 3\n')
+    got = one(body)
+    assert (got.requests_running, got.requests_waiting) == (8, 5)
+
+
 def test_sglang_tokenizer_series_are_summed_over_priorities() -> None:
     """The tokenizer's counters and histograms carry each request's own priority (`""`: it named none), so the
     parts are disjoint: dropping them as a breakdown kept only the requests without a priority (a prefix hit
