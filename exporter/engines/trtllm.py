@@ -25,7 +25,7 @@ from keda_llm.exporter.engines.ranks import GroupKey, group, per_part, total, we
 from keda_llm.exporter.model import EngineMetrics, Sample, Target
 
 NAME = "trtllm"
-PREFIXES = ("nv_trt_llm_", trtllm_serve.PREFIX)
+PREFIXES = ("nv_trt_llm_", trtllm_serve.PREFIX, trtllm_serve.DYNAMO_PREFIX)
 
 REQUESTS = "nv_trt_llm_request_metrics"
 KV_BLOCKS = "nv_trt_llm_kv_cache_block_metrics"
@@ -37,7 +37,7 @@ WANTED = frozenset({REQUESTS, KV_BLOCKS, INPUT_TOKENS + "_sum", OUTPUT_TOKENS + 
 
 
 def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
-    if any(s.name.startswith(trtllm_serve.PREFIX) for s in samples):
+    if trtllm_serve.ours(samples):
         return trtllm_serve.normalize([s for s in samples if s.name in trtllm_serve.WANTED], target, NAME)
     return _triton(samples, target)
 

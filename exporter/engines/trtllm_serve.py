@@ -16,9 +16,14 @@ from keda_llm.exporter.engines.ranks import GroupKey, first_histogram, group, hi
 from keda_llm.exporter.model import EngineMetrics, Sample, Target
 
 PREFIX = "trtllm_"
+#: NVIDIA Dynamo's TensorRT-LLM worker passes the collector's series through as `trtllm:<name>`
+#: (`register_engine_metrics_callback(..., add_prefix="trtllm:")`, Dynamo's TensorRT-LLM metrics guide)
+DYNAMO_PREFIX = "trtllm:"
 
-RUNNING = ("trtllm_num_requests_running",)
-WAITING = ("trtllm_num_requests_waiting",)
+# Each signal under its current name, then an earlier build's (a collector that named the executor's
+# numActiveRequests `trtllm_num_active_requests` and numQueuedRequests `trtllm_server_queue_length`).
+RUNNING = ("trtllm_num_requests_running", "trtllm_num_active_requests")
+WAITING = ("trtllm_num_requests_waiting", "trtllm_server_queue_length")
 MAX_RUNNING = ("trtllm_max_num_active_requests",)
 KV_USAGE = ("trtllm_kv_cache_utilization",)
 KV_MAX_BLOCKS = ("trtllm_kv_cache_max_blocks",)
@@ -26,16 +31,32 @@ KV_TOKENS_PER_BLOCK = ("trtllm_kv_cache_tokens_per_block",)
 PROMPT = ("trtllm_prompt_tokens_total",)
 GENERATION = ("trtllm_generation_tokens_total",)
 FINISHED = ("trtllm_request_success_total",)  # summed over finished_reason
+CACHED = ("trtllm_prompt_cached_tokens_total",)  # prompt tokens served from the KV cache, within the prompt tokens
 TTFT = ("trtllm_time_to_first_token_seconds",)
 ITL = ("trtllm_time_per_output_token_seconds",)
 
-WANTED = frozenset(RUNNING + WAITING + MAX_RUNNING + KV_USAGE + KV_MAX_BLOCKS + KV_TOKENS_PER_BLOCK + PROMPT
-                   + GENERATION + FINISHED + histogram_names(*TTFT, *ITL))
+_NAMES = frozenset(RUNNING + WAITING + MAX_RUNNING + KV_USAGE + KV_MAX_BLOCKS + KV_TOKENS_PER_BLOCK + PROMPT
+                   + GENERATION + FINISHED + CACHED + histogram_names(*TTFT, *ITL))
+#: The names read, and the same under Dynamo's prefix (in place of `trtllm_`, or before it).
+WANTED = _NAMES | {DYNAMO_PREFIX + n.removeprefix(PREFIX) for n in _NAMES} | {DYNAMO_PREFIX + n for n in _NAMES}
+
+
+def ours(samples: list[Sample]) -> bool:
+    """Whether the body is trtllm-serve's (or Dynamo's pass-through of it), not Triton's."""
+    return any(s.name.startswith((PREFIX, DYNAMO_PREFIX)) for s in samples)
+
+
+def _undynamo(s: Sample) -> Sample:
+    if not s.name.startswith(DYNAMO_PREFIX):
+        return s
+    rest = s.name.removeprefix(DYNAMO_PREFIX)
+    return s._replace(name=rest if rest.startswith(PREFIX) else PREFIX + rest)
 
 
 def normalize(samples: list[Sample], target: Target, engine: str) -> list[EngineMetrics]:
     """One EngineMetrics per `model_name` (the target's model where the body names none)."""
     role = target.role or "unified"
+    samples = [_undynamo(s) for s in samples]
 
     def key(s: Sample) -> GroupKey:
         return s.labels.get("model_name") or target.model or "unknown", role
@@ -45,6 +66,7 @@ def normalize(samples: list[Sample], target: Target, engine: str) -> list[Engine
         blocks, per_block = total(pick(series, *KV_MAX_BLOCKS)), total(pick(series, *KV_TOKENS_PER_BLOCK))
         capacity = blocks * per_block if blocks and per_block else None
         max_running = total(pick(series, *MAX_RUNNING))
+        prompt, cached = total(pick(series, *PROMPT)), total(pick(series, *CACHED))
         out.append(EngineMetrics(
             engine=engine,
             model=model,
@@ -54,7 +76,10 @@ def normalize(samples: list[Sample], target: Target, engine: str) -> list[Engine
             requests_max_running=max_running if max_running else target.max_running,
             kv_cache_usage_ratio=total(pick(series, *KV_USAGE)),
             kv_cache_capacity_tokens=capacity,
-            prompt_tokens_total=total(pick(series, *PROMPT)),
+            prompt_tokens_total=prompt,
+            # the cached counter starts at the first hit: until then no prefix-cache series, as for vLLM
+            prefix_cache_queried_tokens_total=prompt if cached is not None else None,
+            prefix_cache_hit_tokens_total=cached if prompt is not None else None,
             generation_tokens_total=total(pick(series, *GENERATION)),
             requests_finished_total=total(pick(series, *FINISHED)),
             time_to_first_token_seconds=first_histogram(series, TTFT),

@@ -504,7 +504,27 @@ def test_trtllm_serve_without_iteration_stats_reports_them_missing() -> None:
     assert got.requests_finished_total == 100 and got.model == "nvidia/llama-8b-fp8"
 
 
+def test_trtllm_serve_prefix_cache_earlier_names_and_dynamo_prefix() -> None:
+    """The cached prompt tokens are the hits, the prompt tokens the queried (tensorrt_llm/metrics/collector.py:
+    `trtllm_prompt_cached_tokens_total`, "prompt tokens served from KV cache"); an earlier collector named the
+    executor's active and queued requests `trtllm_num_active_requests` / `trtllm_server_queue_length`; NVIDIA
+    Dynamo's worker passes the series through as `trtllm:<name>`."""
+    lab = '{model_name="q",engine_type="trtllm"}'
+    body = (f"trtllm_num_active_requests{lab} 5\ntrtllm_server_queue_length{lab} 2\n"
+            f"trtllm_prompt_tokens_total{lab} 1800\ntrtllm_prompt_cached_tokens_total{lab} 450\n")
+    got = one(body)
+    assert (got.requests_running, got.requests_waiting) == (5, 2)
+    assert (got.prefix_cache_queried_tokens_total, got.prefix_cache_hit_tokens_total) == (1800, 450)
+    success = f'trtllm:request_success_total{lab[:-1]},finished_reason="stop"}} 150\n'
+    dynamo = one(body.replace("trtllm_", "trtllm:") + success)
+    assert (dynamo.engine, dynamo.model, dynamo.requests_running, dynamo.requests_finished_total) == (
+        "trtllm", "q", 5, 150)
+    assert dynamo.prefix_cache_hit_tokens_total == 450
+    # no hit yet: no prefix-cache series
+    assert one(f"trtllm_prompt_tokens_total{lab} 10\n").prefix_cache_queried_tokens_total is None
+
+
 def test_forcing_trtllm_accepts_either_server() -> None:
     assert one(TRTLLM_SERVE, Target(url="u", engine="trtllm")).requests_running == 12
-    with pytest.raises(ScrapeError, match=r"no trtllm metrics \(nv_trt_llm_\*, trtllm_\*\)"):
+    with pytest.raises(ScrapeError, match=r"no trtllm metrics \(nv_trt_llm_\*, trtllm_\*, trtllm:\*\)"):
         normalize('vllm:num_requests_running{model_name="m"} 1\n', Target(url="u", engine="trtllm"))
