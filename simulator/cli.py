@@ -124,11 +124,15 @@ def load_trace(args: argparse.Namespace) -> Trace:
         if fmt == "auto":  # .json, .jsonl, .ndjson (and .gz of each) are JSON lines
             fmt = "jsonl" if "json" in suffixes else ("minutes" if is_minutes_csv(path) else "csv")
         if fmt == "minutes":
+            if getattr(args, "sort", False):
+                raise TraceError(f"{path}: --sort sorts request rows; a per-minute history's minutes must rise")
             tr = load_minutes_csv(path, seed=args.seed)
         elif fmt == "jsonl":
             tr = load_jsonl(path, args.time_column, args.prompt_column, args.output_column, args.time_unit,
                             hash_key=args.hash_column, sort=args.sort)
         else:
+            if getattr(args, "hash_column", None):
+                raise TraceError(f"{path}: --hash-column reads a JSONL field (a list of block hashes); a CSV has none")
             tr = load_csv(path, args.time_column, args.prompt_column, args.output_column, args.time_unit,
                           sort=args.sort)
     else:

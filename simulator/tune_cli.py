@@ -11,7 +11,9 @@ model's own history read from Prometheus (`--from-prometheus URL --model M --sin
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
+import re
 import shlex
 import sys
 import time
@@ -35,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     h = p.add_argument_group("or the model's own history, from Prometheus")
     h.add_argument("--from-prometheus", default=None, metavar="URL",
                    help="read requests and tokens per minute of --model from the llm_* series at this Prometheus")
-    h.add_argument("--since", default="7d", help="how far back (7d, 36h, 90m) [7d]")
+    h.add_argument("--since", default=None, help="how far back (7d, 36h, 90m) [7d]")
     h.add_argument("--until", default=None, help="end of the span: Unix seconds or ISO 8601 [now]")
     h.add_argument("--save-history", default=None, metavar="FILE",
                    help=f"also write the per-minute history here ({', '.join(MINUTE_COLUMNS)})")
@@ -102,6 +104,8 @@ def _hint(err: Exception, args: argparse.Namespace) -> str:
         return "check the URL (e.g. http://prometheus.monitoring:9090), --model, --namespace and --since"
     if "no such file" in text or "unknown trace" in text:
         return f"give a shipped trace ({', '.join(TRACE_NAMES)}) or the path of a CSV/JSONL/per-minute file"
+    if "a per-minute history needs" in text:
+        return f"a per-minute history's columns are named {', '.join(MINUTE_COLUMNS)}: rename them in the file"
     if "missing column" in text or "missing field" in text:
         return ("name your columns with --time-column/--prompt-column/--output-column, or use --format minutes "
                 f"for a per-minute history ({', '.join(MINUTE_COLUMNS)})")
@@ -109,6 +113,8 @@ def _hint(err: Exception, args: argparse.Namespace) -> str:
         return "the trace (or its --window) must hold at least one request"
     if "preset" in text:
         return f"presets: {', '.join(sorted(PRESETS))}"
+    if "is not Unix seconds" in text:
+        return "a per-minute history's minute is Unix seconds or ISO 8601 (2026-11-24T10:00:00Z), whole minutes"
     if "after the year" in text:
         return "--time-unit ms or us reads epoch milliseconds or microseconds"
     if "not sorted" in text:
@@ -124,6 +130,7 @@ def _hint(err: Exception, args: argparse.Namespace) -> str:
 def _history(args: argparse.Namespace, model: str) -> Trace:
     from keda_llm.simulator.workload.history import export_minutes, parse_span, parse_time, write_minutes_csv
 
+    args.since = args.since or "7d"
     end = parse_time(args.until) if args.until else time.time()
     args.until_resolved = end  # the header's command reads the same span again later
     start = end - parse_span(args.since)
@@ -171,7 +178,7 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any, Trace | None]
     with a clear message."""
     from keda_llm.simulator.report.summary import Slo
     from keda_llm.simulator.run import Backtest
-    from keda_llm.simulator.tune import FULL_GRID, QUICK_GRID, Target
+    from keda_llm.simulator.tune import FULL_GRID, QUICK_GRID, Target, candidate
 
     preset = get_preset(args.preset)
     if (args.trace is None) == (args.from_prometheus is None):
@@ -190,6 +197,16 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any, Trace | None]
     for flag, out in (("--out", args.out), ("--plot", args.plot)):
         if out is not None:
             _check_writable(flag, Path(out))
+    if args.plot is not None:
+        _check_image_format(Path(args.plot))
+    _check_unused_flags(args)
+    for flag, value in (("--name", args.name), ("--namespace", args.namespace), ("--deployment", args.deployment)):
+        if value is not None and not _DNS_LABEL.fullmatch(value):
+            raise _Refused(f"{flag} {value!r}: not a Kubernetes name (lower-case letters, digits and '-', at most 63, "
+                           "starting and ending with a letter or digit)", f"e.g. {flag} {_dns_like(value)}")
+    if args.prometheus_address is not None and not args.prometheus_address.startswith(("http://", "https://")):
+        raise _Refused(f"--prometheus-address {args.prometheus_address!r}: not an http:// or https:// URL",
+                       f"e.g. --prometheus-address http://{args.prometheus_address.split('://')[-1]}")
     model = args.model or preset.model.name
     if args.from_prometheus is not None:
         if args.model is None:
@@ -214,7 +231,45 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any, Trace | None]
     target = Target(model=model, name=args.name, namespace=args.namespace or "default", deployment=args.deployment,
                     max_replicas=args.max_replicas, scaler_address=args.scaler_address,
                     prometheus_address=args.prometheus_address)
-    return trace, bt, target, QUICK_GRID if args.quick else FULL_GRID, held
+    grid = QUICK_GRID if args.quick else FULL_GRID
+    # minReplicaCount above maxReplicaCount is not a ScaledObject KEDA takes
+    grid = dataclasses.replace(grid, min_replicas=tuple(m for m in grid.min_replicas if m <= args.max_replicas))
+    # any metadata the flags make invalid (the scaler's own ConfigError) is one line here, not a worker's traceback
+    candidate(grid.candidates()[0], target, slo_itl_s=args.slo_itl, slo_ttft_s=args.slo_ttft,
+              cold_start_s=preset.cold_start(args.cold_start).quantile(0.9))
+    return trace, bt, target, grid, held
+
+
+#: a DNS-1123 label: the names a ScaledObject, its namespace and its Deployment must have
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def _dns_like(value: str) -> str:
+    name = re.sub(r"[^a-z0-9-]+", "-", value.lower()).strip("-")[:63].strip("-")
+    return name or "llm"
+
+
+def _check_image_format(path: Path) -> None:
+    from matplotlib.figure import Figure
+
+    formats = Figure().canvas.get_supported_filetypes()
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix not in formats:
+        raise _Refused(f"--plot {path}: {f'.{suffix} is not an image format' if suffix else 'no image suffix'}",
+                       f"end the name in .png, .svg or .pdf (any of {', '.join(sorted(formats))})")
+
+
+def _check_unused_flags(args: argparse.Namespace) -> None:
+    """A flag that the chosen input does not read is refused, not ignored: the user meant something by it."""
+    if args.from_prometheus is None:
+        for flag, value in (("--since", args.since), ("--until", args.until), ("--save-history", args.save_history)):
+            if value is not None:
+                raise _Refused(f"{flag} reads history from Prometheus: it needs --from-prometheus, not --trace",
+                               "drop it, or give --from-prometheus URL --model M")
+        return
+    for flag, given in (("--sort", args.sort), ("--hash-column", args.hash_column is not None)):
+        if given:
+            raise _Refused(f"{flag} applies to a --trace file, not to --from-prometheus", "drop it")
 
 
 def run(args: argparse.Namespace) -> int:

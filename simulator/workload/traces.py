@@ -148,8 +148,11 @@ class Trace:
 
     def stretch(self, factor: float) -> Trace:
         """Time x `factor`: 2 makes the trace twice as long at half the rate."""
-        if not factor > 0:
-            raise TraceError(f"trace {self.name}: stretch factor must be > 0, got {factor}")
+        if not (factor > 0 and math.isfinite(factor)):
+            raise TraceError(f"trace {self.name}: stretch factor must be finite and > 0, got {factor}")
+        if self.duration_s * factor > _LATEST_PLAUSIBLE_S:
+            raise TraceError(f"trace {self.name}: stretched {factor:g} times it would last "
+                             f"{self.duration_s * factor / 86400 / 365:,.0f} years")
         return Trace(f"{self.name}*t{factor:g}", self.arrival_s * factor, self.prompt_tokens, self.output_tokens,
                      self.hash_offsets, self.hash_values)
 
@@ -160,8 +163,10 @@ class Trace:
         copies after the first are placed uniformly between its arrival and the next one, so
         bursts keep their shape instead of stacking on one instant.
         """
-        if not factor > 0:
-            raise TraceError(f"trace {self.name}: rate factor must be > 0, got {factor}")
+        if not (factor > 0 and math.isfinite(factor)):
+            raise TraceError(f"trace {self.name}: rate factor must be finite and > 0, got {factor}")
+        if len(self) * factor > MAX_REQUESTS:
+            raise TraceError(f"trace {self.name}: {len(self):,} requests x {factor:g} is more than {MAX_REQUESTS:,}")
         rng = np.random.default_rng(seed)
         n = len(self)
         copies = np.full(n, math.floor(factor), dtype=np.int64)
@@ -210,11 +215,14 @@ def _open(path: Path) -> Iterator[IO[str]]:
     if path.is_dir():
         raise TraceError(f"{path}: a directory, not a trace file")
     try:
-        if path.suffix == ".gz":
-            with io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="") as fh:
+        with path.open("rb") as raw:
+            gzipped = raw.read(2) == b"\x1f\x8b"  # by its bytes: `.GZ`, or a gzip file without the suffix
+        # utf-8-sig: a byte-order mark (spreadsheet exports) is not part of the first line, even a `#` comment's
+        if gzipped:
+            with io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", newline="") as fh:
                 yield fh
         else:
-            with path.open("r", encoding="utf-8", newline="") as fh:
+            with path.open("r", encoding="utf-8-sig", newline="") as fh:
                 yield fh
     except csv.Error as err:
         raise TraceError(f"{path}: not a CSV this reads: {err}") from None
@@ -558,6 +566,10 @@ def load_minutes_csv(path: str | Path, seed: int = 0, token_sigma: float = 0.8, 
             t = float(raw_t)
         except ValueError:
             t = _time(p, line, "minute", raw_t, "datetime")
+        else:
+            if not (math.isfinite(t) and 0 <= t <= _LATEST_PLAUSIBLE_S):
+                raise TraceError(f"{p}: line {line}, column minute: {raw_t!r} is not Unix seconds (after the year "
+                                 "5000, or negative): milliseconds? divide by 1000, or write ISO 8601")
         if times and t <= times[-1]:
             raise TraceError(f"{p}: line {line}, column minute: minutes not rising ({raw_t!r})")
         if times and (t - times[0]) % 60 != 0:

@@ -111,6 +111,25 @@ def test_its_metadata_is_what_the_scaler_accepts(written: tuple[int, str, Path, 
     (["--trace", "azure-code-2023", "--out", "{missing_folder}/so.yaml"], "no folder", "mkdir -p"),
     (["--trace", "azure-code-2023", "--plot", "{a_directory}"], "a directory", "takes a file name"),
     (["--trace", "azure-code-2023", "--seed", "-1"], "--seed -1", "from 0"),
+    # found by a second review as a new user would run it (2026-11-30, later)
+    (["--trace", "azure-code-2023", "--prometheus-address", "prometheus.monitoring:9090"],
+     "not an http:// or https:// URL", "http://prometheus.monitoring:9090"),
+    (["--trace", "azure-code-2023", "--plot", "{tmp}/plot.txt"], ".txt is not an image format", ".png"),
+    (["--trace", "azure-code-2023", "--plot", "{tmp}/frontier"], "no image suffix", ".png"),
+    (["--trace", "{minutes_ms}"], "is not Unix seconds", "Unix seconds or ISO 8601"),
+    (["--trace", "azure-code-2023", "--rate-scale", "1e6"], "is more than 100,000,000", "--help"),
+    (["--trace", "azure-code-2023", "--stretch", "1e300"], "years", "--help"),
+    (["--trace", "azure-code-2023", "--stretch", "inf"], "must be finite", "--help"),
+    (["--trace", "azure-code-2023", "--name", "My_SO"], "not a Kubernetes name", "--name my-so"),
+    (["--trace", "azure-code-2023", "--namespace", "LLM"], "not a Kubernetes name", "--namespace llm"),
+    (["--trace", "azure-code-2023", "--deployment", "a/b"], "not a Kubernetes name", "--deployment a-b"),
+    (["--trace", "azure-code-2023", "--save-history", "{tmp}/h.csv"], "needs --from-prometheus", "drop it"),
+    (["--trace", "azure-code-2023", "--since", "3d"], "needs --from-prometheus", "drop it"),
+    (["--trace", "{minutes_named_time}", "--format", "minutes"], "a per-minute history needs",
+     "rename them in the file"),
+    (["--trace", "{minutes_named_time}".replace("named_time", "ok"), "--sort"], "--sort sorts request rows",
+     "--help"),
+    (["--trace", "{csv_ok}", "--hash-column", "hash_ids"], "--hash-column reads a JSONL field", "--help"),
 ])
 def test_bad_input_is_one_line_with_a_hint(argv: list[str], message: str, hint: str, tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
@@ -126,11 +145,18 @@ def test_bad_input_is_one_line_with_a_hint(argv: list[str], message: str, hint: 
     (tmp_path / "adir").mkdir()
     (tmp_path / "corrupt.csv.gz").write_bytes(b"\x1f\x8b\x08\x00not gzip at all")
     (tmp_path / "zero.csv").write_text("minute,requests,prompt_tokens,output_tokens\n2026-11-24T10:00:00Z,0,0,0\n")
+    (tmp_path / "min_ms.csv").write_text("minute,requests,prompt_tokens,output_tokens\n1795514460000,118,127735,330\n")
+    (tmp_path / "min_time.csv").write_text("time,requests,prompt_tokens,output_tokens\n1795514460,118,127735,330\n")
+    (tmp_path / "min_ok.csv").write_text("minute,requests,prompt_tokens,output_tokens\n1795514460,118,127735,330\n")
+    (tmp_path / "ok.csv").write_text("timestamp,prompt_tokens,output_tokens\n0,10,5\n")
     subs = {"{csv_bad_column}": str(bad), "{csv_empty}": str(empty), "{refused}": f"http://{refused_address()}",
             "{csv_epoch_ms}": str(tmp_path / "ms.csv"), "{csv_unsorted}": str(tmp_path / "unsorted.csv"),
             "{csv_huge_tokens}": str(tmp_path / "huge.csv"), "{a_directory}": str(tmp_path / "adir"),
-            "{corrupt_gz}": str(tmp_path / "corrupt.csv.gz"), "{minutes_without_requests}": str(tmp_path / "zero.csv")}
-    argv = [subs.get(a, a).replace("{missing_folder}", str(tmp_path / "nowhere")) for a in argv]
+            "{corrupt_gz}": str(tmp_path / "corrupt.csv.gz"), "{minutes_without_requests}": str(tmp_path / "zero.csv"),
+            "{minutes_ms}": str(tmp_path / "min_ms.csv"), "{minutes_named_time}": str(tmp_path / "min_time.csv"),
+            "{minutes_ok}": str(tmp_path / "min_ok.csv"), "{csv_ok}": str(tmp_path / "ok.csv")}
+    argv = [subs.get(a, a).replace("{missing_folder}", str(tmp_path / "nowhere")).replace("{tmp}", str(tmp_path))
+            for a in argv]
     rc = main(["tune", *argv, "--slo-ttft", "2", "--slo-itl", "0.1", "--quiet"])
     err = capsys.readouterr().err
     assert rc == 2
@@ -199,3 +225,42 @@ def test_without_the_sim_extra_it_names_the_extra() -> None:
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "pip install -e '.[sim]'" in lines[0], err
+
+
+def test_a_cluster_of_fewer_than_three_replicas_is_swept_without_min_replicas_it_cannot_hold() -> None:
+    """`--max-replicas 2` crashed the full grid: its minReplicaCount 3 is not a ScaledObject KEDA takes."""
+    import argparse
+
+    from keda_llm.simulator.tune_cli import add_arguments, build
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args(["--trace", "azure-code-2023", "--window", "0:600", "--max-replicas", "2",
+                         "--slo-ttft", "2", "--slo-itl", "0.1"])
+    _, _, target, grid, _ = build(args)
+    assert target.max_replicas == 2 and grid.min_replicas == (1, 2)
+    assert all(k.min_replicas <= 2 for k in grid.candidates())
+
+
+def test_trace_files_as_spreadsheets_and_gateways_export_them(tmp_path: Path) -> None:
+    """A byte-order mark before a `#` comment line (spreadsheet exports), CRLF line ends, and a gzip file named
+    `.GZ` (or with no suffix) read like the plain file."""
+    import gzip
+
+    from keda_llm.simulator.workload.traces import is_minutes_csv, load_csv, load_jsonl, load_minutes_csv
+
+    rows = "timestamp,prompt_tokens,output_tokens\r\n0,10,5\r\n1.5,20,6\r\n"
+    (tmp_path / "bom.csv").write_bytes("\ufeff# exported from the gateway\r\n".encode() + rows.encode())
+    plain = load_csv(tmp_path / "bom.csv", "timestamp", "prompt_tokens", "output_tokens")
+    assert plain.prompt_tokens.tolist() == [10, 20]
+    for name in ("UPPER.CSV.GZ", "nosuffix"):
+        (tmp_path / name).write_bytes(gzip.compress(rows.encode()))
+        got = load_csv(tmp_path / name, "timestamp", "prompt_tokens", "output_tokens")
+        assert got.prompt_tokens.tolist() == [10, 20]
+    (tmp_path / "bom.jsonl").write_bytes('\ufeff{"timestamp": 0, "prompt_tokens": 3, "output_tokens": 1}\n'.encode())
+    jsonl = load_jsonl(tmp_path / "bom.jsonl", "timestamp", "prompt_tokens", "output_tokens")
+    assert jsonl.prompt_tokens.tolist() == [3]
+    minutes = "\ufeff# from Prometheus\nminute,requests,prompt_tokens,output_tokens\n1795514460,3,300,30\n"
+    (tmp_path / "min.csv").write_bytes(minutes.encode())
+    assert is_minutes_csv(tmp_path / "min.csv")
+    assert len(load_minutes_csv(tmp_path / "min.csv")) == 3

@@ -107,8 +107,15 @@ def test_scale_rate_and_stretch(tmp_path: Path) -> None:
     assert half.scale_rate(0.5, seed=1) is not half and 30 < len(half) < 70
     assert t.scale_rate(0.5, seed=1).prompt_tokens.tolist() == half.prompt_tokens.tolist()  # seeded
     assert t.stretch(2.0).arrival_s[-1] == 198.0
-    with pytest.raises(TraceError, match="rate factor must be > 0"):
+    with pytest.raises(TraceError, match="rate factor must be finite and > 0"):
         t.scale_rate(0)
+    # bounds before anything is built: a trace past MAX_REQUESTS, a stretch past any plausible date
+    for factor in (float("inf"), float("nan"), 1e7):
+        with pytest.raises(TraceError, match="rate factor must be finite|is more than 100,000,000"):
+            t.scale_rate(factor)
+    for factor in (float("inf"), 1e300):
+        with pytest.raises(TraceError, match="stretch factor must be finite|years"):
+            t.stretch(factor)
 
 
 MINUTES = (
