@@ -111,10 +111,10 @@ def test_scale_rate_and_stretch(tmp_path: Path) -> None:
         t.scale_rate(0)
     # bounds before anything is built: a trace past MAX_REQUESTS, a stretch past any plausible date
     for factor in (float("inf"), float("nan"), 1e7):
-        with pytest.raises(TraceError, match="rate factor must be finite|is more than 100,000,000"):
+        with pytest.raises(TraceError, match=r"rate factor must be finite|is more than 100,000,000"):
             t.scale_rate(factor)
     for factor in (float("inf"), 1e300):
-        with pytest.raises(TraceError, match="stretch factor must be finite|years"):
+        with pytest.raises(TraceError, match=r"stretch factor must be finite|years"):
             t.stretch(factor)
 
 
