@@ -98,7 +98,7 @@ def add_trace_arguments(p: argparse.ArgumentParser, required: bool = True) -> No
     t.add_argument("--prompt-column", default="prompt_tokens", help="CSV/JSONL: prompt tokens column [prompt_tokens]")
     t.add_argument("--output-column", default="output_tokens",
                    help="CSV/JSONL: output tokens column [output_tokens]")
-    t.add_argument("--time-unit", default="s", choices=("s", "ms", "us", "datetime"),
+    t.add_argument("--time-unit", default="s", choices=("s", "ms", "us", "ns", "datetime"),
                    help="CSV/JSONL: unit of the time column [s]")
     t.add_argument("--hash-column", default=None, help="JSONL: prefix block hashes column (list of ints), optional")
     t.add_argument("--sort", action="store_true", help="CSV/JSONL: sort rows by time instead of refusing unsorted")

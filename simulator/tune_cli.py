@@ -116,11 +116,11 @@ def _hint(err: Exception, args: argparse.Namespace) -> str:
     if "is not Unix seconds" in text:
         return "a per-minute history's minute is Unix seconds or ISO 8601 (2026-11-24T10:00:00Z), whole minutes"
     if "after the year" in text:
-        return "--time-unit ms or us reads epoch milliseconds or microseconds"
+        return "--time-unit ms, us or ns reads epoch milliseconds, microseconds or nanoseconds"
     if "not sorted" in text:
         return "--sort sorts the rows by time"
     if "not a date-time" in text or ("not a number" in text and "column" in text):
-        return ("--time-unit datetime reads ISO 8601 (2026-11-24T10:00:00.173Z); s, ms, us read numbers; "
+        return ("--time-unit datetime reads ISO 8601 (2026-11-24T10:00:00.173Z); s, ms, us, ns read numbers; "
                 "--time-column names the column")
     if "a directory" in text or "cannot read" in text:
         return "--trace takes a file: CSV, JSONL (.jsonl, .ndjson) or a per-minute CSV, optionally .gz"

@@ -26,8 +26,8 @@ from numpy.typing import NDArray
 from keda_llm.common.times import iso_seconds
 
 DATA = Path(__file__).parent / "data"
-TimeUnit = Literal["s", "ms", "us", "datetime"]
-_UNIT_SCALE = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+TimeUnit = Literal["s", "ms", "us", "ns", "datetime"]
+_UNIT_SCALE = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}  # ns: Loki's and OpenTelemetry's exports
 
 
 class TraceError(ValueError):
@@ -274,9 +274,9 @@ def _time(path: Path, line: int, col: str, raw: object, unit: TimeUnit) -> float
         raise TraceError(f"{path}: line {line}, column {col}: negative timestamp {raw!r}")
     seconds = v * _UNIT_SCALE[unit]
     if seconds > _LATEST_PLAUSIBLE_S:
-        finer = {"s": "ms", "ms": "us"}.get(unit, unit)
+        finer = {"s": "ms", "ms": "us", "us": "ns"}.get(unit)
         raise TraceError(f"{path}: line {line}, column {col}: {raw!r} read as {unit} is after the year 5000: "
-                         f"a finer unit (--time-unit {finer})?")
+                         + (f"a finer unit (--time-unit {finer})?" if finer else "not a time in any unit"))
     return seconds
 
 

@@ -212,3 +212,14 @@ def test_a_row_with_more_fields_than_the_header_is_refused(tmp_path: Path) -> No
     p.write_text("timestamp,note,prompt_tokens,output_tokens\n0,ok,10,5\n1,a, b,20,7\n")
     with pytest.raises(TraceError, match="line 3: 5 fields, header has 4"):
         load_csv(p, "timestamp", "prompt_tokens", "output_tokens")
+
+
+def test_epoch_nanoseconds_read_with_time_unit_ns(tmp_path: Path) -> None:
+    """Loki and OpenTelemetry export nanoseconds; read as microseconds they are refused naming ns, not us again."""
+    body = "ts,p,o\n1795514400173000000,10,5\n1795514401173000000,10,5\n"
+    path = write(tmp_path, "ns.csv", body)
+    assert load_csv(path, "ts", "p", "o", "ns").arrival_s.tolist() == [0.0, 1.0]
+    with pytest.raises(TraceError, match=r"a finer unit \(--time-unit ns\)"):
+        load_csv(path, "ts", "p", "o", "us")
+    with pytest.raises(TraceError, match="not a time in any unit"):
+        load_csv(write(tmp_path, "big.csv", "ts,p,o\n1e40,10,5\n"), "ts", "p", "o", "ns")
