@@ -309,7 +309,7 @@ def _command(args: argparse.Namespace) -> str:
             parts.append("--sort")
     else:
         until = getattr(args, "until_resolved", None)
-        parts += ["--from-prometheus", args.from_prometheus, "--since", args.since]
+        parts += ["--from-prometheus", args.from_prometheus, "--since", args.since or "7d"]
         if until is not None:  # an absolute end: the same span when run again later
             parts += ["--until", datetime.fromtimestamp(until, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")]
     if args.window:

@@ -213,7 +213,7 @@ def test_the_header_command_reads_the_trace_as_it_was_read() -> None:
     # history from Prometheus: the span's end is written as a time, so the command reads the same span later
     args = p.parse_args(["--from-prometheus", "http://p:9090", "--model", "m", "--slo-ttft", "2", "--slo-itl", "0.1"])
     args.until_resolved = 1795514400.0
-    assert "--until 2026-11-24T10:00:00Z" in _command(args)
+    assert "--since 7d --until 2026-11-24T10:00:00Z" in _command(args)
 
 
 def test_without_the_sim_extra_it_names_the_extra() -> None:
