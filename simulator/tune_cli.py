@@ -200,10 +200,14 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any, Trace | None]
     if args.plot is not None:
         _check_image_format(Path(args.plot))
     _check_unused_flags(args)
-    for flag, value in (("--name", args.name), ("--namespace", args.namespace), ("--deployment", args.deployment)):
-        if value is not None and not _DNS_LABEL.fullmatch(value):
-            raise _Refused(f"{flag} {value!r}: not a Kubernetes name (lower-case letters, digits and '-', at most 63, "
-                           "starting and ending with a letter or digit)", f"e.g. {flag} {_dns_like(value)}")
+    for flag, value, pattern, most in (("--name", args.name, _DNS_SUBDOMAIN, 253),
+                                       ("--namespace", args.namespace, _DNS_LABEL, 63),
+                                       ("--deployment", args.deployment, _DNS_SUBDOMAIN, 253)):
+        if value is not None and not (pattern.fullmatch(value) and len(value) <= most):
+            dots = " and '.'" if pattern is _DNS_SUBDOMAIN else ""
+            raise _Refused(f"{flag} {value!r}: not a Kubernetes name (lower-case letters, digits and '-'{dots}, "
+                           f"at most {most}, starting and ending with a letter or digit)",
+                           f"e.g. {flag} {_dns_like(value)}")
     if args.prometheus_address is not None and not args.prometheus_address.startswith(("http://", "https://")):
         raise _Refused(f"--prometheus-address {args.prometheus_address!r}: not an http:// or https:// URL",
                        f"e.g. --prometheus-address http://{args.prometheus_address.split('://')[-1]}")
@@ -240,8 +244,9 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any, Trace | None]
     return trace, bt, target, grid, held
 
 
-#: a DNS-1123 label: the names a ScaledObject, its namespace and its Deployment must have
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+#: DNS-1123: a namespace is a label; a ScaledObject and a Deployment are subdomains (labels joined by dots)
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def _dns_like(value: str) -> str:
