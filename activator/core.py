@@ -295,6 +295,7 @@ class Route:
 
     model: str
     path: str
+    prefix: str = ""  # the path prefix that chose the model (without a trailing slash), if one did
 
 
 def route_by_path(path: str, prefixes: Sequence[tuple[str, str]]) -> Route | None:
@@ -303,7 +304,7 @@ def route_by_path(path: str, prefixes: Sequence[tuple[str, str]]) -> Route | Non
     for prefix, model in sorted(prefixes, key=lambda p: -len(p[0])):
         p = prefix.rstrip("/")
         if path == p or path.startswith(p + "/"):
-            return Route(model, path[len(p):] or "/")
+            return Route(model, path[len(p):] or "/", p)
     return None
 
 

@@ -41,7 +41,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
-from multidict import CIMultiDict
+from multidict import CIMultiDict, CIMultiDictProxy
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from yarl import URL
 
@@ -76,6 +76,12 @@ HOP_BY_HOP = frozenset(h.lower() for h in (
 #: is dropped here first rather than closed by the engine just as a request is sent on it (that request
 #: would fail as a refused connection and set a healthy endpoint aside).
 KEEPALIVE_S = 4.0
+#: `Retry-After` for a model with ready replicas that is full (its queue, or every replica at max_outstanding)
+READY_RETRY_S = 2
+#: Headers aiohttp's client would add that the client did not send: forwarded as sent, or not at all (an added
+#: `Content-Type: application/octet-stream` made FastAPI servers refuse a JSON body sent without one; an added
+#: `Accept-Encoding` gave clients that never asked a gzip answer)
+_NOT_ADDED = frozenset({"Accept-Encoding", "User-Agent", "Content-Type", "Accept"})
 TICK_S = 0.1  # expiry, re-activation and set-aside endpoints coming back are checked this often
 WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
@@ -263,7 +269,8 @@ class Activator:
             for name in sorted(self.names)]})
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        if request.method == "GET" and request.path == "/v1/models" and not self.prefixes:
+        if (request.method == "GET" and request.path == "/v1/models"
+                and route_by_path(request.path, self.prefixes) is None):
             return await self._models()
         self.inflight += 1
         self._idle.clear()
@@ -296,11 +303,13 @@ class Activator:
                 return self._reject(None, _Rejected("bad_request"),
                                     message="the body is not a JSON object naming its `model`")
             if route is None:
-                return self._reject(None, _Rejected("unknown_model"),
-                                    message=f"model {body_model!r} is not served here")
+                what = f"model {body_model!r}" if body_model is not None else "a request naming no model"
+                return self._reject(None, _Rejected("unknown_model"), message=f"{what} is not served here")
+            if body_model is not None and body_model != route.model:
+                body = _renamed(body, route.model)  # an alias: the replicas serve the configured name
         st = self.models[route.model]
         priority = self._priority(request)
-        path_qs = route.path + (f"?{request.query_string}" if request.query_string else "")
+        path_qs = _target(request.raw_path, route.path, route.prefix)
         first_held: float | None = None  # set once the request was admitted to the queue
         dropped = 0  # connections closed after the request went out
         while True:
@@ -454,6 +463,8 @@ class Activator:
         self.metrics.held.labels(st.cfg.name).set(len(st.queue))
 
     def _retry(self, st: ModelState) -> int:
+        if self.endpoints.ready(st.cfg.name):  # up and busy, not starting: a slot frees as a request ends
+            return READY_RETRY_S
         return retry_after(self.clock(), st.woken_at, st.cfg.cold_start)
 
     # ---- waking ----
@@ -492,14 +503,15 @@ class Activator:
     async def _forward(self, request: web.Request, st: ModelState, endpoint: str, path_qs: str,
                        body: bytes) -> web.StreamResponse:
         assert self._session is not None
-        headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP)
+        # the body was read decoded (aiohttp undoes a request's Content-Encoding): forwarded as it is, unlabelled
+        headers = CIMultiDict(_end_to_end(request.headers, also=("content-encoding",)))
         peer = request.remote or ""
-        prior = request.headers.get("X-Forwarded-For")
+        prior = ", ".join(request.headers.getall("X-Forwarded-For", []))  # every hop, however many lines
         headers["X-Forwarded-For"] = f"{prior}, {peer}" if prior else peer
         try:
             up = await self._session.request(request.method, URL(endpoint + path_qs, encoded=True),
                                              data=body or None, headers=headers, timeout=self._upstream_timeout,
-                                             allow_redirects=False)
+                                             allow_redirects=False, skip_auto_headers=_NOT_ADDED)
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
             # no connection made: refused, unresolved, or silent (a vanished pod's address often is)
             raise _ConnectFailed(str(e) or type(e).__name__, sent=False) from e
@@ -513,9 +525,8 @@ class Activator:
         self.metrics.forwarded.labels(st.cfg.name, endpoint).inc()
         async with up:
             resp = web.StreamResponse(status=up.status, reason=up.reason)
-            for k, v in up.headers.items():
-                if k.lower() not in HOP_BY_HOP:
-                    resp.headers.add(k, v)
+            for k, v in _end_to_end(up.headers):
+                resp.headers.add(k, v)
             if up.content_length is not None and "chunked" not in up.headers.get("Transfer-Encoding", ""):
                 resp.content_length = up.content_length
             await resp.prepare(request)
@@ -575,3 +586,31 @@ def _body_model(body: bytes) -> str | None:
         return None
     model = obj.get("model") if isinstance(obj, dict) else None
     return model if isinstance(model, str) else None
+
+
+def _end_to_end(headers: CIMultiDictProxy[str] | CIMultiDict[str],
+                also: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    """The headers a proxy passes on: less the hop-by-hop ones, and less those the `Connection` header names
+    (RFC 9110 7.6.1: a proxy must remove both)."""
+    named = {t.strip().lower() for v in headers.getall("Connection", []) for t in v.split(",") if t.strip()}
+    drop = HOP_BY_HOP | named | set(also)
+    return [(k, v) for k, v in headers.items() if k.lower() not in drop]
+
+
+def _target(raw: str, path: str, prefix: str) -> str:
+    """The request-target to forward: the client's own bytes (its percent-encoding kept: decoded, `%23` ended
+    the query, `%2F` became a path separator, `+` a raw space), less a routing `prefix`. A prefix the client
+    percent-encoded is matched decoded; the rest of such a path is encoded again."""
+    raw_path, sep, query = raw.partition("?")
+    if prefix and (raw_path == prefix or raw_path.startswith(prefix + "/")):
+        raw_path = raw_path[len(prefix):] or "/"
+    elif prefix:
+        raw_path = URL.build(path=path).raw_path
+    return raw_path + (sep + query if sep else "")
+
+
+def _renamed(body: bytes, model: str) -> bytes:
+    """The body with its `model` set to the configured name (the client named an alias)."""
+    obj = json.loads(body)
+    obj["model"] = model
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
