@@ -49,13 +49,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _host_port(text: str, key: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
-    if not port.isdigit() or int(port) > 65535:
+    if not (port.isascii() and port.isdigit() and len(port) <= 5 and int(port) <= 65535) \
+            or host.count("[") != host.count("]"):
         raise ConfigError(key, f"not host:port: {text!r}")
     return host.strip("[]"), int(port)
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=str(args.log_level).upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    level = str(args.log_level).upper()
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        print(f"keda-llm activator: --log-level: {args.log_level!r} is not DEBUG, INFO, WARNING or ERROR",
+              file=sys.stderr)
+        return 2
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         cfg = with_flags(load(args.config), vars(args))
         admin = _host_port(args.admin_listen, "--admin-listen")
@@ -104,7 +110,12 @@ async def _serve(cfg: ActivatorConfig, proxy: tuple[str, int], admin: tuple[str,
     try:
         await activator.start(proxy, admin)
     except ValueError as e:  # no API server for EndpointSlices
+        await activator.stop()  # its client session and any listener already open
         raise ConfigError("kubernetes.api_server", str(e).split(": ", 1)[-1]) from None
+    except OSError as e:  # the port is taken, or the address is not this machine's
+        await activator.stop()
+        raise ConfigError("listen", f"cannot listen ({proxy[0] or '*'}:{proxy[1]}, admin "
+                                    f"{admin[0] or '*'}:{admin[1]}): {e.strerror or e}") from None
     settle_heap()
     log.info("activator: proxy on :%d, admin on :%d, models %s", activator.ports["proxy"],
              activator.ports.get("admin", 0), ", ".join(activator.models))

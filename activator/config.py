@@ -359,6 +359,8 @@ def load(path: str | None) -> ActivatorConfig | None:
             raw = yaml.safe_load(fh)
     except OSError as e:
         raise ConfigError("--config", f"cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError("--config", f"{path} is not UTF-8 text") from None
     except yaml.YAMLError as e:
         raise ConfigError("--config", f"{path} is not YAML: {str(e).splitlines()[0]}") from None
     return parse(raw)
@@ -421,6 +423,8 @@ def read_token(path: str, key: str) -> str:
             token = fh.read().strip()
     except OSError as e:
         raise ConfigError(key, f"cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(key, f"{path} is not a text token (not UTF-8)") from None
     if not token:
         raise ConfigError(key, f"{path} is empty")
     return token

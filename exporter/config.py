@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from keda_llm.common.durations import MAX_SECONDS
 from keda_llm.common.durations import parse_duration as _go_duration
 from keda_llm.common.vocabulary import ENGINES, ROLES
 from keda_llm.exporter.model import Target
@@ -120,6 +121,8 @@ def parse_duration(value: object, key: str) -> float:
         raise ConfigError(key, value, "expected a duration such as 5s or 500ms")
     if not math.isfinite(seconds) or seconds <= 0:
         raise ConfigError(key, value, "must be a positive duration")
+    if seconds > MAX_SECONDS:  # a YAML number, as a string is: past it a timer's deadline overflowed and killed
+        raise ConfigError(key, value, "at most 2562047h47m16.854775807s (Go's limit)")  # the collection loop
     return seconds
 
 
@@ -144,7 +147,8 @@ def parse_listen(value: object, key: str) -> tuple[str, int]:
         raise ConfigError(key, value, "expected host:port, e.g. :9400 or 127.0.0.1:9400")
     host, _, port_text = value.rpartition(":")
     host = host.strip("[]")
-    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+    # ASCII digits only: str.isdigit() takes '²' (int() then fails) and other scripts' digits
+    if not (port_text.isascii() and port_text.isdigit() and len(port_text) <= 5 and int(port_text) <= 65535):
         raise ConfigError(key, value, "the port must be a number from 0 to 65535")
     return host, int(port_text)
 
@@ -320,9 +324,11 @@ def check_tls(tls: TLSConfig) -> TLSConfig:
 def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> ExporterConfig:
     """Read and validate a YAML config file; errors name the file too."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError("--config", str(path), f"cannot read: {e.strerror}") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError("--config", str(path), f"not UTF-8 text ({e.reason} at byte {e.start})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:

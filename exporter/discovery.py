@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import ssl
 import threading
@@ -88,7 +89,10 @@ def _port(container: Mapping[str, Any], annotated: str | None) -> str | None:
         port = str(ports[0].get("containerPort")) if ports else None
     else:
         port = annotated
-    return port if port and port.isdigit() else None
+    # ASCII digits of a real port: `isdigit()` alone took '²' and other scripts' digits, and 0 or 99999 made
+    # a URL no scrape could reach
+    return port if port and port.isascii() and port.isdigit() and len(port) <= 5 and 0 < int(port) <= 65535 \
+        else None
 
 
 def pod_to_target(pod: Mapping[str, Any], node: str) -> Target | None:
@@ -111,8 +115,11 @@ def pod_to_target(pod: Mapping[str, Any], node: str) -> Target | None:
     if port is None:
         log.warning("pod %s: no port (set %s or declare a containerPort)", name, PORT)
         return None
-    scheme = ann.get(SCHEME, "http")
-    path = ann.get(PATH, "/metrics")
+    scheme = str(ann.get(SCHEME, "http")).strip().lower()
+    if scheme not in ("http", "https"):
+        log.warning("pod %s: %s=%r is not http or https; skipped", name, SCHEME, ann.get(SCHEME))
+        return None
+    path = str(ann.get(PATH, "/metrics"))
     if not path.startswith("/"):
         path = "/" + path
     host = f"[{ip}]" if ":" in ip else ip
@@ -122,8 +129,11 @@ def pod_to_target(pod: Mapping[str, Any], node: str) -> Target | None:
     if MAX_RUNNING in ann:
         try:
             max_running = float(ann[MAX_RUNNING])
-        except ValueError:
-            log.warning("pod %s: %s=%r is not a number; ignored", name, MAX_RUNNING, ann[MAX_RUNNING])
+        except (TypeError, ValueError):
+            max_running = None
+        if max_running is None or not (math.isfinite(max_running) and max_running > 0):
+            log.warning("pod %s: %s=%r is not a positive number; ignored", name, MAX_RUNNING, ann[MAX_RUNNING])
+            max_running = None
     if engine is not None and engine not in ENGINES:
         log.warning("pod %s: %s=%r is not one of %s; detecting from the body", name, ENGINE, engine, ENGINES)
         engine = None
@@ -147,7 +157,17 @@ def pods_to_targets(pod_list: Mapping[str, Any], node: str) -> list[Target]:
     """Targets from a v1 PodList, in a stable order."""
     if pod_list.get("kind") != "PodList":
         raise DiscoveryError(f"expected kind PodList, got {pod_list.get('kind')!r}")
-    targets = [t for pod in pod_list.get("items") or [] if (t := pod_to_target(pod, node)) is not None]
+    targets = []
+    for pod in pod_list.get("items") or []:
+        try:
+            target = pod_to_target(pod, node)
+        except (TypeError, ValueError, AttributeError, KeyError) as err:  # one odd pod costs itself, not the node
+            meta = pod.get("metadata") if isinstance(pod, dict) else None
+            who = f"{meta.get('namespace', '')}/{meta.get('name', '')}" if isinstance(meta, dict) else "?"
+            log.warning("pod %s: cannot read it (%s: %s); skipped", who, type(err).__name__, err)
+            continue
+        if target is not None:
+            targets.append(target)
     return sorted(targets, key=lambda t: t.key)
 
 

@@ -150,8 +150,9 @@ def settings_from_args(args: argparse.Namespace, *, demand_watch_s: float | None
         tls = TLSFiles(args.tls_cert, args.tls_key, args.tls_client_ca, sans)
     elif args.tls_client_ca or args.tls_client_san:
         raise StartError("--tls-client-ca needs --tls-cert and --tls-key", "mutual TLS is TLS first: pass all three")
+    _check_addresses(args)
     return ScalerSettings(
-        grpc_address=args.grpc_address, http_address=host_port(args.http_address, 9091),
+        grpc_address=_grpc_address(args.grpc_address), http_address=host_port(args.http_address, 9091),
         http_tls=http_tls_from_args(args),
         exporters=tuple(e.strip() for e in args.exporters.split(",") if e.strip()),
         exporters_service=args.exporters_service or None, prometheus_address=args.prometheus_address or None,
@@ -212,6 +213,35 @@ def _assemble(args: argparse.Namespace, *, clock: Callable[[], float] = time.tim
     return assemble(settings, reader=reader, clock=clock, background=background, marker=marker)
 
 
+def _check_addresses(args: argparse.Namespace) -> None:
+    """Every address flag parsed before anything starts: a bad one is one line naming the flag, not a traceback
+    at bind time, nor an INTERNAL error on every RPC later (a bad --exporters-service)."""
+    from keda_llm.scaler.activation import parse_peer
+    from keda_llm.scaler.config import parse_host_port, parse_list, parse_url
+
+    checks: list[tuple[str, str | None, Callable[[str], object]]] = [
+        ("--grpc-address", args.grpc_address, lambda v: host_port(v, 9090)),
+        ("--http-address", args.http_address, lambda v: host_port(v, 9091)),
+        ("--exporters-service", args.exporters_service, parse_host_port),
+        ("--exporters", args.exporters, parse_list),
+        ("--prometheus-address", args.prometheus_address, parse_url),
+        ("--peers-service", args.peers_service, lambda v: parse_peer(v, 9091)),
+        *(("--peers", p, lambda v: parse_peer(v, 9091)) for p in args.peers.split(",") if p.strip()),
+    ]
+    for flag, value, parse in checks:
+        if value:
+            try:
+                parse(value)
+            except ValueError as err:
+                raise StartError(f"{flag} {value!r}: {err}", "host:port ([v6]:port for IPv6), or :port for every "
+                                 "address; URLs where the flag takes one (--help)") from None
+
+
+def _grpc_address(text: str) -> str:
+    """`:port` (every address, as for --http-address) in the form gRPC binds: `[::]:port`."""
+    return f"[::]{text.strip()}" if text.strip().startswith(":") else text
+
+
 class StartError(Exception):
     """An expected reason the scaler cannot start: one line and a hint for the user, never a traceback."""
 
@@ -239,9 +269,12 @@ def start_error(err: BaseException, args: argparse.Namespace) -> StartError | No
     if isinstance(err, OSError) and err.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
         return StartError(f"cannot listen on --http-address {args.http_address}: {err.strerror}",
                           "choose another --http-address, or stop what holds the port")
-    if isinstance(err, OSError) and err.filename is not None:
-        return StartError(f"cannot read {err.filename}: {err.strerror}",
+    if isinstance(err, OSError) and (err.filename is not None or isinstance(err, IsADirectoryError)):
+        return StartError(f"cannot read {err.filename or 'a TLS file'}: {err.strerror or err}",
                           "check the path given to the --tls-*, --http-tls-* and --exporters-tls-ca flags")
+    if isinstance(err, OSError) and isinstance(err, socket.gaierror):
+        return StartError(f"cannot listen: {err}", "a listen address is an IP of this machine, or :port for every "
+                                                   "address")
     return None
 
 
@@ -263,8 +296,12 @@ def probe_grpc_port(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    level = str(args.log_level).upper()
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        print(f"keda-llm scaler: --log-level {args.log_level!r} is not a level; hint: DEBUG, INFO, WARNING or "
+              "ERROR", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=getattr(logging, level), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     async def main() -> None:
         await _assemble(args).serve(grace=args.grace)

@@ -4,6 +4,7 @@ exception (the CLI prints a ConfigError as one line)."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 from fuzzing import ODD_VALUES, mutate_tree
 
@@ -27,3 +28,25 @@ def test_any_config_gives_a_config_or_a_config_error() -> None:
         except ConfigError:
             refused += 1
     assert parsed > 500 and refused > 5000
+
+
+def test_files_that_are_not_text_and_a_bad_log_level_are_one_line(tmp_path: Path) -> None:
+    """Found by a review: each was a traceback (UnicodeDecodeError, logging's ValueError)."""
+    from keda_llm.activator.config import load, read_token
+    from keda_llm.cli import main
+
+    binary = tmp_path / "bin"
+    binary.write_bytes(b"\xff\xfe\x00")
+    for call in (lambda: load(str(binary)), lambda: read_token(str(binary), "activation_token_file")):
+        try:
+            call()
+        except ConfigError as err:
+            assert "UTF-8" in str(err)
+        else:
+            raise AssertionError("a binary file was read")
+    config = tmp_path / "a.yaml"
+    config.write_text("models:\n  - name: m\n    endpoints: [http://127.0.0.1:1]\n")
+    assert main(["activator", "--config", str(config), "--log-level", "FOO"]) == 2
+    assert main(["activator", "--config", str(config), "--admin-listen", ":²"]) == 2
+    assert main(["activator", "--config", str(config), "--listen", "192.0.2.1:8080",
+                 "--admin-listen", "127.0.0.1:0"]) == 2  # not this machine's address: one line, exit 2

@@ -5,6 +5,7 @@ exception (the CLI prints a ConfigError as one line). It found a target URL with
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 from fuzzing import ODD_VALUES, mutate_tree
@@ -35,3 +36,24 @@ def test_any_config_gives_a_config_or_a_config_error() -> None:
 def test_a_target_url_that_does_not_parse_is_a_config_error(url: str) -> None:
     with pytest.raises(ConfigError, match="targets"):
         parse_config({**BASE, "targets": [url]}, env={})
+
+
+@pytest.mark.parametrize(("key", "value", "says"), [
+    ("interval", 1.0e308, "Go's limit"),  # a YAML number: it passed, and the collection loop died on its timer
+    ("listen", ":²", "the port must be a number"),
+    ("listen", ":" + "9" * 5000, "the port must be a number"),
+])
+def test_what_a_review_found_is_a_config_error(key: str, value: object, says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        parse_config({**BASE, key: value}, env={})
+    with pytest.raises(ConfigError, match="Go's limit"):
+        parse_config({**BASE, "kubernetes": {"refresh_interval": 1.0e308}}, env={})
+
+
+def test_a_config_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    from keda_llm.exporter.config import load_config
+
+    path = tmp_path / "bin.yaml"
+    path.write_bytes(b"\xff\xfe listen")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_config(path)

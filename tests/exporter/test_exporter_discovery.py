@@ -196,3 +196,35 @@ def test_discovered_pod_is_scraped_and_its_cold_start_measured(token_file: Path)
     text = collector.exposition().decode()
     assert ('llm_engine_startup_seconds{model="smollm2",engine="vllm",role="unified",namespace="llm",'
             'pod="vllm-abc-1",node="node-a"} 95.5\n') in text
+
+
+@pytest.mark.parametrize("annotations", [
+    {"keda-llm.io/port": "99999"}, {"keda-llm.io/port": "0"}, {"keda-llm.io/port": "²"},
+    {"keda-llm.io/port": "٨٠٠٠"}, {"keda-llm.io/port": "9" * 5000},
+    {"keda-llm.io/scheme": "ftp"}, {"keda-llm.io/scheme": ""}, {"keda-llm.io/scheme": "http://evil.com/#"},
+])
+def test_an_annotation_that_makes_no_scrapable_url_skips_the_pod(annotations: dict[str, str]) -> None:
+    """Found by a review: each gave a URL no scrape could reach, or one pointing at another host, silently."""
+    assert pods_to_targets(podlist(pod("e-1", annotations={**ON, **annotations})), "node-a") == []
+
+
+def test_an_upper_case_scheme_reads_as_the_scheme() -> None:
+    (t,) = pods_to_targets(podlist(pod("e-1", annotations={**ON, "keda-llm.io/scheme": "HTTPS"})), "node-a")
+    assert t.url == "https://10.0.0.1:8000/metrics"
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-5", "0", "1e999"])
+def test_a_max_running_that_is_not_a_positive_number_is_ignored(value: str) -> None:
+    (t,) = pods_to_targets(podlist(pod("e-1", annotations={**ON, "keda-llm.io/max-running": value})), "node-a")
+    assert t.max_running is None
+
+
+def test_one_malformed_pod_costs_itself_not_the_node() -> None:
+    """A pod the API would not serve (a bad startedAt, spec null, an annotation of the wrong type) made the whole
+    listing fail, and the node kept no target at all."""
+    bad_time = pod("bad-time", annotations=ON, started_at={"engine": "not a time"})
+    no_spec = {**pod("no-spec", annotations=ON), "spec": None}
+    typed = pod("typed", annotations={**ON, "keda-llm.io/path": 7})  # type: ignore[dict-item]
+    good = pod("good", annotations=ON)
+    targets = pods_to_targets(podlist(bad_time, no_spec, typed, good), "node-a")
+    assert "good" in [t.pod for t in targets]

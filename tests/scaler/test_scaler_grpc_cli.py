@@ -94,3 +94,43 @@ def test_interval_and_grace_take_durations_like_the_exporter() -> None:
     assert parser.parse_args(["--interval", "3"]).interval == 3.0  # bare seconds still work
     proc = _scaler("--interval", "0s")
     assert proc.returncode == 2 and "must be greater than 0" in proc.stderr
+
+
+def test_bad_addresses_and_levels_are_one_line_naming_the_flag(tmp_path: object) -> None:
+    """Found by a review: each was a traceback at start (or, for --exporters-service, an INTERNAL error on
+    every RPC later), and the documented `:PORT` form of --http-address could not bind at all."""
+    import os
+
+    for flags, said in ((("--http-address", "host:"), "--http-address 'host:'"),
+                        (("--http-address", "127.0.0.1:-1"), "the port must be a number from 0 to 65535"),
+                        (("--grpc-address", "[::1"), "--grpc-address '[::1'"),
+                        (("--peers", "x:abc"), "--peers 'x:abc'"),
+                        (("--exporters-service", "svc:abc"), "--exporters-service 'svc:abc'"),
+                        (("--prometheus-address", "ftp://x"), "--prometheus-address 'ftp://x'"),
+                        (("--log-level", "FOO"), "--log-level 'FOO' is not a level")):
+        args = ["--no-kube", *(("--grpc-address", "127.0.0.1:0") if flags[0] != "--grpc-address" else ()),
+                *(("--http-address", "127.0.0.1:0") if flags[0] != "--http-address" else ()), *flags]
+        proc = _scaler(*args)
+        assert proc.returncode == 2, (flags, proc.stderr)
+        line = _one_line(proc.stderr)
+        assert line.startswith("keda-llm scaler: ") and said in line and "hint:" in line, line
+    directory = str(tmp_path)
+    proc = _scaler("--no-kube", "--grpc-address", "127.0.0.1:0", "--http-address", "127.0.0.1:0",
+                   "--http-tls-cert", directory, "--http-tls-key", directory)
+    assert proc.returncode == 2 and "cannot read" in _one_line(proc.stderr)
+    assert os.path.isdir(directory)
+
+
+def test_host_port_reads_every_listen_form() -> None:
+    import pytest
+
+    from keda_llm.scaler.assembly import host_port
+
+    assert host_port(":19091", 1) == ("", 19091)  # every address, as the README writes it
+    assert host_port("0.0.0.0:9091", 1) == ("0.0.0.0", 9091)
+    assert host_port("[::]:9090", 1) == ("::", 9090)
+    assert host_port("[::1]", 7) == ("::1", 7) and host_port("::1", 7) == ("::1", 7)
+    assert host_port("scaler.local", 7) == ("scaler.local", 7)
+    for bad in ("host:", ":99999", ":²", "[::1", "[::1]x", "h:" + "9" * 5000):
+        with pytest.raises(ValueError):
+            host_port(bad, 1)
