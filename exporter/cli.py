@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -65,6 +66,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> ExporterConfig:
     """The file's config (or the defaults) with the command-line flags applied on top."""
+    if args.node_name:  # the flag stands for the file's node_name before the file's own rules are checked
+        env = {**(os.environ if env is None else env), "NODE_NAME": args.node_name}
     cfg = load_config(args.config, env) if args.config else parse_config({}, env)
     changes: dict[str, Any] = {}
     if args.node_name:

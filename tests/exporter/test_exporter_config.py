@@ -148,3 +148,18 @@ def test_overrides_recheck_the_rules() -> None:
     assert with_overrides(cfg, interval=1.0, timeout=0.5).interval == 1.0
     with pytest.raises(ConfigError, match="timeout"):
         with_overrides(cfg, interval=1.0)  # the 2 s default timeout no longer fits
+
+
+def test_the_node_name_flag_stands_for_the_files_node_name(tmp_path: Path) -> None:
+    """`--node-name n --config file` with Kubernetes discovery on exited with "needs this node's name": the file
+    was checked before the flag applied."""
+    import argparse
+
+    from keda_llm.exporter import cli as exporter_cli
+
+    path = tmp_path / "k.yaml"
+    path.write_text("kubernetes:\n  enabled: true\n  api_server: https://127.0.0.1:6443\n")
+    parser = argparse.ArgumentParser()
+    exporter_cli.add_arguments(parser)
+    cfg = exporter_cli.build_config(parser.parse_args(["--config", str(path), "--node-name", "gpu-7"]), {})
+    assert cfg.node_name == "gpu-7" and cfg.kubernetes.enabled
