@@ -213,7 +213,7 @@ class Sources:
         except ConfigError:
             return None
         held = self._sources.get(key)
-        return held[0].status().last_success_at if held is not None else None
+        return held[0].last_success_at if held is not None else None
 
     def history(self, namespace: str, cfg: ScalerConfig) -> ModelHistory | None:
         """The model's history as the config's own source collected it (None: not collected yet)."""

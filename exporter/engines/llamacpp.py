@@ -14,7 +14,7 @@ SGLang count them), the prefix-cache lookups are that same sum and the hits are 
 
 from __future__ import annotations
 
-from keda_llm.exporter.engines.ranks import by_name, pick, total
+from keda_llm.exporter.engines.ranks import by_name, pick, plus, total
 from keda_llm.exporter.model import EngineMetrics, Sample, Target
 
 NAME = "llamacpp"
@@ -33,10 +33,8 @@ WANTED = frozenset(RUNNING + WAITING + KV_USAGE + PROMPT + PROMPT_CACHED + GENER
 
 def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
     series = by_name(samples)
-    prompt = total(pick(series, *PROMPT))
     cached = total(pick(series, *PROMPT_CACHED))
-    if prompt is not None and cached is not None:
-        prompt += cached
+    prompt = plus(total(pick(series, *PROMPT)), cached)
     return [EngineMetrics(
         engine=NAME,
         model=target.model or "unknown",

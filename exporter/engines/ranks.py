@@ -99,6 +99,12 @@ def total(samples: Sequence[Sample], ignore: frozenset[str] = frozenset()) -> fl
     return sum(parts.values())
 
 
+def plus(base: float | None, *parts: float | None) -> float | None:
+    """A signal and the parts an engine reports beside it (a second queue, cached prompt tokens): the base
+    plus every part reported; None when the base itself is not (a part alone is not the signal)."""
+    return None if base is None else base + sum(p for p in parts if p is not None)
+
+
 def without_breakdown(samples: Sequence[Sample], label: str, names: Container[str]) -> list[Sample]:
     """The samples less the series of `names` that break a total down by `label`, for each such name whose
     total is also written (the same name with `label` empty or absent): adding the breakdown to its total

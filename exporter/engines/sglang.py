@@ -43,6 +43,7 @@ from keda_llm.exporter.engines.ranks import (
     histogram_names,
     per_part,
     pick,
+    plus,
     total,
     weighted_ratio,
     without_breakdown,
@@ -97,14 +98,9 @@ def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
     for (model, role), series in group(samples, key).items():
         ratio, capacity = weighted_ratio(per_part(pick(series, *KV_USAGE), "dp_rank"),
                                          per_part(pick(series, *KV_CAPACITY), "dp_rank"))
-        waiting = total(pick(series, *WAITING))
-        grammar = total(pick(series, *GRAMMAR_WAITING))
-        if waiting is not None and grammar is not None:
-            waiting += grammar
-        for names in DISAGG_WAITING:  # each queue is its own gauge, under its current name or an older one
-            more = total(pick(series, *names))
-            if waiting is not None and more is not None:
-                waiting += more
+        # each disaggregation queue is its own gauge, under its current name or an older one
+        waiting = plus(total(pick(series, *WAITING)), total(pick(series, *GRAMMAR_WAITING)),
+                       *(total(pick(series, *names)) for names in DISAGG_WAITING))
         prompt = total(pick(series, *PROMPT))
         cached = total(pick(series, *CACHED))
         max_running = total(pick(series, *MAX_RUNNING))

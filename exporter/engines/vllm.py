@@ -36,6 +36,7 @@ from keda_llm.exporter.engines.ranks import (
     histogram_names,
     per_part,
     pick,
+    plus,
     total,
     weighted_ratio,
 )
@@ -81,13 +82,12 @@ def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
     out = []
     for (model, role_), series in group((s for s in samples if s.name not in info), key).items():
         ratio, capacity = weighted_ratio(per_part(pick(series, *KV_USAGE), "engine"), capacities)
-        waiting, swapped = total(pick(series, *WAITING)), total(pick(series, *SWAPPED))
         out.append(EngineMetrics(
             engine=NAME,
             model=model,
             role=role_,
             requests_running=total(pick(series, *RUNNING)),
-            requests_waiting=waiting + swapped if waiting is not None and swapped is not None else waiting,
+            requests_waiting=plus(total(pick(series, *WAITING)), total(pick(series, *SWAPPED))),
             requests_max_running=target.max_running,
             kv_cache_usage_ratio=ratio,
             kv_cache_capacity_tokens=capacity,

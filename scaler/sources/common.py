@@ -47,6 +47,8 @@ class MetricSource(Protocol):
     def latest(self, namespace: str, model: str) -> Observation | None: ...
     def collect_once(self) -> list[Observation]: ...
     def status(self) -> SourceStatus: ...
+    @property
+    def last_success_at(self) -> float | None: ...
 
 
 class ErrorCounts:
@@ -148,6 +150,12 @@ class BackgroundSource:
 
     def latest(self, namespace: str, model: str) -> Observation | None:
         return self._latest.get((namespace, model))
+
+    @property
+    def last_success_at(self) -> float | None:
+        """When replica data was last collected (None: never): `status()`'s field without its copies of the
+        error counts and target health, for the decision path, which asks it per ScaledObject per tick."""
+        return self._last_success_at
 
     def status(self) -> SourceStatus:
         return SourceStatus(
