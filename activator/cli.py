@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from keda_llm.activator.config import ActivatorConfig, ConfigError, load, with_flags
 from keda_llm.activator.proxy import Activator
+from keda_llm.common.addresses import host_port
 
 log = logging.getLogger("keda_llm.activator")
 
@@ -48,11 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _host_port(text: str, key: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    if not (port.isascii() and port.isdigit() and len(port) <= 5 and int(port) <= 65535) \
-            or host.count("[") != host.count("]"):
-        raise ConfigError(key, f"not host:port: {text!r}")
-    return host.strip("[]"), int(port)
+    try:
+        return host_port(text)
+    except ValueError as e:
+        raise ConfigError(key, str(e)) from None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,7 +12,8 @@ from urllib.parse import urlsplit
 import yaml
 
 from keda_llm.activator.core import RoutingRules
-from keda_llm.common.durations import parse_duration
+from keda_llm.common.addresses import host_port
+from keda_llm.common.durations import check_interval, parse_duration
 
 T = TypeVar("T")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -100,6 +101,10 @@ def _duration(v: Any) -> float:
     return s
 
 
+def _interval(v: Any) -> float:
+    return check_interval(_duration(v))
+
+
 def _int(lo: int, hi: int) -> Callable[[Any], int]:
     def parse(v: Any) -> int:
         if isinstance(v, bool) or not isinstance(v, int | str) or not str(v).strip().lstrip("-").isdigit():
@@ -167,9 +172,7 @@ def _name(v: Any) -> str:
 
 def _listen(v: Any) -> str:
     s = _text(v)
-    _host, sep, port = s.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"not host:port: {s!r}")
+    host_port(s)  # the one address grammar; its ValueError names what is wrong
     return s
 
 
@@ -292,19 +295,19 @@ def parse(raw: Any) -> ActivatorConfig:
         default_model=_take(raw, "default_model", "", _text, d.default_model),
         scaler=_take(raw, "scaler", "", _url, d.scaler),
         activation_token_file=_take(raw, "activation_token_file", "", _text, d.activation_token_file),
-        activation_interval=_take(raw, "activation_interval", "", _duration, d.activation_interval),
+        activation_interval=_take(raw, "activation_interval", "", _interval, d.activation_interval),
         admin_token_file=_take(raw, "admin_token_file", "", _text, d.admin_token_file),
         max_body_bytes=_take(raw, "max_body_bytes", "", _size, d.max_body_bytes),
         body_timeout=_take(raw, "body_timeout", "", _duration, d.body_timeout),
         priority_header=_take(raw, "priority_header", "", _header, d.priority_header),
         priority_classes=_take(raw, "priority_classes", "", _list(_text), d.priority_classes),
         health_path=_take(raw, "health_path", "", _path, d.health_path),
-        probe_interval=_take(raw, "probe_interval", "", _duration, d.probe_interval),
+        probe_interval=_take(raw, "probe_interval", "", _interval, d.probe_interval),
         probe_timeout=_take(raw, "probe_timeout", "", _duration, d.probe_timeout),
         connect_timeout=_take(raw, "connect_timeout", "", _duration, d.connect_timeout),
         read_timeout=_take(raw, "read_timeout", "", _duration, d.read_timeout),
         exporters=_take(raw, "exporters", "", _list(_url), d.exporters),
-        exporters_interval=_take(raw, "exporters_interval", "", _duration, d.exporters_interval),
+        exporters_interval=_take(raw, "exporters_interval", "", _interval, d.exporters_interval),
         metrics_max_age=_take(raw, "metrics_max_age", "", _duration, d.metrics_max_age),
         routing=routing,
         shutdown_grace=_take(raw, "shutdown_grace", "", _duration, d.shutdown_grace),
@@ -373,7 +376,7 @@ def with_flags(cfg: ActivatorConfig | None, flags: Mapping[str, Any]) -> Activat
     updates: dict[str, Any] = {}
     scalars: dict[str, Callable[[Any], Any]] = {
         "listen": _listen, "scaler": _url, "activation_token_file": _text, "admin_token_file": _text,
-        "max_body_bytes": _size, "shutdown_grace": _duration, "activation_interval": _duration,
+        "max_body_bytes": _size, "shutdown_grace": _duration, "activation_interval": _interval,
     }
     for key, parse_value in scalars.items():
         if flags.get(key) is not None:

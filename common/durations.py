@@ -14,6 +14,10 @@ _NUMBER = re.compile(r"\d+(?:\.\d*)?|\.\d+")
 _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 #: Go's largest duration, 2^63-1 ns (about 292 years): `time.ParseDuration` refuses anything longer.
 MAX_SECONDS = (2**63 - 1) / 1e9
+#: The shortest period a repeating loop (collection, probes, scans) is given. Shorter is no faster
+#: signal, since engines update their gauges on their own iterations, but a loop that never sleeps: `1ns`
+#: once turned a collector into a busy spin.
+MIN_INTERVAL_SECONDS = 0.1
 
 
 def parse_duration(text: str) -> float:
@@ -24,6 +28,14 @@ def parse_duration(text: str) -> float:
     seconds = _parse(text)
     if not seconds <= MAX_SECONDS:
         raise ValueError("duration out of range: at most 2562047h47m16.854775807s (Go's limit)")
+    return seconds
+
+
+def check_interval(seconds: float) -> float:
+    """`seconds` if it is a usable loop period, else ValueError saying the floor."""
+    if not seconds >= MIN_INTERVAL_SECONDS:
+        raise ValueError(f"an interval must be at least {MIN_INTERVAL_SECONDS * 1000:g}ms: a shorter loop spins "
+                         "without a fresher signal")
     return seconds
 
 

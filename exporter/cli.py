@@ -31,6 +31,7 @@ from keda_llm.exporter.config import (
     load_config,
     parse_config,
     parse_duration,
+    parse_interval,
     parse_listen,
     parse_target,
     with_overrides,
@@ -81,7 +82,7 @@ def build_config(args: argparse.Namespace, env: Mapping[str, str] | None = None)
         parse_listen(args.listen, "--listen")
         changes["listen"] = args.listen
     if args.interval:
-        changes["interval"] = parse_duration(args.interval, "--interval")
+        changes["interval"] = parse_interval(args.interval, "--interval")
         if not args.timeout and cfg.timeout > changes["interval"]:
             changes["timeout"] = changes["interval"]  # a short --interval alone should just work
     if args.timeout:

@@ -19,7 +19,8 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from keda_llm.common.durations import MAX_SECONDS
+from keda_llm.common.addresses import host_port
+from keda_llm.common.durations import MAX_SECONDS, check_interval
 from keda_llm.common.durations import parse_duration as _go_duration
 from keda_llm.common.vocabulary import ENGINES, ROLES
 from keda_llm.exporter.model import Target
@@ -126,6 +127,15 @@ def parse_duration(value: object, key: str) -> float:
     return seconds
 
 
+def parse_interval(value: object, key: str) -> float:
+    """A loop's period: a duration (parse_duration) no shorter than the common floor."""
+    seconds = parse_duration(value, key)
+    try:
+        return check_interval(seconds)
+    except ValueError as e:
+        raise ConfigError(key, value, str(e)) from None
+
+
 def parse_size(value: object, key: str) -> int:
     """Bytes from an integer or a string such as "8MiB"."""
     if isinstance(value, bool):
@@ -143,14 +153,12 @@ def parse_size(value: object, key: str) -> int:
 
 def parse_listen(value: object, key: str) -> tuple[str, int]:
     """(host, port) from "host:port", ":port" or "[v6]:port"; host "" means all interfaces."""
-    if not isinstance(value, str) or ":" not in value:
+    if not isinstance(value, str):
         raise ConfigError(key, value, "expected host:port, e.g. :9400 or 127.0.0.1:9400")
-    host, _, port_text = value.rpartition(":")
-    host = host.strip("[]")
-    # ASCII digits only: str.isdigit() takes '²' (int() then fails) and other scripts' digits
-    if not (port_text.isascii() and port_text.isdigit() and len(port_text) <= 5 and int(port_text) <= 65535):
-        raise ConfigError(key, value, "the port must be a number from 0 to 65535")
-    return host, int(port_text)
+    try:
+        return host_port(value)
+    except ValueError as e:
+        raise ConfigError(key, value, str(e)) from None
 
 
 def _bool(value: object, key: str) -> bool:
@@ -228,7 +236,7 @@ def parse_config(data: object, env: Mapping[str, str] | None = None) -> Exporter
                               "kubernetes", "gpu", "warm", "tls"})
     listen = _str(top.get("listen", d.listen), "listen")
     parse_listen(listen, "listen")
-    interval = parse_duration(top.get("interval", d.interval), "interval")
+    interval = parse_interval(top.get("interval", d.interval), "interval")
     # the default timeout shrinks to a shorter interval; an explicit one must fit in it
     timeout = parse_duration(top.get("timeout", min(d.timeout, interval)), "timeout")
     if timeout > interval:
@@ -272,7 +280,7 @@ def _kubernetes(value: object) -> KubernetesConfig:
     k = _mapping(value, "kubernetes", {"enabled", "refresh_interval", "api_server", "token_file", "ca_file"})
     return KubernetesConfig(
         enabled=_bool(k.get("enabled", d.enabled), "kubernetes.enabled"),
-        refresh_interval=parse_duration(k.get("refresh_interval", d.refresh_interval), "kubernetes.refresh_interval"),
+        refresh_interval=parse_interval(k.get("refresh_interval", d.refresh_interval), "kubernetes.refresh_interval"),
         api_server=_str(k.get("api_server", d.api_server), "kubernetes.api_server"),
         token_file=_str(k.get("token_file", d.token_file), "kubernetes.token_file"),
         ca_file=_str(k.get("ca_file", d.ca_file), "kubernetes.ca_file"),

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from keda_llm.common.addresses import host_port
 from keda_llm.common.periodic import Periodic
 from keda_llm.common.tls import ca_client_context
 from keda_llm.scaler.activation import PeerForwarder, Peers, ScaledObjectKey
@@ -104,30 +105,6 @@ class WorkloadSource(Protocol):
     def untrack(self, namespace: str, name: str) -> None: ...
 
     def state(self, namespace: str, name: str) -> WorkloadState | None: ...
-
-
-def host_port(text: str, default_port: int) -> tuple[str, int]:
-    """`host:port`, `[v6]:port`, `:port` (every address: host "") or a bare host (or bare IPv6) -> (host, port).
-    ValueError, naming what is wrong, for anything else: an unclosed `[`, a port that is not 0-65535 in ASCII
-    digits."""
-    text = text.strip()
-    if text.startswith("["):
-        end = text.find("]")
-        if end < 0:
-            raise ValueError(f"{text!r}: an IPv6 address needs its closing ]")
-        host, rest = text[1:end], text[end + 1:]
-        if not rest:
-            return host, default_port
-        if not rest.startswith(":"):
-            raise ValueError(f"{text!r}: expected [v6]:port")
-        port = rest[1:]
-    elif text.count(":") == 1:
-        host, port = text.split(":")
-    else:  # a bare host, or a bare IPv6 address
-        return text, default_port
-    if not (port.isascii() and port.isdigit() and len(port) <= 5 and int(port) <= 65535):
-        raise ValueError(f"{text!r}: the port must be a number from 0 to 65535")
-    return host, int(port)
 
 
 SourceKey = tuple[str, str, str]  # (kind, address, Prometheus for activationQuery)

@@ -16,8 +16,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from keda_llm.common.durations import parse_duration
-from keda_llm.scaler.assembly import Scaler, ScalerSettings, Sources, WorkloadSource, host_port
+from keda_llm.common.addresses import host_port
+from keda_llm.common.durations import check_interval, parse_duration
+from keda_llm.scaler.assembly import Scaler, ScalerSettings, Sources, WorkloadSource
 from keda_llm.scaler.assembly import build as assemble
 from keda_llm.scaler.server import HTTPTLSFiles, ScalerServer, TLSFiles, address_family
 
@@ -35,6 +36,15 @@ def duration(text: str) -> float:
     if seconds <= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: must be greater than 0")
     return seconds
+
+
+def interval(text: str) -> float:
+    """A loop's period: a duration no shorter than the common floor (100ms)."""
+    seconds = duration(text)
+    try:
+        return check_interval(seconds)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{text!r}: {err}") from None
 
 
 def days(text: str) -> float:
@@ -95,8 +105,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "exporters are dialled by pod IP)")
     s.add_argument("--prometheus-address", default=env("KEDA_LLM_PROMETHEUS_ADDRESS"),
                    help="Prometheus base URL (metricsSource: prometheus, activationQuery)")
-    s.add_argument("--interval", type=duration, default=2.0,
-                   help="collection interval, a duration such as 2s or 500ms (default 2s)")
+    s.add_argument("--interval", type=interval, default=2.0,
+                   help="collection interval, a duration such as 2s or 500ms, at least 100ms (default 2s)")
     h = parser.add_argument_group("long history (per-minute rates and demand for seasonal forecasts)")
     h.add_argument("--history-dir", default=env("KEDA_LLM_HISTORY_DIR"),
                    help="directory where the long history of models read WITHOUT a Prometheus is saved every 5 "
@@ -125,7 +135,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "it changes); unset: no warm call is made (counted as result no_token)")
     w.add_argument("--warm-max-nodes", type=positive_int, default=4,
                    help="at most this many nodes warmed per cold start, whatever warmNodes says (default 4)")
-    w.add_argument("--warm-scan-interval", type=duration, default=60.0,
+    w.add_argument("--warm-scan-interval", type=interval, default=60.0,
                    help="how often the exporters are scanned for the nodes each warmed model runs on, so a "
                         "wake from zero prefers them (default 60s)")
     parser.add_argument("--log-level", default=env("KEDA_LLM_LOG_LEVEL", "INFO"),

@@ -27,6 +27,9 @@ def test_a_full_config_parses_with_go_durations() -> None:
     ({**GOOD, "max_wait": "5 minutes"}, "max_wait"),
     ({**GOOD, "max_wait": "9" * 400}, "max_wait"),
     ({**GOOD, "activation_interval": "-1s"}, "activation_interval"),
+    ({**GOOD, "probe_interval": "1ns"}, "probe_interval"),  # a loop that never sleeps: the floor is 100ms
+    ({**GOOD, "exporters_interval": "99ms"}, "exporters_interval"),
+    ({**GOOD, "activation_interval": "50ms"}, "activation_interval"),
     ({**GOOD, "max_held": "lots"}, "max_held"),
     ({**GOOD, "routing": {"kv_saturation": 1.5}}, "routing.kv_saturation"),
     ({**GOOD, "routing": {"weight": 1}}, "routing.weight"),

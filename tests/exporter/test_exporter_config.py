@@ -91,6 +91,9 @@ def test_node_name_comes_from_the_downward_api_env() -> None:
     ({"interval": 0}, "interval", 0),
     ({"interval": -1}, "interval", -1),
     ({"interval": True}, "interval", True),
+    ({"interval": "1ns"}, "interval", "1ns"),  # a loop that never sleeps: the floor is 100ms
+    ({"interval": 0.05}, "interval", 0.05),
+    ({"kubernetes": {"refresh_interval": "1us"}}, "kubernetes.refresh_interval", "1us"),
     ({"timeout": "10s"}, "timeout", "10s"),  # longer than the 5 s interval
     ({"listen": "9400"}, "listen", "9400"),
     ({"listen": ":http"}, "listen", ":http"),

@@ -94,6 +94,10 @@ def test_interval_and_grace_take_durations_like_the_exporter() -> None:
     assert parser.parse_args(["--interval", "3"]).interval == 3.0  # bare seconds still work
     proc = _scaler("--interval", "0s")
     assert proc.returncode == 2 and "must be greater than 0" in proc.stderr
+    for flag in ("--interval", "--warm-scan-interval"):  # 1ns once made a collection loop spin
+        proc = _scaler(flag, "1ns")
+        assert proc.returncode == 2 and "at least 100ms" in proc.stderr
+    assert parser.parse_args(["--interval", "100ms"]).interval == 0.1
 
 
 def test_bad_addresses_and_levels_are_one_line_naming_the_flag(tmp_path: object) -> None:
@@ -124,7 +128,7 @@ def test_bad_addresses_and_levels_are_one_line_naming_the_flag(tmp_path: object)
 def test_host_port_reads_every_listen_form() -> None:
     import pytest
 
-    from keda_llm.scaler.assembly import host_port
+    from keda_llm.common.addresses import host_port
 
     assert host_port(":19091", 1) == ("", 19091)  # every address, as the README writes it
     assert host_port("0.0.0.0:9091", 1) == ("0.0.0.0", 9091)
