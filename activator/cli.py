@@ -58,8 +58,8 @@ def _host_port(text: str, key: str) -> tuple[str, int]:
 def run(args: argparse.Namespace) -> int:
     level = str(args.log_level).upper()
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-        print(f"keda-llm activator: --log-level: {args.log_level!r} is not DEBUG, INFO, WARNING or ERROR",
-              file=sys.stderr)
+        print(f"keda-llm activator: --log-level: {args.log_level!r} is not a level; hint: DEBUG, INFO, WARNING or "
+              "ERROR", file=sys.stderr)
         return 2
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -70,8 +70,17 @@ def run(args: argparse.Namespace) -> int:
         with asyncio.Runner(loop_factory=factory) as runner:
             return runner.run(_serve(cfg, proxy, admin))
     except ConfigError as e:
-        print(f"keda-llm activator: {e}", file=sys.stderr)
+        print(f"keda-llm activator: {e}; hint: {_hint(e.key)}", file=sys.stderr)
         return 2
+
+
+def _hint(key: str) -> str:
+    """What to do about a refused key: the one line a failed start prints ends with it."""
+    if key == "listen":
+        return "another process holds the port, or the address is not this machine's: pick another with --listen"
+    if key.startswith("kubernetes"):
+        return "outside a cluster set kubernetes.api_server, token_file and ca_file, or give models static endpoints"
+    return "every key, its default and its form are in docs/activator.md; flags: keda-llm activator --help"
 
 
 def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:

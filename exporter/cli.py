@@ -158,8 +158,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         cfg = build_config(args)
         collector = build_collector(cfg, gpu_source=build_gpu_source(cfg))
-    except (ConfigError, DiscoveryError) as e:
-        print(f"keda-llm exporter: {e}", file=sys.stderr)
+    except ConfigError as e:
+        print(f"keda-llm exporter: {e}; hint: every key, its default and its form are in docs/exporter-config.md; "
+              "flags: keda-llm exporter --help", file=sys.stderr)
+        return 2
+    except DiscoveryError as e:
+        print(f"keda-llm exporter: kubernetes discovery: {e}; hint: outside a cluster set kubernetes.api_server, "
+              "token_file and ca_file, or leave discovery off and give --target URLs", file=sys.stderr)
         return 2
     if not cfg.targets and not cfg.kubernetes.enabled:
         log.warning("no targets: give --target URL, targets: in --config, or enable kubernetes discovery")
@@ -183,12 +188,14 @@ def _serve(cfg: ExporterConfig, collector: Collector) -> int:
         tls = server_context(cfg.tls.cert_file, cfg.tls.key_file, what="exporter TLS") if cfg.tls.enabled else None
     except OSError as e:  # ssl.SSLError is an OSError: a key that does not match, a file that is not PEM
         print(f"keda-llm exporter: tls: cannot load {cfg.tls.cert_file} and {cfg.tls.key_file}: "
-              f"{e.strerror or e}", file=sys.stderr)
+              f"{e.strerror or e}; hint: a PEM certificate and its own private key, both readable by the exporter",
+              file=sys.stderr)
         return 2
     try:
         server, port = create_server(cfg.listen_address, collector, warmer, tls=tls)
     except OSError as e:
-        print(f"keda-llm exporter: cannot listen on {cfg.listen}: {e.strerror}", file=sys.stderr)
+        print(f"keda-llm exporter: cannot listen on {cfg.listen}: {e.strerror or e}; hint: another process holds the "
+              "port, or the address is not this machine's: pick another with --listen", file=sys.stderr)
         return 2
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pytest
 from fuzzing import ODD_VALUES, mutate_tree
 
 from keda_llm.activator.config import ActivatorConfig, ConfigError, parse
@@ -30,7 +31,8 @@ def test_any_config_gives_a_config_or_a_config_error() -> None:
     assert parsed > 500 and refused > 5000
 
 
-def test_files_that_are_not_text_and_a_bad_log_level_are_one_line(tmp_path: Path) -> None:
+def test_files_that_are_not_text_and_a_bad_log_level_are_one_line(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     """Found by a review: each was a traceback (UnicodeDecodeError, logging's ValueError)."""
     from keda_llm.activator.config import load, read_token
     from keda_llm.cli import main
@@ -50,3 +52,6 @@ def test_files_that_are_not_text_and_a_bad_log_level_are_one_line(tmp_path: Path
     assert main(["activator", "--config", str(config), "--admin-listen", ":²"]) == 2
     assert main(["activator", "--config", str(config), "--listen", "192.0.2.1:8080",
                  "--admin-listen", "127.0.0.1:0"]) == 2  # not this machine's address: one line, exit 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 3 and all(line.startswith("keda-llm activator: ") and "; hint: " in line for line in lines)
+    assert "--listen" in lines[-1]

@@ -69,3 +69,4 @@ def test_the_command_exits_2_with_one_line_naming_the_key(tmp_path: Path) -> Non
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
     assert "models[0].max_wait: " in proc.stderr
+    assert "; hint: " in proc.stderr and "docs/activator.md" in proc.stderr

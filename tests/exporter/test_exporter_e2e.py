@@ -160,6 +160,22 @@ def test_cli_bad_config_exits_2_naming_the_key(tmp_path: Path) -> None:
     out = subprocess.run(_cli("--config", str(path), "--once"), capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert "interval: 'fast'" in out.stderr
+    assert out.stderr.count("\n") == 1 and "; hint: " in out.stderr and "docs/exporter-config.md" in out.stderr
+
+
+def test_cli_a_port_in_use_is_one_line_with_a_hint(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        out = subprocess.run(_cli("--listen", f"127.0.0.1:{port}", "--no-nvml"), capture_output=True, text=True,
+                             timeout=60)
+    assert out.returncode == 2
+    last = out.stderr.strip().splitlines()[-1]  # a warning (no targets) may come first, never a traceback
+    assert "Traceback" not in out.stderr
+    assert last.startswith(f"keda-llm exporter: cannot listen on 127.0.0.1:{port}: ") and "hint: " in last
 
 
 def test_cli_serves_until_sigterm(engines: dict[str, FakeEngine], tmp_path: Path) -> None:

@@ -187,3 +187,4 @@ def test_the_command_refuses_unloadable_files_in_one_line(pki: PKI, tmp_path: Pa
         assert exporter_cli.run(args) == 2
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and err.startswith("keda-llm exporter: tls: cannot load"), err
+        assert "; hint: " in err
