@@ -24,8 +24,11 @@ from keda_llm.simulator.hardware.presets import PRESETS, ConfigError, get_preset
 from keda_llm.simulator.workload.traces import (
     MINUTE_COLUMNS,
     SHIPPED,
+    TimeUnit,
     Trace,
     TraceError,
+    detect_layout,
+    file_fields,
     is_minutes_csv,
     load_csv,
     load_jsonl,
@@ -127,18 +130,43 @@ def load_trace(args: argparse.Namespace) -> Trace:
             if getattr(args, "sort", False):
                 raise TraceError(f"{path}: --sort sorts request rows; a per-minute history's minutes must rise")
             tr = load_minutes_csv(path, seed=args.seed)
-        elif fmt == "jsonl":
-            tr = load_jsonl(path, args.time_column, args.prompt_column, args.output_column, args.time_unit,
-                            hash_key=args.hash_column, sort=args.sort)
         else:
-            if getattr(args, "hash_column", None):
-                raise TraceError(f"{path}: --hash-column reads a JSONL field (a list of block hashes); a CSV has none")
-            tr = load_csv(path, args.time_column, args.prompt_column, args.output_column, args.time_unit,
-                          sort=args.sort)
+            time_col, prompt_col, output_col, unit, hashes = _columns(args, path, jsonl=fmt == "jsonl")
+            if fmt == "jsonl":
+                tr = load_jsonl(path, time_col, prompt_col, output_col, unit, hash_key=hashes, sort=args.sort)
+            else:
+                if hashes:
+                    raise TraceError(f"{path}: --hash-column reads a JSONL field (a list of block hashes); a CSV "
+                                     "has none")
+                tr = load_csv(path, time_col, prompt_col, output_col, unit, sort=args.sort)
     else:
         raise TraceError(f"unknown trace {args.trace!r}: not a shipped trace ({', '.join(TRACE_NAMES)}) "
                          "and no such file")
     return shape_trace(tr, args)
+
+
+#: The reading flags' defaults: while all are as given here, a file in a public trace's own layout is read
+#: by its column names (LAYOUTS).
+READING_DEFAULTS = {"time_column": "timestamp", "prompt_column": "prompt_tokens", "output_column": "output_tokens",
+                     "time_unit": "s", "hash_column": None}
+
+
+def _columns(args: argparse.Namespace, path: Path, jsonl: bool) -> tuple[str, str, str, TimeUnit, str | None]:
+    """(time, prompt, output column, time unit, hash column) for a request file: the flags', or, where they
+    are all at their defaults and the file lacks the default names, a public trace's layout (said on stderr)."""
+    given = (args.time_column, args.prompt_column, args.output_column, args.time_unit,
+             getattr(args, "hash_column", None))
+    if any(getattr(args, k, v) != v for k, v in READING_DEFAULTS.items()):
+        return given
+    fields = file_fields(path, jsonl)
+    if {args.time_column, args.prompt_column, args.output_column} <= set(fields):
+        return given
+    layout = detect_layout(fields)
+    if layout is None:
+        return given  # the loader names the missing column, and the hint the flags
+    print(f"reading {path.name} as {layout.describe()} (the column flags override this)", file=sys.stderr)
+    hashes = layout.hashes if jsonl and layout.hashes in fields else None
+    return layout.time, layout.prompt, layout.output, layout.unit, hashes
 
 
 def shape_trace(tr: Trace, args: argparse.Namespace) -> Trace:

@@ -21,7 +21,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from keda_llm.simulator.cli import ALIASES, TRACE_NAMES, add_trace_arguments, load_trace, shape_trace
+from keda_llm.simulator.cli import (
+    ALIASES,
+    READING_DEFAULTS,
+    TRACE_NAMES,
+    add_trace_arguments,
+    load_trace,
+    shape_trace,
+)
 from keda_llm.simulator.cluster.lead_in import LEAD_IN_S
 from keda_llm.simulator.hardware.presets import PRESETS, ConfigError, get_preset
 from keda_llm.simulator.workload.traces import MINUTE_COLUMNS, Trace, TraceError, load_minutes_csv
@@ -305,8 +312,7 @@ def _command(args: argparse.Namespace) -> str:
     if args.trace is not None:
         parts += ["--trace", ALIASES.get(args.trace, args.trace) if args.trace in ALIASES else
                   Path(args.trace).name if Path(args.trace).exists() else args.trace]
-        reading = {"format": "auto", "time_column": "timestamp", "prompt_column": "prompt_tokens",
-                   "output_column": "output_tokens", "time_unit": "s", "hash_column": None}
+        reading = {"format": "auto", **READING_DEFAULTS}
         for flag, unset in reading.items():
             if getattr(args, flag, unset) != unset:
                 parts += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]

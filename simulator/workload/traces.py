@@ -392,6 +392,64 @@ def load_jsonl(path: str | Path, time_key: str, prompt_key: str, output_key: str
     return _finish(name or p.name, p, time_key, lines, times, prompts, outputs, hashes, sort)
 
 
+# -- public traces' own column names ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Layout:
+    """The columns of a public trace as its publisher writes them, so a user's copy of the full trace (or
+    one exported in the same shape) reads without naming its columns and its time unit."""
+
+    name: str
+    time: str
+    prompt: str
+    output: str
+    unit: TimeUnit
+    hashes: str | None = None
+
+    def describe(self) -> str:
+        unit = "date-time" if self.unit == "datetime" else self.unit
+        return f"{self.name}'s columns: {self.time} ({unit}), {self.prompt}, {self.output}"
+
+
+#: Checked in order; the first whose three columns a file has is used (only where the default names
+#: are not all there and no column flag was given).
+LAYOUTS = (
+    # Azure LLM inference traces 2023 (Splitwise) and 2024 (DynamoLLM): TIMESTAMP as "2023-11-16 18:17:03.9799600"
+    Layout("the Azure LLM inference trace", "TIMESTAMP", "ContextTokens", "GeneratedTokens", "datetime"),
+    # BurstGPT (BurstGPT_*.csv): Timestamp in seconds from the trace's start
+    Layout("BurstGPT", "Timestamp", "Request tokens", "Response tokens", "s"),
+    # Mooncake's traces (conversation, tool&agent, synthetic): timestamp in milliseconds, 512-token block hashes
+    Layout("Mooncake", "timestamp", "input_length", "output_length", "ms", "hash_ids"),
+    # a gateway's log of OpenAI-compatible answers: the `usage` object's names, Unix seconds
+    Layout("OpenAI usage", "timestamp", "prompt_tokens", "completion_tokens", "s"),
+    Layout("OpenAI usage", "created", "prompt_tokens", "completion_tokens", "s"),
+)
+
+
+def file_fields(path: str | Path, jsonl: bool) -> list[str]:
+    """A CSV's header names (after `#` comments) or a JSON-lines file's first object's keys; [] when
+    there are none to read (the loader then says what is wrong)."""
+    p = Path(path)
+    with _open(p) as fh:
+        for text in fh:
+            if text.startswith("#") or not text.strip():
+                continue
+            if not jsonl:
+                return [h.strip().lstrip("\ufeff") for h in next(csv.reader([text]), [])]
+            try:
+                obj = json.loads(text)
+            except (json.JSONDecodeError, RecursionError):
+                return []
+            return [str(k) for k in obj] if isinstance(obj, dict) else []
+    return []
+
+
+def detect_layout(fields: list[str]) -> Layout | None:
+    """The first of LAYOUTS whose time, prompt and output columns are all among `fields`."""
+    have = set(fields)
+    return next((lay for lay in LAYOUTS if {lay.time, lay.prompt, lay.output} <= have), None)
+
+
 # -- the shipped traces ---------------------------------------------------------------------------
 
 def _shipped(rel: str) -> Path:

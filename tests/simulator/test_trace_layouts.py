@@ -1,0 +1,91 @@
+"""A user's copy of a public trace reads without naming its columns: the Azure traces, BurstGPT, Mooncake
+and a gateway's OpenAI `usage` log, each in its publisher's own column names and time unit."""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from keda_llm.simulator.cli import add_trace_arguments, load_trace
+from keda_llm.simulator.workload.traces import DATA, TraceError, load_shipped
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_trace_arguments(p)
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args([*argv, "--lead-in", "0"])
+
+
+def test_the_full_azure_trace_reads_as_the_shipped_one(capsys: pytest.CaptureFixture[str]) -> None:
+    path = DATA / "azure_llm_2023" / "AzureLLMInferenceTrace_code.csv.gz"
+    got = load_trace(_args("--trace", str(path)))
+    want = load_shipped("azure2023-code")
+    assert np.array_equal(got.arrival_s, want.arrival_s)
+    assert np.array_equal(got.prompt_tokens, want.prompt_tokens)
+    assert np.array_equal(got.output_tokens, want.output_tokens)
+    assert "the Azure LLM inference trace's columns: TIMESTAMP (date-time)" in capsys.readouterr().err
+
+
+def test_burstgpt_csv_in_its_own_columns(tmp_path: Path) -> None:
+    f = tmp_path / "BurstGPT_1.csv"
+    f.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                 "5,ChatGPT,472,18,490,Conversation log\n"
+                 "45,ChatGPT,1087,0,1087,Conversation log\n"
+                 "118,GPT-4,417,276,693,API log\n")
+    tr = load_trace(_args("--trace", str(f)))
+    assert tr.arrival_s.tolist() == [0.0, 40.0, 113.0]
+    assert tr.prompt_tokens.tolist() == [472, 1087, 417] and tr.output_tokens.tolist() == [18, 0, 276]
+
+
+def test_mooncake_jsonl_reads_milliseconds_and_its_block_hashes(tmp_path: Path) -> None:
+    f = tmp_path / "toolagent_trace.jsonl.gz"
+    rows = [{"timestamp": 0, "input_length": 6758, "output_length": 500, "hash_ids": [0, 1]},
+            {"timestamp": 3000, "input_length": 1200, "output_length": 12, "hash_ids": [0, 2, 3]}]
+    with gzip.open(f, "wt") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in rows)
+    tr = load_trace(_args("--trace", str(f)))
+    assert tr.arrival_s.tolist() == [0.0, 3.0]
+    assert tr.prompt_tokens.tolist() == [6758, 1200]
+    assert tr.hash_offsets is not None and tr.hash_values is not None
+    assert tr.hash_offsets.tolist() == [0, 2, 5] and tr.hash_values.tolist() == [0, 1, 0, 2, 3]
+
+
+def test_a_gateway_log_with_openai_usage_names(tmp_path: Path) -> None:
+    f = tmp_path / "gateway.jsonl"
+    f.write_text('{"created": 1764500000, "prompt_tokens": 30, "completion_tokens": 7, "model": "m"}\n'
+                 '{"created": 1764500002, "prompt_tokens": 40, "completion_tokens": 9, "model": "m"}\n')
+    tr = load_trace(_args("--trace", str(f)))
+    assert tr.arrival_s.tolist() == [0.0, 2.0] and tr.output_tokens.tolist() == [7, 9]
+
+
+def test_flags_win_over_a_layout_and_the_default_names_win_over_both(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "both.csv"  # the default names and Azure's, with different values
+    f.write_text("timestamp,prompt_tokens,output_tokens,TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                 "0,1,2,2023-11-16 18:17:03.0,100,200\n10,3,4,2023-11-16 18:17:05.0,300,400\n")
+    assert load_trace(_args("--trace", str(f))).prompt_tokens.tolist() == [1, 3]
+    assert capsys.readouterr().err == ""  # nothing guessed
+    got = load_trace(_args("--trace", str(f), "--time-column", "TIMESTAMP", "--time-unit", "datetime",
+                           "--prompt-column", "ContextTokens", "--output-column", "GeneratedTokens"))
+    assert got.arrival_s.tolist() == [0.0, 2.0] and got.prompt_tokens.tolist() == [100, 300]
+    partial = tmp_path / "azure.csv"
+    partial.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.0,100,200\n")
+    with pytest.raises(TraceError, match="missing column 'timestamp'"):  # one flag given: no guessing
+        load_trace(_args("--trace", str(partial), "--time-unit", "ms"))
+
+
+def test_a_file_in_no_known_layout_still_names_the_missing_column(tmp_path: Path) -> None:
+    f = tmp_path / "odd.csv"
+    f.write_text("when,in,out\n0,1,2\n")
+    with pytest.raises(TraceError, match="missing column 'timestamp'"):
+        load_trace(_args("--trace", str(f)))
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")
+    with pytest.raises(TraceError):
+        load_trace(_args("--trace", str(empty)))
