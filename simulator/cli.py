@@ -20,7 +20,8 @@ from typing import Any
 from keda_llm.simulator.cluster.lead_in import LEAD_IN_S
 from keda_llm.simulator.cluster.router import ROUTING_RULES
 from keda_llm.simulator.control import ScaledObjectError, load_scaledobject
-from keda_llm.simulator.hardware.presets import PRESETS, ConfigError, get_preset
+from keda_llm.simulator.hardware.preset_file import PresetFileError, resolve_preset
+from keda_llm.simulator.hardware.presets import PRESETS, ConfigError
 from keda_llm.simulator.workload.traces import (
     MINUTE_COLUMNS,
     SHIPPED,
@@ -56,8 +57,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_trace_arguments(p)
 
     c = p.add_argument_group("cluster and policies")
-    c.add_argument("--preset", default="llama-3.1-8b/h100", choices=sorted(PRESETS),
-                   help="model on GPU type [llama-3.1-8b/h100]")
+    c.add_argument("--preset", default="llama-3.1-8b/h100", metavar="NAME|FILE",
+                   help=f"model on GPU type: {', '.join(sorted(PRESETS))}, or a preset file (YAML: your model's "
+                        "config.json on your GPU, docs/simulator.md) [llama-3.1-8b/h100]")
     c.add_argument("--scaledobject", default=None, metavar="FILE",
                    help="a ScaledObject YAML (external or external-push trigger) for policy `ours`")
     c.add_argument("--scaledobject-name", default=None, help="pick this ScaledObject when the file holds several")
@@ -169,6 +171,38 @@ def _columns(args: argparse.Namespace, path: Path, jsonl: bool) -> tuple[str, st
     return layout.time, layout.prompt, layout.output, layout.unit, hashes
 
 
+def input_hint(err: Exception, prog: str) -> str:
+    """What to do about a refused trace, preset or ScaledObject: the hint `simulate` and `tune` print."""
+    text = str(err)
+    if isinstance(err, PresetFileError):
+        return "a preset file's keys and forms are in docs/simulator.md, \"Your own model and GPU\""
+    if isinstance(err, ScaledObjectError):
+        return "--scaledobject takes a KEDA ScaledObject with an external or external-push trigger (deploy/examples/)"
+    if "no such file" in text or "unknown trace" in text:
+        return f"give a shipped trace ({', '.join(TRACE_NAMES)}) or the path of a CSV/JSONL/per-minute file"
+    if "a per-minute history needs" in text:
+        return f"a per-minute history's columns are named {', '.join(MINUTE_COLUMNS)}: rename them in the file"
+    if "missing column" in text or "missing field" in text:
+        return ("name your columns with --time-column/--prompt-column/--output-column, or use --format minutes "
+                f"for a per-minute history ({', '.join(MINUTE_COLUMNS)})")
+    if "no requests" in text or "no minutes" in text or "empty file" in text or "no request arrives" in text:
+        return "the trace (or its --window) must hold at least one request"
+    if "preset" in text:
+        return f"presets: {', '.join(sorted(PRESETS))}, or a preset file (docs/simulator.md)"
+    if "is not Unix seconds" in text:
+        return "a per-minute history's minute is Unix seconds or ISO 8601 (2026-11-24T10:00:00Z), whole minutes"
+    if "after the year" in text:
+        return "--time-unit ms, us or ns reads epoch milliseconds, microseconds or nanoseconds"
+    if "not sorted" in text:
+        return "--sort sorts the rows by time"
+    if "not a date-time" in text or ("not a number" in text and "column" in text):
+        return ("--time-unit datetime reads ISO 8601 (2026-11-24T10:00:00.173Z); s, ms, us, ns read numbers; "
+                "--time-column names the column")
+    if "a directory" in text or "cannot read" in text:
+        return "--trace takes a file: CSV, JSONL (.jsonl, .ndjson) or a per-minute CSV, optionally .gz"
+    return f"{prog} --help lists the flags"
+
+
 def shape_trace(tr: Trace, args: argparse.Namespace) -> Trace:
     """--window, --stretch and --rate-scale applied to a loaded trace."""
     if args.window:
@@ -212,7 +246,7 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, list[str]]:
     from keda_llm.simulator.run import Backtest
 
     policies = _policies(args.policies)
-    preset = get_preset(args.preset)
+    preset = resolve_preset(args.preset)
     settings = None
     if args.scaledobject:
         settings = load_scaledobject(args.scaledobject, args.scaledobject_name)
@@ -236,7 +270,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         trace, bt, policies = build(args)
     except (TraceError, ConfigError, ScaledObjectError, MetadataError, ValueError) as err:
-        print(f"keda-llm simulate: error: {err}", file=sys.stderr)
+        line = " ".join(part.strip() for part in str(err).splitlines()) or type(err).__name__
+        print(f"keda-llm simulate: error: {line}; hint: {input_hint(err, 'keda-llm simulate')}", file=sys.stderr)
         return 2
     return execute(trace, bt, policies, out=args.out, quiet=args.quiet, trace_arg=args.trace)
 

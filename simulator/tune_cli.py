@@ -26,11 +26,13 @@ from keda_llm.simulator.cli import (
     READING_DEFAULTS,
     TRACE_NAMES,
     add_trace_arguments,
+    input_hint,
     load_trace,
     shape_trace,
 )
 from keda_llm.simulator.cluster.lead_in import LEAD_IN_S
-from keda_llm.simulator.hardware.presets import PRESETS, ConfigError, get_preset
+from keda_llm.simulator.hardware.preset_file import resolve_preset
+from keda_llm.simulator.hardware.presets import PRESETS, ConfigError
 from keda_llm.simulator.workload.traces import MINUTE_COLUMNS, Trace, TraceError, load_minutes_csv
 
 PROG = "keda-llm tune"
@@ -51,7 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     c = p.add_argument_group("cluster and SLO")
     c.add_argument("--preset", default="llama-3.1-8b/h100",
-                   help=f"model on GPU type: {', '.join(sorted(PRESETS))} [llama-3.1-8b/h100]")
+                   metavar="NAME|FILE", help=f"model on GPU type: {', '.join(sorted(PRESETS))}, or a preset file "
+                                             "(YAML: your model's config.json on your GPU, docs/simulator.md) "
+                                             "[llama-3.1-8b/h100]")
     c.add_argument("--slo-ttft", type=float, required=True, help="time-to-first-token SLO, seconds")
     c.add_argument("--slo-itl", type=float, required=True, help="mean inter-token latency SLO, seconds")
     c.add_argument("--target", type=float, default=0.99,
@@ -109,29 +113,7 @@ def _hint(err: Exception, args: argparse.Namespace) -> str:
         return "--since (with --until) gives the span to read: 7d, 36h, 90m"
     if "Prometheus" in text:
         return "check the URL (e.g. http://prometheus.monitoring:9090), --model, --namespace and --since"
-    if "no such file" in text or "unknown trace" in text:
-        return f"give a shipped trace ({', '.join(TRACE_NAMES)}) or the path of a CSV/JSONL/per-minute file"
-    if "a per-minute history needs" in text:
-        return f"a per-minute history's columns are named {', '.join(MINUTE_COLUMNS)}: rename them in the file"
-    if "missing column" in text or "missing field" in text:
-        return ("name your columns with --time-column/--prompt-column/--output-column, or use --format minutes "
-                f"for a per-minute history ({', '.join(MINUTE_COLUMNS)})")
-    if "no requests" in text or "no minutes" in text or "empty file" in text or "no request arrives" in text:
-        return "the trace (or its --window) must hold at least one request"
-    if "preset" in text:
-        return f"presets: {', '.join(sorted(PRESETS))}"
-    if "is not Unix seconds" in text:
-        return "a per-minute history's minute is Unix seconds or ISO 8601 (2026-11-24T10:00:00Z), whole minutes"
-    if "after the year" in text:
-        return "--time-unit ms, us or ns reads epoch milliseconds, microseconds or nanoseconds"
-    if "not sorted" in text:
-        return "--sort sorts the rows by time"
-    if "not a date-time" in text or ("not a number" in text and "column" in text):
-        return ("--time-unit datetime reads ISO 8601 (2026-11-24T10:00:00.173Z); s, ms, us, ns read numbers; "
-                "--time-column names the column")
-    if "a directory" in text or "cannot read" in text:
-        return "--trace takes a file: CSV, JSONL (.jsonl, .ndjson) or a per-minute CSV, optionally .gz"
-    return f"{PROG} --help lists the flags"
+    return input_hint(err, PROG)
 
 
 def _history(args: argparse.Namespace, model: str) -> Trace:
@@ -187,7 +169,7 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any, Trace | None]
     from keda_llm.simulator.run import Backtest
     from keda_llm.simulator.tune import FULL_GRID, QUICK_GRID, Target, candidate
 
-    preset = get_preset(args.preset)
+    preset = resolve_preset(args.preset)
     if (args.trace is None) == (args.from_prometheus is None):
         raise _Refused("give --trace or --from-prometheus (one of them)",
                        f"--trace NAME|FILE (shipped: {', '.join(TRACE_NAMES)}) or --from-prometheus URL --model M")

@@ -65,6 +65,7 @@ def test_bad_input_is_a_clear_error(argv: list[str], message: str, capsys: pytes
     assert main(["simulate", *argv]) == 2
     err = capsys.readouterr().err
     assert "keda-llm simulate: error:" in err and message in err
+    assert err.count("\n") == 1 and "; hint: " in err  # one line, saying what to do
 
 
 def test_bad_trigger_metadata_names_key_and_value(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

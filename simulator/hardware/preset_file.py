@@ -1,0 +1,274 @@
+"""A preset from a YAML file: the user's own model (a Hugging Face config.json) on the user's own GPU.
+
+The shipped presets are four: Llama 3.1 8B on H100, A100 and L4, 70B on four H100s. A user who serves
+another dense model, or on another GPU, tunes on a preset of their own: the model's shape (its config.json,
+as published with the weights), the GPU's datasheet figures (or a known GPU's name), the tensor-parallel
+degree and vLLM's limits. The timing is the same roofline with the same fitted efficiencies
+(`perf.FITTED`), so a file that states a shipped preset's shape gives that preset exactly
+(tests/simulator/test_preset_file.py). What the model does not cover is refused, not approximated:
+mixture-of-experts, latent attention (MLA) and sliding-window attention change where the time goes.
+
+    name: qwen2.5-32b/h100-tp2
+    model:
+      config_json: Qwen2.5-32B-Instruct/config.json   # relative to this file; or the keys inline
+      weights: bf16                                   # bf16, fp16 or fp8 [from config.json]
+    gpu: h100                                         # h100, a100, a100-40gb, l4, or a mapping (below)
+    tensor_parallel: 2
+    max_num_seqs: 256
+    max_num_batched_tokens: 8192
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from keda_llm.simulator.hardware.gpus import A100_SXM_40GB, A100_SXM_80GB, GIGA, GPU, GPUS, H100_SXM_80GB, L4, TERA
+from keda_llm.simulator.hardware.models import ModelSpec
+from keda_llm.simulator.hardware.presets import PRESETS, ConfigError, Preset, get_preset
+
+#: The most a preset file or a config.json may hold: both are a screenful; a larger file is not one.
+MAX_FILE_BYTES = 1 << 20
+#: GPU names a file may give instead of the figures (besides GPUS' own names).
+GPU_ALIASES = {"h100": H100_SXM_80GB, "a100": A100_SXM_80GB, "a100-40gb": A100_SXM_40GB, "l4": L4}
+#: Architectures the efficiencies were fitted on (perf.FITTED: an MFU per architecture where they differ).
+ARCHES = ("hopper", "ampere", "ada")
+WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
+_TOP = {"name", "model", "gpu", "tensor_parallel", "max_num_seqs", "max_num_batched_tokens",
+        "gpu_memory_utilization", "activation_reserve_gb", "kv_blocks", "block_size", "enable_prefix_caching"}
+_MODEL = {"config_json", "name", "weights", "kv_cache", "hidden_size", "num_hidden_layers", "num_attention_heads",
+          "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size", "tie_word_embeddings",
+          "use_sliding_window"}
+_GPU = {"name", "arch", "bf16_tflops", "fp8_tflops", "memory_gb", "memory_bandwidth_gbps", "interconnect_gbps"}
+#: config.json keys that say the model is not a dense GQA transformer the roofline times.
+_UNMODELLED = {
+    "num_local_experts": "a mixture-of-experts model", "num_experts": "a mixture-of-experts model",
+    "n_routed_experts": "a mixture-of-experts model", "kv_lora_rank": "multi-head latent attention (MLA)",
+}
+
+
+class PresetFileError(ConfigError):
+    """A preset file that cannot be used: the message names the file and the key."""
+
+
+def resolve_preset(text: str) -> Preset:
+    """A shipped preset by name, or a preset file (a path ending in .yaml or .yml, or any file that exists)."""
+    if text in PRESETS:
+        return PRESETS[text]
+    path = Path(text)
+    if path.suffix.lower() in (".yaml", ".yml") or path.is_file():
+        return load_preset_file(path)
+    return get_preset(text)  # the unknown-name error, listing the shipped ones
+
+
+def load_preset_file(path: str | Path) -> Preset:
+    """The preset a YAML file states; ConfigError naming the file and the key for anything wrong."""
+    p = Path(path)
+    try:
+        raw = _read(p, "preset file")
+    except ConfigError as err:
+        raise PresetFileError(str(err)) from None
+    try:
+        doc = yaml.safe_load(raw)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise PresetFileError(f"{p}:{where} not YAML: {getattr(err, 'problem', None) or err}") from None
+    except RecursionError:
+        raise PresetFileError(f"{p}: not a preset: YAML nested too deeply") from None
+    try:
+        return parse_preset(doc, base=p.parent, default_name=p.stem)
+    except ConfigError as err:
+        raise PresetFileError(f"{p}: {err}") from None
+
+
+def parse_preset(doc: object, base: Path, default_name: str = "custom") -> Preset:
+    """A preset from a parsed YAML document; config_json paths are relative to `base`."""
+    top = _mapping(doc, "", _TOP)
+    for key in ("model", "gpu", "tensor_parallel", "max_num_seqs", "max_num_batched_tokens"):
+        if key not in top:
+            raise ConfigError(f"{key}: required (keys: {', '.join(sorted(_TOP))})")
+    name = _text(top.get("name", default_name), "name")
+    model = _model(top["model"], base)
+    gpu = _gpu(top["gpu"])
+    tp = _int(top["tensor_parallel"], "tensor_parallel", 1, 64)
+    if model.n_heads % tp:
+        raise ConfigError(f"tensor_parallel: {tp} does not divide the model's {model.n_heads} attention heads: "
+                          "vLLM refuses this split")
+    if model.n_kv_heads % tp and tp % model.n_kv_heads:
+        raise ConfigError(f"tensor_parallel: {tp} does not divide the model's {model.n_kv_heads} KV heads "
+                          "(nor they it): vLLM refuses this split")
+    reserve = _number(top.get("activation_reserve_gb", 2.0), "activation_reserve_gb", 0.0, 1e4)
+    try:
+        preset = Preset(
+            name=name, model=model, gpu=gpu, tp=tp,
+            max_num_seqs=_int(top["max_num_seqs"], "max_num_seqs", 1, 1 << 20),
+            max_num_batched_tokens=_int(top["max_num_batched_tokens"], "max_num_batched_tokens", 1, 1 << 24),
+            gpu_memory_utilization=_number(top.get("gpu_memory_utilization", 0.9), "gpu_memory_utilization", 0.01,
+                                           1.0),
+            activation_reserve_bytes=reserve * GIGA,
+            block_size=_int(top.get("block_size", 16), "block_size", 1, 1024),
+            kv_blocks_override=None if top.get("kv_blocks") is None else _int(top["kv_blocks"], "kv_blocks", 1,
+                                                                               1 << 40),
+            enable_prefix_caching=_bool(top.get("enable_prefix_caching", True), "enable_prefix_caching"),
+        )
+    except ConfigError as err:
+        raise ConfigError(str(err).removeprefix(f"preset {name}: ")) from None
+    return preset
+
+
+def _model(value: object, base: Path) -> ModelSpec:
+    m = _mapping(value, "model", _MODEL)
+    shape: dict[str, Any] = {}
+    source = ""
+    if "config_json" in m:
+        path = base / _text(m["config_json"], "model.config_json")
+        try:
+            loaded = json.loads(_read(path, "model.config_json"))
+        except (json.JSONDecodeError, RecursionError) as err:
+            raise ConfigError(f"model.config_json: {path.name}: not JSON: {err}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"model.config_json: {path.name}: not a JSON object")
+        shape.update(loaded.get("text_config", {}) if isinstance(loaded.get("text_config"), dict) else {})
+        shape.update({k: v for k, v in loaded.items() if k != "text_config"})
+        source = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+    shape.update({k: v for k, v in m.items() if k not in ("config_json", "name", "weights", "kv_cache")})
+    for key, what in _UNMODELLED.items():
+        if shape.get(key):
+            raise ConfigError(f"model: {what} ({key} {shape[key]!r}) is not modelled: the roofline times a dense "
+                              "transformer")
+    window, context = shape.get("sliding_window"), shape.get("max_position_embeddings")
+    if window and shape.get("use_sliding_window", True) is not False and not (
+            isinstance(window, int | float) and isinstance(context, int | float) and window >= context):
+        raise ConfigError(f"model: sliding-window attention (sliding_window {window!r}) is not modelled: the "
+                          "roofline reads every token's KV (use_sliding_window: false where the engine serves it so)")
+    need = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
+    for key in need:
+        if key not in shape:
+            raise ConfigError(f"model.{key}: required (from config_json, or given inline)")
+    hidden = _int(shape["hidden_size"], "model.hidden_size", 1, 1 << 20)
+    heads = _int(shape["num_attention_heads"], "model.num_attention_heads", 1, 1 << 14)
+    kv_heads = _int(shape.get("num_key_value_heads", heads), "model.num_key_value_heads", 1, 1 << 14)
+    head_dim = (_int(shape["head_dim"], "model.head_dim", 1, 1 << 14) if shape.get("head_dim") is not None
+                else hidden // heads)
+    weights = _weights(m, shape)
+    kv = WEIGHT_BYTES[_choice(m.get("kv_cache", "bf16"), "model.kv_cache", tuple(WEIGHT_BYTES))]
+    try:
+        return ModelSpec(
+            name=_text(m.get("name", shape.get("_name_or_path") or source or "custom"), "model.name"),
+            n_layers=_int(shape["num_hidden_layers"], "model.num_hidden_layers", 1, 1 << 12),
+            hidden=hidden, n_heads=heads, n_kv_heads=kv_heads, head_dim=head_dim,
+            intermediate=_int(shape["intermediate_size"], "model.intermediate_size", 1, 1 << 22),
+            vocab=_int(shape["vocab_size"], "model.vocab_size", 1, 1 << 24), bytes_per_param=weights,
+            kv_bytes_per_elem=kv, tied_embeddings=_bool(shape.get("tie_word_embeddings", False),
+                                                        "model.tie_word_embeddings"),
+            source=source,
+        )
+    except ValueError as err:
+        raise ConfigError(f"model: {err}") from None
+
+
+def _weights(m: Mapping[str, Any], shape: Mapping[str, Any]) -> float:
+    if "weights" in m:
+        return WEIGHT_BYTES[_choice(m["weights"], "model.weights", tuple(WEIGHT_BYTES))]
+    quant = shape.get("quantization_config")
+    if isinstance(quant, dict):
+        method = str(quant.get("quant_method", "")).lower()
+        if method in ("fp8", "compressed-tensors", "fbgemm_fp8"):
+            return 1.0
+        raise ConfigError(f"model.weights: config.json's quantization {method!r} is not modelled (bf16, fp16, fp8): "
+                          "set model.weights to the nearest")
+    dtype = str(shape.get("torch_dtype", "bfloat16"))
+    return 1.0 if "float8" in dtype else 2.0
+
+
+def _gpu(value: object) -> GPU:
+    if isinstance(value, str):
+        gpu = GPU_ALIASES.get(value.lower()) or GPUS.get(value)
+        if gpu is None:
+            raise ConfigError(f"gpu: {value!r}: not a known GPU ({', '.join([*GPU_ALIASES, *GPUS])}); give its "
+                              f"figures as a mapping ({', '.join(sorted(_GPU))})")
+        return gpu
+    g = _mapping(value, "gpu", _GPU)
+    for key in ("arch", "bf16_tflops", "memory_gb", "memory_bandwidth_gbps"):
+        if key not in g:
+            raise ConfigError(f"gpu.{key}: required for a GPU given by its figures")
+    arch = _choice(g["arch"], "gpu.arch", ARCHES)
+    fp8 = g.get("fp8_tflops")
+    return GPU(
+        name=_text(g.get("name", "custom"), "gpu.name"), arch=arch,
+        peak_bf16_flops=_number(g["bf16_tflops"], "gpu.bf16_tflops", 1.0, 1e6) * TERA,
+        peak_fp8_flops=None if fp8 is None else _number(fp8, "gpu.fp8_tflops", 1.0, 1e6) * TERA,
+        hbm_bandwidth=_number(g["memory_bandwidth_gbps"], "gpu.memory_bandwidth_gbps", 1.0, 1e6) * GIGA,
+        memory_bytes=_number(g["memory_gb"], "gpu.memory_gb", 0.5, 1e5) * GIGA,
+        interconnect_bandwidth=_number(g.get("interconnect_gbps", 32.0), "gpu.interconnect_gbps", 0.1, 1e5) * GIGA,
+        source="preset file",
+    )
+
+
+# ---- values: each names its key in the ConfigError ----
+
+def _read(path: Path, key: str) -> str:
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
+    except OSError as err:
+        raise ConfigError(f"{key}: cannot read {path.name}: {err.strerror or err}") from None
+    except ValueError:  # a NUL in the path
+        raise ConfigError(f"{key}: cannot read {path.name!r}: not a path") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise ConfigError(f"{key}: {path.name} is over {MAX_FILE_BYTES >> 20} MiB: not a preset or a config.json")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{key}: {path.name} is not UTF-8 text") from None
+
+
+def _mapping(value: object, key: str, allowed: set[str]) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{key or 'the file'}: expected a mapping, got {type(value).__name__}")
+    for k in value:
+        if k not in allowed:
+            where = f"{key}.{k}" if key else str(k)
+            raise ConfigError(f"{where}: unknown key (known: {', '.join(sorted(allowed))})")
+    return value
+
+
+def _int(value: object, key: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+            or int(value) != value:
+        raise ConfigError(f"{key}: expected a whole number, got {value!r}")
+    if not lo <= int(value) <= hi:
+        raise ConfigError(f"{key}: {int(value)} is outside {lo}..{hi}")
+    return int(value)
+
+
+def _number(value: object, key: str, lo: float, hi: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{key}: expected a number, got {value!r}")
+    if not lo <= value <= hi:
+        raise ConfigError(f"{key}: {value!r} is outside {lo:g}..{hi:g}")
+    return float(value)
+
+
+def _bool(value: object, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    return value
+
+
+def _text(value: object, key: str) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > 253:
+        raise ConfigError(f"{key}: expected a name (text, at most 253 characters), got {value!r}")
+    return value.strip()
+
+
+def _choice(value: object, key: str, allowed: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value.lower() not in allowed:
+        raise ConfigError(f"{key}: {value!r} is not one of {', '.join(allowed)}")
+    return value.lower()
