@@ -65,9 +65,28 @@ def normalize(body: str, target: Target) -> list[EngineMetrics]:
         samples = parse(body, _ALL_WANTED.__contains__)
         name = detect(samples)
         if name is None:
-            raise ScrapeError("unknown_engine", "no metric of a known engine (" + ", ".join(
-                p + "*" for p, _ in _PREFIXES) + ") in the body")
+            raise ScrapeError("unknown_engine", _unknown(body))
         adapter = ADAPTERS[name]
         samples = [s for s in samples if s.name in adapter.wanted]
     check_unique(samples)
     return adapter.normalize(samples, target)
+
+
+#: Bodies that are not an engine's, and what to scrape instead: a metrics name prefix (at a line's start)
+#: and the reason. NVIDIA Dynamo's frontend (lib/runtime/src/metrics/prometheus_names.rs) counts a whole
+#: pool's requests, not one replica's; Triton's own `nv_inference_*` series alone are a backend that
+#: registers no engine metrics (TensorRT-LLM's LLM-API Python model, for one).
+_NOT_ENGINES = (
+    ("dynamo_frontend_", "a Dynamo frontend's metrics (dynamo_frontend_*) count the whole pool: scrape its "
+                         "workers (vLLM, SGLang, TensorRT-LLM) for per-replica signals"),
+    ("nv_inference_", "Triton's own metrics (nv_inference_*) with no engine's: its backend registers none "
+                      "(the TensorRT-LLM C++ backend's nv_trt_llm_*, or vLLM's vllm:*, are read)"),
+)
+
+
+def _unknown(body: str) -> str:
+    """Why no adapter recognizes a body, naming what it is where that is known."""
+    for prefix, why in _NOT_ENGINES:
+        if body.startswith(prefix) or f"\n{prefix}" in body:
+            return why
+    return "no metric of a known engine (" + ", ".join(p + "*" for p, _ in _PREFIXES) + ") in the body"

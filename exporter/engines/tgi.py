@@ -8,6 +8,12 @@ TTFT, no token counters and no KV usage; what it has:
 - tokens: the sums of the `tgi_request_input_length` / `tgi_request_generated_tokens` histograms.
 - ITL: `tgi_request_mean_time_per_token_duration`, one observation per request (its mean), not per token.
 The batch limit (`max_concurrent_requests`) is only in `GET /info`, so it comes from the target.
+
+A gauge is first written when it is first set (`metrics-exporter-prometheus`): a fresh server's body has
+`tgi_batch_max_total_tokens` (set at warmup) and no queue or batch sample until its first request
+(backends/v3/src/queue.rs, backend.rs). While no request has been counted (`tgi_request_count` absent or
+0), a missing queue, batch or reservation gauge is therefore 0; once requests were counted a missing gauge
+stays missing (a backend that does not write it).
 """
 
 from __future__ import annotations
@@ -26,16 +32,24 @@ KV_CAPACITY = ("tgi_batch_max_total_tokens",)
 PROMPT = ("tgi_request_input_length_sum",)
 GENERATION = ("tgi_request_generated_tokens_sum",)
 FINISHED = ("tgi_request_success", "tgi_request_success_total")
+ARRIVED = ("tgi_request_count", "tgi_request_count_total")  # every request, counted at arrival
 ITL = ("tgi_request_mean_time_per_token_duration",)
 
 WANTED = frozenset(
-    RUNNING + WAITING + KV_RESERVED + KV_CAPACITY + PROMPT + GENERATION + FINISHED + histogram_names(*ITL)
+    RUNNING + WAITING + KV_RESERVED + KV_CAPACITY + PROMPT + GENERATION + FINISHED + ARRIVED
+    + histogram_names(*ITL)
 )
 
 
 def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
     series = by_name(samples)
-    reserved = total(pick(series, *KV_RESERVED))
+    fresh = not total(pick(series, *ARRIVED))  # no request yet: the gauges were never set, so they are 0
+
+    def gauge(names: tuple[str, ...]) -> float | None:
+        value = total(pick(series, *names))
+        return 0.0 if value is None and fresh else value
+
+    reserved = gauge(KV_RESERVED)
     capacity = total(pick(series, *KV_CAPACITY))
     if capacity is not None and capacity <= 0:
         capacity = None  # 0 until warmup has sized the batch
@@ -43,8 +57,8 @@ def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
         engine=NAME,
         model=target.model or "unknown",
         role=target.role or "unified",
-        requests_running=total(pick(series, *RUNNING)),
-        requests_waiting=total(pick(series, *WAITING)),
+        requests_running=gauge(RUNNING),
+        requests_waiting=gauge(WAITING),
         requests_max_running=target.max_running,
         kv_cache_usage_ratio=reserved / capacity if reserved is not None and capacity else None,
         kv_cache_capacity_tokens=capacity,

@@ -7,7 +7,9 @@ numQueuedRequests), `trtllm_max_num_active_requests`, `trtllm_kv_cache_utilizati
 maxNumBlocks, a 0-1 fraction), `trtllm_kv_cache_max_blocks` x `trtllm_kv_cache_tokens_per_block` (the
 capacity); the request counters and histograms come with `return_perf_metrics`. A build or a config without
 a family leaves its signal missing, never 0. Series that differ in another label (a `finished_reason`) are
-disjoint parts and summed.
+disjoint parts and summed. `trtllm_time_per_output_token_seconds` is observed once per finished request
+(its mean time per output token, `MetricNames.TPOT`), not once per token: the ITL histogram weighs
+requests, not tokens, as TGI's does.
 """
 
 from __future__ import annotations
@@ -35,6 +37,11 @@ CACHED = ("trtllm_prompt_cached_tokens_total",)  # prompt tokens served from the
 TTFT = ("trtllm_time_to_first_token_seconds",)
 ITL = ("trtllm_time_per_output_token_seconds",)
 
+#: `model_name` values that name no model: trtllm-serve builds its collector with
+#: `MetricsCollector({"model_name": "undefined", "engine_type": "undefined"})` (tensorrt_llm/serve/
+#: openai_server.py), so every series says "undefined" and the target's model must stand in.
+UNNAMED = frozenset({"", "undefined"})
+
 _NAMES = frozenset(RUNNING + WAITING + MAX_RUNNING + KV_USAGE + KV_MAX_BLOCKS + KV_TOKENS_PER_BLOCK + PROMPT
                    + GENERATION + FINISHED + CACHED + histogram_names(*TTFT, *ITL))
 #: The names read, and the same under Dynamo's prefix (in place of `trtllm_`, or before it).
@@ -59,7 +66,8 @@ def normalize(samples: list[Sample], target: Target, engine: str) -> list[Engine
     samples = [_undynamo(s) for s in samples]
 
     def key(s: Sample) -> GroupKey:
-        return s.labels.get("model_name") or target.model or "unknown", role
+        named = s.labels.get("model_name")
+        return (named if named not in UNNAMED else None) or target.model or "unknown", role
 
     out = []
     for (model, role_), series in group(samples, key).items():

@@ -16,7 +16,9 @@ together, shared equally among them.
 
 Served by Triton's vLLM backend (triton-inference-server/vllm_backend, src/utils/metrics.py and
 src/model.py), the same `vllm:` names carry Triton's `model` and `version` labels instead of
-`model_name`: the model is read from `model` there.
+`model_name`: the model is read from `model` there. That backend exports vLLM's token counters and
+latency histograms only (every release from 2024-08 on): no running, waiting or KV gauges, so those
+signals are missing for it, never 0; the scaler's KV and concurrency terms need an engine that has them.
 
 LoRA (vLLM `vllm/v1/metrics/loggers.py`, `PrometheusStatLogger`: the "LoRA metrics" gauge and its update
 at the end of `record`): `vllm:lora_requests_info{max_lora, running_lora_adapters,
@@ -48,7 +50,7 @@ PREFIXES = (PREFIX,)
 
 RUNNING = ("vllm:num_requests_running",)
 WAITING = ("vllm:num_requests_waiting",)
-# V0 (to 0.10; Triton's vLLM backend too): requests preempted to CPU, waiting to be swapped back in; in neither
+# V0 (to 0.10): requests preempted to CPU, waiting to be swapped back in; in neither
 # running nor waiting (vllm/engine/metrics.py "Number of requests swapped to CPU"), so they add to waiting
 SWAPPED = ("vllm:num_requests_swapped",)
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # renamed in 0.9, old gone in 0.12

@@ -426,6 +426,22 @@ def test_tgi_before_warmup_reports_no_kv() -> None:
     assert (got.kv_cache_usage_ratio, got.kv_cache_capacity_tokens) == (None, None)
 
 
+def test_tgi_fresh_server_has_empty_queue_and_batch_not_missing() -> None:
+    """A gauge is written when first set (metrics-exporter-prometheus): before its first request a TGI server's
+    body holds the warmed-up budget and no queue or batch sample. Those are 0 then, not missing; once a
+    request was counted, a missing gauge stays missing (a backend that does not write it)."""
+    fresh = ("# HELP tgi_queue_size Current queue size\n# TYPE tgi_queue_size gauge\n"
+             "# TYPE tgi_batch_max_total_tokens gauge\ntgi_batch_max_total_tokens 412384\n")
+    got = one(fresh, Target(url="u", model="m"))
+    assert (got.requests_running, got.requests_waiting, got.kv_cache_usage_ratio) == (0, 0, 0)
+    assert got.kv_cache_capacity_tokens == 412384
+    assert one(fresh + "tgi_request_count 0\n").requests_waiting == 0
+    served = one(fresh + "tgi_request_count 7\n")
+    assert (served.requests_running, served.requests_waiting, served.kv_cache_usage_ratio) == (None, None, None)
+    live = one(fresh + "tgi_request_count 7\ntgi_queue_size 3\ntgi_batch_current_size 2\n")
+    assert (live.requests_running, live.requests_waiting) == (2, 3)
+
+
 def test_llamacpp_older_build_kv_ratio() -> None:
     got = one("llamacpp:requests_processing 1\nllamacpp:kv_cache_usage_ratio 0.25\nllamacpp:kv_cache_tokens 512\n")
     assert (got.kv_cache_usage_ratio, got.kv_cache_capacity_tokens) == (0.25, None)
@@ -522,6 +538,30 @@ def test_trtllm_serve_prefix_cache_earlier_names_and_dynamo_prefix() -> None:
     assert dynamo.prefix_cache_hit_tokens_total == 450
     # no hit yet: no prefix-cache series
     assert one(f"trtllm_prompt_tokens_total{lab} 10\n").prefix_cache_queried_tokens_total is None
+
+
+def test_trtllm_serve_undefined_model_name_is_the_targets_model() -> None:
+    """trtllm-serve builds its collector with `{"model_name": "undefined", "engine_type": "undefined"}`
+    (tensorrt_llm/serve/openai_server.py) and a multiprocess `pid`: read as a name, no ScaledObject's model
+    would ever match it."""
+    lab = '{engine_type="undefined",model_name="undefined",pid="4242"}'
+    body = (f"# TYPE trtllm_num_requests_running gauge\ntrtllm_num_requests_running{lab} 12.0\n"
+            f"# TYPE trtllm_num_requests_waiting gauge\ntrtllm_num_requests_waiting{lab} 5.0\n")
+    got = one(body, Target(url="u", model="meta-llama/Llama-3.1-8B-Instruct"))
+    assert (got.model, got.requests_running, got.requests_waiting) == ("meta-llama/Llama-3.1-8B-Instruct", 12, 5)
+    assert one(body, Target(url="u")).model == "unknown"
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    ('# TYPE dynamo_frontend_inflight_requests gauge\ndynamo_frontend_inflight_requests{model="q"} 40\n'
+     'dynamo_frontend_queued_requests{model="q"} 9\n', "Dynamo frontend"),
+    ('# TYPE nv_inference_pending_request_count gauge\n'
+     'nv_inference_pending_request_count{model="tensorrt_llm",version="1"} 0\n', "registers none"),
+])
+def test_bodies_that_are_not_an_engines_say_what_to_scrape(body: str, said: str) -> None:
+    with pytest.raises(ScrapeError) as err:
+        normalize(body, T)
+    assert err.value.reason == "unknown_engine" and said in str(err.value)
 
 
 def test_forcing_trtllm_accepts_either_server() -> None:
