@@ -1,0 +1,116 @@
+"""Reading a user's request CSV: the chunked numpy reader against the row-by-row reading, same run.
+
+A user's own trace can be tens of millions of rows (the Azure 2024 code week is 16.8 M). The baseline is the
+same `load_csv` with numpy's conversion switched off, so every value goes through `_time` / `_token` (what
+the reader did before chunks). Each case runs in its own process, so peak RSS is its own; CPU is the process
+time of the load alone. Two layouts: the Azure trace's (date-time stamps) and plain numbers (Unix seconds).
+
+    .venv/bin/python bench/bench_trace_load.py [--rows 1000000] [--out bench/results/trace_load.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CHILD = """
+import csv, json, resource, sys, time
+from pathlib import Path
+from keda_llm.simulator.workload import traces
+path, cols, unit, how = sys.argv[1], sys.argv[2].split(","), sys.argv[3], sys.argv[4]
+
+
+def before(p, time_col, prompt_col, output_col, unit):
+    # the reader before chunks (to 2026-11-30): every value through _time / _token into lists of Python objects
+    p = Path(p)
+    with traces._open(p) as fh:
+        reader = csv.reader(r for r in fh if not r.startswith("#"))
+        header = [h.strip() for h in next(reader)]
+        ti, pi, oi = (header.index(c) for c in (time_col, prompt_col, output_col))
+        lines, times, prompts, outputs = [], [], [], []
+        for k, row in enumerate(reader):
+            line = 2 + k
+            if not row:
+                continue
+            lines.append(line)
+            times.append(traces._time(p, line, time_col, row[ti], unit))
+            prompts.append(traces._token(p, line, prompt_col, row[pi]))
+            outputs.append(traces._token(p, line, output_col, row[oi]))
+    return traces._finish(p.name, p, time_col, lines, times, prompts, outputs, None, False)
+
+
+if how == "rows":
+    traces._fast_times = lambda raw, unit: None
+    traces._fast_tokens = lambda raw: None
+load = before if how == "before" else traces.load_csv
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+start = time.process_time()
+tr = load(path, *cols, unit)
+cpu = time.process_time() - start
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"rows": len(tr), "cpu_s": cpu, "grown_mb": (peak - base) / 1024}))
+"""
+
+
+def write(directory: Path, rows: int) -> dict[str, tuple[Path, str, str]]:
+    rng = random.Random(7)
+    azure, plain = directory / "azure.csv", directory / "plain.csv"
+    with azure.open("w") as a, plain.open("w") as p:
+        a.write("TIMESTAMP,ContextTokens,GeneratedTokens\n")
+        p.write("timestamp,prompt_tokens,output_tokens\n")
+        us = 1_715_299_200_000_000
+        for _ in range(rows):
+            us += rng.randrange(0, 72_000)
+            sec, frac = divmod(us, 1_000_000)
+            prompt, output = rng.randrange(10, 8000), rng.randrange(1, 600)
+            a.write(f"{_stamp(sec)}.{frac:06d}0,{prompt},{output}\n")
+            p.write(f"{us / 1e6:.6f},{prompt},{output}\n")
+    return {"Azure layout (date-times)": (azure, "TIMESTAMP,ContextTokens,GeneratedTokens", "datetime"),
+            "plain (Unix seconds)": (plain, "timestamp,prompt_tokens,output_tokens", "s")}
+
+
+def _stamp(sec: int) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(sec))
+
+
+def run(path: Path, cols: str, unit: str, how: str) -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-c", CHILD, str(path), cols, unit, how],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    lines = [f"# Reading a request CSV: chunked numpy vs row by row ({args.rows:,} rows)", "",
+             f"{platform.python_version()}, {platform.machine()}; each case in its own process. before: every value "
+             "through `_time`/`_token` into Python lists (the reader to 2026-11-30); row by row: the chunked reader "
+             "with numpy's conversion off; now: the chunked reader. Ratios are now / before.", "",
+             "| layout | before: CPU s / RSS growth MB | row by row | now | CPU ratio | memory ratio |",
+             "|---|---|---|---|---|---|"]
+    with tempfile.TemporaryDirectory() as d:
+        for label, (path, cols, unit) in write(Path(d), args.rows).items():
+            old, rows, now = (run(path, cols, unit, how) for how in ("before", "rows", "now"))
+            assert old["rows"] == rows["rows"] == now["rows"] == args.rows
+            cells = [f"{r['cpu_s']:.2f} / {r['grown_mb']:.0f}" for r in (old, rows, now)]
+            lines.append(f"| {label} | {' | '.join(cells)} | {now['cpu_s'] / old['cpu_s']:.2f}x | "
+                         f"{now['grown_mb'] / max(old['grown_mb'], 1):.2f}x |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
