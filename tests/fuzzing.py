@@ -1,4 +1,5 @@
-"""Seeded mutation of parsed-YAML trees, for fuzzing the config parsers (`mutate_tree`)."""
+"""Seeded mutation for fuzzing: parsed-YAML trees for the config parsers (`mutate_tree`), text for the file
+readers (`mutate_text`)."""
 
 from __future__ import annotations
 
@@ -33,3 +34,24 @@ def mutate_tree(rng: random.Random, tree: Any, extra_keys: tuple[str, ...] = ("z
             items.append(rng.choice(ODD_VALUES))
         return [mutate_tree(rng, x, extra_keys) if rng.random() < 0.4 else x for x in items]
     return rng.choice(ODD_VALUES) if rng.random() < 0.3 else tree
+
+
+#: What a text mutation inserts or puts in place of a character: syntax, numbers at their edges, odd bytes.
+TEXT_PIECES = [*",\n\r\"'{}[]:.-+eE0123456789 \t#\x00\ufeffabcxyz", "NaN", "Inf", "\u00e9", "1e999", "9" * 400, "null",
+               "true", "[" * 3000, "-0", "2026-13-45T99:99:99Z", "1" * 30, "2023-11-16 18:17:03.9799600", "+00:00",
+               "9999-12-31 23:59:59"]
+
+
+def mutate_text(rng: random.Random, text: str) -> str:
+    """`text` with one to six characters inserted, deleted or replaced by TEXT_PIECES."""
+    chars = list(text)
+    for _ in range(rng.randint(1, 6)):
+        i = rng.randrange(len(chars) + 1)
+        op = rng.random()
+        if op < 0.4 or not chars:
+            chars.insert(i, rng.choice(TEXT_PIECES))
+        elif op < 0.7:
+            del chars[min(i, len(chars) - 1)]
+        else:
+            chars[min(i, len(chars) - 1)] = rng.choice(TEXT_PIECES)
+    return "".join(chars)

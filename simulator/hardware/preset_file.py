@@ -130,7 +130,7 @@ def _model(value: object, base: Path) -> ModelSpec:
         path = base / _text(m["config_json"], "model.config_json")
         try:
             loaded = json.loads(_read(path, "model.config_json"))
-        except (json.JSONDecodeError, RecursionError) as err:
+        except (ValueError, RecursionError) as err:  # JSONDecodeError, or an integer past 4,300 digits
             raise ConfigError(f"model.config_json: {path.name}: not JSON: {err}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"model.config_json: {path.name}: not a JSON object")

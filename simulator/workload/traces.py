@@ -269,6 +269,8 @@ def _time(path: Path, line: int, col: str, raw: object, unit: TimeUnit) -> float
         v = float(raw)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         raise TraceError(f"{path}: line {line}, column {col}: not a number: {raw!r}") from None
+    except OverflowError:  # a JSON integer past any float
+        raise TraceError(f"{path}: line {line}, column {col}: not a finite number: {str(raw)[:40]}...") from None
     if not math.isfinite(v):
         raise TraceError(f"{path}: line {line}, column {col}: not a finite number: {raw!r}")
     if v < 0:
@@ -473,6 +475,8 @@ def load_jsonl(path: str | Path, time_key: str, prompt_key: str, output_key: str
                 obj = json.loads(text)
             except json.JSONDecodeError as e:
                 raise TraceError(f"{p}: line {line}: not JSON: {e.msg}") from None
+            except ValueError as e:  # an integer of more digits than Python converts (4,300)
+                raise TraceError(f"{p}: line {line}: not a request: {e}") from None
             except RecursionError:
                 raise TraceError(f"{p}: line {line}: not a request: JSON nested too deeply") from None
             if not isinstance(obj, dict):
@@ -543,7 +547,7 @@ def file_fields(path: str | Path, jsonl: bool) -> list[str]:
                 return [h.strip().lstrip("\ufeff") for h in next(csv.reader([text]), [])]
             try:
                 obj = json.loads(text)
-            except (json.JSONDecodeError, RecursionError):
+            except (ValueError, RecursionError):  # JSONDecodeError, or an integer past 4,300 digits
                 return []
             return [str(k) for k in obj] if isinstance(obj, dict) else []
     return []

@@ -6,10 +6,12 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import random
 from pathlib import Path
 
 import numpy as np
 import pytest
+from fuzzing import mutate_text
 
 from keda_llm.simulator.cli import add_trace_arguments, load_trace
 from keda_llm.simulator.workload.traces import DATA, TraceError, load_shipped
@@ -89,3 +91,26 @@ def test_a_file_in_no_known_layout_still_names_the_missing_column(tmp_path: Path
     empty.write_text("\n\n")
     with pytest.raises(TraceError):
         load_trace(_args("--trace", str(empty)))
+
+
+def test_fuzz_files_in_a_public_layout_give_a_trace_or_a_trace_error(tmp_path: Path) -> None:
+    bodies = {".csv": ["TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,4808,10\n"
+                       "2023-11-16 18:17:04.0319600,3180,8\n",
+                       "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                       "5,ChatGPT,472,18,490,Conversation log\n45,GPT-4,1087,0,1087,API log\n"],
+              ".jsonl": ['{"timestamp": 0, "input_length": 6758, "output_length": 500, "hash_ids": [0, 1]}\n'
+                         '{"timestamp": 3000, "input_length": 12, "output_length": 2, "hash_ids": [2]}\n',
+                         '{"created": 1764500000, "prompt_tokens": 30, "completion_tokens": 7}\n']}
+    rng = random.Random(20261130)
+    outcomes = {"trace": 0, "error": 0}
+    for n in range(3000):
+        suffix = rng.choice(list(bodies))
+        path = tmp_path / f"t{n}{suffix}"
+        path.write_text(mutate_text(rng, rng.choice(bodies[suffix])), encoding="utf-8", errors="surrogatepass")
+        try:
+            load_trace(_args("--trace", str(path)))
+            outcomes["trace"] += 1
+        except TraceError as err:
+            assert str(path) in str(err) or "no request" in str(err)
+            outcomes["error"] += 1
+    assert outcomes["trace"] > 100 and outcomes["error"] > 1000  # the mutations reach both paths

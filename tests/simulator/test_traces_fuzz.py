@@ -11,6 +11,7 @@ import random
 from pathlib import Path
 
 import pytest
+from fuzzing import mutate_text as mutate
 
 from keda_llm.simulator.workload.traces import Trace, TraceError, load_csv, load_jsonl, load_minutes_csv
 
@@ -19,30 +20,12 @@ JSONL = ('{"timestamp": 0.0, "prompt_tokens": 100, "output_tokens": 20, "hash_id
          '{"timestamp": 1.5, "prompt_tokens": 10, "output_tokens": 2, "hash_ids": [3]}\n')
 MINUTES = ("minute,requests,prompt_tokens,output_tokens\n2026-11-01T00:00:00Z,10,1000,200\n"
            "2026-11-01T00:01:00Z,12.5,1300,260\n")
-PIECES = [*",\n\r\"'{}[]:.-+eE0123456789 \t#\x00\ufeffabcxyz", "NaN", "Inf", "\u00e9", "1e999", "9" * 400, "null",
-          "true", "[" * 3000, "-0", "2026-13-45T99:99:99Z", "1" * 30]
-
-
 def load(kind: int, path: Path) -> Trace:
     if kind == 0:
         return load_csv(path, "timestamp", "prompt_tokens", "output_tokens")
     if kind == 1:
         return load_jsonl(path, "timestamp", "prompt_tokens", "output_tokens", hash_key="hash_ids")
     return load_minutes_csv(path)
-
-
-def mutate(rng: random.Random, text: str) -> str:
-    chars = list(text)
-    for _ in range(rng.randint(1, 6)):
-        i = rng.randrange(len(chars) + 1)
-        op = rng.random()
-        if op < 0.4 or not chars:
-            chars.insert(i, rng.choice(PIECES))
-        elif op < 0.7:
-            del chars[min(i, len(chars) - 1)]
-        else:
-            chars[min(i, len(chars) - 1)] = rng.choice(PIECES)
-    return "".join(chars)
 
 
 def test_any_bytes_give_a_trace_or_a_trace_error(tmp_path: Path) -> None:
@@ -68,6 +51,9 @@ def test_any_bytes_give_a_trace_or_a_trace_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("kind", "raw", "says"), [
+    (1, b'{"timestamp": ' + b"9" * 400 + b', "prompt_tokens": 1, "output_tokens": 1, "hash_ids": []}\n',
+     "not a finite number"),
+    (1, b'{"timestamp": 0, "prompt_tokens": ' + b"9" * 5000 + b', "output_tokens": 1}\n', "not a request"),
     (0, b"timestamp,prompt_tokens,output_tokens\n0,10,\xe9\n", "cannot read it: 'utf-8' codec"),
     (1, b"[" * 100_000 + b"\n", "line 1: not a request: JSON nested too deeply"),
     (0, b'timestamp,prompt_tokens,output_tokens\n"' + b"x" * 200_000 + b'",1,1\n', "field larger than field limit"),
