@@ -1497,7 +1497,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     if not 20.0 <= args.duration <= 3600.0:
-        print(f"keda-llm demo: --duration {args.duration:g}: must be between 20 and 3600 seconds", file=sys.stderr)
+        print(f"keda-llm demo: --duration {args.duration:g}: must be between 20 and 3600 seconds; hint: the default "
+              f"{DEFAULT_DURATION:g} shows the whole loop, a longer one shows it slower", file=sys.stderr)
         return 2
     sc = Scenario(seed=args.seed).scaled(args.duration)
     if args.print_scaledobject:

@@ -280,7 +280,8 @@ def test_bad_duration_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     parser = argparse.ArgumentParser()
     demo.add_arguments(parser)
     assert demo.run(parser.parse_args(["--duration", "5"])) == 2
-    assert "--duration 5: must be between 20 and 3600 seconds" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--duration 5: must be between 20 and 3600 seconds" in err and "; hint: " in err and err.count("\n") == 1
 
 
 def test_compressed_demo_scales_up_down_to_zero_and_back_losing_nothing() -> None:
