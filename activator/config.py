@@ -9,9 +9,8 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-import yaml
-
 from keda_llm.activator.core import RoutingRules
+from keda_llm.common import yamltext
 from keda_llm.common.addresses import host_port
 from keda_llm.common.durations import check_interval, parse_duration
 
@@ -359,13 +358,13 @@ def load(path: str | None) -> ActivatorConfig | None:
         return None
     try:
         with open(path, encoding="utf-8") as fh:
-            raw = yaml.safe_load(fh)
+            raw = yamltext.load(fh.read())
     except OSError as e:
         raise ConfigError("--config", f"cannot read {path}: {e.strerror}") from None
     except UnicodeDecodeError:
         raise ConfigError("--config", f"{path} is not UTF-8 text") from None
-    except yaml.YAMLError as e:
-        raise ConfigError("--config", f"{path} is not YAML: {str(e).splitlines()[0]}") from None
+    except yamltext.YAMLTextError as e:
+        raise ConfigError("--config", f"{path} is not YAML: {e}") from None
     return parse(raw)
 
 

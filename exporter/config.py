@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
-
+from keda_llm.common import yamltext
 from keda_llm.common.addresses import host_port
 from keda_llm.common.durations import MAX_SECONDS, check_interval
 from keda_llm.common.durations import parse_duration as _go_duration
@@ -338,9 +337,9 @@ def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Expor
     except UnicodeDecodeError as e:
         raise ConfigError("--config", str(path), f"not UTF-8 text ({e.reason} at byte {e.start})") from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError("--config", str(path), f"not valid YAML: {e}") from e
+        data = yamltext.load(text)
+    except yamltext.YAMLTextError as e:
+        raise ConfigError("--config", str(path), f"not valid YAML: {e}") from None
     return parse_config(data, env)
 
 

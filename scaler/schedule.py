@@ -41,8 +41,7 @@ from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-import yaml
-
+from keda_llm.common import yamltext
 from keda_llm.common.durations import parse_duration
 
 MAX_WINDOWS = 16
@@ -416,10 +415,9 @@ def parse_windows(text: str) -> tuple[WarmWindow, ...]:
     if len(text) > MAX_TEXT:
         raise ValueError(f"at most {MAX_TEXT} characters")
     try:
-        doc = yaml.safe_load(text)
-    except (yaml.YAMLError, RecursionError, ValueError) as e:
-        first = " ".join(str(e).split())[:200]
-        raise ValueError(f"not YAML ({first}); quote cron expressions, e.g. start: \"*/30 9-17 * * MON-FRI\"") from None
+        doc = yamltext.load(text)
+    except yamltext.YAMLTextError as e:
+        raise ValueError(f"not YAML ({e}); quote cron expressions, e.g. start: \"*/30 9-17 * * MON-FRI\"") from None
     if not isinstance(doc, list) or not doc:
         raise ValueError("a YAML list of windows, each with start, end or duration, timezone and desiredReplicas")
     if len(doc) > MAX_WINDOWS:

@@ -20,6 +20,7 @@ from typing import Any, cast
 
 import yaml
 
+from keda_llm.common import yamltext
 from keda_llm.scaler.scaledobject import (
     DEFAULT_MAX_REPLICAS,
     DEFAULT_MIN_REPLICAS,
@@ -223,9 +224,9 @@ def settings_from_manifest(doc: Mapping[str, Any], source: str = "<input>") -> K
 def parse_scaledobjects(text: str, source: str = "<input>") -> list[KedaSettings]:
     """Every ScaledObject in a (multi-document) YAML text, validated; other kinds are skipped."""
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        raise ScaledObjectError([Problem("", f"not valid YAML: {exc}")], source) from exc
+        docs = yamltext.load_all(text)
+    except yamltext.YAMLTextError as exc:
+        raise ScaledObjectError([Problem("", f"not valid YAML: {exc}")], source) from None
     out: list[KedaSettings] = []
     problems: list[Problem] = []
     for i, doc in enumerate(docs):

@@ -26,8 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from keda_llm.common import yamltext
 from keda_llm.simulator.hardware.gpus import A100_SXM_40GB, A100_SXM_80GB, GIGA, GPU, GPUS, H100_SXM_80GB, L4, TERA
 from keda_llm.simulator.hardware.models import ModelSpec
 from keda_llm.simulator.hardware.presets import PRESETS, ConfigError, Preset, get_preset
@@ -74,13 +73,9 @@ def load_preset_file(path: str | Path) -> Preset:
     except ConfigError as err:
         raise PresetFileError(str(err)) from None
     try:
-        doc = yaml.safe_load(raw)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise PresetFileError(f"{p}:{where} not YAML: {getattr(err, 'problem', None) or err}") from None
-    except RecursionError:
-        raise PresetFileError(f"{p}: not a preset: YAML nested too deeply") from None
+        doc = yamltext.load(raw)
+    except yamltext.YAMLTextError as err:
+        raise PresetFileError(f"{p}: not YAML: {err}") from None
     try:
         return parse_preset(doc, base=p.parent, default_name=p.stem)
     except ConfigError as err:
