@@ -127,8 +127,8 @@ def _float(v: Any) -> float:
         raise ValueError("not a number")
     try:
         x = float(v)
-    except (TypeError, ValueError):
-        raise ValueError(f"not a number: {v!r}") from None
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer past any float
+        raise ValueError(f"not a number: {str(v)[:40]!r}") from None
     if not (x == x and abs(x) < 1e12) or x < 0:
         raise ValueError(f"{v!r} is not a finite number >= 0")
     return x

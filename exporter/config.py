@@ -110,7 +110,9 @@ _SIZE_UNIT = {None: 1, "B": 1, "KB": 1000, "KiB": 1024, "MB": 1000**2, "MiB": 10
 def parse_duration(value: object, key: str) -> float:
     """Seconds from a number or a Go duration string ("500ms", "5s", "1m30s"), the grammar the scaler's
     ScaledObject metadata uses too (keda_llm.common.durations)."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_SECONDS:
+        seconds = math.inf if value > 0 else -math.inf  # an integer past any float: refused below, not converted
+    elif isinstance(value, int | float) and not isinstance(value, bool):
         seconds = float(value)
     elif isinstance(value, str):
         try:
@@ -211,9 +213,9 @@ def parse_target(value: object, key: str, node: str) -> Target:
         raise ConfigError(f"{key}.role", role, f"expected one of {', '.join(ROLES)}")
     max_running = m.get("max_running")
     if max_running is not None and (
-        isinstance(max_running, bool) or not isinstance(max_running, int | float) or max_running <= 0
-    ):
-        raise ConfigError(f"{key}.max_running", max_running, "expected a positive number")
+        isinstance(max_running, bool) or not isinstance(max_running, int | float) or not 0 < max_running < 1e12
+    ):  # a batch limit past 10^12 is a typo, and an integer past any float would fail when rendered
+        raise ConfigError(f"{key}.max_running", max_running, "expected a positive number below 10^12")
     model = m.get("model")
     return Target(
         url=url,

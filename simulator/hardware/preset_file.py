@@ -95,9 +95,14 @@ def parse_preset(doc: object, base: Path, default_name: str = "custom") -> Prese
     if model.n_heads % tp:
         raise ConfigError(f"tensor_parallel: {tp} does not divide the model's {model.n_heads} attention heads: "
                           "vLLM refuses this split")
-    if model.n_kv_heads % tp and tp % model.n_kv_heads:
-        raise ConfigError(f"tensor_parallel: {tp} does not divide the model's {model.n_kv_heads} KV heads "
-                          "(nor they it): vLLM refuses this split")
+    if model.n_kv_heads % tp:
+        # vLLM would replicate the KV heads over the GPUs (or refuse the split); the KV cache and the
+        # roofline here divide the KV heads among them, so either would be misread
+        raise ConfigError(f"tensor_parallel: {tp} does not divide the model's {model.n_kv_heads} KV heads: KV heads "
+                          "replicated across GPUs are not modelled")
+    if model.intermediate % tp:
+        raise ConfigError(f"tensor_parallel: {tp} does not divide the model's intermediate_size "
+                          f"{model.intermediate}: vLLM refuses this split")
     reserve = _number(top.get("activation_reserve_gb", 2.0), "activation_reserve_gb", 0.0, 1e4)
     try:
         preset = Preset(
@@ -112,8 +117,9 @@ def parse_preset(doc: object, base: Path, default_name: str = "custom") -> Prese
                                                                                1 << 40),
             enable_prefix_caching=_bool(top.get("enable_prefix_caching", True), "enable_prefix_caching"),
         )
-    except ConfigError as err:
-        raise ConfigError(str(err).removeprefix(f"preset {name}: ")) from None
+    except ConfigError as err:  # the preset's own checks: named by the file's keys
+        raise ConfigError(str(err).removeprefix(f"preset {name}: ").replace("kv_blocks_override", "kv_blocks")) \
+            from None
     return preset
 
 
@@ -148,11 +154,12 @@ def _model(value: object, base: Path) -> ModelSpec:
             raise ConfigError(f"model.{key}: required (from config_json, or given inline)")
     hidden = _int(shape["hidden_size"], "model.hidden_size", 1, 1 << 20)
     heads = _int(shape["num_attention_heads"], "model.num_attention_heads", 1, 1 << 14)
-    kv_heads = _int(shape.get("num_key_value_heads", heads), "model.num_key_value_heads", 1, 1 << 14)
+    kv = shape.get("num_key_value_heads")
+    kv_heads = heads if kv is None else _int(kv, "model.num_key_value_heads", 1, 1 << 14)  # none: as many as heads
     head_dim = (_int(shape["head_dim"], "model.head_dim", 1, 1 << 14) if shape.get("head_dim") is not None
                 else hidden // heads)
     weights = _weights(m, shape)
-    kv = WEIGHT_BYTES[_choice(m.get("kv_cache", "bf16"), "model.kv_cache", tuple(WEIGHT_BYTES))]
+    kv_bytes = WEIGHT_BYTES[_choice(m.get("kv_cache", "bf16"), "model.kv_cache", tuple(WEIGHT_BYTES))]
     try:
         return ModelSpec(
             name=_text(m.get("name", shape.get("_name_or_path") or source or "custom"), "model.name"),
@@ -160,8 +167,9 @@ def _model(value: object, base: Path) -> ModelSpec:
             hidden=hidden, n_heads=heads, n_kv_heads=kv_heads, head_dim=head_dim,
             intermediate=_int(shape["intermediate_size"], "model.intermediate_size", 1, 1 << 22),
             vocab=_int(shape["vocab_size"], "model.vocab_size", 1, 1 << 24), bytes_per_param=weights,
-            kv_bytes_per_elem=kv, tied_embeddings=_bool(shape.get("tie_word_embeddings", False),
-                                                        "model.tie_word_embeddings"),
+            # absent means tied: transformers' PretrainedConfig default, which save_pretrained leaves out
+            kv_bytes_per_elem=kv_bytes, tied_embeddings=_bool(shape.get("tie_word_embeddings", True),
+                                                              "model.tie_word_embeddings"),
             source=source,
         )
     except ValueError as err:
@@ -174,12 +182,25 @@ def _weights(m: Mapping[str, Any], shape: Mapping[str, Any]) -> float:
     quant = shape.get("quantization_config")
     if isinstance(quant, dict):
         method = str(quant.get("quant_method", "")).lower()
-        if method in ("fp8", "compressed-tensors", "fbgemm_fp8"):
+        if method in ("fp8", "fbgemm_fp8") or (method == "compressed-tensors" and _fp8_groups(quant)):
             return 1.0
         raise ConfigError(f"model.weights: config.json's quantization {method!r} is not modelled (bf16, fp16, fp8): "
                           "set model.weights to the nearest")
     dtype = str(shape.get("torch_dtype", "bfloat16"))
     return 1.0 if "float8" in dtype else 2.0
+
+
+def _fp8_groups(quant: Mapping[str, Any]) -> bool:
+    """Whether a compressed-tensors checkpoint's weights are 8-bit floats in every group (W8A8 FP8), the one
+    of its schemes the roofline times; W4A16 and the integer schemes are not."""
+    groups = quant.get("config_groups")
+    if not isinstance(groups, dict) or not groups:
+        return False
+    for group in groups.values():
+        weights = group.get("weights") if isinstance(group, dict) else None
+        if not isinstance(weights, dict) or weights.get("num_bits") != 8 or weights.get("type") != "float":
+            return False
+    return True
 
 
 def _gpu(value: object) -> GPU:
@@ -235,20 +256,28 @@ def _mapping(value: object, key: str, allowed: set[str]) -> Mapping[str, Any]:
 
 
 def _int(value: object, key: str, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
-            or int(value) != value:
-        raise ConfigError(f"{key}: expected a whole number, got {value!r}")
-    if not lo <= int(value) <= hi:
-        raise ConfigError(f"{key}: {int(value)} is outside {lo}..{hi}")
-    return int(value)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):  # an int of any size: never through a float
+        raise ConfigError(f"{key}: expected a whole number, got {_show(value)}")
+    if not lo <= value <= hi:
+        raise ConfigError(f"{key}: {_show(value)} is outside {lo}..{hi}")
+    return value
 
 
 def _number(value: object, key: str, lo: float, hi: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigError(f"{key}: expected a number, got {value!r}")
-    if not lo <= value <= hi:
-        raise ConfigError(f"{key}: {value!r} is outside {lo:g}..{hi:g}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or (isinstance(value, float)
+                                                                        and not math.isfinite(value)):
+        raise ConfigError(f"{key}: expected a number, got {_show(value)}")
+    if not lo <= value <= hi:  # an int past any float compares exactly
+        raise ConfigError(f"{key}: {_show(value)} is outside {lo:g}..{hi:g}")
     return float(value)
+
+
+def _show(value: object) -> str:
+    if isinstance(value, int) and value.bit_length() > 100:  # str() of one past 4,300 digits would raise
+        return f"an integer of {value.bit_length()} bits"
+    return repr(value)[:80]
 
 
 def _bool(value: object, key: str) -> bool:

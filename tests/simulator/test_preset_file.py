@@ -121,7 +121,11 @@ def test_what_the_roofline_does_not_model_is_refused_by_name(tmp_path: Path, cha
     ({"max_num_seqs": 0}, "max_num_seqs"),
     ({"max_num_seqs": 1.5}, "max_num_seqs"),
     ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
-    ({"kv_blocks": 10**9}, "kv_blocks_override"),
+    ({"kv_blocks": 10**9}, "kv_blocks 1000000000"),  # the file's key, not the preset's field
+    ({"tensor_parallel": 16}, "KV heads replicated"),  # vLLM would replicate 8 KV heads over 16 GPUs
+    ({"max_num_seqs": 10**400}, "max_num_seqs: an integer of"),  # never through a float (OverflowError)
+    ({"activation_reserve_gb": -(10**400)}, "activation_reserve_gb"),
+    ({"model": {"config_json": "config.json", "intermediate_size": 28673}}, "intermediate_size"),
     ({"colour": "red"}, "colour"),
     ({"model": {"config_json": "missing.json"}}, "model.config_json"),
     ({"model": {"config_json": "config.json", "weights": "int4"}}, "model.weights"),
@@ -192,3 +196,34 @@ def test_the_docs_example_is_a_preset_that_loads(tmp_path: Path) -> None:
     assert p.name == "qwen2.5-7b/l4" and p.model.name == "Qwen2.5-7B-Instruct" and p.kv_blocks == doc["kv_blocks"]
     gpu = yaml.safe_load(block.split("# gpu: ", 1)[1].split("\ntensor_parallel", 1)[0].replace("#", ""))
     assert parse_preset({**doc, "gpu": gpu, "kv_blocks": None}, base=tmp_path).gpu.name == "H200"
+
+
+def test_a_quantized_checkpoint_is_read_as_fp8_only_where_its_weights_are_8_bit_floats(tmp_path: Path) -> None:
+    def weights(quant: dict[str, Any]) -> float:
+        doc = {"model": {"config_json": "config.json"}, "gpu": "h100", "tensor_parallel": 4, "max_num_seqs": 8,
+               "max_num_batched_tokens": 64}
+        shape = {**LLAMA_70B, "quantization_config": quant}
+        return load_preset_file(_write(tmp_path, doc, shape)).model.bytes_per_param
+
+    fp8 = {"quant_method": "compressed-tensors",
+           "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float"}, "targets": ["Linear"]}}}
+    assert weights(fp8) == 1.0 and weights({"quant_method": "fp8"}) == 1.0
+    w4a16 = {"quant_method": "compressed-tensors",
+             "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "int"}, "targets": ["Linear"]}}}
+    for quant in (w4a16, {"quant_method": "awq", "bits": 4}, {"quant_method": "compressed-tensors"}):
+        with pytest.raises(PresetFileError, match=r"model\.weights: config\.json's quantization"):
+            weights(quant)
+
+
+def test_config_json_defaults_read_as_transformers_reads_them(tmp_path: Path) -> None:
+    """save_pretrained leaves out what equals PretrainedConfig's default: no tie_word_embeddings means tied; a
+    null num_key_value_heads means as many as the attention heads (no GQA)."""
+    shape = {k: v for k, v in QWEN_7B.items() if k != "tie_word_embeddings"} | {"num_key_value_heads": None}
+    p = load_preset_file(_write(tmp_path, {"model": {"config_json": "config.json"}, "gpu": "h100",
+                                           "tensor_parallel": 1, "max_num_seqs": 8, "max_num_batched_tokens": 64},
+                                shape))
+    assert p.model.tied_embeddings and p.model.n_kv_heads == 28
+    untied = load_preset_file(_write(tmp_path, {"model": {"config_json": "config.json"}, "gpu": "h100",
+                                                "tensor_parallel": 1, "max_num_seqs": 8,
+                                                "max_num_batched_tokens": 64}, QWEN_7B))
+    assert untied.model.params - p.model.params == 152064 * 3584 - (28 - 4) * 128 * 3584 * 2 * 28
