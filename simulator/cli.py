@@ -15,7 +15,7 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from keda_llm.simulator.cluster.lead_in import LEAD_IN_S
 from keda_llm.simulator.cluster.router import ROUTING_RULES
@@ -99,11 +99,11 @@ def add_trace_arguments(p: argparse.ArgumentParser, required: bool = True) -> No
     t.add_argument("--format", default="auto", choices=("auto", "csv", "jsonl", "minutes"),
                    help="a file's format: one request per row (csv, jsonl) or a per-minute history (minutes: "
                         f"{', '.join(MINUTE_COLUMNS)}); auto: by its suffix and header [auto]")
-    t.add_argument("--time-column", default="timestamp", help="CSV/JSONL: arrival time column [timestamp]")
-    t.add_argument("--prompt-column", default="prompt_tokens", help="CSV/JSONL: prompt tokens column [prompt_tokens]")
-    t.add_argument("--output-column", default="output_tokens",
-                   help="CSV/JSONL: output tokens column [output_tokens]")
-    t.add_argument("--time-unit", default="s", choices=("s", "ms", "us", "ns", "datetime"),
+    # None: not given (a public trace's own columns may then be read, LAYOUTS); READING_DEFAULTS fill the rest
+    t.add_argument("--time-column", default=None, help="CSV/JSONL: arrival time column [timestamp]")
+    t.add_argument("--prompt-column", default=None, help="CSV/JSONL: prompt tokens column [prompt_tokens]")
+    t.add_argument("--output-column", default=None, help="CSV/JSONL: output tokens column [output_tokens]")
+    t.add_argument("--time-unit", default=None, choices=("s", "ms", "us", "ns", "datetime"),
                    help="CSV/JSONL: unit of the time column [s]")
     t.add_argument("--hash-column", default=None, help="JSONL: prefix block hashes column (list of ints), optional")
     t.add_argument("--sort", action="store_true", help="CSV/JSONL: sort rows by time instead of refusing unsorted")
@@ -147,28 +147,34 @@ def load_trace(args: argparse.Namespace) -> Trace:
     return shape_trace(tr, args)
 
 
-#: The reading flags' defaults: while all are as given here, a file in a public trace's own layout is read
-#: by its column names (LAYOUTS).
-READING_DEFAULTS = {"time_column": "timestamp", "prompt_column": "prompt_tokens", "output_column": "output_tokens",
-                     "time_unit": "s", "hash_column": None}
+#: What the reading flags stand for when not given. While none is given, a file in a public trace's own layout
+#: is read by its column names (LAYOUTS).
+READING_DEFAULTS: dict[str, str | None] = {"time_column": "timestamp", "prompt_column": "prompt_tokens",
+                                           "output_column": "output_tokens", "time_unit": "s", "hash_column": None}
 
 
 def _columns(args: argparse.Namespace, path: Path, jsonl: bool) -> tuple[str, str, str, TimeUnit, str | None]:
-    """(time, prompt, output column, time unit, hash column) for a request file: the flags', or, where they
-    are all at their defaults and the file lacks the default names, a public trace's layout (said on stderr)."""
-    given = (args.time_column, args.prompt_column, args.output_column, args.time_unit,
-             getattr(args, "hash_column", None))
-    if any(getattr(args, k, v) != v for k, v in READING_DEFAULTS.items()):
-        return given
+    """(time, prompt, output column, time unit, hash column) for a request file: the flags given, the others'
+    defaults; or, where no column flag is given and the file lacks the default names, a public trace's layout
+    (said on stderr), its unit and hash column unless --time-unit or --hash-column is given."""
+    flags = {k: getattr(args, k, None) for k in READING_DEFAULTS}
+    chosen = {k: v if v is not None else READING_DEFAULTS[k] for k, v in flags.items()}
+    given = (str(chosen["time_column"]), str(chosen["prompt_column"]), str(chosen["output_column"]),
+             cast(TimeUnit, chosen["time_unit"]), chosen["hash_column"])
+    if any(flags[k] is not None for k in ("time_column", "prompt_column", "output_column")):
+        return given  # the user named the columns
     fields = file_fields(path, jsonl)
-    if {args.time_column, args.prompt_column, args.output_column} <= set(fields):
+    if {given[0], given[1], given[2]} <= set(fields):
         return given
     layout = detect_layout(fields)
     if layout is None:
         return given  # the loader names the missing column, and the hint the flags
-    print(f"reading {path.name} as {layout.describe()} (the column flags override this)", file=sys.stderr)
-    hashes = layout.hashes if jsonl and layout.hashes in fields else None
-    return layout.time, layout.prompt, layout.output, layout.unit, hashes
+    unit = cast(TimeUnit, flags["time_unit"]) if flags["time_unit"] is not None else layout.unit
+    hashes = flags["hash_column"] if flags["hash_column"] is not None else (
+        layout.hashes if jsonl and layout.hashes in fields else None)
+    said = "" if unit == layout.unit else f"; times in {unit}, as --time-unit says"
+    print(f"reading {path.name} as {layout.describe()}{said} (the column flags override this)", file=sys.stderr)
+    return layout.time, layout.prompt, layout.output, unit, hashes
 
 
 def input_hint(err: Exception, prog: str) -> str:

@@ -294,9 +294,10 @@ def _command(args: argparse.Namespace) -> str:
     if args.trace is not None:
         parts += ["--trace", ALIASES.get(args.trace, args.trace) if args.trace in ALIASES else
                   Path(args.trace).name if Path(args.trace).exists() else args.trace]
-        reading = {"format": "auto", **READING_DEFAULTS}
-        for flag, unset in reading.items():
-            if getattr(args, flag, unset) != unset:
+        if getattr(args, "format", "auto") != "auto":
+            parts += ["--format", args.format]
+        for flag in READING_DEFAULTS:  # the flags given (None: not given)
+            if getattr(args, flag, None) is not None:
                 parts += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
         if getattr(args, "sort", False):
             parts.append("--sort")

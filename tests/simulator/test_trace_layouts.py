@@ -78,8 +78,20 @@ def test_flags_win_over_a_layout_and_the_default_names_win_over_both(tmp_path: P
     assert got.arrival_s.tolist() == [0.0, 2.0] and got.prompt_tokens.tolist() == [100, 300]
     partial = tmp_path / "azure.csv"
     partial.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.0,100,200\n")
-    with pytest.raises(TraceError, match="missing column 'timestamp'"):  # one flag given: no guessing
-        load_trace(_args("--trace", str(partial), "--time-unit", "ms"))
+    with pytest.raises(TraceError, match="missing column 'timestamp'"):  # a column named: no guessing
+        load_trace(_args("--trace", str(partial), "--time-column", "timestamp"))
+
+
+def test_a_time_unit_given_overrides_the_layouts_and_keeps_its_columns(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by a review: `--time-unit s` typed on a Mooncake-shaped file was read as the layout's ms, because a
+    flag given at its default value could not be told from no flag."""
+    f = tmp_path / "mc.jsonl"
+    f.write_text('{"timestamp": 0, "input_length": 10, "output_length": 5}\n'
+                 '{"timestamp": 30, "input_length": 10, "output_length": 5}\n')
+    assert load_trace(_args("--trace", str(f))).arrival_s.tolist() == [0.0, 0.03]
+    assert load_trace(_args("--trace", str(f), "--time-unit", "s")).arrival_s.tolist() == [0.0, 30.0]
+    assert "times in s, as --time-unit says" in capsys.readouterr().err
 
 
 def test_a_file_in_no_known_layout_still_names_the_missing_column(tmp_path: Path) -> None:
