@@ -331,18 +331,23 @@ def load_csv(path: str | Path, time_col: str, prompt_col: str, output_col: str, 
         width = len(header)
         at_line, at_time, at_prompt, at_output = acc.lines.append, acc.raw[0].append, acc.raw[1].append, \
             acc.raw[2].append
+        room = acc.room()
         for k, row in enumerate(reader, start=line0 + 1):  # the hot loop: bound appends, no call per row
             if len(row) != width:
                 if not row:
                     continue
+                acc.flush()  # a bad value in an earlier row is the error, as when each row was read alone
                 # more: an unquoted comma shifted the columns, and they would be misread
                 raise TraceError(f"{p}: line {k}: {len(row)} fields, header has {width}")
+            if len(acc.lines) == room:
+                acc.flush()
+                room = acc.room()
+                if not room:
+                    raise TraceError(f"{p}: line {k}: more than {MAX_REQUESTS:,} requests (cut the file)")
             at_line(k)
             at_time(row[ti])
             at_prompt(row[pi])
             at_output(row[oi])
-            if len(acc.lines) == CHUNK_ROWS:
-                acc.flush()
         lines, times, prompts, outputs = acc.arrays()
     return _finish(name or p.name, p, time_col, lines, times, prompts, outputs, None, sort)
 
@@ -375,26 +380,27 @@ class _Columns:
         self._parts = []
         return out  # type: ignore[return-value]
 
+    def room(self) -> int:
+        """Rows the next chunk may hold: a whole chunk, or what is left under MAX_REQUESTS (0: none)."""
+        return min(CHUNK_ROWS, MAX_REQUESTS - self.count)
+
     def flush(self) -> None:
         """Convert the chunk read so far, and empty it in place (the reader holds its lists' appends)."""
         if not self.lines:
             return
-        if self.count + len(self.lines) > MAX_REQUESTS:
-            line = self.lines[MAX_REQUESTS - self.count]
-            raise TraceError(f"{self.path}: line {line}: more than {MAX_REQUESTS:,} requests (cut the file)")
         lines = np.asarray(self.lines, dtype=np.int64)
         t_raw, p_raw, o_raw = self.raw
         times = _fast_times(t_raw, self.unit)
         prompts, outputs = _fast_tokens(p_raw), _fast_tokens(o_raw)
-        if times is None:
-            times = np.array([_time(self.path, ln, self.cols[0], v, self.unit) for ln, v in zip(self.lines, t_raw,
-                                                                                                strict=True)])
-        if prompts is None:
-            prompts = np.array([_token(self.path, ln, self.cols[1], v) for ln, v in zip(self.lines, p_raw,
-                                                                                       strict=True)], dtype=np.int32)
-        if outputs is None:
-            outputs = np.array([_token(self.path, ln, self.cols[2], v) for ln, v in zip(self.lines, o_raw,
-                                                                                       strict=True)], dtype=np.int32)
+        if times is None or prompts is None or outputs is None:
+            # row by row, each row's time, prompt and output in turn: the first bad value in the file's order
+            # is the one named, as when each row was read alone
+            path, (tc, pc, oc), unit = self.path, self.cols, self.unit
+            rows = [(_time(path, ln, tc, t, unit), _token(path, ln, pc, pr), _token(path, ln, oc, o))
+                    for ln, t, pr, o in zip(self.lines, t_raw, p_raw, o_raw, strict=True)]
+            times = np.array([r[0] for r in rows], dtype=np.float64)
+            prompts = np.array([r[1] for r in rows], dtype=np.int32)
+            outputs = np.array([r[2] for r in rows], dtype=np.int32)
         self._parts.append((lines, times.astype(np.float64), prompts, outputs))
         self.count += len(self.lines)
         self.lines.clear()

@@ -97,3 +97,28 @@ def test_a_bad_value_in_a_later_chunk_names_its_own_line(tmp_path: Path, monkeyp
         monkeypatch.setattr(traces, "CHUNK_ROWS", chunk)
         with pytest.raises(TraceError, match=rf"line {line}, column GeneratedTokens: not a whole number"):
             load_csv(f, "TIMESTAMP", "ContextTokens", "GeneratedTokens", "datetime")
+
+
+@pytest.mark.parametrize("chunk", [2, 4, 1 << 16])
+def test_which_error_is_named_does_not_depend_on_the_chunk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           chunk: int) -> None:
+    """Found by a review: the first bad value in the file's order is the one named (as when each row was read
+    alone), and the request limit is met at the row past it, whatever the chunk size."""
+    monkeypatch.setattr(traces, "CHUNK_ROWS", chunk)
+    monkeypatch.setattr(traces, "MAX_REQUESTS", 5)
+    head = "timestamp,prompt_tokens,output_tokens\n"
+    f = tmp_path / "t.csv"
+    cases = [
+        ("0,1,1\n1,1,1\n2,x,1\n3,1,1\n4,1,1\n5,1,1\n6,1,1\n", "line 4, column prompt_tokens: not a whole number"),
+        ("0,1,1\n1,1,1\n2,1,1\n3,1,1\n4,1,1\n5,1,1\n6,1\n", "line 7: more than 5 requests"),
+        ("0,1,1\n1,1,oops\n2,1,1\nlater,1,1\n", "line 3, column output_tokens"),  # before a later bad time
+        ("0,1,1\n1,1,1\n2,1,x\n3,1\n", "line 4, column output_tokens"),  # before a short row after it
+        ("0,1,1\n1,1,1\n2,1,1\n3,1,1\n4,1,1\n", None),  # exactly the limit: read
+    ]
+    for body, says in cases:
+        f.write_text(head + body)
+        if says is None:
+            assert len(load_csv(f, "timestamp", "prompt_tokens", "output_tokens")) == 5
+            continue
+        with pytest.raises(TraceError, match=says):
+            load_csv(f, "timestamp", "prompt_tokens", "output_tokens")
