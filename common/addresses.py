@@ -9,6 +9,8 @@ wraps them with the flag or key it was reading.
 
 from __future__ import annotations
 
+import ipaddress
+
 
 def host_port(text: str, default_port: int | None = None) -> tuple[str, int]:
     """(host, port) from `host:port`, `[v6]:port`, `:port` (host "": every address) or, with a
@@ -18,7 +20,7 @@ def host_port(text: str, default_port: int | None = None) -> tuple[str, int]:
     guessed at (`::1:9400` could be either)."""
     text = text.strip()
     if not text:
-        raise ValueError("empty address: expected host:port, e.g. :9400 or 127.0.0.1:9400")
+        raise ValueError("empty address: expected host:port, e.g. :8080 or 127.0.0.1:8080")
     if any(c.isspace() or c in "/\x00" for c in text):
         raise ValueError(f"{text!r}: expected host:port, with no spaces, slashes or scheme")
     if text.startswith("["):
@@ -41,9 +43,15 @@ def host_port(text: str, default_port: int | None = None) -> tuple[str, int]:
         host, port = text.split(":")
     elif default_port is None:
         if ":" in text:
-            raise ValueError(f"{text!r}: write an IPv6 address in brackets, as [::1]:9400")
-        raise ValueError(f"{text!r}: expected host:port, e.g. :9400 or 127.0.0.1:9400")
-    else:  # a bare host, or a bare IPv6 address
+            raise ValueError(f"{text!r}: write an IPv6 address in brackets, as [::1]:8080")
+        raise ValueError(f"{text!r}: expected host:port, e.g. :8080 or 127.0.0.1:8080")
+    elif ":" in text:  # a bare IPv6 address, or a mistake such as h:80:90
+        try:
+            ipaddress.IPv6Address(text)
+        except ValueError:
+            raise ValueError(f"{text!r}: neither host:port nor an IPv6 address ([v6]:port with a port)") from None
+        return text, default_port
+    else:  # a bare host
         return text, default_port
     # ASCII digits only: str.isdigit() takes '²' (int() then fails) and other scripts' digits
     if not (port.isascii() and port.isdigit() and len(port) <= 5 and int(port) <= 65535):

@@ -34,6 +34,7 @@ import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from keda_llm.common.addresses import host_port
 from keda_llm.common.tls import ReloadingContext, ca_client_context
 
 log = logging.getLogger(__name__)
@@ -166,15 +167,14 @@ class ActivationBus:
 
 
 def parse_peer(peer: str, default_port: int) -> tuple[str, int]:
-    """`host`, `host:port` or `[v6]:port` -> (host, port)."""
-    parsed = urllib.parse.urlsplit(f"//{peer}")
-    if not parsed.hostname:
-        raise ValueError(f"bad peer address {peer!r}: expected host or host:port")
+    """`host`, `host:port` or `[v6]:port` -> (host, port), by the one address grammar (common/addresses.py)."""
     try:
-        port = parsed.port or default_port
+        host, port = host_port(peer, default_port)
     except ValueError as err:
         raise ValueError(f"bad peer address {peer!r}: {err}") from None
-    return parsed.hostname, port
+    if not host or port == 0:
+        raise ValueError(f"bad peer address {peer!r}: expected host or host:port, a port from 1 to 65535")
+    return host, port
 
 
 class Peers:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from keda_llm.common.addresses import host_port
 from keda_llm.common.durations import parse_duration as parse_duration  # the one Go duration grammar (exporter too)
 from keda_llm.scaler.schedule import MAX_WINDOWS, WarmWindow, parse_windows
 
@@ -135,12 +136,19 @@ def _endpoint(text: str, *, scheme: bool) -> str:
     has_scheme = "://" in s
     if has_scheme and not scheme:
         raise ValueError("host[:port], without a scheme")
+    if not has_scheme:  # the one address grammar (common/addresses.py), the one the sources dial with
+        host, number = host_port(s, default_port=1)
+        if not host:
+            raise ValueError("no host")
+        if number == 0:
+            raise ValueError("port 0")
+        return s
     try:
-        parts = urlsplit(s if has_scheme else "//" + s)
+        parts = urlsplit(s)
         port = parts.port
     except ValueError as err:
         raise ValueError(f"not host[:port]{' or an http(s) URL' if scheme else ''}: {err}") from None
-    if has_scheme and parts.scheme not in ("http", "https"):
+    if parts.scheme not in ("http", "https"):
         raise ValueError("not an http:// or https:// URL")
     if not parts.hostname:
         raise ValueError("no host")

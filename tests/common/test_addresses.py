@@ -85,3 +85,31 @@ def test_fuzz_only_value_error_escapes() -> None:
         except ValueError:
             continue
         assert 0 <= port <= 65535 and "[" not in host and "]" not in host
+
+
+def test_the_scalers_metadata_and_peers_read_addresses_by_the_same_grammar() -> None:
+    """Found by a review: `exportersService` was checked with urlsplit and dialled with host_port, so
+    `exp.ns.svc/` passed the check and failed every RPC as INTERNAL; peers turned port 0 into the default."""
+    from keda_llm.scaler.activation import parse_peer
+    from keda_llm.scaler.config import parse_host_port
+
+    for text in [t for t, _ in GOOD] + BAD + ["exp.ns.svc/", "exp.ns.svc:", "h:9091:x", "fd00::7", "exp.ns.svc"]:
+        try:
+            host, port = host_port(text, 9400)
+            dialable = bool(host) and port != 0
+        except ValueError:
+            dialable = False
+        try:
+            parse_host_port(text)
+            metadata = True
+        except ValueError:
+            metadata = False
+        try:
+            parse_peer(text, 9091)
+            peer = True
+        except ValueError:
+            peer = False
+        assert metadata is dialable and peer is dialable, text
+    assert host_port("fd00::7", 9400) == ("fd00::7", 9400)
+    with pytest.raises(ValueError, match="neither host:port nor an IPv6 address"):
+        host_port("h:9091:x", 9091)
