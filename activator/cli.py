@@ -70,14 +70,17 @@ def run(args: argparse.Namespace) -> int:
         with asyncio.Runner(loop_factory=factory) as runner:
             return runner.run(_serve(cfg, proxy, admin))
     except ConfigError as e:
-        print(f"keda-llm activator: {e}; hint: {_hint(e.key)}", file=sys.stderr)
+        print(f"keda-llm activator: {e}; hint: {_hint(e.key, str(e))}", file=sys.stderr)
         return 2
 
 
-def _hint(key: str) -> str:
+def _hint(key: str, message: str = "") -> str:
     """What to do about a refused key: the one line a failed start prints ends with it."""
-    if key == "listen":
-        return "another process holds the port, or the address is not this machine's: pick another with --listen"
+    if key == "listen" and "cannot listen" in message:  # binding failed: the proxy's port or the admin one
+        return ("another process holds one of the ports, or an address is not this machine's: pick others with "
+                "--listen (the proxy) and --admin-listen")
+    if key in ("listen", "--listen", "--admin-listen"):
+        return "write host:port, :port for every interface, or [v6]:port"
     if key.startswith("kubernetes"):
         return "outside a cluster set kubernetes.api_server, token_file and ca_file, or give models static endpoints"
     return "every key, its default and its form are in docs/activator.md; flags: keda-llm activator --help"

@@ -33,7 +33,7 @@ def parse_duration(text: str) -> float:
 
 def check_interval(seconds: float) -> float:
     """`seconds` if it is a usable loop period, else ValueError saying the floor."""
-    if not seconds >= MIN_INTERVAL_SECONDS:
+    if not seconds >= MIN_INTERVAL_SECONDS * (1 - 1e-9):  # 100000us sums to 0.09999999999999999
         raise ValueError(f"an interval must be at least {MIN_INTERVAL_SECONDS * 1000:g}ms: a shorter loop spins "
                          "without a fresher signal")
     return seconds

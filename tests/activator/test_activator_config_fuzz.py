@@ -54,4 +54,7 @@ def test_files_that_are_not_text_and_a_bad_log_level_are_one_line(tmp_path: Path
                  "--admin-listen", "127.0.0.1:0"]) == 2  # not this machine's address: one line, exit 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 3 and all(line.startswith("keda-llm activator: ") and "; hint: " in line for line in lines)
-    assert "--listen" in lines[-1]
+    assert "[v6]:port" in lines[1]  # a syntax error: how to write it
+    assert "--listen (the proxy) and --admin-listen" in lines[-1]  # a bind failure: which flags move it
+    assert main(["activator", "--config", str(config), "--listen", "[::1]"]) == 2
+    assert "hint: write host:port" in capsys.readouterr().err

@@ -113,3 +113,14 @@ def test_the_scalers_metadata_and_peers_read_addresses_by_the_same_grammar() -> 
     assert host_port("fd00::7", 9400) == ("fd00::7", 9400)
     with pytest.raises(ValueError, match="neither host:port nor an IPv6 address"):
         host_port("h:9091:x", 9091)
+
+
+def test_the_interval_floor_holds_at_exactly_100ms_in_any_unit() -> None:
+    """Found by a review: 100000us sums to 0.09999999999999999 and was refused as under 100ms."""
+    from keda_llm.common.durations import check_interval, parse_duration
+
+    for text in ("100ms", "100000us", "100000\u00b5s", "100000000ns", "0.1s", "0.1"):
+        assert check_interval(parse_duration(text)) == pytest.approx(0.1)
+    for text in ("99ms", "99999us", "0.0999s"):
+        with pytest.raises(ValueError, match="at least 100ms"):
+            check_interval(parse_duration(text))
