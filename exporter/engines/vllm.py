@@ -16,9 +16,10 @@ together, shared equally among them.
 
 Served by Triton's vLLM backend (triton-inference-server/vllm_backend, src/utils/metrics.py and
 src/model.py), the same `vllm:` names carry Triton's `model` and `version` labels instead of
-`model_name`: the model is read from `model` there. That backend exports vLLM's token counters and
-latency histograms only (every release from 2024-08 on): no running, waiting or KV gauges, so those
-signals are missing for it, never 0; the scaler's KV and concurrency terms need an engine that has them.
+`model_name`: the model is read from `model` there. That backend's main branch (src/utils/metrics.py,
+2024-08 to 2025-12) exports vLLM's token counters and latency histograms only: no running, waiting or KV
+gauges, so those signals are missing for it, never 0 (a build that adds them under vLLM's names is read
+as vLLM's own).
 
 LoRA (vLLM `vllm/v1/metrics/loggers.py`, `PrometheusStatLogger`: the "LoRA metrics" gauge and its update
 at the end of `record`): `vllm:lora_requests_info{max_lora, running_lora_adapters,
