@@ -23,12 +23,14 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from keda_llm.common import yamltext
 from keda_llm.simulator.hardware.gpus import A100_SXM_40GB, A100_SXM_80GB, GIGA, GPU, GPUS, H100_SXM_80GB, L4, TERA
 from keda_llm.simulator.hardware.models import ModelSpec
+from keda_llm.simulator.hardware.perf import FITTED, Efficiency
 from keda_llm.simulator.hardware.presets import PRESETS, ConfigError, Preset, get_preset
 
 #: The most a preset file or a config.json may hold: both are a screenful; a larger file is not one.
@@ -39,7 +41,12 @@ GPU_ALIASES = {"h100": H100_SXM_80GB, "a100": A100_SXM_80GB, "a100-40gb": A100_S
 ARCHES = ("hopper", "ampere", "ada")
 WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 _TOP = {"name", "model", "gpu", "tensor_parallel", "max_num_seqs", "max_num_batched_tokens",
-        "gpu_memory_utilization", "activation_reserve_gb", "kv_blocks", "block_size", "enable_prefix_caching"}
+        "gpu_memory_utilization", "activation_reserve_gb", "kv_blocks", "block_size", "enable_prefix_caching",
+        "efficiency"}
+#: What an engine version reaches of the datasheet (perf.Efficiency), each key's bounds: a file may set any of
+#: them to stand for another engine version, fitted on the user's own measurements; the rest stay FITTED's.
+_EFFICIENCY = {"bandwidth": (0.01, 1.0), "mfu": (0.01, 1.0), "kv_bandwidth": (0.01, 1.0),
+               "step_overhead_s": (0.0, 1.0), "allreduce_latency_s": (0.0, 0.1), "frontend_latency_s": (0.0, 10.0)}
 _MODEL = {"config_json", "name", "weights", "kv_cache", "hidden_size", "num_hidden_layers", "num_attention_heads",
           "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size", "tie_word_embeddings",
           "use_sliding_window"}
@@ -116,6 +123,7 @@ def parse_preset(doc: object, base: Path, default_name: str = "custom") -> Prese
             kv_blocks_override=None if top.get("kv_blocks") is None else _int(top["kv_blocks"], "kv_blocks", 1,
                                                                                1 << 40),
             enable_prefix_caching=_bool(top.get("enable_prefix_caching", True), "enable_prefix_caching"),
+            efficiency=_efficiency(top.get("efficiency")),
         )
     except ConfigError as err:  # the preset's own checks: named by the file's keys
         raise ConfigError(str(err).removeprefix(f"preset {name}: ").replace("kv_blocks_override", "kv_blocks")) \
@@ -188,6 +196,19 @@ def _weights(m: Mapping[str, Any], shape: Mapping[str, Any]) -> float:
                           "set model.weights to the nearest")
     dtype = str(shape.get("torch_dtype", "bfloat16"))
     return 1.0 if "float8" in dtype else 2.0
+
+
+def _efficiency(value: object) -> Efficiency:
+    """FITTED with the file's `efficiency` keys over it; a file that sets any names the engine it stands for
+    as its own (`engine`, else "fitted by the user"), and one MFU for every architecture."""
+    if value is None:
+        return FITTED
+    e = _mapping(value, "efficiency", {*_EFFICIENCY, "engine"})
+    changes: dict[str, Any] = {k: _number(e[k], f"efficiency.{k}", *_EFFICIENCY[k]) for k in _EFFICIENCY if k in e}
+    changes["engine"] = _text(e.get("engine", "fitted by the user (preset file)"), "efficiency.engine")
+    if "mfu" in changes:
+        changes["mfu_by_arch"] = ()  # the user's MFU is for their GPU, whatever its architecture
+    return replace(FITTED, **changes)
 
 
 def _fp8_groups(quant: Mapping[str, Any]) -> bool:

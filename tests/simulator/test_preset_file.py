@@ -157,7 +157,8 @@ def test_fuzz_only_the_documented_error_escapes(tmp_path: Path) -> None:
             {"name": "g", "arch": "hopper", "bf16_tflops": 989.5, "fp8_tflops": 1979, "memory_gb": 80,
              "memory_bandwidth_gbps": 3350, "interconnect_gbps": 450},
             "tensor_parallel": 4, "max_num_seqs": 256, "max_num_batched_tokens": 8192,
-            "gpu_memory_utilization": 0.9, "activation_reserve_gb": 2, "block_size": 16, "enable_prefix_caching": True}
+            "gpu_memory_utilization": 0.9, "activation_reserve_gb": 2, "block_size": 16, "enable_prefix_caching": True,
+            "efficiency": {"bandwidth": 0.8, "mfu": 0.5, "step_overhead_s": 0.001, "engine": "mine"}}
     parse_preset(good, base=tmp_path)
     rng = random.Random(20261130)
     parsed = refused = 0
@@ -227,3 +228,23 @@ def test_config_json_defaults_read_as_transformers_reads_them(tmp_path: Path) ->
                                                 "tensor_parallel": 1, "max_num_seqs": 8,
                                                 "max_num_batched_tokens": 64}, QWEN_7B))
     assert untied.model.params - p.model.params == 152064 * 3584 - (28 - 4) * 128 * 3584 * 2 * 28
+
+
+def test_an_efficiency_section_stands_for_another_engine_version(tmp_path: Path) -> None:
+    """A user who measured their engine sets what it reaches of the datasheet; the keys not set stay fitted."""
+    from keda_llm.simulator.hardware.perf import FITTED
+
+    base = {"model": {"config_json": "config.json"}, "gpu": "h100", "tensor_parallel": 4, "max_num_seqs": 256,
+            "max_num_batched_tokens": 8192}
+    fitted = load_preset_file(_write(tmp_path, base, LLAMA_70B))
+    assert fitted.efficiency == FITTED
+    faster = load_preset_file(_write(tmp_path, {**base, "efficiency": {"bandwidth": 0.85, "step_overhead_s": 0.0004,
+                                                                       "engine": "vLLM 0.11 (V1)"}}, LLAMA_70B))
+    assert (faster.efficiency.bandwidth, faster.efficiency.mfu, faster.engine) == (0.85, FITTED.mfu, "vLLM 0.11 (V1)")
+    one = np.array([32.0])
+    assert faster.perf().step_times(one, one * 1000, one * 1000)[0] < fitted.perf().step_times(one, one * 1000,
+                                                                                              one * 1000)[0]
+    for bad, key in (({"bandwidth": 1.5}, "efficiency.bandwidth"), ({"mfu": float("nan")}, "efficiency.mfu"),
+                     ({"speed": 2}, "efficiency.speed")):
+        with pytest.raises(PresetFileError, match=key):
+            load_preset_file(_write(tmp_path, {**base, "efficiency": bad}, LLAMA_70B))
