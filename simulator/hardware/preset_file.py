@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from keda_llm.common import yamltext
+from keda_llm.simulator.hardware.coldstart import ColdStartAssumptions
 from keda_llm.simulator.hardware.gpus import A100_SXM_40GB, A100_SXM_80GB, GIGA, GPU, GPUS, H100_SXM_80GB, L4, TERA
 from keda_llm.simulator.hardware.models import ModelSpec
 from keda_llm.simulator.hardware.perf import FITTED, Efficiency
@@ -42,7 +43,18 @@ ARCHES = ("hopper", "ampere", "ada")
 WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 _TOP = {"name", "model", "gpu", "tensor_parallel", "max_num_seqs", "max_num_batched_tokens",
         "gpu_memory_utilization", "activation_reserve_gb", "kv_blocks", "block_size", "enable_prefix_caching",
-        "efficiency"}
+        "efficiency", "cold_start"}
+#: The cold start's assumptions a file may set (coldstart.ColdStartAssumptions), in the units users measure:
+#: key -> (field, factor to the field's unit, bounds in the file's unit)
+_COLD_START = {
+    "image_gb": ("image_bytes", 1e9, (0.0, 1e4)),  # the serving image, pulled on a node without it
+    "registry_mb_per_s": ("registry_bandwidth", 1e6, (1.0, 1e6)),
+    "storage_mb_per_s": ("storage_bandwidth", 1e6, (1.0, 1e6)),  # weights from network storage, per GPU
+    "local_mb_per_s": ("local_bandwidth", 1e6, (1.0, 1e6)),  # weights from local disk (the `fast` case)
+    "scheduling_s": ("schedule_s", 1.0, (0.0, 3600.0)),
+    "warmup_s": ("warmup_s", 1.0, (0.0, 3600.0)),  # engine init: profiling, compile, CUDA graphs
+    "p90_over_median": ("tail", 1.0, (1.0, 10.0)),
+}
 #: What an engine version reaches of the datasheet (perf.Efficiency), each key's bounds: a file may set any of
 #: them to stand for another engine version, fitted on the user's own measurements; the rest stay FITTED's.
 _EFFICIENCY = {"bandwidth": (0.01, 1.0), "mfu": (0.01, 1.0), "kv_bandwidth": (0.01, 1.0),
@@ -124,6 +136,7 @@ def parse_preset(doc: object, base: Path, default_name: str = "custom") -> Prese
                                                                                1 << 40),
             enable_prefix_caching=_bool(top.get("enable_prefix_caching", True), "enable_prefix_caching"),
             efficiency=_efficiency(top.get("efficiency")),
+            cold_start_assumptions=_cold_start(top.get("cold_start")),
         )
     except ConfigError as err:  # the preset's own checks: named by the file's keys
         raise ConfigError(str(err).removeprefix(f"preset {name}: ").replace("kv_blocks_override", "kv_blocks")) \
@@ -209,6 +222,17 @@ def _efficiency(value: object) -> Efficiency:
     if "mfu" in changes:
         changes["mfu_by_arch"] = ()  # the user's MFU is for their GPU, whatever its architecture
     return replace(FITTED, **changes)
+
+
+def _cold_start(value: object) -> ColdStartAssumptions | None:
+    """The file's cold-start assumptions over the defaults (None: the defaults): what the user knows of their
+    image, storage and engine init, so the backtest's cold start is theirs (the scaler measures it live)."""
+    if value is None:
+        return None
+    c = _mapping(value, "cold_start", set(_COLD_START))
+    changes = {field: _number(c[key], f"cold_start.{key}", *bounds) * factor
+               for key, (field, factor, bounds) in _COLD_START.items() if key in c}
+    return replace(ColdStartAssumptions(), **changes)
 
 
 def _fp8_groups(quant: Mapping[str, Any]) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from keda_llm.simulator.hardware.coldstart import ColdStartModel, cold_start_model
+from keda_llm.simulator.hardware.coldstart import ColdStartAssumptions, ColdStartModel, cold_start_model
 from keda_llm.simulator.hardware.gpus import A100_SXM_80GB, GPU, H100_SXM_80GB, L4
 from keda_llm.simulator.hardware.models import LLAMA_3_1_8B, LLAMA_3_1_70B, ModelSpec
 from keda_llm.simulator.hardware.perf import FITTED, Efficiency, PhysicsPerf
@@ -38,6 +38,8 @@ class Preset:
     kv_blocks_override: int | None = None  # a measured value (vLLM logs "GPU KV cache size"); checked against memory
     efficiency: Efficiency = FITTED
     enable_prefix_caching: bool = True
+    #: the cold start's bandwidths and fixed times (None: coldstart.ColdStartAssumptions' defaults)
+    cold_start_assumptions: ColdStartAssumptions | None = None
 
     def __post_init__(self) -> None:
         if self.tp < 1:
@@ -118,7 +120,8 @@ class Preset:
     def cold_start(self, case: str = "typical") -> ColdStartModel:
         if case not in ("typical", "fast"):
             raise ConfigError(f"preset {self.name}: cold start case must be 'typical' or 'fast', got {case!r}")
-        return cold_start_model(self.model.weight_bytes / self.tp, "typical" if case == "typical" else "fast")
+        return cold_start_model(self.model.weight_bytes / self.tp, "typical" if case == "typical" else "fast",
+                                self.cold_start_assumptions)
 
     def with_changes(self, **changes: object) -> Preset:
         """A copy with some fields changed (validated again)."""

@@ -158,7 +158,8 @@ def test_fuzz_only_the_documented_error_escapes(tmp_path: Path) -> None:
              "memory_bandwidth_gbps": 3350, "interconnect_gbps": 450},
             "tensor_parallel": 4, "max_num_seqs": 256, "max_num_batched_tokens": 8192,
             "gpu_memory_utilization": 0.9, "activation_reserve_gb": 2, "block_size": 16, "enable_prefix_caching": True,
-            "efficiency": {"bandwidth": 0.8, "mfu": 0.5, "step_overhead_s": 0.001, "engine": "mine"}}
+            "efficiency": {"bandwidth": 0.8, "mfu": 0.5, "step_overhead_s": 0.001, "engine": "mine"},
+            "cold_start": {"image_gb": 8, "storage_mb_per_s": 1000, "warmup_s": 30, "p90_over_median": 1.5}}
     parse_preset(good, base=tmp_path)
     rng = random.Random(20261130)
     parsed = refused = 0
@@ -248,3 +249,23 @@ def test_an_efficiency_section_stands_for_another_engine_version(tmp_path: Path)
                      ({"speed": 2}, "efficiency.speed")):
         with pytest.raises(PresetFileError, match=key):
             load_preset_file(_write(tmp_path, {**base, "efficiency": bad}, LLAMA_70B))
+
+
+def test_a_cold_start_section_makes_the_backtests_cold_start_the_users(tmp_path: Path) -> None:
+    """The scaler measures the cold start live; a backtest's comes from the preset: what the user knows of their
+    image, storage and engine init. With none set, the shipped model's."""
+    base = {"model": {"config_json": "config.json"}, "gpu": "h100", "tensor_parallel": 4, "max_num_seqs": 256,
+            "max_num_batched_tokens": 8192}
+    shipped = PRESETS["llama-3.1-70b/h100-tp4"].cold_start("typical")
+    assert load_preset_file(_write(tmp_path, base, LLAMA_70B)).cold_start("typical") == shipped
+    mine = load_preset_file(_write(tmp_path, {**base, "cold_start": {
+        "image_gb": 0, "storage_mb_per_s": 2000, "scheduling_s": 2, "warmup_s": 30, "p90_over_median": 1.2}},
+        LLAMA_70B)).cold_start("typical")
+    medians = {ph.name: ph.median_s for ph in mine.phases}
+    weights_per_gpu = PRESETS["llama-3.1-70b/h100-tp4"].model.weight_bytes / 4
+    assert medians == {"scheduling": 2.0, "image_pull": 0.0, "weight_load": weights_per_gpu / 2e9, "warmup": 30.0}
+    assert mine.quantile(0.9) < shipped.quantile(0.5)  # 35 GB at 2 GB/s and no pull: well under the shipped
+    for bad, key in (({"warmup_s": -1}, "cold_start.warmup_s"), ({"storage_mb_per_s": 0}, "cold_start.storage"),
+                     ({"image": 3}, "cold_start.image")):
+        with pytest.raises(PresetFileError, match=key):
+            load_preset_file(_write(tmp_path, {**base, "cold_start": bad}, LLAMA_70B))
