@@ -314,13 +314,13 @@ def load_csv(path: str | Path, time_col: str, prompt_col: str, output_col: str, 
     """Any CSV with a header: one request per row. Timestamps are re-based to start at 0."""
     p = Path(path)
     with _open(p) as fh:
-        rows = (r for r in fh if not r.startswith("#"))
-        reader = csv.reader(rows)
+        at = [0]  # the file's line the reader took last: a record's own line, past comments and quoted newlines
+        reader = csv.reader(_numbered(fh, at))
         header = next(reader, None)
         if header is None:
             raise TraceError(f"{p}: empty file")
         header = [h.strip().lstrip("\ufeff") for h in header]
-        line0 = 1 + _comment_lines(p)
+        line0 = at[0]
         cols = []
         for c in (time_col, prompt_col, output_col):
             if c not in header:
@@ -332,7 +332,8 @@ def load_csv(path: str | Path, time_col: str, prompt_col: str, output_col: str, 
         at_line, at_time, at_prompt, at_output = acc.lines.append, acc.raw[0].append, acc.raw[1].append, \
             acc.raw[2].append
         room = acc.room()
-        for k, row in enumerate(reader, start=line0 + 1):  # the hot loop: bound appends, no call per row
+        for row in reader:  # the hot loop: bound appends, no call per row
+            k = at[0]
             if len(row) != width:
                 if not row:
                     continue
@@ -454,14 +455,14 @@ def _fast_times(raw: list[str], unit: TimeUnit) -> NDArray[np.float64] | None:
     return seconds
 
 
-def _comment_lines(p: Path) -> int:
-    n = 0
-    with _open(p) as fh:
-        for line in fh:
-            if not line.startswith("#"):
-                break
-            n += 1
-    return n
+def _numbered(fh: IO[str], at: list[int]) -> Iterator[str]:
+    """The file's lines but `#` comments, setting `at[0]` to each one's line number as it is taken: the line
+    an error names is the file's, however many comments or quoted newlines came before."""
+    for n, text in enumerate(fh, start=1):
+        if text.startswith("#"):
+            continue
+        at[0] = n
+        yield text
 
 
 def load_jsonl(path: str | Path, time_key: str, prompt_key: str, output_key: str, time_unit: TimeUnit = "s",
@@ -711,7 +712,9 @@ def load_minutes_csv(path: str | Path, seed: int = 0, token_sigma: float = 0.8, 
         n_comments = 0
         rows: list[tuple[int, list[str]]] = []
         header: list[str] | None = None
-        for k, row in enumerate(csv.reader(fh), start=1):
+        reader = csv.reader(fh)
+        for row in reader:
+            k = reader.line_num  # the file's line (a quoted newline makes a record span more than one)
             if header is None and row and row[0].startswith("#"):
                 n_comments += 1
                 continue

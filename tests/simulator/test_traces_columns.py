@@ -122,3 +122,18 @@ def test_which_error_is_named_does_not_depend_on_the_chunk(tmp_path: Path, monke
             continue
         with pytest.raises(TraceError, match=says):
             load_csv(f, "timestamp", "prompt_tokens", "output_tokens")
+
+
+def test_an_error_names_the_files_own_line_past_comments_and_quoted_newlines(tmp_path: Path) -> None:
+    """Line numbers once counted records: a comment inside the file or a quoted field with a newline moved every
+    later line an error named."""
+    f = tmp_path / "t.csv"
+    f.write_text("# exported 2026-11-30\ntimestamp,prompt_tokens,output_tokens,note\n0,1,1,\"two\nlines\"\n"
+                 "# a comment inside\n1,1,1,x\n2,bad,1,y\n")
+    with pytest.raises(TraceError, match="line 7, column prompt_tokens"):
+        load_csv(f, "timestamp", "prompt_tokens", "output_tokens")
+    minutes = tmp_path / "m.csv"
+    minutes.write_text("# from Prometheus\nminute,requests,prompt_tokens,output_tokens,note\n"
+                       "0,1,10,2,\"a\nb\"\n60,x,10,2,c\n")
+    with pytest.raises(TraceError, match="line 5, column requests"):  # its fifth line, the second minute
+        traces.load_minutes_csv(minutes)
