@@ -137,7 +137,10 @@ def _endpoint(text: str, *, scheme: bool) -> str:
     if has_scheme and not scheme:
         raise ValueError("host[:port], without a scheme")
     if not has_scheme:  # the one address grammar (common/addresses.py), the one the sources dial with
-        host, number = host_port(s, default_port=1)
+        try:
+            host, number = host_port(s, default_port=1)
+        except ValueError as err:
+            raise ValueError(f"not host[:port]{' or an http(s) URL' if scheme else ''}: {err}") from None
         if not host:
             raise ValueError("no host")
         if number == 0:

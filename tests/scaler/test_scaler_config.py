@@ -131,7 +131,7 @@ BAD = [
     ("exporters service port not a number", {"exportersService": "svc:abc"}, "exportersService", "'svc:abc'",
      "not host[:port]"),
     ("exporters service port out of range", {"exportersService": "svc:99999"}, "exportersService", "'svc:99999'",
-     "out of range"),
+     "the port must be a number from 0 to 65535"),
     ("exporters service with a scheme", {"exportersService": "http://svc:9400"}, "exportersService",
      "'http://svc:9400'", "without a scheme"),
     ("exporter port not a number", {"exporters": "a:9400,host:notaport"}, "exporters", "'a:9400,host:notaport'",
