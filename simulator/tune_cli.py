@@ -32,7 +32,7 @@ from keda_llm.simulator.cli import (
 )
 from keda_llm.simulator.cluster.lead_in import LEAD_IN_S
 from keda_llm.simulator.hardware.preset_file import resolve_preset
-from keda_llm.simulator.hardware.presets import PRESETS, ConfigError
+from keda_llm.simulator.hardware.presets import PRESETS, ConfigError, Preset
 from keda_llm.simulator.workload.traces import MINUTE_COLUMNS, Trace, TraceError, load_minutes_csv
 
 PROG = "keda-llm tune"
@@ -60,7 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--slo-itl", type=float, required=True, help="mean inter-token latency SLO, seconds")
     c.add_argument("--target", type=float, default=0.99,
                    help="fraction of all requests that must meet the SLO [0.99]")
-    c.add_argument("--cold-start", default="typical", choices=("typical", "fast"), help="cold start case [typical]")
+    c.add_argument("--cold-start", default=None, choices=("typical", "fast"),
+                   help="cold start case [typical; with --from-prometheus: the scaler's measured p90, "
+                        "keda_llm_scaler_cold_start_p90_seconds, where Prometheus has it]")
     c.add_argument("--max-replicas", type=int, default=DEFAULT_MAX_REPLICAS,
                    help=f"maxReplicaCount of every candidate [{DEFAULT_MAX_REPLICAS}]")
 
@@ -144,6 +146,25 @@ def _history(args: argparse.Namespace, model: str) -> Trace:
     return shape_trace(tr, args)
 
 
+def _measured_cold_start(args: argparse.Namespace, model: str, preset: Preset) -> Preset:
+    """The preset with its cold start scaled to the scaler's measured p90, where Prometheus has it and no
+    --cold-start case was asked for; said on stderr either way."""
+    from keda_llm.simulator.workload.history import COLD_START_P90, measured_cold_start_p90, parse_span
+
+    if args.cold_start is not None:
+        return preset
+    modelled = preset.cold_start("typical").quantile(0.9)
+    measured = measured_cold_start_p90(args.from_prometheus, model, args.until_resolved, parse_span(args.since),
+                                       namespace=args.namespace)
+    if measured is None:
+        print(f"cold start: no {COLD_START_P90} for {model!r} in Prometheus; the preset's p90, {modelled:.0f} s",
+              file=sys.stderr)
+        return preset
+    print(f"cold start: the scaler measured a p90 of {measured:.0f} s ({COLD_START_P90}); the preset's phases "
+          f"scaled from {modelled:.0f} s to it", file=sys.stderr)
+    return preset.with_changes(cold_start_scale=measured / modelled)
+
+
 #: the SLOs a ScaledObject can carry: the written targets are fractions of them, as durations of 0.1 ms to 1 h
 SLO_TTFT_S = (0.01, 3600.0)
 SLO_ITL_S = (0.001, 60.0)
@@ -206,8 +227,10 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any, Trace | None]
             raise _Refused("--from-prometheus needs --model (the `model` label of the llm_* series)",
                            "the served model name, e.g. --model meta-llama/Llama-3.1-8B-Instruct")
         trace = _history(args, model)
+        preset = _measured_cold_start(args, model, preset)
     else:
         trace = load_trace(args)
+    args.cold_start = args.cold_start or "typical"
     held = None
     if args.holdout is not None:
         from keda_llm.simulator.tune import split_holdout

@@ -40,6 +40,8 @@ class Preset:
     enable_prefix_caching: bool = True
     #: the cold start's bandwidths and fixed times (None: coldstart.ColdStartAssumptions' defaults)
     cold_start_assumptions: ColdStartAssumptions | None = None
+    #: every cold-start phase times this: 1, or the measured p90 over the modelled one (`tune --from-prometheus`)
+    cold_start_scale: float = 1.0
 
     def __post_init__(self) -> None:
         if self.tp < 1:
@@ -55,6 +57,9 @@ class Preset:
             raise ConfigError(
                 f"preset {self.name}: gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"
             )
+        if not 0 < self.cold_start_scale < 1e6:
+            raise ConfigError(f"preset {self.name}: cold_start_scale must be positive and finite, got "
+                              f"{self.cold_start_scale}")
         if self.block_size < 1:
             raise ConfigError(f"preset {self.name}: block_size must be >= 1, got {self.block_size}")
         self.kv_blocks  # noqa: B018 - validate memory now, not at first use
@@ -120,8 +125,9 @@ class Preset:
     def cold_start(self, case: str = "typical") -> ColdStartModel:
         if case not in ("typical", "fast"):
             raise ConfigError(f"preset {self.name}: cold start case must be 'typical' or 'fast', got {case!r}")
-        return cold_start_model(self.model.weight_bytes / self.tp, "typical" if case == "typical" else "fast",
-                                self.cold_start_assumptions)
+        model = cold_start_model(self.model.weight_bytes / self.tp, "typical" if case == "typical" else "fast",
+                                 self.cold_start_assumptions)
+        return model if self.cold_start_scale == 1.0 else model.scaled(self.cold_start_scale)
 
     def with_changes(self, **changes: object) -> Preset:
         """A copy with some fields changed (validated again)."""

@@ -30,7 +30,7 @@ from keda_llm.common.httpget import FetchError, fetch
 from keda_llm.common.times import iso_seconds
 from keda_llm.common.vocabulary import ENGINE_METRICS
 from keda_llm.scaler.sources.errors import SourceError
-from keda_llm.scaler.sources.promql import NO_PARTIAL, parse_range_response
+from keda_llm.scaler.sources.promql import NO_PARTIAL, parse_query_response, parse_range_response
 from keda_llm.simulator.workload.traces import MINUTE_COLUMNS
 
 #: points per series in one range query: Prometheus refuses (end - start) / step > 11,000 (web/api/v1/api.go)
@@ -117,6 +117,31 @@ def export_minutes(url: str, model: str, start: float, end: float, *, namespace:
             cols[col].update(query_range(url, promql, lo, hi, STEP_S, timeout_s=timeout_s, get=get))
     times = sorted(set().union(*(c.keys() for c in cols.values())))
     return [Minute(t - STEP_S, *(max(0.0, cols[c].get(t, 0.0)) for c in _COUNTERS)) for t in times]
+
+
+#: The scaler's measured cold start (scaler/phases.py): the p90 of the model's recent pods' cold starts.
+COLD_START_P90 = "keda_llm_scaler_cold_start_p90_seconds"
+
+
+def measured_cold_start_p90(url: str, model: str, end: float, span_s: float, *, namespace: str | None = None,
+                            timeout_s: float = 60.0, get: Fetch = fetch) -> float | None:
+    """The model's cold-start p90 as the scaler measured it last within [end - span, end] (the largest over
+    scaler pods and namespaces matched), or None where Prometheus holds no such series."""
+    sel = f"model={_label_value(model)}" + (f",namespace={_label_value(namespace)}" if namespace else "")
+    promql = f"max(last_over_time({COLD_START_P90}{{{sel}}}[{max(60, int(span_s))}s]))"
+    params = {"query": promql, "time": str(int(end)), **NO_PARTIAL}
+    try:
+        _, body = get(f"{url.rstrip('/')}/api/v1/query", timeout=timeout_s, max_bytes=MAX_BYTES, params=params,
+                      ok_statuses=(200, 400, 422))
+    except FetchError as e:
+        raise HistoryError(f"Prometheus at {url}: {e}") from None
+    try:
+        _, result = parse_query_response(body, promql)
+    except SourceError as e:
+        raise HistoryError(f"Prometheus at {url} gave no answer to {promql!r}: {e.message}") from None
+    values = [result] if isinstance(result, float) else [v.value for v in result]
+    good = [v for v in values if math.isfinite(v) and v > 0]
+    return max(good) if good else None
 
 
 def write_minutes_csv(minutes: list[Minute], path: str | Path, comment: str = "") -> None:

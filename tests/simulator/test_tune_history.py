@@ -23,10 +23,12 @@ from prometheus_server import PrometheusServer, running_prometheus
 
 from keda_llm.common.httpget import fetch
 from keda_llm.simulator.workload.history import (
+    COLD_START_P90,
     HistoryError,
     Minute,
     chunks,
     export_minutes,
+    measured_cold_start_p90,
     parse_span,
     queries,
     query_range,
@@ -91,6 +93,14 @@ def openmetrics(t0: int) -> str:
                     value += count / 4
                     block.append(f"{family}_total{{{lab}}} {value} {t0 + 60 * m + 15 * k}")
         lines[at:at] = block
+    # the scaler's measured cold-start p90 (scaler/phases.py), from two scaler pods: 150 s in the first hour, then
+    # 240 s (and 230 s on the other pod); the same model in another namespace took 999 s
+    lines.append(f"# TYPE {COLD_START_P90} gauge")
+    for pod, ns, first, then in (("s0", "llm", 150.0, 240.0), ("s1", "llm", 150.0, 230.0), ("s0", "dev", 999.0, 999.0)):
+        labels = f'model="{MODEL}",namespace="{ns}"'
+        for m in range(N):
+            value = first if m < 60 else then
+            lines.append(f'{COLD_START_P90}{{{labels},pod="{pod}"}} {value} {t0 + 60 * m + 30}')
     lines.append("# EOF")
     return "\n".join(lines) + "\n"
 
@@ -219,6 +229,33 @@ def test_tune_from_prometheus_end_to_end(world: tuple[PrometheusServer, int], tm
     text = out.read_text()
     assert f"model: {MODEL}" in text and "namespace: llm" in text
     assert "--from-prometheus" in text  # the header's command names where the traffic came from
+
+
+def test_the_scalers_measured_cold_start_is_read_and_tunes_the_written_cold_start(
+        world: tuple[PrometheusServer, int], capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 11: the horizon is the model's measured cold start (p90). Tuned from Prometheus, the preset's cold
+    start is scaled to what the scaler measured (its latest value over the span, the largest over its pods), unless
+    a --cold-start case is asked for."""
+    import argparse
+
+    from keda_llm.simulator import tune_cli
+
+    server, t0 = world
+    end = t0 + 60 * N
+    assert measured_cold_start_p90(server.url, MODEL, end, 7200, namespace="llm") == 240.0
+    assert measured_cold_start_p90(server.url, MODEL, t0 + 60 * 50, 3000, namespace="llm") == 150.0
+    assert measured_cold_start_p90(server.url, MODEL, end, 7200) == 999.0  # every namespace: the largest
+    assert measured_cold_start_p90(server.url, "other", end, 7200) is None
+
+    parser = argparse.ArgumentParser()
+    tune_cli.add_arguments(parser)
+    base = ["--from-prometheus", server.url, "--model", MODEL, "--namespace", "llm", "--since", "2h", "--until",
+            str(end), "--slo-ttft", "2", "--slo-itl", "0.1", "--quick"]
+    _, bt, *_ = tune_cli.build(parser.parse_args(base))
+    assert bt.preset.cold_start(bt.cold_start).quantile(0.9) == pytest.approx(240.0)
+    assert "the scaler measured a p90 of 240 s" in capsys.readouterr().err
+    _, fast, *_ = tune_cli.build(parser.parse_args([*base, "--cold-start", "fast"]))
+    assert fast.preset.cold_start_scale == 1.0 and fast.cold_start == "fast"
 
 
 def test_tune_from_prometheus_for_a_model_it_never_saw(world: tuple[PrometheusServer, int],
