@@ -276,3 +276,20 @@ def test_every_example_validating_everywhere_has_no_version_limited_field() -> N
     for where, so in scaled_objects():
         if example_minimum(where) == (KEDA_ORDER[0], K8S_VERSIONS[0]):
             assert "tolerance" not in yaml.safe_dump(so), where
+
+
+def test_the_readmes_full_example_needs_keda_2_18_as_the_readme_says() -> None:
+    """README: the recommended behavior's `tolerance` needs KEDA 2.18+ and the full example is for 2.18+; found by a
+    review, the example sat outside deploy/examples and no test read it against the CRDs."""
+    path = ROOT / "tests" / "fixtures" / "scaledobjects" / "vllm-push-recommended.yaml"
+    docs = [d for d in load_docs(path) if d.get("kind") == "ScaledObject"]
+    assert docs
+    readme = (ROOT / "README.md").read_text()
+    assert "vllm-push-recommended.yaml` (KEDA 2.18+)" in readme
+    for so in docs:
+        for keda in KEDA_ORDER:
+            errors = keda_errors(so, keda)
+            if keda_supported(keda, "2.18.0"):
+                assert errors == [], (keda, errors)
+            else:
+                assert any("tolerance" in e for e in errors), keda
