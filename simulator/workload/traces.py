@@ -316,7 +316,7 @@ def load_csv(path: str | Path, time_col: str, prompt_col: str, output_col: str, 
     with _open(p) as fh:
         at = [0]  # the file's line the reader took last: a record's own line, past comments and quoted newlines
         reader = csv.reader(_numbered(fh, at))
-        header = next(reader, None)
+        header = next((row for row in reader if row), None)  # blank lines before the header are skipped
         if header is None:
             raise TraceError(f"{p}: empty file")
         header = [h.strip().lstrip("\ufeff") for h in header]

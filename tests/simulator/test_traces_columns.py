@@ -137,3 +137,14 @@ def test_an_error_names_the_files_own_line_past_comments_and_quoted_newlines(tmp
                        "0,1,10,2,\"a\nb\"\n60,x,10,2,c\n")
     with pytest.raises(TraceError, match="line 5, column requests"):  # its fifth line, the second minute
         traces.load_minutes_csv(minutes)
+
+
+def test_blank_lines_before_the_header_are_skipped(tmp_path: Path) -> None:
+    """As the layout detection skips them: a blank first line was taken for an empty header ("columns: ")."""
+    f = tmp_path / "t.csv"
+    f.write_text("\n\ntimestamp,prompt_tokens,output_tokens\n0,1,1\n1,x,1\n")
+    with pytest.raises(TraceError, match="line 5, column prompt_tokens"):
+        load_csv(f, "timestamp", "prompt_tokens", "output_tokens")
+    f.write_text("\n\n")
+    with pytest.raises(TraceError, match="empty file"):
+        load_csv(f, "timestamp", "prompt_tokens", "output_tokens")
