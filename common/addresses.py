@@ -30,6 +30,10 @@ def host_port(text: str, default_port: int | None = None) -> tuple[str, int]:
         host, rest = text[1:end], text[end + 1:]
         if not host or "[" in host:
             raise ValueError(f"{text!r}: expected [v6]:port")
+        try:  # brackets hold an IPv6 address (with a %zone where it has one), nothing else
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"{text!r}: {host!r} in brackets is not an IPv6 address") from None
         if not rest:
             if default_port is None:
                 raise ValueError(f"{text!r}: expected [v6]:port, with the port")

@@ -365,7 +365,8 @@ def header(result: TuneResult, *, trace: Trace, backtest: Backtest, command: str
              f"Trace: {trace.name}, {len(trace)} requests over {trace.duration_s / 3600:.2f} h"
              + (f", after its own last {trace.lead_s:g} s as an unscored lead-in" if trace.lead is not None else "")
              + ".",
-             f"Preset: {backtest.preset.name}, cold start {backtest.cold_start} (p90 {cold:.0f} s).",
+             f"Preset: {backtest.preset.name}, cold start "
+             f"{backtest.cold_start if backtest.preset.cold_start_scale == 1 else 'as measured'} (p90 {cold:.0f} s).",
              f"SLO: TTFT <= {backtest.slo.ttft_s:g} s and ITL <= {backtest.slo.itl_s:g} s; "
              f"target {100 * result.target:g}% of requests.",
              f"Measured: {100 * c.attainment:.1f}% of requests met the SLO at {c.gpu_hours:.2f} GPU-hours"

@@ -149,22 +149,33 @@ def _history(args: argparse.Namespace, model: str) -> Trace:
 def _measured_cold_start(args: argparse.Namespace, model: str, preset: Preset) -> Preset:
     """The preset with its cold start scaled to the scaler's measured p90, where Prometheus has it and no
     --cold-start case was asked for; said on stderr either way."""
-    from keda_llm.simulator.workload.history import COLD_START_P90, measured_cold_start_p90, parse_span
+    from keda_llm.simulator.workload.history import COLD_START_P90, HistoryError, measured_cold_start_p90, parse_span
 
     if args.cold_start is not None:
         return preset
     modelled = preset.cold_start("typical").quantile(0.9)
-    measured = measured_cold_start_p90(args.from_prometheus, model, args.until_resolved, parse_span(args.since),
-                                       namespace=args.namespace)
+    try:
+        measured = measured_cold_start_p90(args.from_prometheus, model, args.until_resolved, parse_span(args.since),
+                                           namespace=args.namespace)
+    except HistoryError as err:  # the history came; its cold start is a refinement, not a reason to stop
+        print(f"cold start: {err}; the preset's p90, {modelled:.0f} s", file=sys.stderr)
+        return preset
     if measured is None:
         print(f"cold start: no {COLD_START_P90} for {model!r} in Prometheus; the preset's p90, {modelled:.0f} s",
               file=sys.stderr)
+        return preset
+    if not COLD_START_RANGE_S[0] <= measured <= COLD_START_RANGE_S[1]:
+        print(f"cold start: the scaler measured a p90 of {measured:g} s, outside what a ScaledObject's coldStart "
+              f"takes ({COLD_START_RANGE_S[0]:g} s to {COLD_START_RANGE_S[1] / 3600:g} h); the preset's p90, "
+              f"{modelled:.0f} s (--cold-start typical|fast says so outright)", file=sys.stderr)
         return preset
     print(f"cold start: the scaler measured a p90 of {measured:.0f} s ({COLD_START_P90}); the preset's phases "
           f"scaled from {modelled:.0f} s to it", file=sys.stderr)
     return preset.with_changes(cold_start_scale=measured / modelled)
 
 
+#: the measured cold starts the written `coldStart` can carry (the scaler's metadata takes up to 24 h)
+COLD_START_RANGE_S = (1.0, 86400.0)
 #: the SLOs a ScaledObject can carry: the written targets are fractions of them, as durations of 0.1 ms to 1 h
 SLO_TTFT_S = (0.01, 3600.0)
 SLO_ITL_S = (0.001, 60.0)
@@ -230,7 +241,7 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any, Trace | None]
         preset = _measured_cold_start(args, model, preset)
     else:
         trace = load_trace(args)
-    args.cold_start = args.cold_start or "typical"
+    case = args.cold_start or "typical"  # the flag stays as given: the header's command repeats only what was
     held = None
     if args.holdout is not None:
         from keda_llm.simulator.tune import split_holdout
@@ -242,7 +253,7 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any, Trace | None]
             raise TraceError(f"--holdout {args.holdout!r}: {err}") from None
         trace, held = split_holdout(trace, span)
     slo = Slo(args.slo_ttft, args.slo_itl)
-    bt = Backtest(preset, cold_start=args.cold_start, slo=slo, seed=args.seed, max_replicas=args.max_replicas,
+    bt = Backtest(preset, cold_start=case, slo=slo, seed=args.seed, max_replicas=args.max_replicas,
                   mode=args.mode)
     target = Target(model=model, name=args.name, namespace=args.namespace or "default", deployment=args.deployment,
                     max_replicas=args.max_replicas, scaler_address=args.scaler_address,
@@ -252,7 +263,7 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any, Trace | None]
     grid = dataclasses.replace(grid, min_replicas=tuple(m for m in grid.min_replicas if m <= args.max_replicas))
     # any metadata the flags make invalid (the scaler's own ConfigError) is one line here, not a worker's traceback
     candidate(grid.candidates()[0], target, slo_itl_s=args.slo_itl, slo_ttft_s=args.slo_ttft,
-              cold_start_s=preset.cold_start(args.cold_start).quantile(0.9))
+              cold_start_s=preset.cold_start(case).quantile(0.9))
     return trace, bt, target, grid, held
 
 
@@ -336,7 +347,7 @@ def _command(args: argparse.Namespace) -> str:
             parts += [f"--{name.replace('_', '-')}", f"{getattr(args, name):g}"]
     parts += ["--preset", args.preset, "--slo-ttft", f"{args.slo_ttft:g}", "--slo-itl", f"{args.slo_itl:g}",
               "--target", f"{args.target:g}"]
-    defaults = {"cold_start": "typical", "max_replicas": DEFAULT_MAX_REPLICAS, "mode": "auto", "seed": 0,
+    defaults = {"cold_start": None, "max_replicas": DEFAULT_MAX_REPLICAS, "mode": "auto", "seed": 0,
                 "model": None, "namespace": None, "name": "llm", "deployment": "llm",
                 "scaler_address": DEFAULT_SCALER_ADDRESS, "prometheus_address": None}
     for key, default in defaults.items():

@@ -11,6 +11,7 @@ ODD_VALUES: list[Any] = [
     None, True, False, 0, -1, 1, 1.5, float("nan"), float("inf"), -float("inf"), 10**30, "", "x", "-1s", "1e308s",
     "99999999h", "0s", "nan", ":0", ":99999", "[::1]:80", "http://", "://x", "/", [], {}, [None], {"a": None},
     "a" * 5000, "\x00", "1KiB", "1e3", "http://[::1", "http://h:99999", "http://h:port", 10**400, -(10**400),
+    int("f" * 4000, 16),  # YAML's hexadecimal has no digit limit: past 4,300 decimal digits Python cannot print it
 ]
 
 

@@ -218,7 +218,10 @@ def _efficiency(value: object) -> Efficiency:
         return FITTED
     e = _mapping(value, "efficiency", {*_EFFICIENCY, "engine"})
     changes: dict[str, Any] = {k: _number(e[k], f"efficiency.{k}", *_EFFICIENCY[k]) for k in _EFFICIENCY if k in e}
-    changes["engine"] = _text(e.get("engine", "fitted by the user (preset file)"), "efficiency.engine")
+    label = _text(e.get("engine", "fitted by the user (preset file)"), "efficiency.engine")
+    if not changes:  # no number changed: the timing is still the fitted engine's, and says so
+        return FITTED
+    changes["engine"] = label
     if "mfu" in changes:
         changes["mfu_by_arch"] = ()  # the user's MFU is for their GPU, whatever its architecture
     return replace(FITTED, **changes)
@@ -322,22 +325,25 @@ def _number(value: object, key: str, lo: float, hi: float) -> float:
 def _show(value: object) -> str:
     if isinstance(value, int) and value.bit_length() > 100:  # str() of one past 4,300 digits would raise
         return f"an integer of {value.bit_length()} bits"
-    return repr(value)[:80]
+    try:
+        return repr(value)[:80]
+    except ValueError:  # a container holding such an integer
+        return f"a {type(value).__name__} too large to show"
 
 
 def _bool(value: object, key: str) -> bool:
     if not isinstance(value, bool):
-        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+        raise ConfigError(f"{key}: expected true or false, got {_show(value)}")
     return value
 
 
 def _text(value: object, key: str) -> str:
     if not isinstance(value, str) or not value.strip() or len(value) > 253:
-        raise ConfigError(f"{key}: expected a name (text, at most 253 characters), got {value!r}")
+        raise ConfigError(f"{key}: expected a name (text, at most 253 characters), got {_show(value)}")
     return value.strip()
 
 
 def _choice(value: object, key: str, allowed: tuple[str, ...]) -> str:
     if not isinstance(value, str) or value.lower() not in allowed:
-        raise ConfigError(f"{key}: {value!r} is not one of {', '.join(allowed)}")
+        raise ConfigError(f"{key}: {_show(value)} is not one of {', '.join(allowed)}")
     return value.lower()

@@ -314,13 +314,18 @@ def load_csv(path: str | Path, time_col: str, prompt_col: str, output_col: str, 
     """Any CSV with a header: one request per row. Timestamps are re-based to start at 0."""
     p = Path(path)
     with _open(p) as fh:
-        at = [0]  # the file's line the reader took last: a record's own line, past comments and quoted newlines
+        at = [-1]  # the file's line a record starts on, past comments and quoted newlines (-1: none taken yet)
         reader = csv.reader(_numbered(fh, at))
-        header = next((row for row in reader if row), None)  # blank lines before the header are skipped
+        header = None
+        for row in reader:  # blank lines before the header are skipped
+            if row:
+                header = row
+                break
+            at[0] = -1
         if header is None:
             raise TraceError(f"{p}: empty file")
         header = [h.strip().lstrip("\ufeff") for h in header]
-        line0 = at[0]
+        line0, at[0] = at[0], -1
         cols = []
         for c in (time_col, prompt_col, output_col):
             if c not in header:
@@ -333,7 +338,7 @@ def load_csv(path: str | Path, time_col: str, prompt_col: str, output_col: str, 
             acc.raw[2].append
         room = acc.room()
         for row in reader:  # the hot loop: bound appends, no call per row
-            k = at[0]
+            k, at[0] = at[0], -1
             if len(row) != width:
                 if not row:
                     continue
@@ -456,12 +461,14 @@ def _fast_times(raw: list[str], unit: TimeUnit) -> NDArray[np.float64] | None:
 
 
 def _numbered(fh: IO[str], at: list[int]) -> Iterator[str]:
-    """The file's lines but `#` comments, setting `at[0]` to each one's line number as it is taken: the line
-    an error names is the file's, however many comments or quoted newlines came before."""
+    """The file's lines but `#` comments. Where `at[0]` is -1 (the reader set it after a record), the line taken
+    next is a record's first: its number goes there. So the line an error names is the record's own first line
+    in the file, however many comments or quoted newlines came before or within it."""
     for n, text in enumerate(fh, start=1):
         if text.startswith("#"):
             continue
-        at[0] = n
+        if at[0] < 0:
+            at[0] = n
         yield text
 
 
@@ -713,8 +720,9 @@ def load_minutes_csv(path: str | Path, seed: int = 0, token_sigma: float = 0.8, 
         rows: list[tuple[int, list[str]]] = []
         header: list[str] | None = None
         reader = csv.reader(fh)
+        last = 0
         for row in reader:
-            k = reader.line_num  # the file's line (a quoted newline makes a record span more than one)
+            k, last = last + 1, reader.line_num  # the record's first line (a quoted newline spans more than one)
             if header is None and row and row[0].startswith("#"):
                 n_comments += 1
                 continue

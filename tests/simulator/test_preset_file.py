@@ -245,6 +245,8 @@ def test_an_efficiency_section_stands_for_another_engine_version(tmp_path: Path)
     one = np.array([32.0])
     assert faster.perf().step_times(one, one * 1000, one * 1000)[0] < fitted.perf().step_times(one, one * 1000,
                                                                                               one * 1000)[0]
+    only_a_label = load_preset_file(_write(tmp_path, {**base, "efficiency": {"engine": "vLLM 0.11"}}, LLAMA_70B))
+    assert only_a_label.efficiency == FITTED  # no number changed: the timing still says what it was fitted on
     for bad, key in (({"bandwidth": 1.5}, "efficiency.bandwidth"), ({"mfu": float("nan")}, "efficiency.mfu"),
                      ({"speed": 2}, "efficiency.speed")):
         with pytest.raises(PresetFileError, match=key):

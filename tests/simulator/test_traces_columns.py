@@ -148,3 +148,15 @@ def test_blank_lines_before_the_header_are_skipped(tmp_path: Path) -> None:
     f.write_text("\n\n")
     with pytest.raises(TraceError, match="empty file"):
         load_csv(f, "timestamp", "prompt_tokens", "output_tokens")
+
+
+def test_an_error_in_a_record_spanning_lines_names_its_first_line(tmp_path: Path) -> None:
+    """Found by a review: the line named was the record's last."""
+    f = tmp_path / "t.csv"
+    f.write_text('timestamp,prompt_tokens,output_tokens,note\n0,bad,1,"a\nb\nc"\n')
+    with pytest.raises(TraceError, match="line 2, column prompt_tokens"):
+        load_csv(f, "timestamp", "prompt_tokens", "output_tokens")
+    m = tmp_path / "m.csv"
+    m.write_text('minute,requests,prompt_tokens,output_tokens,note\n0,x,10,2,"a\nb"\n')
+    with pytest.raises(TraceError, match="line 2, column requests"):
+        traces.load_minutes_csv(m)

@@ -256,6 +256,47 @@ def test_the_scalers_measured_cold_start_is_read_and_tunes_the_written_cold_star
     assert "the scaler measured a p90 of 240 s" in capsys.readouterr().err
     _, fast, *_ = tune_cli.build(parser.parse_args([*base, "--cold-start", "fast"]))
     assert fast.preset.cold_start_scale == 1.0 and fast.cold_start == "fast"
+    # found by a review: the header's command must rebuild the same ScaledObject, so a --cold-start given (which
+    # keeps the preset's) is repeated and none given (the measured p90) is not
+    given = parser.parse_args([*base, "--cold-start", "typical"])
+    _, typical, *_ = tune_cli.build(given)
+    assert typical.preset.cold_start_scale == 1.0 and "--cold-start typical" in tune_cli._command(given)
+    assert "--cold-start" not in tune_cli._command(parser.parse_args(base))
+
+
+def test_a_measured_cold_start_past_what_a_scaledobject_takes_or_unreadable_keeps_the_presets(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from httpstub import HttpStub, Request, Response
+    from prometheus_server import json_body
+
+    from keda_llm.simulator import tune_cli
+    from keda_llm.simulator.hardware.presets import PRESETS
+
+    answers = {"value": 2e5}
+
+    def prom(request: Request) -> Response:
+        if answers["value"] is None:
+            return Response(500, b"down", "text/plain")
+        return Response(200, json_body({"status": "success", "data": {"resultType": "vector", "result": [
+            {"metric": {}, "value": [0, str(answers["value"])]}]}}), "application/json")
+
+    stub = HttpStub(prom)
+    try:
+        parser = argparse.ArgumentParser()
+        tune_cli.add_arguments(parser)
+        args = parser.parse_args(["--from-prometheus", stub.url, "--model", "m", "--since", "2h", "--slo-ttft", "2",
+                                  "--slo-itl", "0.1"])
+        args.until_resolved = 1_800_000_000
+        preset = PRESETS["llama-3.1-8b/h100"]
+        for value, says in ((2e5, "outside what a ScaledObject's coldStart takes"), (0.3, "outside"),
+                            (None, "cold start: Prometheus at")):
+            answers["value"] = value
+            assert tune_cli._measured_cold_start(args, "m", preset) is preset
+            assert says in capsys.readouterr().err
+    finally:
+        stub.close()
 
 
 def test_tune_from_prometheus_for_a_model_it_never_saw(world: tuple[PrometheusServer, int],
