@@ -367,6 +367,7 @@ def header(result: TuneResult, *, trace: Trace, backtest: Backtest, command: str
              + ".",
              f"Preset: {backtest.preset.name}, cold start "
              f"{backtest.cold_start if backtest.preset.cold_start_scale == 1 else 'as measured'} (p90 {cold:.0f} s).",
+             f"Timing: {backtest.preset.engine} (the engine version the replica model stands for).",
              f"SLO: TTFT <= {backtest.slo.ttft_s:g} s and ITL <= {backtest.slo.itl_s:g} s; "
              f"target {100 * result.target:g}% of requests.",
              f"Measured: {100 * c.attainment:.1f}% of requests met the SLO at {c.gpu_hours:.2f} GPU-hours"
