@@ -169,8 +169,8 @@ def parse_listen(value: object, key: str) -> tuple[str, int]:
         raise ConfigError(key, value, "expected host:port, e.g. :9400 or 127.0.0.1:9400")
     try:
         return host_port(value)
-    except ValueError as e:
-        raise ConfigError(key, value, str(e)) from None
+    except ValueError as e:  # the message starts with the value, which ConfigError shows already
+        raise ConfigError(key, value, str(e).removeprefix(f"{value.strip()!r}: ")) from None
 
 
 def _bool(value: object, key: str) -> bool:
