@@ -7,6 +7,7 @@ files and ScaledObjects are user input; each caller wraps the one error with its
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -44,26 +45,36 @@ def _check(node: Any, at: str) -> None:
             _check(value, f"{at}[{i}]")
 
 
+def _parse(read: Callable[[], list[Any]]) -> list[Any]:
+    """The documents `read` returns, each checked; every failure one YAMLTextError."""
+    try:
+        docs = read()
+        for d in docs:
+            _check(d, "")
+    except YAMLTextError:
+        raise
+    except (yaml.YAMLError, ValueError, RecursionError) as err:
+        raise YAMLTextError(_why(err)) from None
+    return docs
+
+
 def load(text: str | bytes) -> Any:
     """One YAML document (None when empty)."""
-    try:
-        doc = yaml.safe_load(text)
-        _check(doc, "")
-    except (yaml.YAMLError, ValueError, RecursionError) as err:
-        if isinstance(err, YAMLTextError):
-            raise
-        raise YAMLTextError(_why(err)) from None
-    return doc
+    return _parse(lambda: [yaml.safe_load(text)])[0]
 
 
 def load_all(text: str | bytes) -> list[Any]:
     """Every document of a multi-document YAML text, empty ones left out."""
+    return [d for d in _parse(lambda: list(yaml.safe_load_all(text))) if d is not None]
+
+
+def show(value: object, width: int) -> str:
+    """A value read from YAML as an error shows it: its repr cut to `width` characters; an integer too wide
+    to print (Python refuses past 4,300 digits), or a container holding one, by its size."""
+    if isinstance(value, int) and value.bit_length() > 1000:
+        return f"an integer of {value.bit_length()} bits"
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-        for d in docs:
-            _check(d, "")
-    except (yaml.YAMLError, ValueError, RecursionError) as err:
-        if isinstance(err, YAMLTextError):
-            raise
-        raise YAMLTextError(_why(err)) from None
-    return docs
+        text = repr(value)
+    except ValueError:
+        return f"a {type(value).__name__} too large to show"
+    return text if len(text) <= width else text[:width] + "..."

@@ -35,20 +35,9 @@ class ConfigError(ValueError):
     """A config value was refused; the message names the key and the value."""
 
     def __init__(self, key: str, value: object, why: str) -> None:
-        super().__init__(f"exporter config: {key}: {_shown(value)}: {why}")
+        super().__init__(f"exporter config: {key}: {yamltext.show(value, 200)}: {why}")
         self.key = key
         self.value = value
-
-
-def _shown(value: object) -> str:
-    """A value as an error shows it: repr, cut short; an integer past 4,300 digits (which repr refuses) by size."""
-    if isinstance(value, int) and value.bit_length() > 1000:
-        return f"an integer of {value.bit_length()} bits"
-    try:
-        text = repr(value)
-    except ValueError:  # a container holding such an integer
-        return f"a {type(value).__name__} too large to show"
-    return text if len(text) <= 200 else text[:200] + "..."
 
 
 @dataclass(frozen=True)

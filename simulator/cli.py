@@ -147,8 +147,8 @@ def load_trace(args: argparse.Namespace) -> Trace:
     return shape_trace(tr, args)
 
 
-#: What the reading flags stand for when not given. While none is given, a file in a public trace's own layout
-#: is read by its column names (LAYOUTS).
+#: What the reading flags stand for when not given. While no column flag is given, a file in a public trace's
+#: own layout is read by its column names (LAYOUTS).
 READING_DEFAULTS: dict[str, str | None] = {"time_column": "timestamp", "prompt_column": "prompt_tokens",
                                            "output_column": "output_tokens", "time_unit": "s", "hash_column": None}
 

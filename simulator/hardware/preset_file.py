@@ -323,12 +323,7 @@ def _number(value: object, key: str, lo: float, hi: float) -> float:
 
 
 def _show(value: object) -> str:
-    if isinstance(value, int) and value.bit_length() > 100:  # str() of one past 4,300 digits would raise
-        return f"an integer of {value.bit_length()} bits"
-    try:
-        return repr(value)[:80]
-    except ValueError:  # a container holding such an integer
-        return f"a {type(value).__name__} too large to show"
+    return yamltext.show(value, 80)
 
 
 def _bool(value: object, key: str) -> bool:

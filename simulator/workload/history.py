@@ -57,9 +57,23 @@ def _label_value(text: str) -> str:
 _ROLE = {"requests": 'role!="prefill"', "prompt_tokens": 'role!="decode"', "output_tokens": 'role!="prefill"'}
 
 
+def _selector(model: str, namespace: str | None) -> str:
+    return f"model={_label_value(model)}" + (f",namespace={_label_value(namespace)}" if namespace else "")
+
+
+def _get(url: str, api: str, params: dict[str, str], timeout_s: float, get: Fetch) -> bytes:
+    """One Prometheus API answer (a whole one: partial answers are declined), or HistoryError."""
+    try:
+        _, body = get(f"{url.rstrip('/')}/api/v1/{api}", timeout=timeout_s, max_bytes=MAX_BYTES,
+                      params={**params, **NO_PARTIAL}, ok_statuses=(200, 400, 422))
+    except FetchError as e:
+        raise HistoryError(f"Prometheus at {url}: {e}") from None
+    return body
+
+
 def queries(model: str, namespace: str | None = None) -> dict[str, str]:
     """column -> PromQL for one minute's count of it, at each step."""
-    sel = f"model={_label_value(model)}" + (f",namespace={_label_value(namespace)}" if namespace else "")
+    sel = _selector(model, namespace)
     return {col: f"60 * sum(rate({_NAME[field]}{{{sel},{_ROLE[col]}}}[1m]))" for col, field in _COUNTERS.items()}
 
 
@@ -79,12 +93,8 @@ def chunks(start: int, end: int, step: int = STEP_S, max_points: int = MAX_POINT
 def query_range(url: str, promql: str, start: int, end: int, step: int = STEP_S, *, timeout_s: float = 60.0,
                 get: Fetch = fetch) -> dict[int, float]:
     """timestamp -> value of a query that returns at most one series (empty when it returns none)."""
-    params = {"query": promql, "start": str(start), "end": str(end), "step": str(step), **NO_PARTIAL}  # whole or none
-    try:
-        _, body = get(f"{url.rstrip('/')}/api/v1/query_range", timeout=timeout_s, max_bytes=MAX_BYTES, params=params,
-                      ok_statuses=(200, 400, 422))
-    except FetchError as e:
-        raise HistoryError(f"Prometheus at {url}: {e}") from None
+    body = _get(url, "query_range", {"query": promql, "start": str(start), "end": str(end), "step": str(step)},
+                timeout_s, get)
     try:
         result = parse_range_response(body, promql)  # the scaler's parser: one reading of Prometheus' answers
     except SourceError as e:
@@ -127,14 +137,8 @@ def measured_cold_start_p90(url: str, model: str, end: float, span_s: float, *, 
                             timeout_s: float = 60.0, get: Fetch = fetch) -> float | None:
     """The model's cold-start p90 as the scaler measured it last within [end - span, end] (the largest over
     scaler pods and namespaces matched), or None where Prometheus holds no such series."""
-    sel = f"model={_label_value(model)}" + (f",namespace={_label_value(namespace)}" if namespace else "")
-    promql = f"max(last_over_time({COLD_START_P90}{{{sel}}}[{max(60, int(span_s))}s]))"
-    params = {"query": promql, "time": str(int(end)), **NO_PARTIAL}
-    try:
-        _, body = get(f"{url.rstrip('/')}/api/v1/query", timeout=timeout_s, max_bytes=MAX_BYTES, params=params,
-                      ok_statuses=(200, 400, 422))
-    except FetchError as e:
-        raise HistoryError(f"Prometheus at {url}: {e}") from None
+    promql = f"max(last_over_time({COLD_START_P90}{{{_selector(model, namespace)}}}[{max(60, int(span_s))}s]))"
+    body = _get(url, "query", {"query": promql, "time": str(int(end))}, timeout_s, get)
     try:
         _, result = parse_query_response(body, promql)
     except SourceError as e:
