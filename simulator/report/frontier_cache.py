@@ -1,26 +1,33 @@
 """Frontier points on disk, so that a re-run simulates only the points whose inputs changed.
 
-A frontier of every trace is an hour or two of CPU; most of it is the anchor baselines, whose points do
-not move when ours' policy does. Each point (and each trace's reference runs: the oracle, static and the
-lower bound) is one small JSON file named for a digest of everything its result depends on:
+A frontier of every trace is hours of CPU; most of it is the anchor baselines, whose points do not move
+when ours' policy does. Each point (and each trace's reference runs: the oracle, static and the lower
+bound) is one small JSON file named for a digest of everything its result depends on:
 
 - the trace: its name and a digest of its arrays (a window or a re-synthesis is another trace);
 - the backtest: its repr (preset, SLO, seed, cold starts, mode, max replicas, ScaledObject, ...);
 - the policy and the knob value;
 - the source the simulation runs. Every point: the simulator's modules but its front ends and ours'
-  wiring (see SHARED_SOURCES), common/, activator/, and the two scaler modules every controller uses
-  (scaler/model.py, scaler/scaledobject.py). Ours' points add all of scaler/ and simulator/control/policies.py.
-  So a change to ours' policy re-simulates ours' points only, and a change to the simulator all of them,
-  but for the fluid mode's own modules (FLUID_ONLY): a point run in the detailed mode never executes
-  them, so a change to the fluid mode re-simulates the fluid traces' points only.
+  wiring (see SHARED_SOURCES), the two scaler modules every controller uses (scaler/model.py,
+  scaler/scaledobject.py), and the modules of common/ and activator/ those import, followed through
+  every import statement at any depth (IMPORTED_ONLY: the simulator runs the activator's routing rule,
+  never its server). Ours' points add all of scaler/, simulator/control/policies.py and what they import
+  there. So a change to ours' policy re-simulates ours' points only, a change to the simulator all of
+  them, but for the fluid mode's own modules (FLUID_ONLY): a point run in the detailed mode never executes
+  them, so a change to the fluid mode re-simulates the fluid traces' points only; a change to a module no
+  point imports (the activator's server, say) re-simulates nothing.
+
+The scripts keep the entries in docs/data/ (committed: a fresh checkout regenerates the docs' tables from
+them, simulating only what its changes moved; the whole store is CPU hours on a laptop).
 
 What the key leaves out: simulator/control/policies.py counts as ours' wiring only (it also dispatches the other
 policies to their builders, which live in files the key does hold); a change there that moves another
-policy needs `--fresh`. Entries are never deleted: `rm -r build/frontier-cache` empties it.
+policy needs `--fresh`. Entries are never deleted: `scripts/simulator_table.py --prune` removes those the
+last full run did not read.
 """
-
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import importlib.util
@@ -34,8 +41,11 @@ from keda_llm.simulator.report.frontier_point import Point
 from keda_llm.simulator.run import Backtest
 from keda_llm.simulator.workload.traces import Trace
 
-#: source every point depends on (paths under the installed keda_llm package, folders or files)
-SHARED_SOURCES = ("simulator", "common", "activator", "scaler/model.py", "scaler/scaledobject.py")
+#: source every point depends on (paths under the installed keda_llm package, folders or files), with the
+#: IMPORTED_ONLY modules these import
+SHARED_SOURCES = ("simulator", "scaler/model.py", "scaler/scaledobject.py")
+#: parts whose modules count only where a point's source imports them, directly or through each other
+IMPORTED_ONLY = ("common", "activator")
 #: what of those does not compute a point: the sweep itself, this cache, the tuner and command lines, and
 #: ours' wiring (in OURS_SOURCES instead)
 NOT_A_POINT = ("simulator/report/frontier.py", "simulator/report/frontier_cache.py",
@@ -74,12 +84,75 @@ def _files(root: Path | None, entries: tuple[str, ...], skip: tuple[str, ...] = 
     return out
 
 
+def _module(rel: str) -> str:
+    """`common/times.py` -> keda_llm.common.times; a package's __init__.py is the package."""
+    parts = rel.removesuffix(".py").split("/")
+    return ".".join(["keda_llm", *(parts[:-1] if parts[-1] == "__init__" else parts)])
+
+
+def _imports(rel: str, path: Path) -> set[str]:
+    """Every keda_llm name an import statement of the file names, at any depth (a lazy import inside a
+    function counts: it may run), as `a.b` and, for `from a import b`, `a.b` too (a module or not)."""
+    module = _module(rel)
+    package = module if rel.endswith("__init__.py") else module.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_bytes(), filename=rel)):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                base = ".".join(up + ([base] if base else []))
+            out.add(base)
+            out.update(f"{base}.{a.name}" for a in node.names)
+    return {m for m in out if m.startswith("keda_llm.")}
+
+
+def _imported(files: list[tuple[str, Path]], root: Path | None) -> list[tuple[str, Path]]:
+    """The IMPORTED_ONLY modules `files` reach through import statements, followed through each other,
+    with their packages' __init__.py (importing a module runs them)."""
+    seen: dict[str, Path] = {}
+    todo = [(rel, p) for rel, p in files if rel.endswith(".py")]
+    while todo:
+        rel, path = todo.pop()
+        for name in _imports(rel, path):
+            parts = name.split(".")[1:]
+            if not parts or parts[0] not in IMPORTED_ONLY:
+                continue
+            base = _part_dir(parts[0], root)
+            candidates = [base / "__init__.py"]  # the part's own package, then each package down the path
+            for i in range(1, len(parts) + 1):
+                stem = base.joinpath(*parts[1:i])
+                candidates += [stem.with_suffix(".py"), stem / "__init__.py"] if i > 1 else []
+            for c in candidates:
+                if c.is_file():
+                    crel = f"{parts[0]}/{c.relative_to(base).as_posix()}"
+                    if crel not in seen:
+                        seen[crel] = c
+                        todo.append((crel, c))
+    return sorted(seen.items())
+
+
 def source_digest(entries: tuple[str, ...], skip: tuple[str, ...] = (), root: Path | None = None) -> str:
     """A digest of the files' paths and contents under `root` (default: the keda_llm parts that run)."""
+    return _digest(_files(root, entries, skip))
+
+
+def _digest(files: list[tuple[str, Path]]) -> str:
     h = hashlib.sha256()
-    for rel, p in _files(root, entries, skip):
+    for rel, p in sorted(dict(files).items()):
         h.update(rel.encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()
+
+
+def point_files(kind: str, root: Path | None = None, detailed: bool = False) -> list[tuple[str, Path]]:
+    """The files a point's result depends on: `shared` (every policy's) or `ours` (those and ours' own), as
+    (path under keda_llm, file), sorted; `detailed`: without FLUID_ONLY."""
+    files = _files(root, SHARED_SOURCES, NOT_A_POINT + (FLUID_ONLY if detailed else ()))
+    if kind == "ours":
+        files += _files(root, OURS_SOURCES)
+    return sorted(dict(files + _imported(files, root)).items())
 
 
 def policy_sources(policy: str, root: Path | None = None, mode: str | None = None) -> str:
@@ -92,10 +165,7 @@ def policy_sources(policy: str, root: Path | None = None, mode: str | None = Non
 def _sources(kind: str, root: Path | None, detailed: bool = False) -> str:
     """Hashed once per process (PointCache does it on creation): the code that runs is the code that was
     imported, whatever is edited on disk after."""
-    shared = source_digest(SHARED_SOURCES, NOT_A_POINT + (FLUID_ONLY if detailed else ()), root)
-    if kind == "shared":
-        return shared
-    return hashlib.sha256((shared + source_digest(OURS_SOURCES, (), root)).encode()).hexdigest()
+    return _digest(point_files(kind, root, detailed))
 
 
 def trace_digest(trace: Trace) -> str:

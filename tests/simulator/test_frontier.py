@@ -292,13 +292,22 @@ def test_a_sweep_over_seeds_reaches_the_target_only_where_every_seed_does(case: 
 
 
 def test_source_digests_separate_ours_from_the_rest(tmp_path: Path) -> None:
-    files = ["simulator/cluster/engine.py", "simulator/cluster/fluid_kernel.py", "simulator/control/policies.py",
-             "simulator/report/frontier.py",
-             "scaler/policy.py", "scaler/model.py", "scaler/scaledobject.py", "common/vocabulary.py",
-             "activator/core.py", "exporter/x.py"]
+    # what imports what: the simulator reaches the activator's routing rule and common's vocabulary (which
+    # reaches common's times, lazily, and the package's __init__), ours' policy common's durations
+    imports = {"simulator/cluster/engine.py": "from keda_llm.activator import core\n",
+               "simulator/cluster/router.py": "import keda_llm.common.vocabulary as v\n",
+               "common/vocabulary.py": "def f():\n    from keda_llm.common.times import x\n",
+               "scaler/policy.py": "from keda_llm.common.durations import parse_duration\n",
+               "simulator/report/frontier.py": "from keda_llm.common import unused\n",
+               "activator/server.py": "from . import core\nfrom .core import x\n"}
+    files = ["simulator/cluster/engine.py", "simulator/cluster/router.py", "simulator/cluster/fluid_kernel.py",
+             "simulator/control/policies.py", "simulator/report/frontier.py",
+             "scaler/policy.py", "scaler/model.py", "scaler/scaledobject.py", "common/__init__.py",
+             "common/vocabulary.py", "common/times.py", "common/durations.py", "common/unused.py",
+             "activator/core.py", "activator/server.py", "exporter/x.py"]
     for f in files:
         (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / f).write_text(f"# {f}\n")
+        (tmp_path / f).write_text(imports.get(f, "") + f"# {f}\n")
 
     def digests() -> tuple[str, str, str, str]:
         frontier_cache._sources.cache_clear()
@@ -312,8 +321,10 @@ def test_source_digests_separate_ours_from_the_rest(tmp_path: Path) -> None:
              "simulator/cluster/engine.py": (True, True, True, True), "scaler/model.py": (True, True, True, True),
              "simulator/cluster/fluid_kernel.py": (True, True, False, False),
              "scaler/scaledobject.py": (True, True, True, True), "common/vocabulary.py": (True, True, True, True),
-             "activator/core.py": (True, True, True, True), "simulator/report/frontier.py": (False,) * 4,
-             "exporter/x.py": (False,) * 4}
+             "common/times.py": (True, True, True, True), "common/__init__.py": (True, True, True, True),
+             "common/durations.py": (True, False, True, False), "activator/core.py": (True, True, True, True),
+             "simulator/report/frontier.py": (False,) * 4, "common/unused.py": (False,) * 4,
+             "activator/server.py": (False,) * 4, "exporter/x.py": (False,) * 4}
     try:
         for f, expected in moves.items():
             before = digests()
@@ -433,10 +444,13 @@ def test_the_installed_parts_are_hashed_wherever_python_imports_them_from() -> N
     """An editable install maps each part (simulator/, scaler/, ...) to its own folder: the digest must read
     those files, not the keda_llm package folder (which holds none of them: the digest of nothing would
     let a cache outlive every change to the simulator)."""
-    files = frontier_cache._files(None, frontier_cache.SHARED_SOURCES, frontier_cache.NOT_A_POINT)
-    names = {rel for rel, _ in files}
+    names = {rel for rel, _ in frontier_cache.point_files("shared")}
     assert "simulator/run.py" in names and "scaler/model.py" in names and "common/vocabulary.py" in names
+    assert "activator/core.py" in names and "common/__init__.py" in names  # imported: the routing rule
     assert "simulator/report/frontier.py" not in names  # the sweep itself is not a point's source
+    assert "activator/server.py" not in names and "activator/cli.py" not in names  # never run by a point
+    ours = {rel for rel, _ in frontier_cache.point_files("ours")}
+    assert names < ours and "scaler/policy.py" in ours and "scaler/server.py" in ours
     assert source_digest(frontier_cache.SHARED_SOURCES) != source_digest(())
 
 
