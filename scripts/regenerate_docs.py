@@ -11,7 +11,8 @@ one command, in the order they depend on nothing but the code:
    then --loo --update-docs: leave one trace out, from the frontier's points cache;
 4. scripts/pools_table.py --update-docs (docs/pools.md) and scripts/degraded_backtest.py --update-docs
    (docs/degraded.md), then its KV-bound world (--preset llama-3.1-8b/l4 --trace azure2023-code).
-Not run by CI: the whole takes CPU hours (the week's oracles are cached under build/week-cache). Each step
+Not run by CI: the whole takes CPU hours (what does not move is read from docs/data/:
+the frontier's points and the week's oracles, committed). Each step
 is its own process, so one failing stops the rest with its exit status.
 """
 

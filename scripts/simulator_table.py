@@ -29,15 +29,17 @@ points per policy. Points run in --workers processes (default: every core), or o
 --ray ADDRESS (`auto`: a local instance; needs `pip install 'keda-llm[ray]'`).
 
 Points cache: every point (and each trace's oracle, static and lower bound) is kept in
-build/frontier-cache/ (ignored by git), keyed on the trace (name and contents: a window is another
-trace), the backtest (preset, SLO, seed, cold starts, mode), the policy, the knob value and a digest of
-the source the point runs: simulator/ (but the sweep, the tuner and the command lines), common/,
-activator/, scaler/model.py and scaler/scaledobject.py for every point, plus all of scaler/ and
-simulator/control/policies.py for ours' (simulator/report/frontier_cache.py). A re-run after a change to ours' policy
-simulates only ours' points; after a change to the simulator, every point (to the fluid mode's own modules:
-only the fluid traces' points). --fresh simulates every point
-again (and overwrites the cache), --no-cache neither reads nor writes it; `rm -r build/frontier-cache`
-empties it. --policies NAME ... fills the cache for some policies only (not with --update-docs).
+docs/data/frontier-points/ (committed, so that a fresh checkout simulates only what its changes moved), keyed
+on the trace (name and contents: a window is another trace), the backtest (preset, SLO, seed, cold starts,
+mode), the policy, the knob value and a digest of the source the point runs: simulator/ (but the sweep, the
+tuner and the command lines), scaler/model.py, scaler/scaledobject.py and the modules of common/ and
+activator/ they import for every point, plus all of scaler/, simulator/control/policies.py and what they
+import for ours' (simulator/report/frontier_cache.py). A re-run after a change to ours' policy simulates only
+ours' points; after a change to the simulator, every point (to the fluid mode's own modules: only the fluid
+traces' points). --fresh simulates every point again (and overwrites the cache), --no-cache neither reads nor
+writes it; `rm -r docs/data/frontier-points` empties it (entries are never deleted otherwise: commit the new
+ones with the docs they made). --policies NAME ... fills the cache for some policies only (not with
+--update-docs).
 
 --loo (leave one trace out, simulator.leave_one_out): ours' frontier on every trace (from the cache),
 ours at every knob value any trace's frontier tried on every trace (simulated where missing, then
@@ -76,7 +78,10 @@ from keda_llm.simulator.workload.traces import Trace, load_shipped
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-CACHE = ROOT / "build" / "frontier-cache"
+#: committed: the points behind the docs' frontier and leave-one-out tables
+CACHE = ROOT / "docs" / "data" / "frontier-points"
+#: --quick's points (20-minute traces): not the docs', kept out of git
+QUICK_CACHE = ROOT / "build" / "frontier-cache-quick"
 PRESET = "llama-3.1-70b/h100-tp4"
 SLO = Slo(ttft_s=2.0, itl_s=0.1)
 POLICIES = ["ours", "static", "queue", "gpu", "concurrency", "oracle"]
@@ -209,6 +214,11 @@ FRONTIER_POLICIES = list(SWEPT)
 IMG = DOCS / "img"
 
 
+def cache_root(quick: bool) -> Path:
+    """The committed store for full-length points; --quick's elsewhere (they make no docs)."""
+    return QUICK_CACHE if quick else CACHE
+
+
 def case_title(case: Case, quick: bool) -> str:
     name = case.trace + (f" ({case.note})" if case.note else "")
     return name + (" first 20 minutes" if quick else "")
@@ -237,7 +247,7 @@ def run_frontier(bt: Backtest, args: argparse.Namespace) -> None:
         tr = load(case, args.quick)
         title = case_title(case, args.quick)
         t0 = time.time()
-        cache = None if args.no_cache else PointCache(CACHE, tr, bt, fresh=args.fresh)
+        cache = None if args.no_cache else PointCache(cache_root(args.quick), tr, bt, fresh=args.fresh)
         tf = frontier(tr, bt, policies, points=points, workers=args.workers, ray_address=args.ray, cache=cache,
                       seeds=frontier_seeds(args),
                       progress=lambda pol, pt: print(f"  {pol}@{pt.knob:g}: {100 * pt.attainment:.1f}% "
@@ -298,7 +308,7 @@ def run_loo(bt: Backtest, args: argparse.Namespace) -> None:
     loaded = []
     for case in CASES:
         tr = load(case, args.quick)
-        cache = PointCache(CACHE, tr, bt, fresh=args.fresh)
+        cache = PointCache(cache_root(args.quick), tr, bt, fresh=args.fresh)
         tf = frontier(tr, bt, ["ours"], points=points, workers=args.workers, cache=cache, seeds=seeds)
         loaded.append((case, tr, cache, tf))
         print(f"{case_title(case, args.quick)}: ours' frontier {tf.frontiers[0].cost()}", flush=True)

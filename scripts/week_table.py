@@ -4,15 +4,15 @@
                                  [--hours H] [--trace code|conv] [--update-docs]
 
 Each seed synthesizes the week's requests anew from its per-minute totals (simulator.workload.traces), runs
-the oracle on it (cached under build/week-cache by seed, trace length and the simulator source's digest: it
-simulates its schedule a dozen times) and every policy, in the fluid mode. A policy is `ours` (the
-ScaledObject the repository ships for this preset and SLO, the one the docs table runs:
-deploy/examples/keda-2.18/llama-70b-h100-tp4.yaml), `ours:key=value,...` (the same with trigger metadata
-changed) or any other policy name. Results per seed and per segment: days 1-5 (what the defaults are tuned
-on), days 6-7 (held back) and the whole week: SLO attainment over all requests and GPU-hours over the oracle's
-on the same segment (a segment's GPU-hours: the pods alive in it, from the 5 s timeline). The table reports
-the worst seed per cell beside the mean. --update-docs writes it into the `week-table` block of
-docs/simulator-results.md. --hours cuts the week (a quick check of the script).
+the oracle on it (cached under docs/data/week-oracles by seed, trace length and the simulator source's digest,
+committed: it simulates its schedule a dozen times or more, CPU hours for three seeds of both weeks) and every
+policy, in the fluid mode. A policy is `ours` (the ScaledObject the repository ships for this preset and SLO,
+the one the docs table runs: deploy/examples/keda-2.18/llama-70b-h100-tp4.yaml), `ours:key=value,...` (the
+same with trigger metadata changed) or any other policy name. Results per seed and per segment: days 1-5 (what
+the defaults are tuned on), days 6-7 (held back) and the whole week: SLO attainment over all requests and
+GPU-hours over the oracle's on the same segment (a segment's GPU-hours: the pods alive in it, from the 5 s
+timeline). The table reports the worst seed per cell beside the mean. --update-docs writes it into the
+`week-table` block of docs/simulator-results.md. --hours cuts the week (a quick check of the script).
 
 --trace conv runs the same on the Azure 2024 conversation week instead, a trace no default was tuned on (the
 week of unseen traffic: long answers, a daily cycle), into the `week-table-conv` block; its oracles are cached
@@ -46,7 +46,9 @@ from keda_llm.simulator.workload.traces import Trace, load_azure_2024_minutes
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-CACHE = ROOT / "build" / "week-cache"
+CACHE = ROOT / "docs" / "data" / "week-oracles"  # committed: see the docstring
+#: --hours' oracles (a cut week: no docs), kept out of git
+QUICK_CACHE = ROOT / "build" / "week-cache"
 PRESET = "llama-3.1-70b/h100-tp4"
 SLO = Slo(ttft_s=2.0, itl_s=0.1)
 DAY = 86400.0
@@ -97,7 +99,8 @@ def oracle_pods(seed: int, hours: float | None, trace: str = "code") -> tuple[li
     costs a dozen simulations of the week)."""
     # keyed by the simulator's source too: an oracle planned on another kernel is another oracle
     name = "oracle" if trace == "code" else f"oracle-{trace}"  # the code week's keys as they were
-    key = CACHE / f"{name}-seed{seed}-{'week' if hours is None else f'{hours:g}h'}-{policy_sources('oracle')[:12]}.json"
+    span = "week" if hours is None else f"{hours:g}h"
+    key = (CACHE if hours is None else QUICK_CACHE) / f"{name}-seed{seed}-{span}-{policy_sources('oracle')[:12]}.json"
     if key.exists():
         data = json.loads(key.read_text())
         return ([PodPlan(*p) for p in data["pods"]],
@@ -108,7 +111,7 @@ def oracle_pods(seed: int, hours: float | None, trace: str = "code") -> tuple[li
                        p.cold_start(bt.cold_start), SLO, bucket_s=300.0, target=bt.oracle_target, seed=seed,
                        max_replicas=bt.max_replicas, gpus_per_replica=p.tp)
     cells = segment_cells(plan.result, p.tp, tr.duration_s)
-    CACHE.mkdir(parents=True, exist_ok=True)
+    key.parent.mkdir(parents=True, exist_ok=True)
     key.write_text(json.dumps({"pods": [[q.ready_at, q.remove_at, q.cold_start_s] for q in plan.pods],
                                "cells": {k: vars(v) for k, v in cells.items()}, "status": plan.status()}))
     print(f"{trace} seed {seed}: oracle {plan.status()}", file=sys.stderr, flush=True)

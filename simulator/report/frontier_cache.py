@@ -22,8 +22,8 @@ them, simulating only what its changes moved; the whole store is CPU hours on a 
 
 What the key leaves out: simulator/control/policies.py counts as ours' wiring only (it also dispatches the other
 policies to their builders, which live in files the key does hold); a change there that moves another
-policy needs `--fresh`. Entries are never deleted: `scripts/simulator_table.py --prune` removes those the
-last full run did not read.
+policy needs `--fresh`. Entries are never deleted: `rm -r` the store, then one full run, rebuilds it
+without the stale ones.
 """
 from __future__ import annotations
 
@@ -194,7 +194,7 @@ class References:
 
 
 class PointCache:
-    """The points of one trace and backtest under `root` (build/frontier-cache in the scripts). A point run
+    """The points of one trace and backtest under `root` (docs/data/frontier-points in the scripts). A point run
     with another seed (a multi-seed frontier) is the backtest with that seed: its own entry, and the
     backtest's own seed reads the entries a one-seed run wrote."""
 
