@@ -120,7 +120,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--update-docs", action="store_true", help="write the tables into docs/ (marked blocks)")
     ap.add_argument("--check", action="store_true",
-                    help="exit 1 if the docs' tables differ from a fresh run (the CPU-seconds figures aside)")
+                    help="exit 1 if the docs' tables differ from a fresh run (the CPU-seconds figures aside); "
+                         "with --frontier, from the committed points alone (exit 2 where the store lacks some)")
     ap.add_argument("--oracle-check", action="store_true",
                     help="run only the oracle and the lower bound; exit 1 unless each meets its target or says why "
                          "and each bound is at or below the oracle's GPU-hours")
@@ -241,6 +242,8 @@ def run_frontier(bt: Backtest, args: argparse.Namespace) -> None:
     if unknown:
         raise SystemExit(f"unknown policy(ies): {', '.join(sorted(unknown))}; "
                          f"sweepable: {', '.join(FRONTIER_POLICIES)}")
+    if args.check:
+        raise SystemExit(check_frontier(bt, cases, policies, points, frontier_seeds(args)))
     sections: dict[str, str] = {}
     costs: dict[str, str] = {}
     for case in cases:
@@ -267,6 +270,51 @@ def run_frontier(bt: Backtest, args: argparse.Namespace) -> None:
             bench = ROOT / "bench" / "results" / "frontier.md"
             old_rows = {m.group(1): m.group(0) for m in COST_ROW.finditer(read_block(bench, "frontier-cost"))}
             replace_block(bench, "frontier-cost", cost_table({**old_rows, **costs}))
+
+
+class StoreMiss(Exception):
+    """A point (or a trace's references) the store does not hold for the current source."""
+
+
+def _store_only(trace: Trace, backtest: Backtest, policy: str, knob: float) -> Point:
+    raise StoreMiss(f"{policy}@{knob:g} seed {backtest.seed}")
+
+
+#: what a section says of the run that wrote it, not of the points
+RUN_NOTE = re.compile(r"this run \d+ s wall, \d+ of the points read from the points cache")
+
+
+def frontier_from_store(bt: Backtest, case: Case, policies: list[str], points: int,
+                        seeds: tuple[int, ...]) -> str:
+    """A trace's section rebuilt from the committed store alone, simulating nothing (StoreMiss where the store
+    lacks a point for the current source: it is stale, or the docs were written by another source)."""
+    tr = load(case, False)
+    title = case_title(case, False)
+    cache = PointCache(CACHE, tr, bt)
+    if cache.get_references(bt.oracle_target) is None:
+        raise StoreMiss("the oracle and static")
+    tf = frontier(tr, bt, policies, points=points, cache=cache, seeds=seeds, run=_store_only)
+    return frontier_section(title, tf, points, f"frontier-{case.trace}.png", 0.0)
+
+
+def check_frontier(bt: Backtest, cases: list[Case], policies: list[str], points: int,
+                   seeds: tuple[int, ...]) -> int:
+    """--frontier --check: 0 when every trace's section in the docs is what the store gives for the current
+    source (the run notes aside), 1 when one differs, 2 when the store lacks points (nothing compared there)."""
+    docs = parse_sections(read_block(DOCS / "simulator-results.md", "frontier"))
+    worst = 0
+    for case in cases:
+        title = case_title(case, False)
+        try:
+            mine = frontier_from_store(bt, case, policies, points, seeds)
+        except StoreMiss as e:
+            print(f"{title}: the store lacks {e} for this source: run --frontier (it simulates only those)")
+            worst = max(worst, 2)
+            continue
+        same = RUN_NOTE.sub("", mine) == RUN_NOTE.sub("", docs.get(title, ""))
+        print(f"{title}: {'the docs are what the store gives' if same else 'the docs differ from the store'}")
+        worst = max(worst, 0 if same else 1)
+    return worst
 
 
 COST_ROW = re.compile(r"^\| (.+?) \([\d,]+ requests\) \|.*$", re.M)

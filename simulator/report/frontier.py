@@ -512,10 +512,10 @@ class TraceFrontier:
 def frontier(trace: Trace, backtest: Backtest, policies: Sequence[str], *, points: int = DEFAULT_POINTS,
              ratio: float = DEFAULT_RATIO, workers: int = 1, ray_address: str | None = None,
              progress: Callable[[str, Point], None] | None = None, cache: PointCache | None = None,
-             seeds: Sequence[int] | None = None) -> TraceFrontier:
+             seeds: Sequence[int] | None = None, run: RunPoint = run_point) -> TraceFrontier:
     """The oracle, static at its peak, the lower bound, then `sweep` with static as the cap. The target is
     99% over all requests, or the oracle's own target over all requests (99% of those that can meet the SLO
-    at all) where fewer than 99% can. The references are the backtest's own seed's; `seeds` are the
+    at all) where fewer than 99% can. The references are the backtest's own seed's; `seeds` and `run` are the
     points' (`sweep`)."""
     refs = cache.get_references(backtest.oracle_target) if cache is not None else None
     if refs is None:
@@ -525,7 +525,7 @@ def frontier(trace: Trace, backtest: Backtest, policies: Sequence[str], *, point
     target = min(0.99, refs.target_over_all)
     fronts = sweep(trace, backtest, policies, cap_gpu_hours=refs.static_gpu_hours, target=target, points=points,
                    ratio=ratio, workers=workers, ray_address=ray_address, progress=progress, cache=cache,
-                   seeds=seeds)
+                   seeds=seeds, run=run)
     fronts = [replace(f, cap_meets_target=refs.static_attainment >= target) for f in fronts]
     return TraceFrontier(trace.name, len(trace), refs.feasible_share, target,
                          Reference(refs.oracle_attainment, refs.oracle_gpu_hours), refs.oracle_status,
