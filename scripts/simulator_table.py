@@ -280,8 +280,10 @@ def _store_only(trace: Trace, backtest: Backtest, policy: str, knob: float) -> P
     raise StoreMiss(f"{policy}@{knob:g} seed {backtest.seed}")
 
 
-#: what a section says of the run that wrote it, not of the points
-RUN_NOTE = re.compile(r"this run \d+ s wall, \d+ of the points read from the points cache")
+#: what a section says of the machine and the run that wrote it, not of the points: CPU seconds (measured
+#: where each point was simulated) and this run's wall time and cache reads
+RUN_NOTE = re.compile(r"[\d.]+ CPU s per simulation, \d+ CPU s for the oracle and static|"
+                      r"this run \d+ s wall, \d+ of the points read from the points cache")
 
 
 def frontier_from_store(bt: Backtest, case: Case, policies: list[str], points: int,
@@ -300,7 +302,8 @@ def frontier_from_store(bt: Backtest, case: Case, policies: list[str], points: i
 def check_frontier(bt: Backtest, cases: list[Case], policies: list[str], points: int,
                    seeds: tuple[int, ...]) -> int:
     """--frontier --check: 0 when every trace's section in the docs is what the store gives for the current
-    source (the run notes aside), 1 when one differs, 2 when the store lacks points (nothing compared there)."""
+    source (the CPU seconds and run notes aside), 1 when one differs, 2 when the store lacks points (nothing
+    compared there)."""
     docs = parse_sections(read_block(DOCS / "simulator-results.md", "frontier"))
     worst = 0
     for case in cases:

@@ -493,3 +493,27 @@ def test_the_docs_frontier_block_is_what_the_committed_points_give() -> None:
         compared.append(title)
     if not compared:
         pytest.skip("the committed points are stale for this source on every trace: " + "; ".join(stale))
+
+
+def test_the_store_check_fails_on_a_figure_the_points_do_not_give(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--frontier --check` on the first trace the store holds for this source: 0 on the docs as they are, 1
+    once one figure in that trace's section is changed, and 2 for a trace it cannot rebuild."""
+    st = _script()
+    bt = Backtest(get_preset(st.PRESET), cold_start="typical", slo=st.SLO)
+    args = (st.FRONTIER_POLICIES, st.FRONTIER_POINTS, tuple(range(st.FRONTIER_SEEDS)))
+    doc = (ROOT / "docs" / "simulator-results.md").read_text()
+    monkeypatch.setattr(st, "DOCS", tmp_path)
+    (tmp_path / "simulator-results.md").write_text(doc)
+    case = next((c for c in st.CASES if st.check_frontier(bt, [c], *args) == 0), None)
+    if case is None:
+        pytest.skip("the committed points are stale for this source on every trace")
+    sections = st.parse_sections(st.read_block(tmp_path / "simulator-results.md", "frontier"))
+    section = sections[st.case_title(case, False)]
+    oracle = re.search(r"Oracle (\d+\.\d\d) GPU-h", section)
+    assert oracle
+    changed = section.replace(oracle.group(0), f"Oracle {float(oracle.group(1)) + 0.01:.2f} GPU-h", 1)
+    (tmp_path / "simulator-results.md").write_text(doc.replace(section, changed))
+    assert st.check_frontier(bt, [case], *args) == 1
+    monkeypatch.setattr(st, "CACHE", tmp_path / "empty-store")
+    assert st.check_frontier(bt, [case], *args) == 2
