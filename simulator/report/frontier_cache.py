@@ -25,6 +25,7 @@ policies to their builders, which live in files the key does hold); a change the
 policy needs `--fresh`. Entries are never deleted: `rm -r` the store, then one full run, rebuilds it
 without the stale ones.
 """
+
 from __future__ import annotations
 
 import ast
@@ -121,10 +122,10 @@ def _imported(files: list[tuple[str, Path]], root: Path | None) -> list[tuple[st
             if not parts or parts[0] not in IMPORTED_ONLY:
                 continue
             base = _part_dir(parts[0], root)
-            candidates = [base / "__init__.py"]  # the part's own package, then each package down the path
-            for i in range(1, len(parts) + 1):
+            candidates = [base / "__init__.py"]  # the part's own package, then each module or package down the path
+            for i in range(2, len(parts) + 1):
                 stem = base.joinpath(*parts[1:i])
-                candidates += [stem.with_suffix(".py"), stem / "__init__.py"] if i > 1 else []
+                candidates += [stem.with_suffix(".py"), stem / "__init__.py"]
             for c in candidates:
                 if c.is_file():
                     crel = f"{parts[0]}/{c.relative_to(base).as_posix()}"
