@@ -7,15 +7,16 @@ bound) is one small JSON file named for a digest of everything its result depend
 - the trace: its name and a digest of its arrays (a window or a re-synthesis is another trace);
 - the backtest: its repr (preset, SLO, seed, cold starts, mode, max replicas, ScaledObject, ...);
 - the policy and the knob value;
-- the source the simulation runs. Every point: the simulator's modules but its front ends and ours'
-  wiring (see SHARED_SOURCES), the two scaler modules every controller uses (scaler/model.py,
-  scaler/scaledobject.py), and the modules of common/ and activator/ those import, followed through
-  every import statement at any depth (IMPORTED_ONLY: the simulator runs the activator's routing rule,
-  never its server). Ours' points add all of scaler/, simulator/control/policies.py and what they import
-  there. So a change to ours' policy re-simulates ours' points only, a change to the simulator all of
-  them, but for the fluid mode's own modules (FLUID_ONLY): a point run in the detailed mode never executes
-  them, so a change to the fluid mode re-simulates the fluid traces' points only; a change to a module no
-  point imports (the activator's server, say) re-simulates nothing.
+- the source the simulation runs. Every point: the simulator's modules but its front ends and ours' wiring
+  (see SHARED_SOURCES), the two scaler modules every controller uses (scaler/model.py,
+  scaler/scaledobject.py), and the modules of common/ and activator/ those import, followed through every
+  import statement at any depth (IMPORTED_ONLY: the simulator runs the activator's routing rule, never its
+  server). Ours' points add simulator/control/policies.py and the modules of scaler/ (with theirs of
+  common/) that the simulator's and ours' source import (OURS_IMPORTED: the policy and the service, not
+  the gRPC server or the command line). So a change to ours' policy re-simulates ours' points only, a
+  change to the simulator all of them, but for the fluid mode's own modules (FLUID_ONLY): a point run in
+  the detailed mode never executes them, so a change to the fluid mode re-simulates the fluid traces'
+  points only; a change to a module no point imports (the activator's server, say) re-simulates nothing.
 
 The scripts keep the entries in docs/data/ (committed: a fresh checkout regenerates the docs' tables from
 them, simulating only what its changes moved; the whole store is CPU hours on a laptop).
@@ -47,6 +48,9 @@ from keda_llm.simulator.workload.traces import Trace
 SHARED_SOURCES = ("simulator", "scaler/model.py", "scaler/scaledobject.py")
 #: parts whose modules count only where a point's source imports them, directly or through each other
 IMPORTED_ONLY = ("common", "activator")
+#: ours' points follow the imports into scaler/ too: the scaler's policy and service run in them, its gRPC
+#: server, command line and Kubernetes client do not
+OURS_IMPORTED = (*IMPORTED_ONLY, "scaler")
 #: what of those does not compute a point: the sweep itself, this cache, the tuner and command lines, and
 #: ours' wiring (in OURS_SOURCES instead)
 NOT_A_POINT = ("simulator/report/frontier.py", "simulator/report/frontier_cache.py",
@@ -54,8 +58,9 @@ NOT_A_POINT = ("simulator/report/frontier.py", "simulator/report/frontier_cache.
                "simulator/tune_cli.py", "simulator/cli.py", "simulator/control/policies.py")
 #: what only the fluid mode runs (simulator/run.py imports them for it alone): not in a detailed point's key
 FLUID_ONLY = ("simulator/cluster/fluid.py", "simulator/cluster/fluid_kernel.py")
-#: what ours' points depend on beyond SHARED_SOURCES: the scaler's policy and ours' default ScaledObject
-OURS_SOURCES = ("scaler", "simulator/control/policies.py")
+#: what ours' points depend on beyond SHARED_SOURCES (with the OURS_IMPORTED modules these and those import):
+#: ours' wiring and default ScaledObject
+OURS_SOURCES = ("simulator/control/policies.py",)
 VERSION = 1  # of the entries' format
 
 
@@ -110,16 +115,17 @@ def _imports(rel: str, path: Path) -> set[str]:
     return {m for m in out if m.startswith("keda_llm.")}
 
 
-def _imported(files: list[tuple[str, Path]], root: Path | None) -> list[tuple[str, Path]]:
-    """The IMPORTED_ONLY modules `files` reach through import statements, followed through each other,
-    with their packages' __init__.py (importing a module runs them)."""
+def _imported(files: list[tuple[str, Path]], root: Path | None,
+              parts_followed: tuple[str, ...] = IMPORTED_ONLY) -> list[tuple[str, Path]]:
+    """The modules of `parts_followed` that `files` reach through import statements, followed through each
+    other, with their packages' __init__.py (importing a module runs them)."""
     seen: dict[str, Path] = {}
     todo = [(rel, p) for rel, p in files if rel.endswith(".py")]
     while todo:
         rel, path = todo.pop()
         for name in _imports(rel, path):
             parts = name.split(".")[1:]
-            if not parts or parts[0] not in IMPORTED_ONLY:
+            if not parts or parts[0] not in parts_followed:
                 continue
             base = _part_dir(parts[0], root)
             candidates = [base / "__init__.py"]  # the part's own package, then each module or package down the path
@@ -153,6 +159,7 @@ def point_files(kind: str, root: Path | None = None, detailed: bool = False) -> 
     files = _files(root, SHARED_SOURCES, NOT_A_POINT + (FLUID_ONLY if detailed else ()))
     if kind == "ours":
         files += _files(root, OURS_SOURCES)
+        return sorted(dict(files + _imported(files, root, OURS_IMPORTED)).items())
     return sorted(dict(files + _imported(files, root)).items())
 
 

@@ -293,8 +293,10 @@ def test_a_sweep_over_seeds_reaches_the_target_only_where_every_seed_does(case: 
 
 def test_source_digests_separate_ours_from_the_rest(tmp_path: Path) -> None:
     # what imports what: the simulator reaches the activator's routing rule and common's vocabulary (which
-    # reaches common's times, lazily, and the package's __init__), ours' policy common's durations
+    # reaches common's times, lazily, and the package's __init__); ours' wiring reaches the scaler's policy,
+    # and that common's durations; nothing imports the scaler's server
     imports = {"simulator/cluster/engine.py": "from keda_llm.activator import core\n",
+               "simulator/control/policies.py": "from keda_llm.scaler import policy\n",
                "simulator/cluster/router.py": "import keda_llm.common.vocabulary as v\n",
                "common/vocabulary.py": "def f():\n    from keda_llm.common.times import x\n",
                "scaler/policy.py": "from keda_llm.common.durations import parse_duration\n",
@@ -302,7 +304,7 @@ def test_source_digests_separate_ours_from_the_rest(tmp_path: Path) -> None:
                "activator/server.py": "from . import core\nfrom .core import x\n"}
     files = ["simulator/cluster/engine.py", "simulator/cluster/router.py", "simulator/cluster/fluid_kernel.py",
              "simulator/control/policies.py", "simulator/report/frontier.py",
-             "scaler/policy.py", "scaler/model.py", "scaler/scaledobject.py", "common/__init__.py",
+             "scaler/policy.py", "scaler/server.py", "scaler/model.py", "scaler/scaledobject.py", "common/__init__.py",
              "common/vocabulary.py", "common/times.py", "common/durations.py", "common/unused.py",
              "activator/core.py", "activator/server.py", "exporter/x.py"]
     for f in files:
@@ -324,7 +326,7 @@ def test_source_digests_separate_ours_from_the_rest(tmp_path: Path) -> None:
              "common/times.py": (True, True, True, True), "common/__init__.py": (True, True, True, True),
              "common/durations.py": (True, False, True, False), "activator/core.py": (True, True, True, True),
              "simulator/report/frontier.py": (False,) * 4, "common/unused.py": (False,) * 4,
-             "activator/server.py": (False,) * 4, "exporter/x.py": (False,) * 4}
+             "activator/server.py": (False,) * 4, "scaler/server.py": (False,) * 4, "exporter/x.py": (False,) * 4}
     try:
         for f, expected in moves.items():
             before = digests()
@@ -450,7 +452,8 @@ def test_the_installed_parts_are_hashed_wherever_python_imports_them_from() -> N
     assert "simulator/report/frontier.py" not in names  # the sweep itself is not a point's source
     assert "activator/server.py" not in names and "activator/cli.py" not in names  # never run by a point
     ours = {rel for rel, _ in frontier_cache.point_files("ours")}
-    assert names < ours and "scaler/policy.py" in ours and "scaler/server.py" in ours
+    assert names < ours and {"scaler/policy.py", "scaler/decide.py", "scaler/slo.py"} <= ours
+    assert "scaler/server.py" not in ours and "scaler/cli.py" not in ours  # the scaler's own front ends
     assert source_digest(frontier_cache.SHARED_SOURCES) != source_digest(())
 
 
