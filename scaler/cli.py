@@ -239,7 +239,7 @@ def _check_addresses(args: argparse.Namespace) -> None:
         *(("--peers", p, lambda v: parse_peer(v, 9091)) for p in args.peers.split(",") if p.strip()),
     ]
     for flag, value, parse in checks:
-        if value:
+        if value or flag in ("--grpc-address", "--http-address"):  # listeners have no "unset": "" is an error
             try:
                 parse(value)
             except ValueError as err:

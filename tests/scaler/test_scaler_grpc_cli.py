@@ -108,6 +108,8 @@ def test_bad_addresses_and_levels_are_one_line_naming_the_flag(tmp_path: object)
     for flags, said in ((("--http-address", "host:"), "--http-address 'host:'"),
                         (("--http-address", "127.0.0.1:-1"), "the port must be a number from 0 to 65535"),
                         (("--grpc-address", "[::1"), "--grpc-address '[::1'"),
+                        (("--http-address", ""), "--http-address '': empty address"),  # was a traceback
+                        (("--grpc-address", ""), "--grpc-address ''"),
                         (("--peers", "x:abc"), "--peers 'x:abc'"),
                         (("--exporters-service", "svc:abc"), "--exporters-service 'svc:abc'"),
                         (("--prometheus-address", "ftp://x"), "--prometheus-address 'ftp://x'"),
