@@ -229,14 +229,18 @@ def _check_addresses(args: argparse.Namespace) -> None:
     from keda_llm.scaler.activation import parse_peer
     from keda_llm.scaler.config import parse_host_port, parse_list, parse_url
 
+    try:  # a peer without a port is at this pod's own HTTP port (the assembly's rule)
+        peer_port = host_port(args.http_address, 9091)[1]
+    except ValueError:
+        peer_port = 9091  # --http-address is reported below
     checks: list[tuple[str, str | None, Callable[[str], object]]] = [
         ("--grpc-address", args.grpc_address, lambda v: host_port(v, 9090)),
         ("--http-address", args.http_address, lambda v: host_port(v, 9091)),
         ("--exporters-service", args.exporters_service, parse_host_port),
         ("--exporters", args.exporters, parse_list),
         ("--prometheus-address", args.prometheus_address, parse_url),
-        ("--peers-service", args.peers_service, lambda v: parse_peer(v, 9091)),
-        *(("--peers", p, lambda v: parse_peer(v, 9091)) for p in args.peers.split(",") if p.strip()),
+        ("--peers-service", args.peers_service, lambda v: parse_peer(v, peer_port)),
+        *(("--peers", p, lambda v: parse_peer(v, peer_port)) for p in args.peers.split(",") if p.strip()),
     ]
     for flag, value, parse in checks:
         if value or flag in ("--grpc-address", "--http-address"):  # listeners have no "unset": "" is an error
@@ -283,8 +287,8 @@ def start_error(err: BaseException, args: argparse.Namespace) -> StartError | No
         return StartError(f"cannot read {err.filename or 'a TLS file'}: {err.strerror or err}",
                           "check the path given to the --tls-*, --http-tls-* and --exporters-tls-ca flags")
     if isinstance(err, OSError) and isinstance(err, socket.gaierror):
-        return StartError(f"cannot listen: {err}", "a listen address is an IP of this machine, or :port for every "
-                                                   "address")
+        return StartError(f"cannot listen on --http-address {args.http_address}: {err}",
+                          "a listen address is an IP of this machine, or :port for every address")
     return None
 
 
@@ -294,9 +298,14 @@ def probe_grpc_port(args: argparse.Namespace) -> None:
         host, port = host_port(args.grpc_address, 9090)
     except ValueError:
         raise StartError(f"--grpc-address {args.grpc_address!r} is not host:port", "for example [::]:9090") from None
+    try:  # a host that does not resolve, whatever the port (gRPC's core would log its own lines first)
+        family = address_family(host)
+    except socket.gaierror as err:
+        raise StartError(f"cannot listen on --grpc-address {args.grpc_address}: {err}",
+                         "a listen address is an IP of this machine, or :port for every address") from None
     if port == 0:
         return
-    with socket.socket(address_family(host), socket.SOCK_STREAM) as probe:
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host.strip("[]") or "0.0.0.0", port))

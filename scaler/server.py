@@ -268,8 +268,8 @@ def address_family(host: str) -> socket.AddressFamily:
         pass
     try:
         return socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][0]
-    except (OSError, IndexError) as err:
-        raise OSError(f"cannot resolve HTTP listen host {host!r}: {err}") from None
+    except (OSError, IndexError) as err:  # a gaierror either way: start-up reports it as one line
+        raise socket.gaierror(f"cannot resolve the listen host {host!r}: {err}") from None
 
 
 class _ScalerHTTPServer(TLSAcceptMixin, ThreadingHTTPServer):

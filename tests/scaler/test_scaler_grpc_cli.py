@@ -110,6 +110,12 @@ def test_bad_addresses_and_levels_are_one_line_naming_the_flag(tmp_path: object)
                         (("--grpc-address", "[::1"), "--grpc-address '[::1'"),
                         (("--http-address", ""), "--http-address '': empty address"),  # was a traceback
                         (("--grpc-address", ""), "--grpc-address ''"),
+                        # tracebacks found by a flag fuzz: a listen host that does not resolve (.invalid never
+                        # does, RFC 6761), and a peer without a port where this pod's HTTP port is 0
+                        (("--grpc-address", "no-such-host.invalid:0"), "cannot resolve the listen host"),
+                        (("--http-address", "no-such-host.invalid:0"), "--http-address no-such-host.invalid:0"),
+                        (("--peers", "peer-without-port"), "--peers 'peer-without-port'"),
+                        (("--peers-service", "peers.ns.svc"), "--peers-service 'peers.ns.svc'"),
                         (("--peers", "x:abc"), "--peers 'x:abc'"),
                         (("--exporters-service", "svc:abc"), "--exporters-service 'svc:abc'"),
                         (("--prometheus-address", "ftp://x"), "--prometheus-address 'ftp://x'"),
