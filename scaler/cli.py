@@ -245,7 +245,7 @@ def _check_addresses(args: argparse.Namespace) -> None:
     for flag, value, parse in checks:
         if value or flag in ("--grpc-address", "--http-address"):  # listeners have no "unset": "" is an error
             try:
-                parse(value)
+                parse(value or "")
             except ValueError as err:
                 raise StartError(f"{flag} {value!r}: {err}", "host:port ([v6]:port for IPv6), or :port for every "
                                  "address; URLs where the flag takes one (--help)") from None
