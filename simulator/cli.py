@@ -262,6 +262,8 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, list[str]]:
                                  "keda-llm's scaler, so give an external or external-push trigger")
             trigger_config(settings, i)  # bad metadata: the scaler's own ConfigError, naming key and value
     max_replicas = args.max_replicas or (settings.max_replicas if settings is not None else 64)
+    if not 0 < args.max_wait < math.inf:  # the router's rule, before the trace loads and the run starts
+        raise ValueError(f"--max-wait {args.max_wait:g}: must be more than 0 seconds, and finite")
     trace = load_trace(args)
     bt = Backtest(preset, cold_start=args.cold_start, slo=Slo(args.slo_ttft, args.slo_itl), seed=args.seed,
                   routing=args.routing, max_wait_s=args.max_wait, max_held=args.max_held, scaledobject=settings,
