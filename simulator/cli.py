@@ -261,9 +261,17 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, list[str]]:
                 raise ValueError(f"{args.scaledobject}: trigger {i} has type {trig.type!r}; the simulator runs "
                                  "keda-llm's scaler, so give an external or external-push trigger")
             trigger_config(settings, i)  # bad metadata: the scaler's own ConfigError, naming key and value
-    max_replicas = args.max_replicas or (settings.max_replicas if settings is not None else 64)
-    if not 0 < args.max_wait < math.inf:  # the router's rule, before the trace loads and the run starts
+    # before the trace loads and the run starts (each was a traceback from inside the run)
+    if not 0 < args.max_wait < math.inf:  # the router's rule
         raise ValueError(f"--max-wait {args.max_wait:g}: must be more than 0 seconds, and finite")
+    if not (0 < args.slo_ttft < math.inf and 0 < args.slo_itl < math.inf):
+        raise ValueError(f"--slo-ttft {args.slo_ttft:g} / --slo-itl {args.slo_itl:g}: each must be more than 0 "
+                         "seconds, and finite")
+    if args.seed < 0:
+        raise ValueError(f"--seed {args.seed}: must be >= 0")
+    if args.max_replicas is not None and args.max_replicas < 1:  # 0 read as "not given" before
+        raise ValueError(f"--max-replicas {args.max_replicas}: must be >= 1")
+    max_replicas = args.max_replicas or (settings.max_replicas if settings is not None else 64)
     trace = load_trace(args)
     bt = Backtest(preset, cold_start=args.cold_start, slo=Slo(args.slo_ttft, args.slo_itl), seed=args.seed,
                   routing=args.routing, max_wait_s=args.max_wait, max_held=args.max_held, scaledobject=settings,
