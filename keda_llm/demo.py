@@ -1500,6 +1500,10 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         print(f"keda-llm demo: --duration {args.duration:g}: must be between 20 and 3600 seconds; hint: the default "
               f"{DEFAULT_DURATION:g} shows the whole loop, a longer one shows it slower", file=sys.stderr)
         return 2
+    if args.seed < 0:  # numpy's generator takes none: a traceback once the demo had started
+        print(f"keda-llm demo: --seed {args.seed}: must be >= 0; hint: any whole number from 0 draws another "
+              "load, e.g. --seed 8", file=sys.stderr)
+        return 2
     sc = Scenario(seed=args.seed).scaled(args.duration)
     if args.print_scaledobject:
         out.write("# The addresses are examples: the demo binds free ports and prints them when it starts.\n")

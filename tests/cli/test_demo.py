@@ -282,6 +282,9 @@ def test_bad_duration_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert demo.run(parser.parse_args(["--duration", "5"])) == 2
     err = capsys.readouterr().err
     assert "--duration 5: must be between 20 and 3600 seconds" in err and "; hint: " in err and err.count("\n") == 1
+    assert demo.run(parser.parse_args(["--seed", "-1"])) == 2  # was numpy's ValueError once the demo had started
+    err = capsys.readouterr().err
+    assert "--seed -1: must be >= 0" in err and "; hint: " in err and err.count("\n") == 1
 
 
 def test_compressed_demo_scales_up_down_to_zero_and_back_losing_nothing() -> None:
