@@ -8,6 +8,11 @@ scrape jobs collect the same exporter, where `sum` would double the demand.
 Where Prometheus scraped the exporter without `honor_labels: true`, its own target labels win and
 the exporter's become `exported_namespace` / `exported_pod`; both spellings are read.
 
+Every query of a cycle is evaluated at one time on Prometheus' clock: ours plus the offset measured with
+`time()` at its own now (once a minute; offsets within clocks.TOLERANCE_S read as none). A Prometheus
+whose clock ran 30 s behind the scaler's was asked about its future, where a 6 s panic window holds no
+samples; one ahead, about its past, 30 s late.
+
 A cycle is all or nothing: if any signal query fails, no Observation is published (`latest()` keeps
 the previous one, whose timestamps age) and `status()` names the error. Half a replica (running
 known, KV missing) would look like a real, smaller load.
@@ -21,6 +26,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from keda_llm.scaler.model import Observation
+from keda_llm.scaler.sources.clocks import TOLERANCE_S
 from keda_llm.scaler.sources.common import BackgroundSource
 from keda_llm.scaler.sources.errors import SourceError
 from keda_llm.scaler.sources.exporters import evaluate_activation
@@ -36,6 +42,7 @@ from keda_llm.scaler.sources.exposition import (
 from keda_llm.scaler.sources.promql import PrometheusClient, VectorSample
 
 GROUP_BY = "namespace, exported_namespace, model, pod, exported_pod, role"  # role: one per pod (pools.py)
+OFFSET_EVERY_S = 60.0  # how often Prometheus' clock is compared with ours: clocks drift slowly
 
 
 def signal_queries(selector: str = "") -> dict[str, str]:
@@ -91,6 +98,27 @@ class PrometheusSource(BackgroundSource):
         super().__init__("prometheus-source", interval_s, max_workers, "promql", clock)
         self._client = client
         self._queries = signal_queries(selector)
+        self.clock_offset = 0.0  # Prometheus' clock minus ours, as last measured (measure_clock_offset)
+        self._offset_at: float | None = None
+
+    def measure_clock_offset(self) -> float:
+        """Prometheus' clock minus ours, from `time()` evaluated at its own now and our clock around the query;
+        re-measured every OFFSET_EVERY_S. Within TOLERANCE_S plus half the round trip it is 0 (what the estimate
+        can tell); a failed or odd answer keeps the last (the cycle's own queries report a failure)."""
+        sent = time.time()
+        if self._offset_at is not None and 0 <= sent - self._offset_at < OFFSET_EVERY_S:
+            return self.clock_offset
+        self._offset_at = sent  # tried: a Prometheus that is down is asked again in a minute, not every cycle
+        try:
+            kind, value = self._client.query("time()")
+        except SourceError:
+            return self.clock_offset
+        received = time.time()
+        if kind != "scalar" or not isinstance(value, float) or not math.isfinite(value) or received < sent:
+            return self.clock_offset
+        offset = value - (sent + received) / 2
+        self.clock_offset = offset if abs(offset) > TOLERANCE_S + (received - sent) / 2 else 0.0
+        return self.clock_offset
 
     def _target_health(self) -> dict[str, str | None]:
         return {self._client.url: self._last_error}
@@ -102,7 +130,7 @@ class PrometheusSource(BackgroundSource):
             fields = sorted(self._queries)
             # every signal at one evaluation time: run at Prometheus' own "now" each, a scrape landing
             # between two of them mixed two scrapes in one observation (a panic-window TTFT read double)
-            at = time.time()
+            at = time.time() + self.measure_clock_offset()
             answers = list(self._pool.map(lambda f: self._vector(f, at), fields))
             failed = [a for a in answers if isinstance(a, SourceError)]
             for exc in failed:

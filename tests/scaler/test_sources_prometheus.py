@@ -273,3 +273,58 @@ def test_a_querier_that_answers_partially_by_default_is_asked_not_to() -> None:
     finally:
         source.stop()
         stub.close()
+
+
+@pytest.mark.parametrize("skew_s", [90.0, -45.0, 0.5])
+def test_a_cycle_is_evaluated_at_prometheus_now_when_its_clock_is_off(skew_s: float) -> None:
+    """A Prometheus whose clock runs behind ours was asked about its future (a 6 s panic window there holds
+    no samples), one ahead about its past. The source measures the offset with `time()` at Prometheus' own
+    now and evaluates every signal at ours plus it; within clocks.TOLERANCE_S it reads as none. The clock
+    is measured once a minute, not every cycle."""
+    import time
+
+    def prometheus(request: Request) -> Response:
+        if request.query.get("query") == ["time()"]:
+            now = time.time() + skew_s
+            return Response(200, json_body({"status": "success",
+                                            "data": {"resultType": "scalar", "result": [now, f"{now:.3f}"]}}),
+                            "application/json")
+        return Response(200, json_body(VECTOR), "application/json")
+
+    stub = HttpStub(prometheus)
+    source = PrometheusSource(PrometheusClient(stub.address), clock=Clock())
+    try:
+        before = time.time()
+        source.collect_once()
+        source.collect_once()
+        after = time.time()
+    finally:
+        source.stop()
+        stub.close()
+    clocks = [r for r in stub.requests if r.query.get("query") == ["time()"]]
+    assert len(clocks) == 1  # measured once for both cycles
+    ats = [float(r.query["time"][0]) for r in stub.requests if r.query.get("query") != ["time()"]]
+    assert len(ats) == 2 * len(signal_queries())
+    expected = skew_s if abs(skew_s) > 2.0 else 0.0
+    assert source.clock_offset == pytest.approx(expected, abs=0.5)
+    assert all(before + expected - 0.5 <= at <= after + expected + 0.5 for at in ats), (ats, before, after)
+
+
+def test_a_prometheus_that_cannot_tell_its_time_leaves_the_cycle_at_our_clock() -> None:
+    """`time()` refused or odd (a proxy that allows only the signal queries): no offset, and the signals
+    are still read, each at our clock."""
+    def prometheus(request: Request) -> Response:
+        if request.query.get("query") == ["time()"]:
+            return Response(400, json_body({"status": "error", "errorType": "bad_data", "error": "not allowed"}),
+                            "application/json")
+        return Response(200, json_body(VECTOR), "application/json")
+
+    stub = HttpStub(prometheus)
+    source = PrometheusSource(PrometheusClient(stub.address), clock=Clock())
+    try:
+        source.watch("llm", MODEL)
+        assert source.collect_once() != []
+        assert source.clock_offset == 0.0
+    finally:
+        source.stop()
+        stub.close()
