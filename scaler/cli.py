@@ -20,7 +20,7 @@ from keda_llm.common.addresses import host_port
 from keda_llm.common.durations import check_interval, parse_duration
 from keda_llm.scaler.assembly import Scaler, ScalerSettings, Sources, WorkloadSource
 from keda_llm.scaler.assembly import build as assemble
-from keda_llm.scaler.server import HTTPTLSFiles, ScalerServer, TLSFiles, address_family
+from keda_llm.scaler.server import HTTPTLSFiles, ListenHostError, ScalerServer, TLSFiles, address_family
 
 __all__ = ["Sources", "add_arguments", "build", "run", "settings_from_args"]
 
@@ -286,9 +286,12 @@ def start_error(err: BaseException, args: argparse.Namespace) -> StartError | No
     if isinstance(err, OSError) and (err.filename is not None or isinstance(err, IsADirectoryError)):
         return StartError(f"cannot read {err.filename or 'a TLS file'}: {err.strerror or err}",
                           "check the path given to the --tls-*, --http-tls-* and --exporters-tls-ca flags")
-    if isinstance(err, OSError) and isinstance(err, socket.gaierror):
+    if isinstance(err, ListenHostError):  # the gRPC listener's is caught before the start (probe_grpc_port)
         return StartError(f"cannot listen on --http-address {args.http_address}: {err}",
                           "a listen address is an IP of this machine, or :port for every address")
+    if isinstance(err, OSError) and isinstance(err, socket.gaierror):
+        return StartError(f"cannot listen: {err}", "a listen address is an IP of this machine, or :port for every "
+                                                   "address")
     return None
 
 

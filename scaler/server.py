@@ -256,6 +256,10 @@ class _HTTPHandler(BaseHTTPRequestHandler):
         self._json(200, {"scaledObject": str(key), "streams": woken, "forwarded": forwarded, "peers": peers})
 
 
+class ListenHostError(socket.gaierror):
+    """A listen host that does not resolve (start-up names the flag)."""
+
+
 def address_family(host: str) -> socket.AddressFamily:
     """The socket family a listen host needs: IPv6 for an IPv6 literal (`::`, `[::1]`), IPv4 for an IPv4
     literal or "" (every IPv4 interface), else what the name resolves to first."""
@@ -269,7 +273,7 @@ def address_family(host: str) -> socket.AddressFamily:
     try:
         return socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][0]
     except (OSError, IndexError) as err:  # a gaierror either way: start-up reports it as one line
-        raise socket.gaierror(f"cannot resolve the listen host {host!r}: {err}") from None
+        raise ListenHostError(f"cannot resolve the listen host {host!r}: {err}") from None
 
 
 class _ScalerHTTPServer(TLSAcceptMixin, ThreadingHTTPServer):

@@ -32,14 +32,15 @@ Points cache: every point (and each trace's oracle, static and lower bound) is k
 docs/data/frontier-points/ (committed, so that a fresh checkout simulates only what its changes moved), keyed
 on the trace (name and contents: a window is another trace), the backtest (preset, SLO, seed, cold starts,
 mode), the policy, the knob value and a digest of the source the point runs: simulator/ (but the sweep, the
-tuner and the command lines), scaler/model.py, scaler/scaledobject.py and the modules of common/ and
-activator/ they import for every point, plus all of scaler/, simulator/control/policies.py and what they
-import for ours' (simulator/report/frontier_cache.py). A re-run after a change to ours' policy simulates only
-ours' points; after a change to the simulator, every point (to the fluid mode's own modules: only the fluid
-traces' points). --fresh simulates every point again (and overwrites the cache), --no-cache neither reads nor
-writes it; `rm -r docs/data/frontier-points` empties it (entries are never deleted otherwise: commit the new
-ones with the docs they made). --policies NAME ... fills the cache for some policies only (not with
---update-docs).
+tuner and the command lines), scaler/model.py, scaler/scaledobject.py and the modules (and data files) of
+scaler/, common/ and activator/ they import for every point, plus simulator/control/policies.py and the
+scaler's modules the simulator imports (its policy and service, not its server) for ours'
+(simulator/report/frontier_cache.py). --frontier --check rebuilds each trace's section from the store alone. A
+re-run after a change to ours' policy simulates only ours' points; after a change to the simulator, every
+point (to the fluid mode's own modules: only the fluid traces' points). --fresh simulates every point again
+(and overwrites the cache), --no-cache neither reads nor writes it; `rm -r docs/data/frontier-points` empties
+it (entries are never deleted otherwise: commit the new ones with the docs they made). --policies NAME ...
+fills the cache for some policies only (not with --update-docs).
 
 --loo (leave one trace out, simulator.leave_one_out): ours' frontier on every trace (from the cache),
 ours at every knob value any trace's frontier tried on every trace (simulated where missing, then
@@ -243,7 +244,11 @@ def run_frontier(bt: Backtest, args: argparse.Namespace) -> None:
         raise SystemExit(f"unknown policy(ies): {', '.join(sorted(unknown))}; "
                          f"sweepable: {', '.join(FRONTIER_POLICIES)}")
     if args.check:
-        raise SystemExit(check_frontier(bt, cases, policies, points, frontier_seeds(args)))
+        shaped = [f for f, v in (("--quick", args.quick), ("--points", args.points), ("--seeds", args.seeds),
+                                 ("--policies", args.policies)) if v]
+        if shaped:  # the docs' sections are the full runs': any of these would compare another run with them
+            raise SystemExit(f"--frontier --check compares the docs' full-length frontiers: drop {', '.join(shaped)}")
+        raise SystemExit(check_frontier(bt, cases, FRONTIER_POLICIES, FRONTIER_POINTS, frontier_seeds(args)))
     sections: dict[str, str] = {}
     costs: dict[str, str] = {}
     for case in cases:

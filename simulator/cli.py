@@ -262,8 +262,8 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, list[str]]:
                                  "keda-llm's scaler, so give an external or external-push trigger")
             trigger_config(settings, i)  # bad metadata: the scaler's own ConfigError, naming key and value
     # before the trace loads and the run starts (each was a traceback from inside the run)
-    if not 0 < args.max_wait < math.inf:  # the router's rule
-        raise ValueError(f"--max-wait {args.max_wait:g}: must be more than 0 seconds, and finite")
+    if not args.max_wait > 0:  # the router's rule (inf: never dropped)
+        raise ValueError(f"--max-wait {args.max_wait:g}: must be more than 0 seconds (inf: never dropped)")
     if not (0 < args.slo_ttft < math.inf and 0 < args.slo_itl < math.inf):
         raise ValueError(f"--slo-ttft {args.slo_ttft:g} / --slo-itl {args.slo_itl:g}: each must be more than 0 "
                          "seconds, and finite")

@@ -104,7 +104,9 @@ class PrometheusSource(BackgroundSource):
     def measure_clock_offset(self) -> float:
         """Prometheus' clock minus ours, from `time()` evaluated at its own now and our clock around the query;
         re-measured every OFFSET_EVERY_S. Within TOLERANCE_S plus half the round trip it is 0 (what the estimate
-        can tell); a failed or odd answer keeps the last (the cycle's own queries report a failure)."""
+        can tell); a failed, odd or slow (round trip over TOLERANCE_S) answer keeps the last (the cycle's own
+        queries report a failure). Behind a querier (Thanos, Mimir) it is the querier's clock, which is the one
+        that evaluates the queries."""
         sent = time.time()
         if self._offset_at is not None and 0 <= sent - self._offset_at < OFFSET_EVERY_S:
             return self.clock_offset
@@ -115,6 +117,8 @@ class PrometheusSource(BackgroundSource):
             return self.clock_offset
         received = time.time()
         if kind != "scalar" or not isinstance(value, float) or not math.isfinite(value) or received < sent:
+            return self.clock_offset
+        if received - sent > TOLERANCE_S:  # too slow an answer to tell: the last estimate stands
             return self.clock_offset
         offset = value - (sent + received) / 2
         self.clock_offset = offset if abs(offset) > TOLERANCE_S + (received - sent) / 2 else 0.0

@@ -102,7 +102,12 @@ def _imports(rel: str, path: Path) -> set[str]:
     module = _module(rel)
     package = module if rel.endswith("__init__.py") else module.rpartition(".")[0]
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_bytes(), filename=rel)):
+    try:
+        tree = ast.parse(path.read_bytes(), filename=rel)
+    except (SyntaxError, ValueError) as err:  # ValueError: a NUL byte; a bad encoding is a SyntaxError
+        raise RuntimeError(f"frontier cache: cannot read the imports of {path} ({err}); a point's key follows "
+                           "them: fix the file or move it out of the package") from None
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -115,14 +120,18 @@ def _imports(rel: str, path: Path) -> set[str]:
     return {m for m in out if m.startswith("keda_llm.")}
 
 
-def _imported(files: list[tuple[str, Path]], root: Path | None,
-              parts_followed: tuple[str, ...] = IMPORTED_ONLY) -> list[tuple[str, Path]]:
+def _imported(files: list[tuple[str, Path]], root: Path | None, parts_followed: tuple[str, ...] = IMPORTED_ONLY,
+              from_parts: tuple[str, ...] | None = None) -> list[tuple[str, Path]]:
     """The modules of `parts_followed` that `files` reach through import statements, followed through each
-    other, with their packages' __init__.py (importing a module runs them)."""
+    other, with their packages' __init__.py (importing a module runs them) and the files other than modules
+    in the folders reached (data a module may read). `from_parts`: follow imports only out of files of these
+    parts (all: None)."""
     seen: dict[str, Path] = {}
     todo = [(rel, p) for rel, p in files if rel.endswith(".py")]
     while todo:
         rel, path = todo.pop()
+        if from_parts is not None and rel.split("/")[0] not in from_parts:
+            continue
         for name in _imports(rel, path):
             parts = name.split(".")[1:]
             if not parts or parts[0] not in parts_followed:
@@ -138,7 +147,9 @@ def _imported(files: list[tuple[str, Path]], root: Path | None,
                     if crel not in seen:
                         seen[crel] = c
                         todo.append((crel, c))
-    return sorted(seen.items())
+    data = {f"{rel.rpartition('/')[0]}/{d.name}": d for rel, p in seen.items() for d in p.parent.iterdir()
+            if d.is_file() and d.suffix not in (".py", ".pyc")}
+    return sorted({**seen, **data}.items())
 
 
 def source_digest(entries: tuple[str, ...], skip: tuple[str, ...] = (), root: Path | None = None) -> str:
@@ -160,6 +171,9 @@ def point_files(kind: str, root: Path | None = None, detailed: bool = False) -> 
     if kind == "ours":
         files += _files(root, OURS_SOURCES)
         return sorted(dict(files + _imported(files, root, OURS_IMPORTED)).items())
+    # the scaler modules every point runs (SHARED_SOURCES) import others of scaler/ too (model.py: seasonal.py);
+    # the simulator's own imports of scaler/ are ours' wiring, not followed here
+    files += _imported(files, root, OURS_IMPORTED, from_parts=("scaler",))
     return sorted(dict(files + _imported(files, root)).items())
 
 

@@ -303,6 +303,7 @@ def test_a_cycle_is_evaluated_at_prometheus_now_when_its_clock_is_off(skew_s: fl
         stub.close()
     clocks = [r for r in stub.requests if r.query.get("query") == ["time()"]]
     assert len(clocks) == 1  # measured once for both cycles
+    assert "time" not in clocks[0].query  # at Prometheus' own now: with a `time` it would echo ours
     ats = [float(r.query["time"][0]) for r in stub.requests if r.query.get("query") != ["time()"]]
     assert len(ats) == 2 * len(signal_queries())
     expected = skew_s if abs(skew_s) > 2.0 else 0.0
@@ -319,12 +320,18 @@ def test_a_prometheus_that_cannot_tell_its_time_leaves_the_cycle_at_our_clock() 
                             "application/json")
         return Response(200, json_body(VECTOR), "application/json")
 
+    import time
+
     stub = HttpStub(prometheus)
     source = PrometheusSource(PrometheusClient(stub.address), clock=Clock())
     try:
         source.watch("llm", MODEL)
+        before = time.time()
         assert source.collect_once() != []
+        after = time.time()
         assert source.clock_offset == 0.0
+        ats = [float(r.query["time"][0]) for r in stub.requests if r.query.get("query") != ["time()"]]
+        assert ats and all(before - 0.5 <= at <= after + 0.5 for at in ats)
     finally:
         source.stop()
         stub.close()
