@@ -263,6 +263,9 @@ class StartError(Exception):
         super().__init__(f"{problem}; hint: {hint}")
 
 
+LISTEN_HINT = "a listen address is an IP of this machine, or :port for every address"
+
+
 def start_error(err: BaseException, args: argparse.Namespace) -> StartError | None:
     """The StartError an exception from start-up stands for, or None for a real bug (keep its traceback)."""
     from keda_llm.scaler.kube import KubeError
@@ -288,10 +291,9 @@ def start_error(err: BaseException, args: argparse.Namespace) -> StartError | No
                           "check the path given to the --tls-*, --http-tls-* and --exporters-tls-ca flags")
     if isinstance(err, ListenHostError):  # the gRPC listener's is caught before the start (probe_grpc_port)
         return StartError(f"cannot listen on --http-address {args.http_address}: {err}",
-                          "a listen address is an IP of this machine, or :port for every address")
+                          LISTEN_HINT)
     if isinstance(err, OSError) and isinstance(err, socket.gaierror):
-        return StartError(f"cannot listen: {err}", "a listen address is an IP of this machine, or :port for every "
-                                                   "address")
+        return StartError(f"cannot listen: {err}", LISTEN_HINT)
     return None
 
 
@@ -305,7 +307,7 @@ def probe_grpc_port(args: argparse.Namespace) -> None:
         family = address_family(host)
     except socket.gaierror as err:
         raise StartError(f"cannot listen on --grpc-address {args.grpc_address}: {err}",
-                         "a listen address is an IP of this machine, or :port for every address") from None
+                         LISTEN_HINT) from None
     if port == 0:
         return
     with socket.socket(family, socket.SOCK_STREAM) as probe:
