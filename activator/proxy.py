@@ -82,8 +82,19 @@ READY_RETRY_S = 2
 #: `Content-Type: application/octet-stream` made FastAPI servers refuse a JSON body sent without one; an added
 #: `Accept-Encoding` gave clients that never asked a gzip answer)
 _NOT_ADDED = frozenset({"Accept-Encoding", "User-Agent", "Content-Type", "Accept"})
+#: The same both ways: headers aiohttp's server adds to an answer that has none. An upstream answer without
+#: `Content-Type` leaves its type to the client (RFC 9110 8.3), where an added `application/octet-stream`
+#: decides it; an added `Server` names this proxy's software as the replica's. `Date` stays: a forwarder
+#: with a clock appends it (RFC 9110 6.6.1).
+_NOT_ADDED_ANSWER = ("Content-Type", "Server")
 TICK_S = 0.1  # expiry, re-activation and set-aside endpoints coming back are checked this often
 WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+
+class _Forwarded(web.StreamResponse):
+    """An upstream's answer on its way back, with the default headers its upstream did not send (`_unadd`)."""
+
+    absent: tuple[str, ...] = ()
 
 
 class _Rejected(Exception):
@@ -223,6 +234,7 @@ class Activator:
     def _proxy_app(self) -> web.Application:
         app = web.Application(client_max_size=self.cfg.max_body_bytes)
         app.router.add_route("*", "/{tail:.*}", self._handle)
+        app.on_response_prepare.append(_unadd)
         return app
 
     def _admin_app(self) -> web.Application:
@@ -524,9 +536,10 @@ class Activator:
                                 else 502, message=f"upstream: {type(e).__name__}")
         self.metrics.forwarded.labels(st.cfg.name, endpoint).inc()
         async with up:
-            resp = web.StreamResponse(status=up.status, reason=up.reason)
+            resp = _Forwarded(status=up.status, reason=up.reason)
             for k, v in _end_to_end(up.headers):
                 resp.headers.add(k, v)
+            resp.absent = tuple(h for h in _NOT_ADDED_ANSWER if h not in resp.headers)
             if up.content_length is not None and "chunked" not in up.headers.get("Transfer-Encoding", ""):
                 resp.content_length = up.content_length
             await resp.prepare(request)
@@ -574,6 +587,15 @@ class Activator:
         err: dict[str, Any] = {"error": {"message": text, "type": rej.reason, "code": code}}
         return web.Response(status=code, headers=headers, content_type="application/json",
                             text=json.dumps(err))
+
+
+async def _unadd(request: web.Request, response: web.StreamResponse) -> None:
+    """on_response_prepare (aiohttp's hook between its default headers and the wire): a forwarded answer
+    leaves without the defaults its upstream did not send (`_NOT_ADDED_ANSWER`); the activator's own answers
+    keep theirs."""
+    if isinstance(response, _Forwarded):
+        for name in response.absent:
+            response.headers.popall(name, None)
 
 
 def _body_model(body: bytes) -> str | None:

@@ -8,6 +8,8 @@ each case failed before its fix:
 - aiohttp's client added `Content-Type: application/octet-stream` (FastAPI servers, vLLM's among them, then
   refuse a JSON body sent without one) and `Accept-Encoding`;
 - headers that `Connection` names were passed on, both ways;
+- an answer without `Content-Type` or `Server` reached the client with aiohttp's (`application/octet-stream`,
+  which takes the type's choice from the client, and the activator's own software as the replica's);
 - an alias reached the replica, which serves only the configured name;
 - `GET /v1/models` was a 404 as soon as a model routed by path prefix;
 - a model up and full told clients to retry after a whole cold start."""
@@ -160,6 +162,34 @@ def test_answer_headers_named_by_connection_stay_behind() -> None:
         async with proxied(answer) as (_, act):
             got = (await raw(act, post("/v1/completions", BODY))).lower()
             assert b"x-internal" not in got and b"x-request-id: 7" in got
+
+    run(main())
+
+
+def test_an_answer_gains_no_type_or_server_its_upstream_did_not_send() -> None:
+    bare = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+    typed = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nServer: engine/1\r\nContent-Length: 2\r\n\r\nok"
+    answers = [bare, typed]
+
+    async def answer(req: dict[str, Any]) -> bytes:
+        return answers.pop(0)
+
+    def names(got: bytes) -> dict[str, str]:
+        lines = got.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")[1:]
+        return {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines)}
+
+    async def main() -> None:
+        async with proxied(answer) as (_, act):
+            got = await raw(act, post("/v1/completions", BODY))
+            assert got.endswith(b"hello")
+            head = names(got)
+            assert "content-type" not in head and "server" not in head, head
+            assert "date" in head  # a forwarder with a clock appends one (RFC 9110 6.6.1)
+            head = names(await raw(act, post("/v1/completions", BODY)))
+            assert (head["content-type"], head["server"]) == ("text/plain", "engine/1")
+            # the activator's own answers keep their type
+            head = names(await raw(act, b"GET /nope HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"))
+            assert head["content-type"].startswith("application/json"), head
 
     run(main())
 
