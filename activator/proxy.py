@@ -233,7 +233,7 @@ class Activator:
 
     def _proxy_app(self) -> web.Application:
         app = web.Application(client_max_size=self.cfg.max_body_bytes)
-        app.router.add_route("*", "/{tail:.*}", self._handle)
+        app.router.add_route("*", "/{tail:.*}", self._handle, expect_handler=self._expect)
         app.on_response_prepare.append(_unadd)
         return app
 
@@ -258,8 +258,10 @@ class Activator:
     async def _queues(self, request: web.Request) -> web.Response:
         if not self.admin_token:
             return web.json_response({"error": "admin endpoints are off (no admin_token_file)"}, status=404)
-        given = request.headers.get("Authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {self.admin_token}".encode()):
+        # the scheme is case-insensitive (RFC 9110 11.1); a value that is not UTF-8 is compared as its bytes
+        scheme, _, given = request.headers.get("Authorization", "").strip().partition(" ")
+        if not (hmac.compare_digest(given.strip().encode("utf-8", "surrogateescape"), self.admin_token.encode())
+                and scheme.lower() == "bearer"):
             return web.json_response({"error": "missing or wrong bearer token"}, status=401,
                                      headers={"WWW-Authenticate": "Bearer"})
         now = self.clock()
@@ -281,7 +283,7 @@ class Activator:
             for name in sorted(self.names)]})
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        if (request.method == "GET" and request.path == "/v1/models"
+        if (request.method in ("GET", "HEAD") and request.path == "/v1/models"
                 and route_by_path(request.path, self.prefixes) is None):
             return await self._models()
         self.inflight += 1
@@ -293,6 +295,29 @@ class Activator:
             if self.inflight == 0:
                 self._idle.set()
 
+    async def _expect(self, request: web.Request) -> web.StreamResponse | None:
+        """`Expect: 100-continue` with a declared body over max_body_bytes: the 413 at once, so the client never
+        sends what would be refused (a 100 first had it send the body, then get the 413); else aiohttp's 100.
+        The connection closes after it: the body was never read."""
+        length = request.content_length
+        if (length is not None and length > self.cfg.max_body_bytes and request.version >= (1, 1)
+                and request.headers.get("Expect", "").lower() == "100-continue"):
+            response = self._too_large()
+            response.force_close()
+            return response
+        # aiohttp's own answer otherwise (its default handler, which is not public API): 100 to a 1.1 client
+        expect = request.headers.get("Expect", "")
+        if request.version >= (1, 1):
+            if expect.lower() != "100-continue":
+                raise web.HTTPExpectationFailed(text=f"unknown Expect: {expect}")
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            request.writer.output_size = 0  # not part of the answer's size (the access log's)
+        return None
+
+    def _too_large(self) -> web.Response:
+        return self._reject(None, _Rejected("bad_request"), status=413,
+                            message=f"request body over {self.cfg.max_body_bytes} bytes")
+
     async def _proxy(self, request: web.Request) -> web.StreamResponse:
         try:
             # a client that trickles its body (or stops sending it) would hold a slot in `inflight`, which
@@ -300,8 +325,7 @@ class Activator:
             async with asyncio.timeout(self.cfg.body_timeout):
                 body = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            return self._reject(None, _Rejected("bad_request"), status=413,
-                                message=f"request body over {self.cfg.max_body_bytes} bytes")
+            return self._too_large()
         except TimeoutError:
             response = self._reject(None, _Rejected("bad_request"), status=408,
                                     message=f"request body not received within {self.cfg.body_timeout:g} s")
@@ -515,8 +539,12 @@ class Activator:
     async def _forward(self, request: web.Request, st: ModelState, endpoint: str, path_qs: str,
                        body: bytes) -> web.StreamResponse:
         assert self._session is not None
-        # the body was read decoded (aiohttp undoes a request's Content-Encoding): forwarded as it is, unlabelled
-        headers = CIMultiDict(_end_to_end(request.headers, also=("content-encoding",)))
+        # a body aiohttp decoded (one coding it knows: gzip, deflate, ...) goes on as read, unlabelled; one in a
+        # coding it left alone (`x-gzip`, several) goes as sent, with its label. What it decoded is on the parsed
+        # message only (`Request.message`, deprecated, is the same object)
+        message = getattr(request, "_message", None)  # private: without it, as before (every coding decoded)
+        decoded = message is None or getattr(message, "compression", "") is not None
+        headers = CIMultiDict(_end_to_end(request.headers, also=("content-encoding",) if decoded else ()))
         peer = request.remote or ""
         prior = ", ".join(request.headers.getall("X-Forwarded-For", []))  # every hop, however many lines
         headers["X-Forwarded-For"] = f"{prior}, {peer}" if prior else peer
@@ -542,6 +570,10 @@ class Activator:
             resp.absent = tuple(h for h in _NOT_ADDED_ANSWER if h not in resp.headers)
             if up.content_length is not None and "chunked" not in up.headers.get("Transfer-Encoding", ""):
                 resp.content_length = up.content_length
+            elif request.version < (1, 1):
+                # HTTP/1.0 has no chunked coding: a body of unknown length ends with the connection (RFC 9112
+                # 6.3), which aiohttp left open for a keep-alive client, so the client waited for ever
+                resp.force_close()
             await resp.prepare(request)
             write, read, now = resp.write, up.content.readany, asyncio.get_running_loop().time
             read_timeout = self.cfg.read_timeout
@@ -623,6 +655,10 @@ def _target(raw: str, path: str, prefix: str) -> str:
     """The request-target to forward: the client's own bytes (its percent-encoding kept: decoded, `%23` ended
     the query, `%2F` became a path separator, `+` a raw space), less a routing `prefix`. A prefix the client
     percent-encoded is matched decoded; the rest of such a path is encoded again."""
+    if not raw.startswith("/"):  # the absolute form (RFC 9112 3.2.2): the replica gets the origin form
+        rest = raw.partition("://")[2]
+        cut = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+        raw = rest[cut:] if rest[cut:].startswith("/") else "/" + rest[cut:]
     raw_path, sep, query = raw.partition("?")
     if prefix and (raw_path == prefix or raw_path.startswith(prefix + "/")):
         raw_path = raw_path[len(prefix):] or "/"
