@@ -48,6 +48,8 @@ ALIASES = {
     "burstgpt": "burstgpt-week1",
 }
 TRACE_NAMES = tuple(sorted(set(SHIPPED) | set(ALIASES)))
+#: more replicas than a Kubernetes cluster runs pods for one Deployment (`simulate` and `tune` refuse more)
+MOST_REPLICAS = 10_000
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -123,7 +125,7 @@ def load_trace(args: argparse.Namespace) -> Trace:
     path = Path(args.trace)
     if name in SHIPPED:
         tr = load_shipped(name, seed=args.seed)
-    elif path.exists():
+    elif args.trace and path.exists():  # "" is no file (Path("") is the current folder)
         suffixes = "".join(path.suffixes[-2:]).lower()
         fmt = getattr(args, "format", "auto")
         if fmt == "auto":  # .json, .jsonl, .ndjson (and .gz of each) are JSON lines
@@ -272,6 +274,9 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, list[str]]:
     if args.max_replicas is not None and args.max_replicas < 1:  # 0 read as "not given" before
         raise ValueError(f"--max-replicas {args.max_replicas}: must be >= 1")
     max_replicas = args.max_replicas or (settings.max_replicas if settings is not None else 64)
+    if max_replicas > MOST_REPLICAS:  # the oracle's cold-start table is sized by it: 2**31 ran out of memory
+        raise ValueError(f"{'--max-replicas' if args.max_replicas else 'the ScaledObject: maxReplicaCount'} "
+                         f"{max_replicas}: at most {MOST_REPLICAS:,}")
     trace = load_trace(args)
     bt = Backtest(preset, cold_start=args.cold_start, slo=Slo(args.slo_ttft, args.slo_itl), seed=args.seed,
                   routing=args.routing, max_wait_s=args.max_wait, max_held=args.max_held, scaledobject=settings,

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
+import signal
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
@@ -50,6 +52,12 @@ from keda_llm.simulator.workload.traces import Trace, TraceError
 ACTIVATION_QUERY = 'sum(keda_llm_activator_held_requests{{model="{model}"}})'
 DEFAULT_SCALER_ADDRESS = "keda-llm-scaler.keda-llm.svc:9090"
 DEFAULT_MAX_REPLICAS = 16
+
+
+def promql_string(text: str) -> str:
+    """`text` as a PromQL string literal's inside: a model named with a quote or a backslash would otherwise
+    end the label matcher early and the activationQuery would not parse."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
 @dataclass(frozen=True)
@@ -118,7 +126,8 @@ def candidate(knobs: Knobs, target: Target, *, slo_itl_s: float, cold_start_s: f
     base = default_scaledobject(target.model, max_replicas=target.max_replicas, cold_start_s=cold_start_s)
     meta = dict(base.triggers[0].metadata)
     spelled = knobs.describe(slo_itl_s, cold_start_s, slo_ttft_s)
-    meta.update(scalerAddress=target.scaler_address, activationQuery=ACTIVATION_QUERY.format(model=target.model),
+    meta.update(scalerAddress=target.scaler_address,
+                activationQuery=ACTIVATION_QUERY.format(model=promql_string(target.model)),
                 targetInterTokenLatency=spelled["targetInterTokenLatency"],
                 targetKVUtilization=f"{knobs.kv_utilization:g}", mode=knobs.mode)
     meta.pop("targetTimeToFirstToken", None)
@@ -231,6 +240,19 @@ _WORKER: tuple[Trace, Backtest] | None = None
 def _init_worker(trace: Trace, backtest: Backtest) -> None:
     global _WORKER
     _WORKER = (trace, backtest)
+    # Ctrl-C reaches the whole process group: the parent alone handles it (`_stop`), not each worker mid-point
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """End a sweep now (Ctrl-C, or a point that raised): the points not started are cancelled and the workers
+    ended, rather than the pool's exit waiting for every queued point to run (minutes, on a full grid)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())  # its workers: no public handle
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.join()
 
 
 def _worker_point(knobs: Knobs, manifest: dict[str, Any], seed: int) -> Point:
@@ -282,7 +304,8 @@ def tune(trace: Trace, backtest: Backtest, target_so: Target, *, grid: Grid = FU
             if progress is not None:
                 progress(n, total)
     else:
-        with worker_pool(min(workers, len(jobs)), _init_worker, (trace, bt)) as pool:
+        pool = worker_pool(min(workers, len(jobs)), _init_worker, (trace, bt))
+        try:
             pending: dict[Future[Point], tuple[int, int]] = {
                 pool.submit(_worker_point, knobs[i], manifests[i], seed): (i, seed) for i, seed in jobs}
             n = done0
@@ -293,6 +316,10 @@ def tune(trace: Trace, backtest: Backtest, target_so: Target, *, grid: Grid = FU
                     n += 1
                     if progress is not None:
                         progress(n, total)
+        except BaseException:
+            _stop(pool)
+            raise
+        pool.shutdown()
     points = tuple(over_seeds([runs[i, seed] for seed in seeds]) for i in range(len(knobs)))
     return TuneResult(points, target, oracle, static, feasible, bt.resolved_mode(trace), seeds, bt.max_replicas)
 
@@ -404,9 +431,21 @@ def holdout_line(h: Holdout) -> str:
 def render_yaml(result: TuneResult, *, trace: Trace, backtest: Backtest, command: str | None = None,
                 holdout: Holdout | None = None) -> str:
     """The chosen ScaledObject as YAML, under a comment header (see `header`)."""
-    head = "".join(f"# {line}\n" for line in header(result, trace=trace, backtest=backtest, command=command,
-                                                     holdout=holdout))
+    head = "".join(f"# {_comment(line)}\n" for line in header(result, trace=trace, backtest=backtest,
+                                                               command=command, holdout=holdout))
     return head + yaml.safe_dump(result.chosen.manifest, sort_keys=False, width=1 << 16)
+
+
+#: what may not stand in a YAML comment as it is: line breaks (one would end the comment, and the rest of the
+#: line would be read as YAML) and characters YAML does not allow in a stream at all (a surrogate from a file
+#: name that is not UTF-8 could not even be written)
+_NOT_IN_COMMENT = re.compile(r"[^\t\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]")
+
+
+def _comment(line: str) -> str:
+    """`line` as one comment line: a trace file or model named with a line break stays on it, escaped."""
+    return _NOT_IN_COMMENT.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}",
+                               line)
 
 
 def plot(result: TuneResult, path: str | Path, *, title: str) -> None:

@@ -16,6 +16,7 @@ import os
 import re
 import shlex
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any
 
 from keda_llm.simulator.cli import (
     ALIASES,
+    MOST_REPLICAS,
     READING_DEFAULTS,
     TRACE_NAMES,
     add_trace_arguments,
@@ -64,7 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="cold start case [typical; with --from-prometheus: the scaler's measured p90, "
                         "keda_llm_scaler_cold_start_p90_seconds, where Prometheus has it]")
     c.add_argument("--max-replicas", type=int, default=DEFAULT_MAX_REPLICAS,
-                   help=f"maxReplicaCount of every candidate [{DEFAULT_MAX_REPLICAS}]")
+                   help=f"maxReplicaCount of every candidate, at most 10,000 [{DEFAULT_MAX_REPLICAS}]")
 
     w = p.add_argument_group("the written ScaledObject")
     w.add_argument("--model", default=None,
@@ -72,7 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "[the preset's model]")
     w.add_argument("--namespace", default=None, help="its namespace [default]; with --from-prometheus also the "
                                                      "`namespace` label the series must carry [any]")
-    w.add_argument("--name", default="llm", help="its name [llm]")
+    w.add_argument("--name", default="llm", help="its name, at most 54 characters (KEDA's HPA: keda-hpa-NAME) [llm]")
     w.add_argument("--deployment", default="llm", help="the Deployment it scales [llm]")
     w.add_argument("--scaler-address", default=DEFAULT_SCALER_ADDRESS, help=f"[{DEFAULT_SCALER_ADDRESS}]")
     w.add_argument("--prometheus-address", default=None, metavar="URL",
@@ -91,7 +93,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--seeds", type=int, default=1, metavar="N",
                    help="run every candidate with the cold starts drawn N times (seeds --seed .. --seed+N-1) and "
                         "count its worst SLO attainment at its mean GPU-hours: a pick that holds on every draw, "
-                        "N times the CPU [1]")
+                        "N times the CPU; at most 1,000 [1]")
     r.add_argument("--holdout", default=None, metavar="SPAN",
                    help="tune on the trace but its last SPAN (1d, 6h, 90m; at least a minute), then run the pick on "
                         "that SPAN, which it was not chosen on, and report it (exit 3 when the pick meets the target "
@@ -108,12 +110,13 @@ class _Refused(Exception):
 
 
 def _hint(err: Exception, args: argparse.Namespace) -> str:
+    """By what the error says, not by words a file's name may hold (a trace in `spans.csv` is no --since)."""
     text = str(err)
-    if "holdout" in text:
+    if text.startswith(("holdout ", "--holdout ")):
         return "--holdout takes a span of at least a minute and shorter than the trace: 1d, 6h, 90m"
-    if "span" in text:
+    if args.from_prometheus is not None and "span" in text:
         return "--since (with --until) gives the span to read: 7d, 36h, 90m"
-    if "Prometheus" in text:
+    if args.from_prometheus is not None and "Prometheus" in text:
         return "check the URL (e.g. http://prometheus.monitoring:9090), --model, --namespace and --since"
     return input_hint(err, PROG)
 
@@ -181,25 +184,46 @@ SLO_TTFT_S = (0.01, 3600.0)
 SLO_ITL_S = (0.001, 60.0)
 #: less than this much traffic, or this many requests, and a pick says little (a warning, not a refusal)
 SHORT_TRACE_S, FEW_REQUESTS = 1800.0, 100
+#: the longest ScaledObject name KEDA takes: `keda-hpa-` and it name the HPA, a label value of at most 63 (KEDA
+#: 2.20's admission webhook: kedacore/keda #6998, #7762; before it, past 63 KEDA took the object and never made its HPA)
+MOST_NAME = 63 - len("keda-hpa-")
+#: seeds enough for any confidence; the sweep lists every (candidate, seed) run before the first starts
+MOST_SEEDS = 1_000
 
 
-def _check_writable(flag: str, path: Path) -> None:
-    """Refuse an output path before the sweep, not after it: its folder must exist and it must not be one."""
+def _check_writable(flag: str, name: str) -> None:
+    """Refuse an output path before the sweep, not after it: a name, its folder existing, no folder itself, and
+    a file that can be written there (a probe: root passes every permission check, and /proc or a read-only
+    mount refuse only the write)."""
+    if not name.strip():
+        raise _Refused(f"{flag} {name!r}: an empty file name", f"e.g. {flag} {_EXAMPLE_NAMES[flag]}")
+    path = Path(name)
     folder = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
         raise _Refused(f"{flag} {path}: a directory", f"{flag} takes a file name, e.g. {flag} {path / 'out'}")
     if not folder.is_dir():
-        raise _Refused(f"{flag} {path}: no folder {folder}", f"create it first: mkdir -p {folder}")
-    if not os.access(folder, os.W_OK):
-        raise _Refused(f"{flag} {path}: the folder {folder} is not writable", "pick a folder you can write to")
+        raise _Refused(f"{flag} {path}: cannot write there, no folder {folder}", f"create it first: mkdir -p {folder}")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise _Refused(f"{flag} {path}: cannot write the file", "pick a file you can write, or a new name")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".keda-llm-tune-"):
+            pass
+    except OSError as err:
+        raise _Refused(f"{flag} {path}: cannot write in {folder}: {err.strerror or err}",
+                       "pick a folder you can write to") from None
+
+
+#: what each output flag's hint suggests for an empty name
+_EXAMPLE_NAMES = {"--out": "scaledobject.yaml", "--plot": "frontier.png", "--save-history": "history.csv"}
 
 
 def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any, Trace | None]:
     """(trace, Backtest, Target, Grid, the held-out trace or None) from the arguments; every input error raises
     with a clear message."""
+    from keda_llm.common.addresses import host_port
     from keda_llm.simulator.report.summary import Slo
     from keda_llm.simulator.run import Backtest
-    from keda_llm.simulator.tune import FULL_GRID, QUICK_GRID, Target, candidate
+    from keda_llm.simulator.tune import DEFAULT_SCALER_ADDRESS, FULL_GRID, QUICK_GRID, Target, candidate
 
     preset = resolve_preset(args.preset)
     if (args.trace is None) == (args.from_prometheus is None):
@@ -213,14 +237,32 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any, Trace | None]
                        "e.g. --slo-ttft 2 --slo-itl 0.1")
     if args.workers < 1 or args.max_replicas < 1 or args.seeds < 1:
         raise _Refused("--workers, --max-replicas and --seeds must be >= 1", f"{PROG} --help lists the flags")
+    if args.max_replicas > MOST_REPLICAS:  # the oracle's cold-start table is sized by it: 2**31 ran out of memory
+        raise _Refused(f"--max-replicas {args.max_replicas}: at most {MOST_REPLICAS:,}",
+                       "the most replicas the Deployment may run, e.g. --max-replicas 16")
+    if args.seeds > MOST_SEEDS:
+        raise _Refused(f"--seeds {args.seeds}: at most {MOST_SEEDS:,} (each one runs every candidate again)",
+                       "a few draws tell a lucky pick from a sound one, e.g. --seeds 4")
     if args.seed < 0:
         raise _Refused(f"--seed {args.seed}: must be >= 0", "any whole number from 0, e.g. --seed 1")
     for flag, out in (("--out", args.out), ("--plot", args.plot)):
         if out is not None:
-            _check_writable(flag, Path(out))
+            _check_writable(flag, out)
     if args.plot is not None:
         _check_image_format(Path(args.plot))
     _check_unused_flags(args)
+    if args.save_history is not None:
+        _check_writable("--save-history", args.save_history)
+    if args.model is not None and (not args.model.strip() or args.model != args.model.strip()):
+        raise _Refused(f"--model {args.model!r}: {'empty' if not args.model.strip() else 'blanks around the name'}",
+                       "the served model name, as the engines label it, e.g. --model meta-llama/Llama-3.1-8B-Instruct")
+    try:
+        host, port = host_port(args.scaler_address)
+        if not host or port == 0:
+            raise ValueError("a host and a port from 1")
+    except ValueError as err:
+        raise _Refused(f"--scaler-address {args.scaler_address!r}: not host:port ({err})",
+                       f"KEDA dials the scaler there, e.g. --scaler-address {DEFAULT_SCALER_ADDRESS}") from None
     for flag, value, pattern, most in (("--name", args.name, _DNS_SUBDOMAIN, 253),
                                        ("--namespace", args.namespace, _DNS_LABEL, 63),
                                        ("--deployment", args.deployment, _DNS_SUBDOMAIN, 253)):
@@ -229,10 +271,14 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any, Trace | None]
             raise _Refused(f"{flag} {value!r}: not a Kubernetes name (lower-case letters, digits and '-'{dots}, "
                            f"at most {most}, starting and ending with a letter or digit)",
                            f"e.g. {flag} {_dns_like(value)}")
+    if len(args.name) > MOST_NAME:
+        raise _Refused(f"--name {args.name[:20]}...: {len(args.name)} characters, KEDA takes at most {MOST_NAME} (its "
+                       f"HPA is keda-hpa-NAME, a label value of at most 63: KEDA 2.20 refuses more, and past 63 no "
+                       "KEDA creates the HPA)", f"e.g. --name {args.name[:MOST_NAME].rstrip('-.')}")
     if args.prometheus_address is not None and not args.prometheus_address.startswith(("http://", "https://")):
         raise _Refused(f"--prometheus-address {args.prometheus_address!r}: not an http:// or https:// URL",
                        f"e.g. --prometheus-address http://{args.prometheus_address.split('://')[-1]}")
-    model = args.model or preset.model.name
+    model = args.model if args.model is not None else preset.model.name  # "" is refused above, not replaced
     if args.from_prometheus is not None:
         if args.model is None:
             raise _Refused("--from-prometheus needs --model (the `model` label of the llm_* series)",
@@ -391,14 +437,19 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=err_console, transient=True, disable=args.quiet)
     task = progress.add_task("sweep", total=runs + (0 if args.no_oracle else 1))
-    with progress:
-        result = tune(trace, bt, target, grid=grid, target=args.target, workers=args.workers,
-                      with_references=not args.no_oracle, seeds=seeds,
-                      progress=lambda done, total: progress.update(task, completed=done, total=total))
-        holdout = None
-        if held is not None:
-            progress.update(task, description="held out")
-            holdout = check_holdout(result, held, bt, with_reference=not args.no_oracle)
+    try:
+        with progress:
+            result = tune(trace, bt, target, grid=grid, target=args.target, workers=args.workers,
+                          with_references=not args.no_oracle, seeds=seeds,
+                          progress=lambda done, total: progress.update(task, completed=done, total=total))
+            holdout = None
+            if held is not None:
+                progress.update(task, description="held out")
+                holdout = check_holdout(result, held, bt, with_reference=not args.no_oracle)
+    except KeyboardInterrupt:  # the sweep stopped (its workers too, simulator/tune.py `_stop`): nothing to write
+        print(f"{PROG}: interrupted: nothing written; hint: --quick (4 candidates) or a shorter --window runs in "
+              "less time", file=sys.stderr)
+        return 130
     console.print(frontier_table(result, bt))
     c = result.chosen
     if result.feasible_share is not None and result.feasible_share < result.target:
