@@ -85,14 +85,13 @@ def _running_waiting(requests: list[Sample]) -> tuple[float | None, float | None
     """(in the batch, waiting) from the request gauges. `active` is every request the executor holds, the
     waiting ones included: the backend reports waiting = active - scheduled (tensorrtllm_backend
     inflight_batcher_llm/src/model_instance_state.cc, "Waiting Requests"), so `active` as running counted
-    each waiting request twice. Running is `scheduled`; builds before the `waiting` label (v0.7-v0.17
-    report active, max, scheduled, context) give waiting as active - scheduled."""
+    each waiting request twice. Running is `scheduled` (trtllm_serve.in_batch); builds before the `waiting`
+    label (v0.7-v0.17 report active, max, scheduled, context) give waiting as active - scheduled, and without
+    `scheduled` it is active - waiting."""
     active = total(where(requests, "request_type", "active"))
     scheduled = total(where(requests, "request_type", "scheduled"))
     waiting = total(where(requests, "request_type", "waiting"))
-    if scheduled is None:  # neither split reported: all the executor holds is what it runs
-        running = active if waiting is None or active is None else max(active - waiting, 0.0)
-        return running, waiting
-    if waiting is None and active is not None:
-        waiting = max(active - scheduled, 0.0)
-    return scheduled, waiting
+    if scheduled is None and active is not None and waiting is not None:
+        scheduled = max(active - waiting, 0.0)
+    running, unscheduled = trtllm_serve.in_batch(active, scheduled)
+    return running, unscheduled if waiting is None else waiting

@@ -10,11 +10,19 @@ a family leaves its signal missing, never 0. Series that differ in another label
 disjoint parts and summed. `trtllm_time_per_output_token_seconds` is observed once per finished request
 (its mean time per output token, `MetricNames.TPOT`), not once per token: the ITL histogram weighs
 requests, not tokens, as TGI's does.
+
+Despite its name, `trtllm_num_requests_running` is every request the executor holds (PyExecutor's
+`len(active_requests)`), the ones it did not schedule this iteration (no KV space, over the token budget)
+included; newer collectors also export `trtllm_num_scheduled_requests` (inflightBatchingStats'
+numScheduledRequests, context + generation requests of the batch). Where it is present the batch is the
+scheduled requests and the rest of the active ones wait, as for Triton (`in_batch`). Those collectors also
+count finished requests from the iteration stats (`trtllm_num_requests_completed_total`): read where the
+per-request `trtllm_request_success_total` is missing (no `return_perf_metrics`).
 """
 
 from __future__ import annotations
 
-from keda_llm.exporter.engines.ranks import GroupKey, first_histogram, group, histogram_names, pick, total
+from keda_llm.exporter.engines.ranks import GroupKey, first_histogram, group, histogram_names, pick, plus, total
 from keda_llm.exporter.model import EngineMetrics, Sample, Target
 
 PREFIX = "trtllm_"
@@ -24,7 +32,8 @@ DYNAMO_PREFIX = "trtllm:"
 
 # Each signal under its current name, then an earlier build's (a collector that named the executor's
 # numActiveRequests `trtllm_num_active_requests` and numQueuedRequests `trtllm_server_queue_length`).
-RUNNING = ("trtllm_num_requests_running", "trtllm_num_active_requests")
+RUNNING = ("trtllm_num_requests_running", "trtllm_num_active_requests")  # every request the executor holds
+SCHEDULED = ("trtllm_num_scheduled_requests",)  # the active ones in this iteration's batch
 WAITING = ("trtllm_num_requests_waiting", "trtllm_server_queue_length")
 MAX_RUNNING = ("trtllm_max_num_active_requests",)
 KV_USAGE = ("trtllm_kv_cache_utilization",)
@@ -32,7 +41,7 @@ KV_MAX_BLOCKS = ("trtllm_kv_cache_max_blocks",)
 KV_TOKENS_PER_BLOCK = ("trtllm_kv_cache_tokens_per_block",)
 PROMPT = ("trtllm_prompt_tokens_total",)
 GENERATION = ("trtllm_generation_tokens_total",)
-FINISHED = ("trtllm_request_success_total",)  # summed over finished_reason
+FINISHED = ("trtllm_request_success_total", "trtllm_num_requests_completed_total")  # summed over finished_reason
 CACHED = ("trtllm_prompt_cached_tokens_total",)  # prompt tokens served from the KV cache, within the prompt tokens
 TTFT = ("trtllm_time_to_first_token_seconds",)
 ITL = ("trtllm_time_per_output_token_seconds",)
@@ -42,8 +51,8 @@ ITL = ("trtllm_time_per_output_token_seconds",)
 #: openai_server.py), so every series says "undefined" and the target's model must stand in.
 UNNAMED = frozenset({"", "undefined"})
 
-_NAMES = frozenset(RUNNING + WAITING + MAX_RUNNING + KV_USAGE + KV_MAX_BLOCKS + KV_TOKENS_PER_BLOCK + PROMPT
-                   + GENERATION + FINISHED + CACHED + histogram_names(*TTFT, *ITL))
+_NAMES = frozenset(RUNNING + SCHEDULED + WAITING + MAX_RUNNING + KV_USAGE + KV_MAX_BLOCKS + KV_TOKENS_PER_BLOCK
+                   + PROMPT + GENERATION + FINISHED + CACHED + histogram_names(*TTFT, *ITL))
 #: The names read, and the same under Dynamo's prefix (in place of `trtllm_`, or before it).
 WANTED = _NAMES | {DYNAMO_PREFIX + n.removeprefix(PREFIX) for n in _NAMES} | {DYNAMO_PREFIX + n for n in _NAMES}
 
@@ -51,6 +60,16 @@ WANTED = _NAMES | {DYNAMO_PREFIX + n.removeprefix(PREFIX) for n in _NAMES} | {DY
 def ours(samples: list[Sample]) -> bool:
     """Whether the body is trtllm-serve's (or Dynamo's pass-through of it), not Triton's."""
     return any(s.name.startswith((PREFIX, DYNAMO_PREFIX)) for s in samples)
+
+
+def in_batch(active: float | None, scheduled: float | None) -> tuple[float | None, float | None]:
+    """(running, held but not scheduled) from TensorRT-LLM's active count and its scheduled part: the executor
+    counts as active every request it holds, the ones left out of this iteration's batch included, and those
+    wait. Without a scheduled count all it holds is what it runs. The scheduled count includes the requests
+    that finished in the iteration, so it can pass the active one for an iteration (nothing then waits)."""
+    if scheduled is None:
+        return active, None
+    return scheduled, None if active is None else max(active - scheduled, 0.0)
 
 
 def _undynamo(s: Sample) -> Sample:
@@ -75,17 +94,19 @@ def normalize(samples: list[Sample], target: Target, engine: str) -> list[Engine
         capacity = blocks * per_block if blocks and per_block else None
         max_running = total(pick(series, *MAX_RUNNING))
         prompt, cached = total(pick(series, *PROMPT)), total(pick(series, *CACHED))
+        running, unscheduled = in_batch(total(pick(series, *RUNNING)), total(pick(series, *SCHEDULED)))
         out.append(EngineMetrics(
             engine=engine,
             model=model,
             role=role_,
-            requests_running=total(pick(series, *RUNNING)),
-            requests_waiting=total(pick(series, *WAITING)),
+            requests_running=running,
+            requests_waiting=plus(total(pick(series, *WAITING)), unscheduled),
             requests_max_running=max_running if max_running else target.max_running,
             kv_cache_usage_ratio=total(pick(series, *KV_USAGE)),
             kv_cache_capacity_tokens=capacity,
             prompt_tokens_total=prompt,
-            # the cached counter starts at the first hit: until then no prefix-cache series, as for vLLM
+            # older collectors write the cached counter from its first hit (newer ones at 0 from the start):
+            # until then no prefix-cache series, as for vLLM
             prefix_cache_queried_tokens_total=prompt if cached is not None else None,
             prefix_cache_hit_tokens_total=cached if prompt is not None else None,
             generation_tokens_total=total(pick(series, *GENERATION)),
