@@ -75,7 +75,7 @@ def scrape(target: Target, cfg: ExporterConfig, normalize: Normalize) -> list[En
     except ScrapeError:
         raise
     except Exception as e:  # an adapter bug must cost one target, not the exporter
-        log.exception("normalizing %s failed", target.url)
+        log.exception("normalizing %s failed", target.shown_url)
         raise ScrapeError("parse", f"{type(e).__name__}: {e}") from e
     if not metrics:
         raise ScrapeError("unknown_engine", "no engine series found in the body")
@@ -264,7 +264,7 @@ class Collector:
                 outcome = Outcome(at=now, duration=elapsed,
                                   error=ScrapeError("timeout", "still running at the end of the cycle"))
             if outcome.error is not None and (prev.up or prev.last_error != str(outcome.error)):
-                log.warning("scrape %s failed: %s", target.url, outcome.error)
+                log.warning("scrape %s failed: %s", target.shown_url, outcome.error)
             states[key] = record(prev, target, outcome, self._started_at)
         return states
 

@@ -220,7 +220,7 @@ def parse_target(value: object, key: str, node: str) -> Target:
     return Target(
         url=url,
         namespace=_str(m.get("namespace", ""), f"{key}.namespace"),
-        pod=_str(m.get("pod") or parts.netloc, f"{key}.pod"),
+        pod=_str(m.get("pod") or parts.netloc.rpartition("@")[2], f"{key}.pod"),  # host:port, no credentials
         node=node,
         model=None if model is None else _str(model, f"{key}.model"),
         engine=engine,

@@ -17,6 +17,7 @@ the service-account token, and keeps the ones that opt in with annotations:
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import math
@@ -218,8 +219,8 @@ class KubeClient:
                 data = json.loads(resp.read())
         except urllib.error.HTTPError as e:
             raise DiscoveryError(f"listing pods on {node}: HTTP {e.code} {e.reason}") from e
-        except (OSError, ValueError) as e:
-            raise DiscoveryError(f"listing pods on {node}: {e}") from e
+        except (OSError, ValueError, http.client.HTTPException) as e:  # HTTPException: a body cut short
+            raise DiscoveryError(f"listing pods on {node}: {type(e).__name__}: {e}") from e
         if not isinstance(data, dict):
             raise DiscoveryError("listing pods: the answer is not a JSON object")
         return data

@@ -73,6 +73,19 @@ class Target:
     def key(self) -> str:
         return f"{self.namespace}/{self.pod}@{self.url}" if self.pod else self.url
 
+    @property
+    def shown_url(self) -> str:
+        """The URL without its `user:password@` (the fetch sends it as Basic auth): for labels and logs."""
+        return without_userinfo(self.url)
+
+
+def without_userinfo(url: str) -> str:
+    """`url` less any `user:password@` before its host; unchanged when it has none."""
+    scheme, sep, rest = url.partition("://")
+    authority_end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    at = rest.rfind("@", 0, authority_end)
+    return url if not sep or at < 0 else f"{scheme}{sep}{rest[at + 1:]}"
+
 
 @dataclass
 class GpuMetrics:

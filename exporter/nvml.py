@@ -225,7 +225,7 @@ class NvmlCollector:
                 parent = self._read(device, now)
                 out.append(parent)
                 for child in device.children:
-                    out.append(self._read(child, now) if parent.up else self._down(child))
+                    out.append(self._read(child, now) if parent.up else self._down(child, now))
             return out
 
     def close(self) -> None:
@@ -356,6 +356,14 @@ class NvmlCollector:
                 count, code, at = count + 1, int(data.eventData), now
                 log.warning("GPU %s: critical XID %d", device.uuid, code)
         self._xids[device.uuid] = (count, code, at)
+        self._set_xids(metrics, device.uuid, now)
+
+    def _set_xids(self, metrics: GpuMetrics, uuid: str, now: float) -> None:
+        """The XID fields of `metrics` from what was seen on `uuid`; left None where no event set ever was."""
+        seen = self._xids.get(uuid) if uuid else None
+        if seen is None:
+            return
+        count, code, at = seen
         metrics.xid_errors_total = float(count)
         metrics.last_xid = float(code) if code >= 0 else None
         metrics.xid_active = 1.0 if now - at < self._xid_hold_s else 0.0
@@ -391,7 +399,7 @@ class NvmlCollector:
 
     def _read(self, device: _Device, now: float) -> GpuMetrics:
         if device.handle is None:
-            return self._down(device)
+            return self._down(device, now)
         metrics = GpuMetrics(index=device.index, uuid=device.uuid, gpu_model=device.gpu_model,
                              mig_profile=device.mig_profile)
         try:
@@ -401,7 +409,7 @@ class NvmlCollector:
         except _DeviceDown as down:
             self._log_down(device.uuid or device.index, down.error)
             self._next_discovery_at = now  # it may come back with a new handle, or MIG was reconfigured
-            return self._down(device)
+            return self._down(device, now)
         if device.events is not None:
             self._drain_xid(device, metrics, now)
         self._down_logged.discard(device.uuid or device.index)
@@ -438,10 +446,18 @@ class NvmlCollector:
         self._variant[reader.name] = variant + 1
         return variant + 1
 
-    @staticmethod
-    def _down(device: _Device) -> GpuMetrics:
-        return GpuMetrics(index=device.index, uuid=device.uuid, gpu_model=device.gpu_model, up=False,
-                          mig_profile=device.mig_profile)
+    def _down(self, device: _Device, now: float) -> GpuMetrics:
+        """`device` reported down: no values, but the critical XIDs already seen on it, and their hold.
+
+        A GPU often becomes unreadable right after a critical XID (a double-bit ECC error that needs a
+        reset, a GPU fallen off the bus): dropping the XID fields then would end its `gpu_xid` hold at
+        the moment the fault is worst, and make its XID counter vanish. A down GPU that never had one
+        carries no XID series, as before."""
+        metrics = GpuMetrics(index=device.index, uuid=device.uuid, gpu_model=device.gpu_model, up=False,
+                             mig_profile=device.mig_profile)
+        if self._xids.get(device.uuid, (0,))[0] > 0:
+            self._set_xids(metrics, device.uuid, now)
+        return metrics
 
     def _log_down(self, key: str, error: Exception) -> None:
         if key not in self._down_logged:

@@ -26,10 +26,11 @@ _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _LABEL_NAME = r"[a-zA-Z_][a-zA-Z0-9_]*"
 _LABEL = _LABEL_NAME + r'="[^"\\]*(?:\\[\\"n][^"\\]*)*"'
 # name{l="v",...} value [timestamp] [# exemplar]: the canonical spelling, no blanks inside the braces.
+# A value never starts with '{': `name {l="v"} 1` (a blank before the labels) is left to the tolerant reader.
 _LINE = re.compile(
     rf"({_NAME})"
     rf"(?:\{{((?:{_LABEL}(?:,{_LABEL})*,?)?)\}})?"
-    r" ([^ \t#][^ \t]*)"
+    r" ([^ \t#{][^ \t]*)"
     r"(?: ([^ \t#][^ \t]*))?"
     r"(?: # .*)?"
 )

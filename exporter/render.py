@@ -188,7 +188,7 @@ def _render_gpus(out: list[str], snapshot: Snapshot) -> None:
 
 
 def _render_health(out: list[str], snapshot: Snapshot) -> None:
-    target_labels = [(_TARGET_LABELSET(st.target.url, st.target.namespace, st.target.pod,
+    target_labels = [(_TARGET_LABELSET(st.target.shown_url, st.target.namespace, st.target.pod,
                                        st.target.node or snapshot.node), st) for st in snapshot.targets]
     _family(out, EXPORTER_SCRAPE_DURATION, "gauge", "How long the last scrape of this target took (fetch + parse).",
             (f"{EXPORTER_SCRAPE_DURATION}{{{lab}}} {fmt(st.last_duration)}\n"

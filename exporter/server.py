@@ -73,7 +73,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = self.path.split("?", 1)[0]
-        length = int(self.headers.get("Content-Length") or 0)
+        declared = (self.headers.get("Content-Length") or "0").strip()
+        if not (declared.isascii() and declared.isdigit()):  # `-1` would read until the client hangs up
+            self.close_connection = True
+            self._json(400, {"error": f"Content-Length {declared!r} is not a length"})
+            return
+        length = int(declared) if len(declared) <= 20 else MAX_REQUEST_BYTES + 1  # int() refuses 4,300+ digits
         if length > MAX_REQUEST_BYTES:
             self.close_connection = True
             self._json(413, {"error": f"request body over {MAX_REQUEST_BYTES} bytes"})
