@@ -679,7 +679,7 @@ class ConfigCache:
     """Parsed configs by ScaledObject identity and metadata: KEDA sends the metadata on every RPC.
 
     Bounded (least recently used goes first) and thread-safe. A ConfigError is cached too, so a bad
-    ScaledObject costs one parse, not one per poll.
+    ScaledObject costs one parse, not one per poll (each call raises a copy of it).
     """
 
     def __init__(self, max_entries: int = 4096) -> None:
@@ -705,7 +705,9 @@ class ConfigCache:
                 while len(self._entries) > self._max:
                     self._entries.popitem(last=False)
         if isinstance(hit, ConfigError):
-            raise hit
+            # a fresh copy: raising the cached one again grew its traceback by every call's frames (and kept
+            # them alive), for as long as KEDA polls the rejected ScaledObject
+            raise ConfigError(hit.key, hit.value, hit.problem)
         return hit
 
     def __len__(self) -> int:

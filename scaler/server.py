@@ -216,7 +216,8 @@ class _HTTPHandler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         raw = (self.headers.get("Content-Length") or "0").strip()
-        length = int(raw) if raw.isdigit() else -1
+        # ASCII digits only (str.isdigit() takes "²", which int() refuses), and no 5,000-digit int() (refused too)
+        length = (int(raw) if len(raw) <= 20 else MAX_POST_BODY + 1) if raw.isascii() and raw.isdigit() else -1
         if length < 0 or length > MAX_POST_BODY:  # a body we cannot skip leaves the connection out of step
             self.close_connection = True
             self._json(400 if length < 0 else 413, {"error": f"Content-Length {raw[:40]!r}: expected 0 to "

@@ -608,8 +608,13 @@ class ScalerService:
             return  # not due, or the other thread (RPCs, the refresher) is sweeping
         try:
             self._last_sweep = now
-            watched = set(self.bus.watched())
-            gone = [(k, e) for k, e in list(self._entries.items())
+            entries = list(self._entries.items())
+            # An open stream keeps its ScaledObject remembered, but not metadata it has outlived: KEDA restarts
+            # the stream of a re-created (or edited) ScaledObject under the same name, and polls every trigger,
+            # so an entry idle while another of the same ScaledObject is in use belongs to old metadata.
+            in_use = {k[0] for k, e in entries if now - e.last_used <= self.forget_after_s}
+            watched = set(self.bus.watched()) - in_use
+            gone = [(k, e) for k, e in entries
                     if now - e.last_used > self.forget_after_s and k[0] not in watched]
             for k, _ in gone:
                 self._entries.pop(k, None)

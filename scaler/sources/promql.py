@@ -42,7 +42,7 @@ def _envelope_data(body: bytes, query: str) -> Any:
     envelope, or Prometheus refused the query (its errorType and error in the message)."""
     try:
         doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested deeper than Python parses
         raise SourceError("not_json", f"query {query!r}: answer is not JSON: {body[:80]!r}") from None
     if not isinstance(doc, dict) or "status" not in doc:
         raise SourceError("not_json", f"query {query!r}: answer is not a Prometheus API envelope: {body[:80]!r}")
