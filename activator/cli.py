@@ -63,7 +63,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        cfg = with_flags(load(args.config), vars(args))
+        from_file = load(args.config)
+        _check_model_flags(args, from_file)
+        cfg = with_flags(from_file, vars(args))
         admin = _host_port(args.admin_listen, "--admin-listen")
         proxy = _host_port(cfg.listen, "listen")
         factory = loop_factory(args.event_loop)
@@ -72,6 +74,17 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"keda-llm activator: {e}; hint: {_hint(e.key, str(e))}", file=sys.stderr)
         return 2
+
+
+def _check_model_flags(args: argparse.Namespace, from_file: ActivatorConfig | None) -> None:
+    """The single model's flags go together: --model alone was refused under a key no flag has (`--endpoints`),
+    and --scaled-object beside a file's models was dropped without a word."""
+    if args.scaled_object and not (args.model or args.upstream):
+        raise ConfigError("--scaled-object", "goes with --model and --upstream (the single model it wakes); a "
+                                             "config file's model names its own `scaled_object`")
+    if args.model and not args.upstream and not (from_file is not None and from_file.models):
+        raise ConfigError("--upstream", "required with --model: the model's endpoint base URL, e.g. --upstream "
+                                        "http://llama-8b.llm:8000 (EndpointSlices: a config file's `service`)")
 
 
 def _hint(key: str, message: str = "") -> str:
@@ -117,8 +130,14 @@ async def _serve(cfg: ActivatorConfig, proxy: tuple[str, int], admin: tuple[str,
     activator = Activator(cfg)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    received: list[signal.Signals] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        received.append(sig)
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
     try:
         await activator.start(proxy, admin)
     except ValueError as e:  # no API server for EndpointSlices
@@ -132,6 +151,6 @@ async def _serve(cfg: ActivatorConfig, proxy: tuple[str, int], admin: tuple[str,
     log.info("activator: proxy on :%d, admin on :%d, models %s", activator.ports["proxy"],
              activator.ports.get("admin", 0), ", ".join(activator.models))
     await stop.wait()
-    log.info("SIGTERM: draining")
+    log.info("%s: draining", received[0].name if received else "stop")
     await activator.stop()
     return 0

@@ -69,7 +69,11 @@ def build_config(args: argparse.Namespace, env: Mapping[str, str] | None = None)
     """The file's config (or the defaults) with the command-line flags applied on top."""
     if args.node_name:  # the flag stands for the file's node_name before the file's own rules are checked
         env = {**(os.environ if env is None else env), "NODE_NAME": args.node_name}
-    cfg = load_config(args.config, env) if args.config else parse_config({}, env)
+    # `is not None` below: an empty value (`--listen ""`, `--config "$UNSET"`) is refused by its parser, not
+    # taken for "not given" (it served on the default port, or ran without the file, and said nothing)
+    if args.config is not None and not args.config.strip():
+        raise ConfigError("--config", args.config, "an empty file name: give the YAML file's path, or leave it out")
+    cfg = load_config(args.config, env) if args.config is not None else parse_config({}, env)
     changes: dict[str, Any] = {}
     if args.node_name:
         changes["node_name"] = args.node_name
@@ -78,14 +82,14 @@ def build_config(args: argparse.Namespace, env: Mapping[str, str] | None = None)
         known = {t.url for t in cfg.targets}
         extra = tuple(parse_target(url, "--target", node) for url in args.target if url not in known)
         changes["targets"] = tuple(t if t.node else replace(t, node=node) for t in cfg.targets) + extra
-    if args.listen:
+    if args.listen is not None:
         parse_listen(args.listen, "--listen")
         changes["listen"] = args.listen
-    if args.interval:
+    if args.interval is not None:
         changes["interval"] = parse_interval(args.interval, "--interval")
-        if not args.timeout and cfg.timeout > changes["interval"]:
+        if args.timeout is None and cfg.timeout > changes["interval"]:
             changes["timeout"] = changes["interval"]  # a short --interval alone should just work
-    if args.timeout:
+    if args.timeout is not None:
         changes["timeout"] = parse_duration(args.timeout, "--timeout")
     if args.kubernetes:
         changes["kubernetes"] = replace(cfg.kubernetes, enabled=True)

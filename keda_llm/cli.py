@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
@@ -50,8 +51,41 @@ def _load(name: str, module: str) -> ModuleType | None:
         return None
 
 
+#: the exit status of a command whose stdout was closed under it (`keda-llm ... | head -1`): the shell's for a
+#: command that SIGPIPE ended, 128 + 13, as for the tools Python does not run
+BROKEN_PIPE = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command's exit status. Ctrl-C that a sub-command does not handle itself is one line and 130, not a
+    traceback; a closed stdout (`| head -1`) ends it quietly with BROKEN_PIPE."""
     args_list = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in args_list if a in SUBCOMMANDS), None)
+    try:
+        return _main(args_list)
+    except KeyboardInterrupt:
+        print(f"keda-llm{f' {command}' if command else ''}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        return BROKEN_PIPE
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null so that Python's own flush at exit does not fail on the closed pipe again
+    ("Exception ignored ... BrokenPipeError"); what was left unwritten is dropped, as the reader is gone."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # a test's StringIO, or no stdout at all
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+def _main(args_list: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="keda-llm", description="Autoscale LLM servers through KEDA.")
     parser.add_argument("--version", action="version", version=f"keda-llm {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

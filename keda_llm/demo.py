@@ -1035,26 +1035,35 @@ CONTROL_WORDS = {
 
 
 @contextmanager
-def _ctrl_c_sets(flag: threading.Event) -> Iterator[None]:
+def _ctrl_c_sets(flag: threading.Event, received: list[int] | None = None) -> Iterator[None]:
     """Ctrl-C sets `flag` for the run loop to read, instead of raising KeyboardInterrupt wherever the main
     thread happens to be: raised inside a weakref callback it printed "Exception ignored ..." and a
     traceback under the summary. A second Ctrl-C raises as before, for a user who will not wait. Left
-    alone off the main thread and where SIGINT is not Python's default (ignored, or the caller's own)."""
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+    alone off the main thread and where SIGINT is not Python's default (ignored, or the caller's own).
+    SIGTERM (`kill`, `timeout`, a closed terminal's supervisor) does the same where it is at its default, which
+    ended the demo on the spot: no summary, and its temporary folder of weights left behind. The signals
+    caught are appended to `received`."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
 
-    def on_sigint(signum: int, frame: object) -> None:
+    def on_signal(signum: int, frame: object) -> None:
         if flag.is_set():
             raise KeyboardInterrupt
+        if received is not None:
+            received.append(signum)
         flag.set()
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    previous: dict[int, Any] = {}
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, on_signal)
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, on_signal)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 class Demo:
@@ -1069,6 +1078,7 @@ class Demo:
         self._pending: list[tuple[float, str]] = []
         self._stop = threading.Event()
         self._interrupt = threading.Event()  # Ctrl-C, set by the signal handler and read by the run loop
+        self._signals: list[int] = []  # what set it: SIGINT (Ctrl-C) or SIGTERM
         self._t0 = time.monotonic()
         self._threads: list[threading.Thread] = []
         self.world: World | None = None
@@ -1193,7 +1203,7 @@ class Demo:
 
     def run(self) -> Report:
         """Run the script to its end or to Ctrl-C, tear everything down, and report."""
-        with _ctrl_c_sets(self._interrupt):
+        with _ctrl_c_sets(self._interrupt, self._signals):
             return self._run()
 
     def _run(self) -> Report:
@@ -1287,8 +1297,12 @@ class Demo:
         r.log_errors = collector.errors
         r.interrupted = interrupted
         self._summary(collector.warnings)
-        r.exit_code = 1 if r.lost else (130 if interrupted else 0)
+        r.exit_code = 1 if r.lost else (128 + self._stopped_by() if interrupted else 0)
         return r
+
+    def _stopped_by(self) -> int:
+        """The signal that stopped the run early: SIGTERM where that came first, else SIGINT (Ctrl-C)."""
+        return int(self._signals[0]) if self._signals else int(signal.SIGINT)
 
     def _show(self, world: World, exporter_url: str, scaler_http: str) -> None:
         """Refresh the view until the script ends and every request was answered (or a grace passes)."""
@@ -1431,7 +1445,8 @@ class Demo:
             if first is not None:
                 result += f" (first: status {first.status} {first.error})"
         elif r.interrupted:
-            result = f"stopped early (Ctrl-C): {r.unfinished} requests were in flight, none lost"
+            by = "SIGTERM" if self._stopped_by() == signal.SIGTERM else "Ctrl-C"
+            result = f"stopped early ({by}): {r.unfinished} requests were in flight, none lost"
         else:
             result = "OK: no request lost"
         held_n, held_sum = act.get("held_forwarded", 0.0), act.get("held_forwarded_sum", 0.0)

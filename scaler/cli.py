@@ -161,6 +161,8 @@ def settings_from_args(args: argparse.Namespace, *, demand_watch_s: float | None
     elif args.tls_client_ca or args.tls_client_san:
         raise StartError("--tls-client-ca needs --tls-cert and --tls-key", "mutual TLS is TLS first: pass all three")
     _check_addresses(args)
+    if args.history_dir:
+        _check_history_dir(args.history_dir)
     return ScalerSettings(
         grpc_address=_grpc_address(args.grpc_address), http_address=host_port(args.http_address, 9091),
         http_tls=http_tls_from_args(args),
@@ -249,6 +251,24 @@ def _check_addresses(args: argparse.Namespace) -> None:
             except ValueError as err:
                 raise StartError(f"{flag} {value!r}: {err}", "host:port ([v6]:port for IPv6), or :port for every "
                                  "address; URLs where the flag takes one (--help)") from None
+
+
+def _check_history_dir(name: str) -> None:
+    """--history-dir is a folder the scaler can write, made if missing: a file there, or a read-only mount, was
+    a warning at start and another every 5 minutes, and the history was never kept."""
+    import tempfile
+    from pathlib import Path
+
+    hint = "a writable folder (a volume mount) where the scaler keeps its long history, or leave it unset"
+    d = Path(name)
+    if d.exists() and not d.is_dir():
+        raise StartError(f"--history-dir {name}: a file, not a folder", hint)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=d, prefix=".keda-llm-scaler-"):
+            pass
+    except OSError as err:
+        raise StartError(f"--history-dir {name}: cannot write there: {err.strerror or err}", hint) from None
 
 
 def _grpc_address(text: str) -> str:

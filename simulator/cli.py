@@ -21,7 +21,7 @@ from keda_llm.simulator.cluster.lead_in import LEAD_IN_S
 from keda_llm.simulator.cluster.router import ROUTING_RULES
 from keda_llm.simulator.control import ScaledObjectError, load_scaledobject
 from keda_llm.simulator.hardware.preset_file import PresetFileError, resolve_preset
-from keda_llm.simulator.hardware.presets import PRESETS, ConfigError
+from keda_llm.simulator.hardware.presets import PRESETS, ConfigError, Preset
 from keda_llm.simulator.workload.traces import (
     MINUTE_COLUMNS,
     SHIPPED,
@@ -182,6 +182,8 @@ def _columns(args: argparse.Namespace, path: Path, jsonl: bool) -> tuple[str, st
 def input_hint(err: Exception, prog: str) -> str:
     """What to do about a refused trace, preset or ScaledObject: the hint `simulate` and `tune` print."""
     text = str(err)
+    if text.startswith("--out "):
+        return "--out names a folder, made if missing, for results.json, config.json and replicas.png, e.g. results/"
     if isinstance(err, PresetFileError):
         return "a preset file's keys and forms are in docs/simulator.md, \"Your own model and GPU\""
     if isinstance(err, ScaledObjectError):
@@ -254,7 +256,7 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, list[str]]:
     from keda_llm.simulator.run import Backtest
 
     policies = _policies(args.policies)
-    preset = resolve_preset(args.preset)
+    preset = preset_arg(args.preset)
     settings = None
     if args.scaledobject:
         settings = load_scaledobject(args.scaledobject, args.scaledobject_name)
@@ -277,12 +279,41 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, list[str]]:
     if max_replicas > MOST_REPLICAS:  # the oracle's cold-start table is sized by it: 2**31 ran out of memory
         raise ValueError(f"{'--max-replicas' if args.max_replicas else 'the ScaledObject: maxReplicaCount'} "
                          f"{max_replicas}: at most {MOST_REPLICAS:,}")
+    if args.out is not None:
+        check_out_dir(args.out)
     trace = load_trace(args)
     bt = Backtest(preset, cold_start=args.cold_start, slo=Slo(args.slo_ttft, args.slo_itl), seed=args.seed,
                   routing=args.routing, max_wait_s=args.max_wait, max_held=args.max_held, scaledobject=settings,
                   max_replicas=max_replicas,
                   mode=args.mode, fluid_dt_s=args.fluid_dt)
     return trace, bt, policies
+
+
+def preset_arg(text: str) -> Preset:
+    """--preset: a shipped preset's name or a preset file; a folder is refused as one (resolve_preset would call
+    it an unknown preset name)."""
+    if text and Path(text).is_dir():
+        raise PresetFileError(f"--preset {text}: a folder; a preset file is one YAML file")
+    return resolve_preset(text)
+
+
+def check_out_dir(name: str) -> None:
+    """Refuse an --out folder before the run, not after it (a traceback then, and the run lost): a name, not a
+    file, a folder that exists or can be made, and a file can be written in it (a probe: root passes every
+    permission check, and /proc or a read-only mount refuse only the write)."""
+    import tempfile
+
+    if not name.strip():
+        raise ValueError(f"--out {name!r}: an empty folder name")
+    d = Path(name)
+    if d.exists() and not d.is_dir():
+        raise ValueError(f"--out {d}: a file, not a folder")
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=d, prefix=".keda-llm-simulate-"):
+            pass
+    except OSError as err:
+        raise ValueError(f"--out {d}: cannot write there: {err.strerror or err}") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -325,18 +356,24 @@ def execute(trace: Trace, bt: Any, policies: list[str], *, out: str | None, quie
         results, oracle = run_policies(trace, bt, policies, progress=tick)
     summaries = with_oracle_ratio([summarize(r, bt.slo) for r in results],
                                   bound_gpu_hours=oracle.bound.gpu_hours if oracle and oracle.bound else None)
+    if out:  # before the table: a closed stdout (`| head -1`) ends the command there, and the run stays written
+        d = Path(out)
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            config = {"trace": trace_arg, "trace_name": trace.name, "requests": len(trace),
+                      "duration_s": trace.duration_s, "policies": policies, **bt.describe(), "resolved_mode": mode}
+            (d / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+            (d / "results.json").write_text(to_json(summaries, config) + "\n")
+            plot(results, d / "replicas.png", title=f"{trace.name} on {bt.preset.name}")
+        except OSError as err:  # checked before the run; a disk that filled up or a folder removed since
+            print(f"keda-llm simulate: error: cannot write the results in {d}: {err.strerror or err}; hint: check "
+                  "the --out folder (its space and permissions)", file=sys.stderr)
+            return 2
     title = f"{trace.name} on {bt.preset.name} (SLO: TTFT <= {bt.slo.ttft_s:g}s, ITL <= {bt.slo.itl_s:g}s)"
     for table in render_table(summaries, title=title, width=console.width):
         console.print(table)
     if oracle is not None:
         err_console.print(f"oracle: {oracle.status()}")
     if out:
-        d = Path(out)
-        d.mkdir(parents=True, exist_ok=True)
-        config = {"trace": trace_arg, "trace_name": trace.name, "requests": len(trace),
-                  "duration_s": trace.duration_s, "policies": policies, **bt.describe(), "resolved_mode": mode}
-        (d / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-        (d / "results.json").write_text(to_json(summaries, config) + "\n")
-        plot(results, d / "replicas.png", title=f"{trace.name} on {bt.preset.name}")
         err_console.print(f"wrote {d / 'results.json'}, {d / 'config.json'}, {d / 'replicas.png'}")
     return 0

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import re
 import shlex
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,10 +32,10 @@ from keda_llm.simulator.cli import (
     add_trace_arguments,
     input_hint,
     load_trace,
+    preset_arg,
     shape_trace,
 )
 from keda_llm.simulator.cluster.lead_in import LEAD_IN_S
-from keda_llm.simulator.hardware.preset_file import resolve_preset
 from keda_llm.simulator.hardware.presets import PRESETS, ConfigError, Preset
 from keda_llm.simulator.workload.traces import MINUTE_COLUMNS, Trace, TraceError, load_minutes_csv
 
@@ -125,7 +127,7 @@ def _history(args: argparse.Namespace, model: str) -> Trace:
     from keda_llm.simulator.workload.history import export_minutes, parse_span, parse_time, write_minutes_csv
 
     args.since = args.since or "7d"
-    end = parse_time(args.until) if args.until else time.time()
+    end = _until(args.until, parse_time) if args.until is not None else time.time()
     args.until_resolved = end  # the header's command reads the same span again later
     start = end - parse_span(args.since)
     minutes = export_minutes(args.from_prometheus, model, start, end, namespace=args.namespace)
@@ -147,6 +149,24 @@ def _history(args: argparse.Namespace, model: str) -> Trace:
         if not args.save_history:
             path.unlink()
     return shape_trace(tr, args)
+
+
+#: how far past this machine's clock --until may be (another machine's clock, a time zone slip); past it the
+#: span is the future, which no Prometheus holds
+UNTIL_SLACK_S = 86400.0
+
+
+def _until(text: str, parse_time: Callable[[str], float]) -> float:
+    """--until as Unix seconds: a time Prometheus can hold (finite, from 1970, not past tomorrow), else a
+    _Refused naming the flag (NaN was "cannot convert float NaN to integer", 1e30 a span of no minute)."""
+    hint = "Unix seconds or ISO 8601, e.g. --until 2026-11-24T10:00:00Z; leave it out for now"
+    try:
+        end = parse_time(text)
+    except ValueError as err:  # HistoryError is a ValueError
+        raise _Refused(f"--until {text!r}: {err}", hint) from None
+    if not (math.isfinite(end) and 0 <= end <= time.time() + UNTIL_SLACK_S):
+        raise _Refused(f"--until {text!r}: not a time Prometheus holds (from 1970 to now)", hint)
+    return end
 
 
 def _measured_cold_start(args: argparse.Namespace, model: str, preset: Preset) -> Preset:
@@ -225,7 +245,7 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any, Trace | None]
     from keda_llm.simulator.run import Backtest
     from keda_llm.simulator.tune import DEFAULT_SCALER_ADDRESS, FULL_GRID, QUICK_GRID, Target, candidate
 
-    preset = resolve_preset(args.preset)
+    preset = preset_arg(args.preset)
     if (args.trace is None) == (args.from_prometheus is None):
         raise _Refused("give --trace or --from-prometheus (one of them)",
                        f"--trace NAME|FILE (shipped: {', '.join(TRACE_NAMES)}) or --from-prometheus URL --model M")
@@ -450,6 +470,16 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
         print(f"{PROG}: interrupted: nothing written; hint: --quick (4 candidates) or a shorter --window runs in "
               "less time", file=sys.stderr)
         return 130
+    text = render_yaml(result, trace=trace, backtest=bt, command=_command(args), holdout=holdout)
+    try:  # the files first: a closed stdout (`| head -1`) ends the command at the report, and the sweep stays written
+        if args.out:
+            Path(args.out).write_text(text)
+        if args.plot:
+            plot(result, args.plot, title=f"{trace.name} on {bt.preset.name}: TTFT <= {bt.slo.ttft_s:g}s, "
+                                          f"ITL <= {bt.slo.itl_s:g}s")
+    except OSError as err:
+        print(f"{PROG}: error: cannot write: {err}; hint: check the --out/--plot path", file=sys.stderr)
+        return 2
     console.print(frontier_table(result, bt))
     c = result.chosen
     if result.feasible_share is not None and result.feasible_share < result.target:
@@ -467,21 +497,13 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
                          if args.no_oracle else ", or look at the oracle's line above: what no autoscaler can beat."))
     if holdout is not None:
         console.print(holdout_line(holdout), markup=False, highlight=False)
-    text = render_yaml(result, trace=trace, backtest=bt, command=_command(args), holdout=holdout)
-    try:
-        if args.out:
-            Path(args.out).write_text(text)
-            err_console.print(f"wrote {args.out}")
-        else:
-            sys.stdout.write(text if text.endswith("\n") else text + "\n")
-            sys.stdout.flush()
-        if args.plot:
-            plot(result, args.plot, title=f"{trace.name} on {bt.preset.name}: TTFT <= {bt.slo.ttft_s:g}s, "
-                                          f"ITL <= {bt.slo.itl_s:g}s")
-            err_console.print(f"wrote {args.plot}")
-    except OSError as err:
-        print(f"{PROG}: error: cannot write: {err}; hint: check the --out/--plot path", file=sys.stderr)
-        return 2
+    if args.out:
+        err_console.print(f"wrote {args.out}")
+    else:  # the YAML alone on stdout; a closed pipe here is keda_llm.cli's to end quietly
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        sys.stdout.flush()
+    if args.plot:
+        err_console.print(f"wrote {args.plot}")
     if not result.met:
         return 1
     return 3 if holdout is not None and not holdout.met else 0
