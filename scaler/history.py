@@ -25,6 +25,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from keda_llm.scaler import itl_floor
 from keda_llm.scaler.longhistory import DEFAULT_DAYS, LongTier, long_values
 from keda_llm.scaler.model import Observation, ReplicaSample
 
@@ -406,6 +407,7 @@ class Snapshot:
     max_startup_seconds: float | None  # the largest llm_engine_startup_seconds reported
     lifetime_prompt_per_request: float | None  # Σ prompt tokens / Σ finished requests since the engines started
     prefill_rate: float | None = None  # one queueing replica's prompt tokens/s (`saturated_prefill_rate`)
+    itl_floor: float | None = None  # the replicas' fitted ITL at a batch of one, seconds (`itl_floor`)
 
 
 class HistoryView(Protocol):
@@ -463,6 +465,8 @@ class ModelHistory:
         self._windows: dict[tuple[float, float], Load] = {}
         self._replica_windows: dict[tuple[float, float, float], tuple[ReplicaWindow, ...]] = {}
         self._prefill_rate: tuple[float | None] | None = None  # saturated_prefill_rate() since the last ingest
+        self._itl_floor: tuple[float | None] | None = None  # itl_floor() since the last ingest
+        self._last_itl_floor: float | None = None  # the last fit: a batch that stops moving gives none
         # the newest observation's aggregate row (at its own time, the history's bound): what snapshot() judged
         # at that same time and bound would compute again (the replicas' rates change only on ingest)
         self._latest_row: tuple[float, npt.NDArray[np.float64]] | None = None  # (its bound, the row)
@@ -480,7 +484,7 @@ class ModelHistory:
     def ingest(self, obs: Observation) -> None:
         """Add one collection cycle. Observations must come in time order; an older one only fills gaps."""
         self._forget_windows(math.nan)
-        self._prefill_rate = None
+        self._prefill_rate = self._itl_floor = None
         if self._latest is not None and obs.at < self._latest.at:
             if self._latest.at - obs.at <= max(self.stale_after, 60.0):
                 self._add_row(obs)  # late: into the buckets it belongs to, the latest snapshot stays
@@ -581,7 +585,7 @@ class ModelHistory:
             if total_f > 0:
                 lifetime = math.fsum(p for p in prompts if p is not None) / total_f
         return Snapshot(obs.at, fresh, loading, stale, now - newest if fresh else math.inf, latest,
-                        self._max_startup, lifetime, self.saturated_prefill_rate())
+                        self._max_startup, lifetime, self.saturated_prefill_rate(), self.itl_floor())
 
     def saturated_prefill_rate(self) -> float | None:
         """The measured prefill throughput of one replica: the median prompt-token rate over the retained
@@ -591,6 +595,22 @@ class ModelHistory:
         if self._prefill_rate is None:  # the rings change only on ingest
             self._prefill_rate = (self._saturated_prefill_rate(),)
         return self._prefill_rate[0]
+
+    def itl_floor(self) -> float | None:
+        """The ITL one replica shows at a batch of one, fitted from how the replicas' ITL moved with their
+        batch over the retained samples (about 5 minutes; scaler/itl_floor.py); while they say nothing (a
+        steady batch), the last fit: the hardware did not change. None until a first fit."""
+        if self._itl_floor is None:  # the rings change only on ingest
+            tracks = [t.ring for t in self._replicas.values() if t.size]
+            fit = None
+            if tracks:
+                rings = np.stack(tracks)
+                fit = itl_floor.estimate(rings[:, :, RF["running"]], rings[:, :, RF["itl_sum_rate"]],
+                                         rings[:, :, RF["itl_count_rate"]])
+            if fit is not None:
+                self._last_itl_floor = fit
+            self._itl_floor = (self._last_itl_floor,)
+        return self._itl_floor[0]
 
     def _saturated_prefill_rate(self) -> float | None:
         tracks = [t.ring for t in self._replicas.values() if t.size]

@@ -26,6 +26,7 @@ from keda_llm.scaler.history import Load, ReplicaWindow
 MIN_COMPLETED = 5.0  # fewer requests completed in the window: a mean of a handful is noise, no signal
 SHORT_OUTPUT_FLOOR = 0.25  # the short-output tightening never asks for less than this share of the ITL target
 TTFT_STEP = 0.5  # a TTFT over its target asks for ready x (observed / target) ** this (see latency_desired)
+FLOOR_HEADROOM = 1.1  # the ITL target is judged at no less than this x the fitted ITL floor (floor_raised_factor)
 QUEUE_SHARE = 0.1  # the TTFT is judged only while queueing (Little: waiting / first tokens per s) is this share of it
 
 
@@ -94,6 +95,20 @@ def latency_basis(ready: int, window_replicas: float | None) -> float:
     if window_replicas is None or not math.isfinite(window_replicas):
         return float(ready)
     return min(float(ready), max(window_replicas, 1.0))
+
+
+def floor_raised_factor(target_itl: float, factor: float, floor: float) -> float:
+    """The factor on `target_itl` the term judges by: `factor` (the short-output tightening), raised so the
+    target is at least FLOOR_HEADROOM x `floor`, the replicas' ITL at a batch of one (scaler/itl_floor.py).
+
+    Why: the ITL does not fall below its floor whatever the count, so a target under it (8B on an L4, ~70 ms
+    a token, with a 50 ms target) made ready x observed / target grow with every replica added, up to
+    `maxReplicaCount`. FLOOR_HEADROOM above the floor is a batch the replicas can hold (77 ms on that L4:
+    about 7 requests each); 1.25x held more and missed the SLO (docs/design.md, "A target under the ITL
+    floor"). A target the floor leaves room under is judged as set."""
+    if not (target_itl > 0 and floor > 0 and math.isfinite(floor)):
+        return factor
+    return max(factor, FLOOR_HEADROOM * floor / target_itl)
 
 
 def mean_output_tokens(load: Load) -> float | None:
