@@ -178,7 +178,7 @@ def _mapping(value: object, key: str, allowed: set[str]) -> Mapping[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise ConfigError(key, value, "expected a mapping")
+        raise ConfigError(key or "(top level)", value, "expected a mapping")
     for k in value:
         if k not in allowed:
             where = f"{key}.{k}" if key else str(k)

@@ -800,7 +800,8 @@ def scaledobject_yaml(sc: Scenario, scaler: str, exporter: str, warm_path: str =
                                max_replicas=sc.max_replicas, down_window=sc.scale_down_stabilization,
                                scaler=scaler, exporter=exporter, model=MODEL, target=sc.target_kv_utilization,
                                stable=f"{sc.stable_window:g}", panic=f"{sc.panic_window:g}",
-                               idle=f"{sc.idle_timeout:g}", warm_path=warm_path, cold_start=f"{sc.cold_start:g}")
+                               idle=f"{round(sc.idle_timeout, 2):g}", warm_path=warm_path,
+                               cold_start=f"{sc.cold_start:g}")
 
 
 class _Weights:
@@ -1410,7 +1411,7 @@ class Demo:
             f"{cold_phases(sc)['weight_load'] * WARM_WEIGHTS_FACTOR:.2f} s",
             f"  shortened pollingInterval {sc.polling_interval}s, cooldownPeriod {sc.cooldown}s, HPA sync "
             f"{sc.hpa_sync:g}s (Kubernetes: 15s), stableWindow {sc.stable_window:g}s, panicWindow "
-            f"{sc.panic_window:g}s, idleTimeout {sc.idle_timeout:g}s",
+            f"{sc.panic_window:g}s, idleTimeout {round(sc.idle_timeout, 2):g}s",
             f"  script    {starts}; every other request streamed",
             "  stop      Ctrl-C ends early; the summary still prints",
             "  try       curl -s " + exporter_url + " | grep llm_requests      "

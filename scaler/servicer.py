@@ -36,6 +36,18 @@ def _key(ref: pb.ScaledObjectRef) -> ScaledObjectKey:
     return ScaledObjectKey(ref.namespace, ref.name)
 
 
+
+MAX_STATUS_MESSAGE = 2000  # characters of a status message: gRPC carries it in a header (grpc-message)
+
+
+def _capped(message: str) -> str:
+    """A status message short enough to travel: a 20 KB metadata key or model name quoted in one made the
+    grpc-message header pass the client's 16 KB limit, and KEDA saw RESOURCE_EXHAUSTED "Stream removed"
+    instead of the INVALID_ARGUMENT or UNAVAILABLE that says what is wrong."""
+    if len(message) <= MAX_STATUS_MESSAGE:
+        return message
+    return message[:MAX_STATUS_MESSAGE - 40] + f"... ({len(message):,} characters)"
+
 class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
     """One instance per server; stateless apart from the ScalerService it asks."""
 
@@ -63,7 +75,7 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
             log.exception("%s failed", method, exc_info=err)
             status = protocol.StatusError(grpc.StatusCode.INTERNAL.name, f"{type(err).__name__}: {err}")
         self.service.metrics.rpc(method, status.code)
-        await context.abort(grpc.StatusCode[status.code], status.message)
+        await context.abort(grpc.StatusCode[status.code], _capped(status.message))
         raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
 
     def _ok(self, method: str) -> None:

@@ -206,3 +206,11 @@ def test_a_post_with_a_length_of_thousands_of_digits_is_answered_413() -> None:
         assert answer.startswith(b"HTTP/1.1 413 "), answer
     finally:
         server.stop()
+
+
+def test_a_config_whose_top_level_is_not_a_mapping_says_so() -> None:
+    # was "exporter config: : ['a', 'b']: expected a mapping": an empty key name
+    from keda_llm.exporter.config import ConfigError, parse_config
+
+    with pytest.raises(ConfigError, match=r"^exporter config: \(top level\): \['a', 'b'\]: expected a mapping$"):
+        parse_config(["a", "b"])

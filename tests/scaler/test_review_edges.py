@@ -171,3 +171,15 @@ def test_an_odd_content_length_is_answered_not_a_traceback(server_with: tuple[Se
         answer = conn.recv(200)
     assert answer.split(b"\r\n")[0].split(b" ")[1] == status
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_a_huge_metadata_key_is_still_invalid_argument(server_with: tuple[ServerThread, FakeClock]) -> None:
+    # the message quoted the 20 KB key whole: grpc-message passed the client's 16 KB header limit, and the
+    # client saw RESOURCE_EXHAUSTED "Stream removed" instead of what was wrong
+    server, _ = server_with
+    client = stub(grpc.insecure_channel(server.target))
+    bad = ref(name="bad", model="m", **{"k" * 20_000: "1"})
+    with pytest.raises(grpc.RpcError) as err:
+        client.GetMetricSpec(bad, timeout=10)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value
+    assert len(err.value.details()) <= 2000 and "characters)" in err.value.details()
