@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -183,3 +184,26 @@ def test_a_huge_metadata_key_is_still_invalid_argument(server_with: tuple[Server
         client.GetMetricSpec(bad, timeout=10)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value
     assert len(err.value.details()) <= 2000 and "characters)" in err.value.details()
+
+
+def test_sources_save_the_history_first_and_stop_side_by_side() -> None:
+    # each source's stop waits up to 10 s for a step and then for its fetches; one after another, a few hung
+    # sources outlasted Kubernetes' 30 s grace and the pod died before its snapshot was written
+    from keda_llm.scaler.assembly import ScalerSettings, Sources
+    from keda_llm.scaler.service import HistoryStore
+
+    sources = Sources(ScalerSettings(exporters=("127.0.0.1:9400",)), background=False)
+    events: list[str] = []
+    barrier = threading.Barrier(3, timeout=10.0)
+
+    class Hung:
+        def stop(self) -> None:
+            events.append("stop")
+            barrier.wait()  # passes only when all three stop at once
+
+    for i in range(3):
+        sources._sources[("exporters-static", f"10.0.0.{i}:9400", "")] = (Hung(), HistoryStore())  # type: ignore[assignment]
+    sources.restorer.save = lambda: events.append("save")  # type: ignore[method-assign]
+    sources.stop()
+    assert events == ["save", "stop", "stop", "stop"]
+    assert not barrier.broken
