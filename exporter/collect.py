@@ -182,6 +182,7 @@ class Collector:
         self._states: dict[str, TargetState] = {}
         self._in_flight: dict[str, Future[Outcome]] = {}
         self._gpu_future: Future[list[GpuMetrics]] | None = None
+        self._gpu_fresh = False  # the NVML read in flight was started by this cycle (False: by an earlier one)
         self._gpus: tuple[GpuMetrics, ...] = ()
         self._lock = threading.Lock()
         self._body = b""
@@ -240,7 +241,9 @@ class Collector:
             fut = self._pool.submit(self._scrape_one, target)
             started[key] = self._in_flight[key] = fut
             fut.add_done_callback(self._forget(key))
-        if self._gpu_source is not None and self._gpu_future is None:
+        self._gpu_fresh = self._gpu_source is not None and self._gpu_future is None
+        if self._gpu_fresh:
+            assert self._gpu_source is not None
             self._gpu_future = self._pool.submit(self._gpu_source.collect)
         return started
 
@@ -269,9 +272,18 @@ class Collector:
         return states
 
     def _collect_gpus(self) -> None:
+        """The GPUs of this cycle. An NVML read that outlives its cycle keeps the last values for that one
+        cycle (a slow read, not stall the engines' cycle); one still running when the next cycle starts
+        reports every GPU down (`llm_gpu_up` 0, no values, the XIDs seen kept): NVML hangs when a GPU falls
+        off the bus, and frozen values with `up` 1 hid exactly that."""
         fut = self._gpu_future
-        if fut is None or not fut.done():
-            return  # NVML stuck: keep the last GPU values rather than stall the engines' cycle
+        if fut is None:
+            return
+        if not fut.done():
+            if not self._gpu_fresh and any(g.up for g in self._gpus):
+                log.warning("NVML read still running after a whole cycle: GPUs reported down until it returns")
+                self._gpus = tuple(_down(g) for g in self._gpus)
+            return
         self._gpu_future = None
         try:
             self._gpus = tuple(fut.result())
@@ -322,3 +334,10 @@ class Collector:
         close = getattr(self._gpu_source, "close", None)
         if close is not None:
             close()
+
+
+def _down(gpu: GpuMetrics) -> GpuMetrics:
+    """`gpu` as a GPU NVML does not answer for: its identity, attribution and the XIDs seen, no values."""
+    return GpuMetrics(index=gpu.index, uuid=gpu.uuid, gpu_model=gpu.gpu_model, up=False, mig_profile=gpu.mig_profile,
+                      xid_errors_total=gpu.xid_errors_total, last_xid=gpu.last_xid, xid_active=gpu.xid_active,
+                      attribution=dict(gpu.attribution))

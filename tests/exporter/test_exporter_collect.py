@@ -173,9 +173,11 @@ def test_gpus_come_from_the_nvml_collector() -> None:
     collector.stop()
 
 
-def test_a_stuck_gpu_read_keeps_the_last_gpu_values_and_the_engines_fresh(engine: FakeEngine) -> None:
+def test_a_stuck_gpu_read_keeps_the_last_gpu_values_one_cycle_then_reports_down(engine: FakeEngine) -> None:
+    # NVML hangs when a GPU falls off the bus: the values were kept with llm_gpu_up 1 for as long as it hung
     release = threading.Event()
-    gpu = GpuMetrics(index="0", uuid="GPU-a", gpu_model="H100", memory_used_bytes=5.0)
+    gpu = GpuMetrics(index="0", uuid="GPU-a", gpu_model="H100", memory_used_bytes=5.0, xid_errors_total=1.0,
+                     last_xid=79.0, xid_active=1.0, attribution={"namespace": "llm", "pod": "p"})
 
     class StuckAfterOne:
         calls = 0
@@ -196,7 +198,14 @@ def test_a_stuck_gpu_read_keeps_the_last_gpu_values_and_the_engines_fresh(engine
     clock.now = 3010.0
     third = collector.run_cycle()  # ...and is not asked again while it hangs
     release.set()
-    assert second.gpus == third.gpus == (gpu,)
+    assert second.gpus == (gpu,)  # one slow cycle: the last values
+    (down,) = third.gpus  # still running when this cycle started: down, the XIDs and the pod kept
+    assert (down.up, down.memory_used_bytes, down.uuid, down.attribution) == (False, None, "GPU-a", gpu.attribution)
+    assert (down.xid_errors_total, down.last_xid, down.xid_active) == (1.0, 79.0, 1.0)
     assert source.calls == 2
     assert [(st.up, st.last_success) for st in third.targets] == [(True, 3010.0)]
+    clock.now = 3015.0
+    assert collector._gpu_future is not None
+    collector._gpu_future.result(timeout=5)  # the released read returns
+    assert collector.run_cycle().gpus == (gpu,)  # answered again: up, with its values
     collector.stop()
