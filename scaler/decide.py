@@ -163,7 +163,7 @@ def _windows(x: _Inputs, state: PolicyState, details: dict[str, float]) -> tuple
                     c.degraded_fraction, c.slow_replica_ratio)
     stable, panic = health.apply(stable), health.apply(panic)
     details.update(health.details())
-    lat_stable, lat_panic = _latency(x, details, replicas, x.snap.itl_floor)
+    lat_stable, lat_panic = _latency(x, details, replicas)
     stable_desired = max(stable.desired, lat_stable.desired if lat_stable else 0.0)
     panic_desired = max(panic.desired, lat_panic.desired if lat_panic else 0.0)
     kpa = kpa_step(stable_desired, panic_desired, x.workload.ready_replicas, state.panic_since, state.max_panic_pods,
@@ -187,13 +187,13 @@ def _windows(x: _Inputs, state: PolicyState, details: dict[str, float]) -> tuple
     return step, kpa, replace(state, panic_since=kpa.panic_since, max_panic_pods=kpa.max_panic_pods)
 
 
-def _latency(x: _Inputs, details: dict[str, float], replicas: list[ReplicaWindow], floor: float | None
+def _latency(x: _Inputs, details: dict[str, float], replicas: list[ReplicaWindow]
              ) -> tuple[LatencyDesired | None, LatencyDesired | None]:
     """Step 2 (with targetTimeToFirstToken/targetInterTokenLatency): the latency term over both windows
     (scaler/slo.py); the windows then take the larger of it and the policy's count. Both windows' ratios
     multiply the replicas the stable window's signal reflects (`latency_basis`), not those ready now. The
-    ITL target is judged at no less than FLOOR_HEADROOM x the replicas' ITL floor (`floor`, seconds, the
-    history's last fit: scaler/itl_floor.py), where no count brings the ITL lower."""
+    ITL target is judged at no less than FLOOR_HEADROOM x the replicas' ITL floor (seconds, the history's
+    last fit: scaler/itl_floor.py), where no count brings the ITL lower."""
     c = x.config
     if c.target_ttft is None and c.target_itl is None:
         return None, None
@@ -207,6 +207,7 @@ def _latency(x: _Inputs, details: dict[str, float], replicas: list[ReplicaWindow
         details.update({"itl_short_output_factor": factor, "target_itl_effective_s": c.target_itl * factor})
         if n is not None:
             details["mean_output_tokens"] = n
+    floor = x.history.itl_floor() if c.target_itl is not None else None
     if c.target_itl is not None and floor is not None:
         raised = floor_raised_factor(c.target_itl, factor, floor)
         details.update({"itl_floor_s": floor, "itl_target_below_floor": float(raised > factor)})

@@ -407,7 +407,6 @@ class Snapshot:
     max_startup_seconds: float | None  # the largest llm_engine_startup_seconds reported
     lifetime_prompt_per_request: float | None  # Σ prompt tokens / Σ finished requests since the engines started
     prefill_rate: float | None = None  # one queueing replica's prompt tokens/s (`saturated_prefill_rate`)
-    itl_floor: float | None = None  # the replicas' fitted ITL at a batch of one, seconds (`itl_floor`)
 
 
 class HistoryView(Protocol):
@@ -440,6 +439,8 @@ class HistoryView(Protocol):
 
     def replica_windows(self, now: float, seconds: float, stale_after: float | None = None
                         ) -> list[ReplicaWindow]: ...
+
+    def itl_floor(self) -> float | None: ...
 
 
 class ModelHistory:
@@ -585,7 +586,7 @@ class ModelHistory:
             if total_f > 0:
                 lifetime = math.fsum(p for p in prompts if p is not None) / total_f
         return Snapshot(obs.at, fresh, loading, stale, now - newest if fresh else math.inf, latest,
-                        self._max_startup, lifetime, self.saturated_prefill_rate(), self.itl_floor())
+                        self._max_startup, lifetime, self.saturated_prefill_rate())
 
     def saturated_prefill_rate(self) -> float | None:
         """The measured prefill throughput of one replica: the median prompt-token rate over the retained

@@ -120,7 +120,7 @@ READY2 = WorkloadState(current_replicas=2, ready_replicas=2, min_replicas=1, max
 def l4_fleet(*phases: tuple[float, int], polls: int = 0) -> ModelHistory:
     """Pods a and b report every second, each running `r` requests for `n` seconds per (r, n) phase, each
     request decoding 100 tokens/s at the L4's ITL for that batch (69 ms + 1.1 ms a request); every `polls`
-    seconds (0: never) a poll reads the history, as KEDA's do."""
+    seconds (0: never) a decision reads it, as KEDA's polls do."""
     h = ModelHistory("ns", "m")
     total = {"a": [0.0, 0.0], "b": [0.0, 0.0]}  # ITL sum, count
     t = 0
@@ -134,8 +134,8 @@ def l4_fleet(*phases: tuple[float, int], polls: int = 0) -> ModelHistory:
                 pods.append(ReplicaSample(p, float(t), running=r, max_running=256.0, ttft_sum=c / 100,
                                           ttft_count=c / 100, itl_sum=s, itl_count=c))
             h.ingest(Observation("ns", "m", float(t), tuple(pods)))
-            if polls and t % polls == 0:
-                h.snapshot(float(t))
+            if polls and t >= polls and t % polls == 0:
+                decide(h, parse_metadata(BASE), PolicyState(initialized=True), READY2, float(t))
             t += 1
     return h
 
