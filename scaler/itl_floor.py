@@ -44,7 +44,9 @@ def estimate(running: npt.NDArray[np.float64], itl_sum_rate: npt.NDArray[np.floa
     b, w = b[ok], w[ok]
     with np.errstate(all="ignore"):  # absurd magnitudes overflow to inf and end as None below
         y = s[ok] / w
-        lo, hi = _weighted_quantile(b, w, 0.1), _weighted_quantile(b, w, 0.9)
+        order = np.argsort(b)  # the batch's weighted 10th and 90th percentiles, from one sort
+        sorted_b, cum = b[order], np.cumsum(w[order])
+        lo, hi = (float(sorted_b[min(int(np.searchsorted(cum, q * cum[-1])), b.size - 1)]) for q in (0.1, 0.9))
         if hi < MIN_SPREAD * lo or hi - lo < MIN_SPREAD_REQUESTS or lo > NEAR_BATCH:
             return None
         total = float(w.sum())
@@ -56,9 +58,3 @@ def estimate(running: npt.NDArray[np.float64], itl_sum_rate: npt.NDArray[np.floa
         return None
     return min(max(floor, 0.0), float(y.min()))
 
-
-def _weighted_quantile(x: npt.NDArray[np.float64], w: npt.NDArray[np.float64], q: float) -> float:
-    order = np.argsort(x, kind="stable")
-    cum = np.cumsum(w[order])
-    i = int(np.searchsorted(cum, q * cum[-1]))
-    return float(x[order][min(i, len(x) - 1)])
