@@ -25,6 +25,7 @@ import logging
 import os
 import re
 import stat
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any, NamedTuple, TypeVar
@@ -147,6 +148,11 @@ class PodResourcesClient:
             self._failing = False
         return gpu_owners(response, self.extra_resource_names)
 
+    @property
+    def failing(self) -> bool:
+        """The last ask failed (its `{}` is no answer, not a node without GPU pods)."""
+        return self._failing
+
     def close(self) -> None:
         self._close_channel()
 
@@ -184,20 +190,36 @@ class PodResourcesClient:
             log.debug("kubelet pod-resources at %s still unavailable: %s", self.socket_path, why)
 
 
+#: seconds the last answer of the kubelet stands in for one that failed
+HOLD_LAST_ANSWER_S = 60.0
+
+
 def attributor(
     socket_path: str = DEFAULT_SOCKET,
     timeout: float = 2.0,
     extra_resource_names: Iterable[str] = (),
+    clock: Callable[[], float] = time.monotonic,
 ) -> Callable[[list[GpuMetrics]], list[GpuMetrics]]:
     """For the collection loop: a callable that asks the kubelet once per call and sets each GPU's
     `attribution` in place (returning the same list). The timeout is short because it runs inside a
-    collection cycle; a failure leaves every GPU unattributed for that cycle."""
+    collection cycle. A failed ask uses the last answer for up to HOLD_LAST_ANSWER_S: one timeout left
+    every GPU unattributed for a cycle, which relabeled every GPU series and dropped the replicas'
+    `llm_replica_degraded` for it (the scaler then saw a degraded replica as whole). Longer than that,
+    the GPUs are unattributed (pods may have moved)."""
     client = PodResourcesClient(socket_path, timeout, extra_resource_names)
+    last: tuple[float, Mapping[str, tuple[str, str, str]]] | None = None
 
     def apply(gpus: list[GpuMetrics]) -> list[GpuMetrics]:
+        nonlocal last
         if not gpus:
             return gpus
-        for gpu, attributed in zip(gpus, attribute(gpus, client.list_gpu_owners()), strict=True):
+        owners: Mapping[str, tuple[str, str, str]] = client.list_gpu_owners()
+        now = clock()
+        if not client.failing:
+            last = (now, owners)
+        elif last is not None and now - last[0] <= HOLD_LAST_ANSWER_S:
+            owners = last[1]
+        for gpu, attributed in zip(gpus, attribute(gpus, owners), strict=True):
             gpu.attribution = attributed.attribution
         return gpus
 

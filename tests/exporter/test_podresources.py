@@ -286,3 +286,22 @@ def test_the_attributor_for_the_collection_loop_sets_owners_in_place(kubelet: tu
     assert {g.uuid: g.attribution.get("pod", "") for g in gpus} == {
         GPU0: "vllm-llama-0", GPU1: "", MIG_A: "qwen-small-7f9c", MIG_B: "embedder-0", GPU2: "", GPU3: ""}
     assert lister.calls == 1
+
+
+def test_the_attributor_holds_the_last_answer_through_a_failed_ask(kubelet: tuple[Path, Lister]) -> None:
+    # one kubelet timeout left every GPU unattributed for a cycle: every GPU series relabeled, and the
+    # replicas' llm_replica_degraded gone for that cycle
+    path, lister = kubelet
+    now = [0.0]
+    apply = attributor(str(path), timeout=0.2, clock=lambda: now[0])
+    pods = {GPU0: "vllm-llama-0", GPU1: "", MIG_A: "qwen-small-7f9c", MIG_B: "embedder-0", GPU2: "", GPU3: ""}
+    assert {g.uuid: g.attribution.get("pod", "") for g in apply(node_gpus())} == pods
+    lister.hang = True
+    now[0] = 30.0
+    assert {g.uuid: g.attribution.get("pod", "") for g in apply(node_gpus())} == pods  # the last answer
+    now[0] = 61.0
+    assert all(not g.attribution for g in apply(node_gpus()))  # too old: pods may have moved
+    lister.hang = False
+    lister.release.set()
+    now[0] = 62.0
+    assert {g.uuid: g.attribution.get("pod", "") for g in apply(node_gpus())} == pods
