@@ -179,9 +179,22 @@ def _columns(args: argparse.Namespace, path: Path, jsonl: bool) -> tuple[str, st
     return layout.time, layout.prompt, layout.output, unit, hashes
 
 
+#: the per-minute file loader's own hint names tune's Prometheus flag, which a file does not take (the loader
+#: is in every simulation's cache key, so its words are mended where they are shown)
+_FILE_SPAN_HINT = " (a shorter span: --since)"
+
+
+def error_line(err: Exception) -> str:
+    """A refused input's message on one line, as `simulate` and `tune` print it."""
+    line = " ".join(part.strip() for part in str(err).splitlines()) or type(err).__name__
+    return line.replace(_FILE_SPAN_HINT, "") if "requests in all: at most" in line else line
+
+
 def input_hint(err: Exception, prog: str) -> str:
     """What to do about a refused trace, preset or ScaledObject: the hint `simulate` and `tune` print."""
     text = str(err)
+    if "requests in all: at most" in text:
+        return "a history that long is a shorter span in the file: keep fewer of its minutes"
     if text.startswith("--out "):
         return "--out names a folder, made if missing, for results.json, config.json and replicas.png, e.g. results/"
     if isinstance(err, PresetFileError):
@@ -322,8 +335,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         trace, bt, policies = build(args)
     except (TraceError, ConfigError, ScaledObjectError, MetadataError, ValueError) as err:
-        line = " ".join(part.strip() for part in str(err).splitlines()) or type(err).__name__
-        print(f"keda-llm simulate: error: {line}; hint: {input_hint(err, 'keda-llm simulate')}", file=sys.stderr)
+        print(f"keda-llm simulate: error: {error_line(err)}; hint: {input_hint(err, 'keda-llm simulate')}",
+              file=sys.stderr)
         return 2
     return execute(trace, bt, policies, out=args.out, quiet=args.quiet, trace_arg=args.trace)
 

@@ -30,6 +30,7 @@ from keda_llm.simulator.cli import (
     READING_DEFAULTS,
     TRACE_NAMES,
     add_trace_arguments,
+    error_line,
     input_hint,
     load_trace,
     preset_arg,
@@ -377,8 +378,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{PROG}: error: {err}; hint: {err.hint}", file=sys.stderr)
         return 2
     except (TraceError, ConfigError, ScaledObjectError, MetadataError, HistoryError, ValueError) as err:
-        first = str(err).splitlines()[0]
-        print(f"{PROG}: error: {first}; hint: {_hint(err, args)}", file=sys.stderr)
+        print(f"{PROG}: error: {error_line(err)}; hint: {_hint(err, args)}", file=sys.stderr)
         return 2
     except OSError as err:  # --save-history
         print(f"{PROG}: error: cannot write: {err}; hint: check the --save-history path", file=sys.stderr)

@@ -258,3 +258,19 @@ def test_a_preset_folder_is_refused_as_a_folder(command: str, tmp_path: Path,
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "a folder; a preset file is one YAML file" in err[0] and "hint:" in err[0], err
+
+
+@pytest.mark.parametrize("command", ["simulate", "tune"])
+def test_a_per_minute_file_over_the_request_limit_is_not_told_to_use_since(
+        command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the loader's hint named tune's Prometheus flag (--since), which a file does not take
+    f = tmp_path / "history.csv"
+    f.write_text("minute,requests,prompt_tokens,output_tokens\n0,60000000,60000000,60000000\n"
+                 "60,60000000,60000000,60000000\n")
+    args = [command, "--trace", str(f), "--format", "minutes"]
+    if command == "tune":
+        args += ["--slo-ttft", "2", "--slo-itl", "0.1"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "requests in all: at most" in err[0], err
+    assert "--since" not in err[0] and "keep fewer of its minutes" in err[0]
