@@ -122,17 +122,8 @@ def test_the_demo_takes_sigterm_as_ctrl_c(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "keda_llm.cli", "demo", "--duration", "30", "--plain"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "TMPDIR": str(tmp_path)})
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith("[") and "s]" in line:  # the first status line: the run is under way
-                break
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    # the first status line: the run is under way
+    out, err = _signal_when(proc, "stdout", lambda line: line.startswith("[") and "s]" in line, signal.SIGTERM, 60)
     assert proc.returncode == 128 + signal.SIGTERM, (out, err)
     assert "stopped early (SIGTERM)" in out, out
     assert not any(n in err for n in NOISE), err
@@ -158,17 +149,7 @@ def test_the_activator_names_the_signal_it_drains_on(tmp_path: Path) -> None:
                              "--admin-listen", "127.0.0.1:0", "--model", "m", "--upstream", "http://127.0.0.1:9"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            if "activator: proxy on" in line:
-                break
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    _, err = _signal_when(proc, "stderr", lambda line: "activator: proxy on" in line, signal.SIGINT, 30)
     assert proc.returncode == 0, err
     assert "SIGINT: draining" in err and "SIGTERM" not in err, err
 
@@ -274,3 +255,21 @@ def test_a_per_minute_file_over_the_request_limit_is_not_told_to_use_since(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "requests in all: at most" in err[0], err
     assert "--since" not in err[0] and "keep fewer of its minutes" in err[0]
+
+
+def _signal_when(proc: subprocess.Popen[str], stream: str, ready: Any, sig: int, timeout: float) -> tuple[str, str]:
+    """Read `proc`'s `stream` until a line `ready` accepts, send it `sig`, and return what it wrote after; killed
+    if it is still running at the end."""
+    try:
+        lines = getattr(proc, stream)
+        assert lines is not None
+        for line in lines:
+            if ready(line):
+                break
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return out, err
