@@ -56,7 +56,7 @@ class Rig:
 @pytest.fixture
 def rig() -> Iterator[Rig]:
     engines = [FakeEngine(VLLM), FakeEngine(engine_body("llamacpp-b11434-load.prom")), FakeEngine(VLLM)]
-    cfg = parse_config({"interval": 1, "timeout": 0.3, "max_body_bytes": "1MiB", "node_name": "node-a", "targets": [
+    cfg = parse_config({"interval": 2, "timeout": 1.0, "max_body_bytes": "1MiB", "node_name": "node-a", "targets": [
         {"url": engines[0].url, "namespace": "llm", "pod": "good-vllm"},
         {"url": engines[1].url, "namespace": "llm", "pod": "good-llama", "model": "smollm2-gguf"},
         {"url": engines[2].url, "namespace": "llm", "pod": "bad"},
