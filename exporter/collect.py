@@ -241,10 +241,10 @@ class Collector:
             fut = self._pool.submit(self._scrape_one, target)
             started[key] = self._in_flight[key] = fut
             fut.add_done_callback(self._forget(key))
-        self._gpu_fresh = self._gpu_source is not None and self._gpu_future is None
-        if self._gpu_fresh:
-            assert self._gpu_source is not None
+        self._gpu_fresh = False
+        if self._gpu_source is not None and self._gpu_future is None:
             self._gpu_future = self._pool.submit(self._gpu_source.collect)
+            self._gpu_fresh = True
         return started
 
     def _wait(self, started: Mapping[str, Future[Outcome]], t0: float) -> None:

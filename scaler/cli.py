@@ -256,19 +256,12 @@ def _check_addresses(args: argparse.Namespace) -> None:
 def _check_history_dir(name: str) -> None:
     """--history-dir is a folder the scaler can write, made if missing: a file there, or a read-only mount, was
     a warning at start and another every 5 minutes, and the history was never kept."""
-    import tempfile
-    from pathlib import Path
+    from keda_llm.common.folders import writable_folder_problem
 
-    hint = "a writable folder (a volume mount) where the scaler keeps its long history, or leave it unset"
-    d = Path(name)
-    if d.exists() and not d.is_dir():
-        raise StartError(f"--history-dir {name}: a file, not a folder", hint)
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=d, prefix=".keda-llm-scaler-"):
-            pass
-    except OSError as err:
-        raise StartError(f"--history-dir {name}: cannot write there: {err.strerror or err}", hint) from None
+    problem = writable_folder_problem(name)
+    if problem is not None:
+        raise StartError(f"--history-dir {name}: {problem}", "a writable folder (a volume mount) where the scaler "
+                         "keeps its long history, or leave it unset")
 
 
 def _grpc_address(text: str) -> str:

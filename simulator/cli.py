@@ -311,22 +311,14 @@ def preset_arg(text: str) -> Preset:
 
 
 def check_out_dir(name: str) -> None:
-    """Refuse an --out folder before the run, not after it (a traceback then, and the run lost): a name, not a
-    file, a folder that exists or can be made, and a file can be written in it (a probe: root passes every
-    permission check, and /proc or a read-only mount refuse only the write)."""
-    import tempfile
+    """Refuse an --out folder before the run, not after it (a traceback then, and the run lost)."""
+    from keda_llm.common.folders import writable_folder_problem
 
     if not name.strip():
         raise ValueError(f"--out {name!r}: an empty folder name")
-    d = Path(name)
-    if d.exists() and not d.is_dir():
-        raise ValueError(f"--out {d}: a file, not a folder")
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=d, prefix=".keda-llm-simulate-"):
-            pass
-    except OSError as err:
-        raise ValueError(f"--out {d}: cannot write there: {err.strerror or err}") from None
+    problem = writable_folder_problem(name)
+    if problem is not None:
+        raise ValueError(f"--out {Path(name)}: {problem}")
 
 
 def run(args: argparse.Namespace) -> int:
