@@ -17,7 +17,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
-from keda_llm.common.httpserver import IDLE_TIMEOUT_S
+from keda_llm.common.httpserver import IDLE_TIMEOUT_S, accepts_gzip
 from keda_llm.common.tls import ReloadingContext, TLSAcceptMixin
 from keda_llm.exporter.warm import Warmer, WarmError
 
@@ -46,7 +46,7 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         source = self.server.source
         if path == "/metrics":
-            gzipped = "gzip" in self.headers.get("Accept-Encoding", "")
+            gzipped = accepts_gzip(self.headers.get("Accept-Encoding"))
             self._send(200, source.exposition(gzipped), CONTENT_TYPE, gzipped)
         elif path in ("/healthz", "/readyz", "/livez"):
             ok = source.healthy()
@@ -111,6 +111,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         if gzipped:
             self.send_header("Content-Encoding", "gzip")
+        if ctype == CONTENT_TYPE:  # the same URL answers gzip or not by this header: caches must key on it
+            self.send_header("Vary", "Accept-Encoding")
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)

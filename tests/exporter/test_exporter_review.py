@@ -195,6 +195,32 @@ def test_a_post_with_a_malformed_content_length_is_answered_at_once(length: str,
         server.stop()
 
 
+@pytest.mark.parametrize(("accept", "gzipped"), [("gzip;q=0", False), ("gzip", True), ("br", False)])
+def test_metrics_are_gzipped_only_for_a_client_that_accepts_gzip(accept: str, gzipped: bool) -> None:
+    # `gzip;q=0` says "not gzip"; the substring test answered it with gzip, which such a client cannot read
+    server, port = create_server(("127.0.0.1", 0), _GzipSource())
+    server.start()
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5.0) as conn:
+            conn.sendall(f"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept-Encoding: {accept}\r\n"
+                         "Connection: close\r\n\r\n".encode())
+            answer = b""
+            while chunk := conn.recv(65536):
+                answer += chunk
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 ")
+        assert (b"Content-Encoding: gzip" in head) is gzipped
+        assert b"Vary: Accept-Encoding" in head  # a cache keys the answer on the header that chose it
+        assert body == (b"gz" if gzipped else b"llm_x 1\n")
+    finally:
+        server.stop()
+
+
+class _GzipSource(_Source):
+    def exposition(self, gzipped: bool = False) -> bytes:
+        return b"gz" if gzipped else b"llm_x 1\n"
+
+
 def test_a_config_whose_top_level_is_not_a_mapping_says_so() -> None:
     # was "exporter config: : ['a', 'b']: expected a mapping": an empty key name
     from keda_llm.exporter.config import ConfigError, parse_config
