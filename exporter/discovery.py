@@ -172,6 +172,12 @@ def pods_to_targets(pod_list: Mapping[str, Any], node: str) -> list[Target]:
     return sorted(targets, key=lambda t: t.key)
 
 
+#: A node's pod list larger than this is refused, not read: about 110 pods a node (the kubelet's default
+#: maxPods) of some 10-50 KiB each is a few MiB; an answer past this is a misbehaving server or proxy, and
+#: reading it whole would hold the DaemonSet pod's memory limit hostage.
+MAX_POD_LIST_BYTES = 64 << 20
+
+
 @dataclass(frozen=True)
 class KubeClient:
     """Reads pods from the API server with the pod's service-account token.
@@ -184,6 +190,7 @@ class KubeClient:
     token_file: str
     ca_file: str
     timeout: float = 5.0
+    max_bytes: int = MAX_POD_LIST_BYTES
 
     @classmethod
     def from_config(cls, cfg: KubernetesConfig, env: Mapping[str, str] | None = None,
@@ -216,11 +223,17 @@ class KubeClient:
             raise DiscoveryError(f"cannot read the service-account token {self.token_file}: {e.strerror}") from e
         try:
             with urllib.request.urlopen(request, timeout=self.timeout, context=self._context()) as resp:
-                data = json.loads(resp.read())
+                body = resp.read(self.max_bytes + 1)
+                if len(body) > self.max_bytes:
+                    raise DiscoveryError(f"listing pods on {node}: the answer is over {self.max_bytes} bytes; "
+                                         "not read (the last good list stands)")
+                data = json.loads(body)
         except urllib.error.HTTPError as e:
             raise DiscoveryError(f"listing pods on {node}: HTTP {e.code} {e.reason}") from e
         except (OSError, ValueError, http.client.HTTPException) as e:  # HTTPException: a body cut short
             raise DiscoveryError(f"listing pods on {node}: {type(e).__name__}: {e}") from e
+        except RecursionError:  # JSON nested past the parser's depth
+            raise DiscoveryError(f"listing pods on {node}: the answer nests too deep to be a pod list") from None
         if not isinstance(data, dict):
             raise DiscoveryError("listing pods: the answer is not a JSON object")
         return data

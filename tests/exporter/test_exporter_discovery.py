@@ -228,3 +228,30 @@ def test_one_malformed_pod_costs_itself_not_the_node() -> None:
     good = pod("good", annotations=ON)
     targets = pods_to_targets(podlist(bad_time, no_spec, typed, good), "node-a")
     assert "good" in [t.pod for t in targets]
+
+
+def test_a_pod_list_over_the_cap_is_refused_and_the_last_good_list_stands(token_file: Path) -> None:
+    # before: the whole answer was read into memory, however large (a DaemonSet pod's memory limit is small)
+    cfg = parse_config({"node_name": "node-a"}, env={})
+    with FakeKube(token="test-token") as kube:
+        kube.pods = [pod("e-1", annotations=ON, ip="10.0.0.1")]
+        small = KubeClient(kube.url, str(token_file), "", timeout=5.0, max_bytes=100_000)
+        d = Discovery(cfg, small.list_pods)
+        d.refresh()
+        assert [t.pod for t in d.targets()] == ["e-1"]
+        kube.pods = [pod(f"e-{i}", annotations={**ON, "pad": "x" * 2000}, ip="10.0.0.1") for i in range(100)]
+        with pytest.raises(DiscoveryError, match="over 100000 bytes"):
+            small.list_pods("node-a")
+        d.refresh()
+    assert [t.pod for t in d.targets()] == ["e-1"]
+    assert d.errors == 1 and "over 100000 bytes" in d.last_error
+
+
+def test_a_pod_list_nested_too_deep_is_a_discovery_error(token_file: Path) -> None:
+    from httpstub import HttpStub, Response
+
+    deep = b"[" * 100_000 + b"]" * 100_000
+    with HttpStub(lambda req: Response(200, deep, "application/json")) as stub:
+        c = KubeClient(stub.url, str(token_file), "", timeout=5.0)
+        with pytest.raises(DiscoveryError, match="nests too deep"):
+            c.list_pods("node-a")
