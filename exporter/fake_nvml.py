@@ -333,12 +333,14 @@ class FakeNvml:
         if not isinstance(eventSet, _EventSet) or eventSet.freed:
             raise NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         for gpu in eventSet.gpus:  # a GPU's new XIDs go to every set it is registered on
-            if self.gpus[gpu].lost:
-                raise NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
             eventSet.pending.extend((gpu, xid) for xid in self.gpus[gpu].xid_events)
         for gpu in eventSet.gpus:
             self.gpus[gpu].xid_events.clear()
         if not eventSet.pending:
+            # the events raised as a GPU fell off the bus (XID 79 among them) are delivered first: that is
+            # how DCGM and nvidia-smi learn of it; only a set with nothing pending says the GPU is lost
+            if any(self.gpus[gpu].lost for gpu in eventSet.gpus):
+                raise NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
             raise NVMLError(pynvml.NVML_ERROR_TIMEOUT)
         _gpu, xid = eventSet.pending.pop(0)
         data = pynvml.c_nvmlEventData_t()

@@ -338,8 +338,8 @@ class NvmlCollector:
         except Exception as error:  # freeing: nothing to recover
             log.debug("nvmlEventSetFree failed: %s", error)
 
-    def _drain_xid(self, device: _Device, metrics: GpuMetrics, now: float) -> None:
-        """Read the critical XIDs that arrived since the last cycle (never waits), into `metrics`."""
+    def _drain_xid(self, device: _Device, now: float) -> None:
+        """Read the critical XIDs that arrived since the last cycle (never waits), into `_xids`."""
         nvml = self._nvml
         count, code, at = self._xids.get(device.uuid, (0, -1, -math.inf))
         for _ in range(MAX_EVENTS_PER_CYCLE):
@@ -356,7 +356,6 @@ class NvmlCollector:
                 count, code, at = count + 1, int(data.eventData), now
                 log.warning("GPU %s: critical XID %d", device.uuid, code)
         self._xids[device.uuid] = (count, code, at)
-        self._set_xids(metrics, device.uuid, now)
 
     def _set_xids(self, metrics: GpuMetrics, uuid: str, now: float) -> None:
         """The XID fields of `metrics` from what was seen on `uuid`; left None where no event set ever was."""
@@ -409,9 +408,12 @@ class NvmlCollector:
         except _DeviceDown as down:
             self._log_down(device.uuid or device.index, down.error)
             self._next_discovery_at = now  # it may come back with a new handle, or MIG was reconfigured
+            if device.events is not None:  # the XID that says why (79: fallen off the bus) is pending now
+                self._drain_xid(device, now)
             return self._down(device, now)
         if device.events is not None:
-            self._drain_xid(device, metrics, now)
+            self._drain_xid(device, now)
+        self._set_xids(metrics, device.uuid, now)
         self._down_logged.discard(device.uuid or device.index)
         return metrics
 

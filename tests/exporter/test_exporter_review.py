@@ -60,6 +60,24 @@ def test_a_gpu_down_after_a_critical_xid_keeps_its_xid_count_and_hold() -> None:
     assert (down.up, down.xid_errors_total, down.last_xid, down.xid_active) == (False, 1.0, 48.0, 0.0)
 
 
+def test_the_xid_pending_as_a_gpu_falls_off_the_bus_is_read_on_the_cycle_it_is_lost() -> None:
+    # XID 79 is raised as the GPU falls off the bus, so the cycle that finds the GPU lost is the one with it
+    # pending: before, a down GPU's event set was never read, and the XID that says why went unseen
+    gpus = fake_gpus(2)
+    clock = Clock()
+    collector = NvmlCollector(FakeNvml(gpus), clock=clock, xid_hold_s=600.0)
+    collector.collect()
+    gpus[1].xid_events.append(79)
+    gpus[1].lost = True
+    clock.now += 5
+    down = collector.collect()[1]
+    assert not down.up
+    assert (down.xid_errors_total, down.last_xid, down.xid_active) == (1.0, 79.0, 1.0)
+    clock.now += 5  # the next cycle: nothing pending, the set answers GpuIsLost; the XID and its hold stay
+    down = collector.collect()[1]
+    assert (down.up, down.xid_errors_total, down.last_xid, down.xid_active) == (False, 1.0, 79.0, 1.0)
+
+
 def test_a_gpu_lost_without_an_event_set_still_has_no_xid_series() -> None:
     gpus = fake_gpus(1)
     gpus[0].unsupported.add("nvmlDeviceRegisterEvents")  # no critical XID events on this GPU
