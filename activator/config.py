@@ -48,6 +48,8 @@ class ModelConfig:
     port: int = 0  # EndpointSlice port number to use (0: port_name, else the slice's first port)
     port_name: str = ""
     scheme: str = "http"
+    ca_file: str = ""  # https: the CA bundle the replicas' certificates are verified against (else the system's)
+    server_name: str = ""  # https: the name checked in their certificate (else the address: the pod IP)
     max_held: int = 1000
     max_wait: float = 300.0
     cold_start: float = 120.0  # expected cold start: the Retry-After told while the model wakes
@@ -78,6 +80,9 @@ class ActivatorConfig:
     probe_timeout: float = 1.0
     connect_timeout: float = 5.0
     read_timeout: float = 600.0  # longest silence from an upstream between two chunks
+    #: longest a client may leave one chunk of its answer unread: past it the client is cut, freeing the
+    #: replica's slot (a hung consumer, or a peer gone without a reset, held it for as long as its socket lived)
+    write_timeout: float = 120.0
     exporters: tuple[str, ...] = ()  # exporter /metrics URLs for load-aware routing
     exporters_interval: float = 2.0
     metrics_max_age: float = 10.0  # older exporter samples are ignored (routing falls back)
@@ -240,6 +245,8 @@ def _model(raw: Any, prefix: str, max_held: int, max_wait: float) -> ModelConfig
         port=_take(raw, "port", prefix, _int(0, 65535), 0),
         port_name=_take(raw, "port_name", prefix, _text, ""),
         scheme=_take(raw, "scheme", prefix, _text, "http"),
+        ca_file=_take(raw, "ca_file", prefix, _text, ""),
+        server_name=_take(raw, "server_name", prefix, _text, ""),
         max_held=_take(raw, "max_held", prefix, _int(0, 10_000_000), max_held),
         max_wait=_take(raw, "max_wait", prefix, _duration, max_wait),
         cold_start=_take(raw, "cold_start", prefix, _duration, d.cold_start),
@@ -253,6 +260,10 @@ def _check_model(m: ModelConfig, prefix: str) -> None:
         raise ConfigError(prefix + "path_prefix", f"must start with '/': {m.path_prefix!r}")
     if m.scheme not in ("http", "https"):
         raise ConfigError(prefix + "scheme", f"http or https, not {m.scheme!r}")
+    https = m.scheme == "https" or any(e.url.startswith("https://") for e in m.endpoints)
+    for key in ("ca_file", "server_name"):
+        if getattr(m, key) and not https:
+            raise ConfigError(prefix + key, "only for https replicas (scheme: https, or https:// endpoints)")
     if bool(m.endpoints) == bool(m.service):
         raise ConfigError(prefix + "endpoints", "give exactly one of `endpoints` (static) and `service` "
                           "(EndpointSlices)")
@@ -305,6 +316,7 @@ def parse(raw: Any) -> ActivatorConfig:
         probe_timeout=_take(raw, "probe_timeout", "", _duration, d.probe_timeout),
         connect_timeout=_take(raw, "connect_timeout", "", _duration, d.connect_timeout),
         read_timeout=_take(raw, "read_timeout", "", _duration, d.read_timeout),
+        write_timeout=_take(raw, "write_timeout", "", _duration, d.write_timeout),
         exporters=_take(raw, "exporters", "", _list(_url), d.exporters),
         exporters_interval=_take(raw, "exporters_interval", "", _interval, d.exporters_interval),
         metrics_max_age=_take(raw, "metrics_max_age", "", _duration, d.metrics_max_age),
@@ -347,6 +359,8 @@ def check(cfg: ActivatorConfig) -> ActivatorConfig:
             prefixes.add(p)
     if cfg.default_model and cfg.default_model not in seen:
         raise ConfigError("default_model", f"{cfg.default_model!r} is not a configured model name")
+    if cfg.default_model and seen[cfg.default_model] != cfg.default_model:  # an alias: routed by its model's name
+        cfg = replace(cfg, default_model=seen[cfg.default_model])
     if cfg.probe_timeout > cfg.probe_interval * 10:
         raise ConfigError("probe_timeout", "at most 10 x probe_interval")
     return cfg

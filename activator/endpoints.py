@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 import aiohttp
 
-from keda_llm.activator.config import ActivatorConfig, KubeConfig, ModelConfig
+from keda_llm.activator.config import ActivatorConfig, ConfigError, KubeConfig, ModelConfig
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +162,13 @@ class SliceWatcher:
             server = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
         self.server = server.rstrip("/")
         self.errors = 0
+        # built here, so a CA file that holds no certificate stops the start with its key named (built in the
+        # watcher's task, it ended that task without a word and no model ever got an endpoint)
+        try:
+            self._ssl_context = self._ssl() if self.models else False
+        except (OSError, ssl.SSLError) as e:
+            why = getattr(e, "strerror", None) or e
+            raise ConfigError("kubernetes.ca_file", f"cannot load {self.kube.ca_file}: {why}") from None
 
     def _ssl(self) -> ssl.SSLContext | bool:
         if not self.server.startswith("https:"):
@@ -185,7 +192,7 @@ class SliceWatcher:
     async def run(self, stop: asyncio.Event) -> None:
         if not self.models:
             return
-        connector = aiohttp.TCPConnector(ssl=self._ssl())
+        connector = aiohttp.TCPConnector(ssl=self._ssl_context)
         async with aiohttp.ClientSession(connector=connector) as session:
             tasks = [asyncio.create_task(self._loop(session, m, stop)) for m in self.models]
             try:

@@ -33,9 +33,11 @@ import contextlib
 import hmac
 import json
 import logging
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -45,7 +47,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from yarl import URL
 
-from keda_llm.activator.config import ActivatorConfig, ModelConfig, read_token
+from keda_llm.activator.config import ActivatorConfig, ConfigError, ModelConfig, read_token
 from keda_llm.activator.core import (
     REJECT_STATUS,
     Admitted,
@@ -87,6 +89,9 @@ _NOT_ADDED = frozenset({"Accept-Encoding", "User-Agent", "Content-Type", "Accept
 #: decides it; an added `Server` names this proxy's software as the replica's. `Date` stays: a forwarder
 #: with a clock appends it (RFC 9110 6.6.1).
 _NOT_ADDED_ANSWER = ("Content-Type", "Server")
+#: A pooled connection closed this soon after the request went out was closed idle by the engine as it went (the
+#: one close safe to send again); a close later than this is an engine that took the request and died on it.
+RESEND_WINDOW_S = 0.25
 TICK_S = 0.1  # expiry, re-activation and set-aside endpoints coming back are checked this often
 WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
@@ -110,9 +115,31 @@ class _ConnectFailed(Exception):
     the request went out; the endpoint may have begun it, so it is tried again once (an idle pooled
     connection the engine closed just then), and a second such close is the client's 502."""
 
-    def __init__(self, message: str, *, sent: bool) -> None:
+    def __init__(self, message: str, *, sent: bool, reused: bool = False) -> None:
         super().__init__(message)
         self.sent = sent
+        self.reused = reused  # a pooled connection closed at once: the engine's idle close, not this request
+
+
+class _Attempt:
+    """One forward's trace context: whether aiohttp took its connection from the pool (`_reuse_trace`)."""
+
+    __slots__ = ("reused",)
+
+    def __init__(self) -> None:
+        self.reused = False
+
+
+def _reuse_trace() -> aiohttp.TraceConfig:
+    """Marks an `_Attempt` whose connection was a pooled one: only such a connection can have been closed by
+    the engine's idle timeout as the request went out, the one close that is safe to send again."""
+    async def reused(_session: aiohttp.ClientSession, ctx: SimpleNamespace, _params: object) -> None:
+        if isinstance(ctx.trace_request_ctx, _Attempt):
+            ctx.trace_request_ctx.reused = True
+
+    config = aiohttp.TraceConfig()
+    config.on_connection_reuseconn.append(reused)
+    return config
 
 
 class Metrics:
@@ -178,15 +205,19 @@ class Activator:
         self._session: aiohttp.ClientSession | None = None
         self._upstream_timeout = aiohttp.ClientTimeout(total=None, sock_connect=cfg.connect_timeout,
                                                        sock_read=cfg.read_timeout)
+        self._tls = {m.name: _tls_options(m, f"models[{i}].") for i, m in enumerate(cfg.models)
+                     if m.ca_file or m.server_name}
+        self._tls_warned: set[str] = set()
         self.ports: dict[str, int] = {}
 
     # ---- lifecycle ----
 
     async def start(self, proxy: tuple[str, int], admin: tuple[str, int] | None) -> None:
+        watcher = SliceWatcher(self.cfg.kubernetes, self.cfg.models, self.endpoints)  # its config errors first
         self._idle.set()
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=10, keepalive_timeout=KEEPALIVE_S),
-            auto_decompress=False,
+            auto_decompress=False, trace_configs=[_reuse_trace()],
             timeout=aiohttp.ClientTimeout(total=None))
         for name, (host, port), app in (("proxy", proxy, self._proxy_app()),
                                         *((("admin", admin, self._admin_app()),) if admin else ())):
@@ -199,12 +230,13 @@ class Activator:
             await site.start()
             self._runners.append(runner)
             self.ports[name] = int(runner.addresses[-1][1]) if runner.addresses else port
-        watcher = SliceWatcher(self.cfg.kubernetes, self.cfg.models, self.endpoints)
         self._tasks = [asyncio.create_task(self._ticker()),
                        asyncio.create_task(probe_static(self.cfg, self.endpoints, self._session, self._stop)),
                        asyncio.create_task(watcher.run(self._stop))]
         if self.cfg.exporters:
             self._tasks.append(asyncio.create_task(self.loads.run(self.cfg.exporters_interval, self._stop)))
+        for task in self._tasks:
+            task.add_done_callback(_said_if_died)
 
     async def stop(self) -> None:
         """Graceful shutdown (see the module docstring)."""
@@ -342,10 +374,16 @@ class Activator:
                 what = f"model {body_model!r}" if body_model is not None else "a request naming no model"
                 return self._reject(None, _Rejected("unknown_model"), message=f"{what} is not served here")
             if body_model is not None and body_model != route.model:
-                body = _renamed(body, route.model)  # an alias: the replicas serve the configured name
+                try:
+                    body = _renamed(body, route.model)  # an alias: the replicas serve the configured name
+                except ValueError:
+                    return self._reject(None, _Rejected("bad_request"),
+                                        message="the body holds a number JSON cannot carry (NaN, Infinity or past "
+                                                "a double's range)")
         st = self.models[route.model]
         priority = self._priority(request)
         path_qs = _target(request.raw_path, route.path, route.prefix)
+        arrived = self.clock()
         first_held: float | None = None  # set once the request was admitted to the queue
         dropped = 0  # connections closed after the request went out
         while True:
@@ -358,7 +396,10 @@ class Activator:
             except _ConnectFailed as e:
                 if e.sent:
                     dropped += 1
-                    if dropped > 1:  # not a stale pooled connection: this request is what the endpoint drops
+                    # a fresh connection closed under a request, a pooled one closed after RESEND_WINDOW_S, or
+                    # one closed twice is no idle timeout: the engine took the request and died on it (a query
+                    # of death), and another replica must not be given it too
+                    if dropped > 1 or not e.reused:
                         log.warning("%s closed the connection on a request for %s twice (%s): 502",
                                     endpoint, route.model, e)
                         return self._reject(st, _Rejected("upstream"), status=502,
@@ -370,8 +411,8 @@ class Activator:
                 self.metrics.retries.labels(st.cfg.name).inc()
                 if not e.sent:
                     self.endpoints.suspect(endpoint)
-                if first_held is None:
-                    first_held = self.clock()
+                if first_held is None:  # its arrival: held again, it keeps its lane's order and max_wait from then
+                    first_held = arrived
             finally:
                 self._release(st, endpoint)
 
@@ -397,6 +438,8 @@ class Activator:
         if first_held is None:
             offer = st.queue.offer(priority, now, self._retry(st))
             if not isinstance(offer, Admitted):
+                if not self.endpoints.ready(st.cfg.name):  # refused, but it is demand: a model at zero wakes
+                    self._wake(st, refused=True)
                 raise _Rejected(offer.reason, offer.retry_after)
             ticket = offer.ticket
         else:
@@ -436,13 +479,17 @@ class Activator:
         return url
 
     def _release(self, st: ModelState, url: str) -> None:
+        self._unreserve(st, url)
+        if len(st.queue) and self.cfg.routing.max_outstanding:
+            self._dispatch(st)
+
+    @staticmethod
+    def _unreserve(st: ModelState, url: str) -> None:
         n = st.outstanding.get(url, 0) - 1
         if n > 0:
             st.outstanding[url] = n
         else:
             st.outstanding.pop(url, None)
-        if len(st.queue) and self.cfg.routing.max_outstanding:
-            self._dispatch(st)
 
     def _settle(self, ticket: Ticket, result: str | _Rejected) -> bool:
         """Hand a ticket taken out of a queue its endpoint or refusal; False if its client had left
@@ -465,7 +512,9 @@ class Activator:
                 return
             ticket = st.queue.pop()
             if ticket is None or not self._settle(ticket, ep):
-                self._release(st, ep)
+                # its client left: the endpoint goes back and the loop goes on (through `_release`, which
+                # dispatches, each such ticket was a frame deeper: ~330 clients gone together overflowed the stack)
+                self._unreserve(st, ep)
         self._gauge(st)
 
     def _endpoints_changed(self, model: str) -> None:
@@ -489,11 +538,14 @@ class Activator:
             for st in self.models.values():
                 if not len(st.queue):
                     continue
-                for ticket in st.queue.expire(now):
-                    self._settle(ticket, _Rejected("max_wait", self._retry(st)))
-                self._dispatch(st)
-                self._wake(st)
-                self._gauge(st)
+                try:
+                    for ticket in st.queue.expire(now):
+                        self._settle(ticket, _Rejected("max_wait", self._retry(st)))
+                    self._dispatch(st)
+                    self._wake(st)
+                    self._gauge(st)
+                except Exception:  # one model's fault must not end expiry and waking for every model
+                    log.exception("the held queue of %s", st.cfg.name)
 
     def _gauge(self, st: ModelState) -> None:
         self.metrics.held.labels(st.cfg.name).set(len(st.queue))
@@ -505,9 +557,12 @@ class Activator:
 
     # ---- waking ----
 
-    def _wake(self, st: ModelState) -> None:
+    def _wake(self, st: ModelState, *, refused: bool = False) -> None:
+        """Wake the model (its ScaledObject, through the scaler) while requests are held for it, or one was
+        just refused for a full queue (`max_held: 0` holds none, and woke nothing)."""
         now = self.clock()
-        if not st.waker.due(now, len(st.queue), len(self.endpoints.ready(st.cfg.name))):
+        held = max(len(st.queue), 1) if refused else len(st.queue)
+        if not st.waker.due(now, held, len(self.endpoints.ready(st.cfg.name))):
             return
         st.waker.sent(now)
         if st.woken_at is None:
@@ -548,17 +603,29 @@ class Activator:
         peer = request.remote or ""
         prior = ", ".join(request.headers.getall("X-Forwarded-For", []))  # every hop, however many lines
         headers["X-Forwarded-For"] = f"{prior}, {peer}" if prior else peer
+        attempt = _Attempt()
+        started = asyncio.get_running_loop().time()
         try:
             up = await self._session.request(request.method, URL(endpoint + path_qs, encoded=True),
                                              data=body or None, headers=headers, timeout=self._upstream_timeout,
-                                             allow_redirects=False, skip_auto_headers=_NOT_ADDED)
+                                             allow_redirects=False, skip_auto_headers=_NOT_ADDED,
+                                             trace_request_ctx=attempt, **self._tls.get(st.cfg.name, {}))
+        except aiohttp.ClientSSLError as e:
+            # not the scale-down race a refused connection is: every attempt fails alike, so holding the request
+            # until max_wait only hid it (a 503 "did not become ready" minutes later, nothing logged)
+            if endpoint not in self._tls_warned:
+                self._tls_warned.add(endpoint)
+                log.warning("%s: TLS failed (%s); set the model's ca_file and server_name to the replicas' "
+                            "certificate", endpoint, e)
+            return self._reject(st, _Rejected("upstream"), status=502, message=f"upstream TLS: {e}")
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
             # no connection made: refused, unresolved, or silent (a vanished pod's address often is)
             raise _ConnectFailed(str(e) or type(e).__name__, sent=False) from e
         except aiohttp.ServerTimeoutError as e:  # connected and sent, no answer within read_timeout
             return self._reject(st, _Rejected("upstream"), status=504, message=f"upstream: {e}")
         except aiohttp.ClientConnectionError as e:  # reset or closed after the request went out
-            raise _ConnectFailed(str(e) or type(e).__name__, sent=True) from e
+            at_once = asyncio.get_running_loop().time() - started < RESEND_WINDOW_S
+            raise _ConnectFailed(str(e) or type(e).__name__, sent=True, reused=attempt.reused and at_once) from e
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
             return self._reject(st, _Rejected("upstream"), status=504 if isinstance(e, asyncio.TimeoutError)
                                 else 502, message=f"upstream: {type(e).__name__}")
@@ -576,30 +643,37 @@ class Activator:
                 resp.force_close()
             await resp.prepare(request)
             write, read, now = resp.write, up.content.readany, asyncio.get_running_loop().time
-            read_timeout = self.cfg.read_timeout
+            read_timeout, write_timeout = self.cfg.read_timeout, self.cfg.write_timeout
+            writing = False
             try:
                 # our own bound on each read (aiohttp's sock_read is not enough: a malformed chunked body
                 # stalls its parser without an error): one timer rescheduled around each read, about 3 us a
-                # chunk where wait_for per read cost 11 us (bench/README.md); a slow client's writes are
-                # not counted against the upstream
+                # chunk where wait_for per read cost 11 us (bench/README.md); a client's writes have their own
+                # bound, write_timeout, so a slow client is not counted against the upstream, nor a client
+                # that stopped reading left holding the replica's slot
                 async with asyncio.timeout(None) as deadline:
                     while True:  # each read as it comes: no re-buffering
                         deadline.reschedule(now() + read_timeout)
                         chunk = await read()
-                        deadline.reschedule(None)
+                        writing = True
+                        deadline.reschedule(now() + write_timeout)
                         if not chunk:
                             break
                         await write(chunk)
-                await resp.write_eof()
+                        writing = False
+                    await resp.write_eof()
             except ConnectionResetError:
                 # the client left mid-answer (aiohttp's ClientConnectionResetError is also a ClientError, so
                 # this comes first): nothing to tell it, and not the endpoint's fault
                 log.debug("client left during an answer of %s from %s", st.cfg.name, endpoint)
                 return resp
             except (aiohttp.ClientError, asyncio.TimeoutError, HttpProcessingError) as e:
-                # the endpoint broke off mid-answer (or sent what does not parse): cut the client's
-                # connection so it sees a short answer
-                log.warning("%s broke off an answer for %s: %s", endpoint, st.cfg.name, e or type(e).__name__)
+                # the endpoint broke off mid-answer (or sent what does not parse), or the client left a chunk
+                # unread for write_timeout: cut the client's connection (it sees a short answer)
+                if writing and isinstance(e, asyncio.TimeoutError):
+                    log.info("a client left an answer of %s unread for %g s: cut", st.cfg.name, write_timeout)
+                else:
+                    log.warning("%s broke off an answer for %s: %s", endpoint, st.cfg.name, e or type(e).__name__)
                 if request.transport is not None:
                     request.transport.close()
                 return resp
@@ -636,10 +710,32 @@ def _body_model(body: bytes) -> str | None:
         return None
     try:
         obj = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested past the parser's depth
         return None
     model = obj.get("model") if isinstance(obj, dict) else None
     return model if isinstance(model, str) else None
+
+
+def _said_if_died(task: asyncio.Task[None]) -> None:
+    """A background task (ticker, prober, watcher, loads) that ends by an error says so: gathered at stop with
+    return_exceptions, its death was silent, and what it kept up to date froze."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("background task %s died: %r", task.get_name(), task.exception())
+
+
+def _tls_options(m: ModelConfig, key: str) -> dict[str, Any]:
+    """Request options for a model's https replicas: its `ca_file` (their certificates' CA) and `server_name`
+    (the name their certificate carries: a replica is addressed by its pod IP, which a certificate rarely names)."""
+    out: dict[str, Any] = {}
+    if m.ca_file:
+        try:
+            out["ssl"] = ssl.create_default_context(cafile=m.ca_file)
+        except (OSError, ssl.SSLError) as e:
+            why = getattr(e, "strerror", None) or e
+            raise ConfigError(key + "ca_file", f"cannot load {m.ca_file}: {why}") from None
+    if m.server_name:
+        out["server_hostname"] = m.server_name
+    return out
 
 
 def _end_to_end(headers: CIMultiDictProxy[str] | CIMultiDict[str],
@@ -668,7 +764,11 @@ def _target(raw: str, path: str, prefix: str) -> str:
 
 
 def _renamed(body: bytes, model: str) -> bytes:
-    """The body with its `model` set to the configured name (the client named an alias)."""
+    """The body with its `model` set to the configured name (the client named an alias). ValueError for a number
+    JSON cannot carry (`1e400` reads as infinity, and was written on as the bare word `Infinity`)."""
     obj = json.loads(body)
     obj["model"] = model
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+    try:
+        return json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    except UnicodeEncodeError:  # a lone surrogate escape (a string cut inside an emoji): written escaped again
+        return json.dumps(obj, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode()
