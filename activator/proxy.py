@@ -37,7 +37,6 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -89,8 +88,9 @@ _NOT_ADDED = frozenset({"Accept-Encoding", "User-Agent", "Content-Type", "Accept
 #: decides it; an added `Server` names this proxy's software as the replica's. `Date` stays: a forwarder
 #: with a clock appends it (RFC 9110 6.6.1).
 _NOT_ADDED_ANSWER = ("Content-Type", "Server")
-#: A pooled connection closed this soon after the request went out was closed idle by the engine as it went (the
-#: one close safe to send again); a close later than this is an engine that took the request and died on it.
+#: A connection closed this soon after the request went out was closed idle by the engine as it went (the one
+#: close safe to send again: an in-cluster round trip is well under it); later, the engine took the request and
+#: died on it. Telling a pooled connection from a fresh one (aiohttp's trace hooks) cost 50-60 us a request.
 RESEND_WINDOW_S = 0.25
 TICK_S = 0.1  # expiry, re-activation and set-aside endpoints coming back are checked this often
 WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -115,31 +115,10 @@ class _ConnectFailed(Exception):
     the request went out; the endpoint may have begun it, so it is tried again once (an idle pooled
     connection the engine closed just then), and a second such close is the client's 502."""
 
-    def __init__(self, message: str, *, sent: bool, reused: bool = False) -> None:
+    def __init__(self, message: str, *, sent: bool, at_once: bool = False) -> None:
         super().__init__(message)
         self.sent = sent
-        self.reused = reused  # a pooled connection closed at once: the engine's idle close, not this request
-
-
-class _Attempt:
-    """One forward's trace context: whether aiohttp took its connection from the pool (`_reuse_trace`)."""
-
-    __slots__ = ("reused",)
-
-    def __init__(self) -> None:
-        self.reused = False
-
-
-def _reuse_trace() -> aiohttp.TraceConfig:
-    """Marks an `_Attempt` whose connection was a pooled one: only such a connection can have been closed by
-    the engine's idle timeout as the request went out, the one close that is safe to send again."""
-    async def reused(_session: aiohttp.ClientSession, ctx: SimpleNamespace, _params: object) -> None:
-        if isinstance(ctx.trace_request_ctx, _Attempt):
-            ctx.trace_request_ctx.reused = True
-
-    config = aiohttp.TraceConfig()
-    config.on_connection_reuseconn.append(reused)
-    return config
+        self.at_once = at_once  # closed within RESEND_WINDOW_S of sending: an idle close, not this request
 
 
 class Metrics:
@@ -217,7 +196,7 @@ class Activator:
         self._idle.set()
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=10, keepalive_timeout=KEEPALIVE_S),
-            auto_decompress=False, trace_configs=[_reuse_trace()],
+            auto_decompress=False,
             timeout=aiohttp.ClientTimeout(total=None))
         for name, (host, port), app in (("proxy", proxy, self._proxy_app()),
                                         *((("admin", admin, self._admin_app()),) if admin else ())):
@@ -396,10 +375,10 @@ class Activator:
             except _ConnectFailed as e:
                 if e.sent:
                     dropped += 1
-                    # a fresh connection closed under a request, a pooled one closed after RESEND_WINDOW_S, or
-                    # one closed twice is no idle timeout: the engine took the request and died on it (a query
-                    # of death), and another replica must not be given it too
-                    if dropped > 1 or not e.reused:
+                    # a connection closed later than RESEND_WINDOW_S after the request went out, or closed twice,
+                    # is no idle close: the engine took the request and died on it (a query of death), and
+                    # another replica must not be given it too
+                    if dropped > 1 or not e.at_once:
                         log.warning("%s closed the connection on a request for %s twice (%s): 502",
                                     endpoint, route.model, e)
                         return self._reject(st, _Rejected("upstream"), status=502,
@@ -603,13 +582,12 @@ class Activator:
         peer = request.remote or ""
         prior = ", ".join(request.headers.getall("X-Forwarded-For", []))  # every hop, however many lines
         headers["X-Forwarded-For"] = f"{prior}, {peer}" if prior else peer
-        attempt = _Attempt()
         started = asyncio.get_running_loop().time()
         try:
             up = await self._session.request(request.method, URL(endpoint + path_qs, encoded=True),
                                              data=body or None, headers=headers, timeout=self._upstream_timeout,
                                              allow_redirects=False, skip_auto_headers=_NOT_ADDED,
-                                             trace_request_ctx=attempt, **self._tls.get(st.cfg.name, {}))
+                                             **self._tls.get(st.cfg.name, {}))
         except aiohttp.ClientSSLError as e:
             # not the scale-down race a refused connection is: every attempt fails alike, so holding the request
             # until max_wait only hid it (a 503 "did not become ready" minutes later, nothing logged)
@@ -625,7 +603,7 @@ class Activator:
             return self._reject(st, _Rejected("upstream"), status=504, message=f"upstream: {e}")
         except aiohttp.ClientConnectionError as e:  # reset or closed after the request went out
             at_once = asyncio.get_running_loop().time() - started < RESEND_WINDOW_S
-            raise _ConnectFailed(str(e) or type(e).__name__, sent=True, reused=attempt.reused and at_once) from e
+            raise _ConnectFailed(str(e) or type(e).__name__, sent=True, at_once=at_once) from e
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
             return self._reject(st, _Rejected("upstream"), status=504 if isinstance(e, asyncio.TimeoutError)
                                 else 502, message=f"upstream: {type(e).__name__}")
