@@ -131,7 +131,7 @@ def rebuild(client: PrometheusClient, namespace: str, model: str, first: int, la
             try:
                 series = client.range_query(forms[0], start, end, MINUTE)
             except SourceError as err:
-                if err.reason != "api_error":
+                if not _refused_as_invalid(err):  # a timeout or an unavailable store: the whole rebuild retries
                     raise
                 forms.pop(0)  # the other form (a scalar query), else none
                 if not forms:
@@ -141,6 +141,14 @@ def rebuild(client: PrometheusClient, namespace: str, model: str, first: int, la
             got["upstream"][sl] = _sum_by_minute(series, None, lo, hi - lo + 1)
             break
     return minutes, combine(got)
+
+
+def _refused_as_invalid(err: SourceError) -> bool:
+    """Prometheus refused the query itself (`bad_data`: a scalar activationQuery in the vector form, or the
+    other way round), the one refusal the other form can answer. Its timeout (503 `timeout`), `execution` and a
+    store's `unavailable` are transient: taken for a refusal, they left the upstream term out of all 14 days
+    for good. (The errorType is in the message promql.py writes: "Prometheus said <errorType>: ...".)"""
+    return err.reason == "api_error" and "Prometheus said bad_data:" in err.message
 
 
 def combine(got: Mapping[str, npt.NDArray[np.float64]]) -> npt.NDArray[np.float64]:

@@ -18,6 +18,7 @@ import contextlib
 import logging
 import math
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -63,11 +64,17 @@ class LongHistoryRestorer:
         self.retry_s = retry_s
         self.save_every_s = save_every_s
         self.max_bytes = max_bytes
-        self._pending = snapshot.load(history_dir) if history_dir is not None else {}
+        self._pending: dict[snapshot.EntryKey, snapshot.Entry] = {}
+        self._file: tuple[int, int, int] | None = None  # the snapshot file as this pod last read or wrote it
+        if history_dir is not None:
+            snapshot.sweep_temporaries(history_dir, time.time())
+            self._pending = self._unexpired(snapshot.load(history_dir), clock())
+            self._file = _signature(history_dir)
         self._done: weakref.WeakSet[ModelHistory] = weakref.WeakSet()
         self._retry_at: weakref.WeakKeyDictionary[ModelHistory, float] = weakref.WeakKeyDictionary()
         self._last_save = clock()
         self.failures = 0  # rebuilds that failed (and will be retried)
+        self._warned_shared = False
         self._stopping = threading.Event()
 
     def stop(self) -> None:
@@ -91,6 +98,14 @@ class LongHistoryRestorer:
         if self.history_dir is not None and now - self._last_save >= self.save_every_s:
             self.save()
         return done
+
+    @staticmethod
+    def _unexpired(entries: dict[snapshot.EntryKey, snapshot.Entry], now: float) -> dict[snapshot.EntryKey,
+                                                                                          snapshot.Entry]:
+        """Less the entries whose every minute is older than the long tier's span: none of them can land any
+        more (a model no longer collected was carried from snapshot to snapshot for ever, 121 KB each)."""
+        current = math.floor(now / MINUTE)
+        return {k: e for k, e in entries.items() if e.head > current - len(e.words)}
 
     def _restore(self, source: str, prom: str, history: ModelHistory, now: float, upstream: str | None) -> bool:
         if prom:
@@ -125,9 +140,18 @@ class LongHistoryRestorer:
         """Write the snapshot of the sources without a Prometheus now (None: no --history-dir)."""
         if self.history_dir is None:
             return None
-        self._last_save = self._clock()
+        now = self._last_save = self._clock()
         refs = [(ref.name, history) for ref in self._stores() if not ref.prometheus for history in ref.store.models()]
         refs.sort(key=lambda r: -(r[1].last_at or 0.0))  # most recently seen first: kept if the file is full
+        # a model collected since the start whose saved entry the restorer has not merged yet (a stop within its
+        # first step, or while it rebuilt other models from a slow Prometheus): merged now, a local merge (the
+        # save wrote the live minutes alone, and the file lost the model's saved days)
+        for source, history in refs:
+            if history not in self._done and (source, history.namespace, history.model) in self._pending:
+                self._restore(source, "", history, now, None)
+                self._done.add(history)
+        self._pending = self._unexpired(self._pending, now)
+        self._adopt_other_writers(now)
         written: set[snapshot.EntryKey] = set()
 
         def entries() -> Iterator[snapshot.Entry]:
@@ -141,7 +165,38 @@ class LongHistoryRestorer:
             yield from (e for k, e in list(self._pending.items()) if k not in written)
 
         try:
-            return snapshot.save(self.history_dir, entries(), self.max_bytes)
+            path = snapshot.save(self.history_dir, entries(), self.max_bytes)
         except OSError as err:
             log.warning("long history snapshot in %s not written: %s", self.history_dir, err)
             return None
+        self._file = _signature(self.history_dir)
+        return path
+
+    def _adopt_other_writers(self, now: float) -> None:
+        """The file changed since this pod last read or wrote it: another scaler saves to the same folder (a
+        Deployment's pods on one volume). Its entries are read back, and for a model this pod does not collect
+        the entry with the newest minute is kept: the pod KEDA does not call would otherwise overwrite the
+        history the pod it calls keeps, with what it read at its start."""
+        assert self.history_dir is not None
+        if _signature(self.history_dir) == self._file:
+            return
+        theirs = self._unexpired(snapshot.load(self.history_dir), now)
+        if not self._warned_shared:
+            self._warned_shared = True
+            log.warning("long history: another scaler writes %s too; each save keeps the newest entry of every "
+                        "model (give each scaler pod a folder of its own, or a Prometheus, to keep them apart)",
+                        self.history_dir)
+        for key, entry in theirs.items():
+            mine = self._pending.get(key)
+            if mine is None or entry.head > mine.head:
+                self._pending[key] = entry
+
+
+def _signature(directory: Path) -> tuple[int, int, int] | None:
+    """The snapshot file's (inode, size, mtime in ns), or None when there is none: what tells a save by another
+    process from this one's own."""
+    try:
+        st = (directory / snapshot.FILENAME).stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)

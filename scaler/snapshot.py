@@ -161,6 +161,31 @@ def save(directory: Path, entries: Iterable[Entry], max_bytes: int = DEFAULT_MAX
     return target
 
 
+#: A temporary file of a save older than this is a save that was killed (SIGKILL, OOM) before its rename; a
+#: younger one may be another pod's save in progress on a shared folder.
+STALE_TEMPORARY_S = 3600.0
+
+
+def sweep_temporaries(directory: Path, now: float, older_than_s: float = STALE_TEMPORARY_S) -> int:
+    """Remove the temporary files killed saves left (up to the snapshot's size each: left, they filled the
+    volume one kill at a time); returns how many."""
+    removed = 0
+    try:
+        candidates = list(directory.glob(".long-history-*"))
+    except OSError:
+        return 0
+    for path in candidates:
+        try:
+            if now - path.stat().st_mtime > older_than_s:
+                path.unlink()
+                removed += 1
+        except OSError:
+            continue  # gone meanwhile, or not ours to remove: the next start tries again
+    if removed:
+        log.info("long history: %d temporary file(s) of interrupted saves removed from %s", removed, directory)
+    return removed
+
+
 def load(directory: Path) -> dict[EntryKey, Entry]:
     """The snapshot in `directory` by (source, namespace, model); {} when there is none, or when it cannot be
     read (logged once, naming the file and why: the pod starts with an empty long history)."""
