@@ -50,6 +50,19 @@ ALIASES = {
 TRACE_NAMES = tuple(sorted(set(SHIPPED) | set(ALIASES)))
 #: more replicas than a Kubernetes cluster runs pods for one Deployment (`simulate` and `tune` refuse more)
 MOST_REPLICAS = 10_000
+#: the SLOs a ScaledObject can carry (`simulate` and `tune`): the written targets are fractions of them, as
+#: durations of 0.1 ms to 1 h (past them the oracle's lower bound sized its tables by the SLO: 507 GiB at 1e9 s)
+SLO_TTFT_S = (0.01, 3600.0)
+SLO_ITL_S = (0.001, 60.0)
+#: the longest a shaped trace may last (--stretch): the per-minute histories' own bound (traces.MAX_HISTORY_DAYS);
+#: a week stretched 1e8 times asked the oracle for 313 GiB
+MOST_SPAN_S = 400 * 86400.0
+#: the fluid mode's longest slice (--fluid-dt): the presets' own are 0.06-0.25 s; 1e12 s never finished
+MOST_FLUID_DT_S = 10.0
+#: reading flags that only a CSV/JSONL file takes: given with a shipped trace or a Prometheus history, refused
+FILE_ONLY_FLAGS = (("--time-column", "time_column"), ("--prompt-column", "prompt_column"),
+                   ("--output-column", "output_column"), ("--time-unit", "time_unit"),
+                   ("--hash-column", "hash_column"))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -124,6 +137,12 @@ def load_trace(args: argparse.Namespace) -> Trace:
     name = ALIASES.get(args.trace, args.trace)
     path = Path(args.trace)
     if name in SHIPPED:
+        given = [flag for flag, key in FILE_ONLY_FLAGS if getattr(args, key, None) is not None]
+        given += ["--format"] if getattr(args, "format", "auto") != "auto" else []
+        given += ["--sort"] if getattr(args, "sort", False) else []
+        if given:  # ignored, they were: the user meant something by them
+            raise TraceError(f"{', '.join(given)}: {'applies' if len(given) == 1 else 'apply'} to a CSV/JSONL "
+                             f"file, not to the shipped trace {args.trace!r}")
         tr = load_shipped(name, seed=args.seed)
     elif args.trace and path.exists():  # "" is no file (Path("") is the current folder)
         suffixes = "".join(path.suffixes[-2:]).lower()
@@ -187,6 +206,7 @@ _FILE_SPAN_HINT = " (a shorter span: --since)"
 def error_line(err: Exception) -> str:
     """A refused input's message on one line, as `simulate` and `tune` print it."""
     line = " ".join(part.strip() for part in str(err).splitlines()) or type(err).__name__
+    line = line.replace("pass name= to pick one", "pass --scaledobject-name to pick one")  # the library's word
     return line.replace(_FILE_SPAN_HINT, "") if "requests in all: at most" in line else line
 
 
@@ -239,9 +259,15 @@ def shape_trace(tr: Trace, args: argparse.Namespace) -> Trace:
         if len(tr) == 0:
             raise TraceError(f"--window {args.window!r}: no request arrives in it")
     if args.stretch != 1.0:
+        if math.isfinite(args.stretch) and args.stretch > 0 and tr.duration_s * args.stretch > MOST_SPAN_S:
+            days = tr.duration_s * args.stretch / 86400
+            raise TraceError(f"--stretch {args.stretch:g}: the trace would last {days:.3g} days; at most "
+                             f"{MOST_SPAN_S / 86400:.0f}")
         tr = tr.stretch(args.stretch)
     if args.rate_scale != 1.0:
         tr = tr.scale_rate(args.rate_scale, seed=args.seed)
+        if len(tr) == 0:  # thinned away: a run on no request "met" the SLO at 0 GPU-hours
+            raise TraceError(f"--rate-scale {args.rate_scale:g}: no request is left")
     lead = getattr(args, "lead_in", 0.0)
     if not (math.isfinite(lead) and lead >= 0):
         raise TraceError(f"--lead-in {lead:g}: must be finite and >= 0 seconds (0: no lead-in)")
@@ -281,9 +307,12 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, list[str]]:
     # before the trace loads and the run starts (each was a traceback from inside the run)
     if not args.max_wait > 0:  # the router's rule (inf: never dropped)
         raise ValueError(f"--max-wait {args.max_wait:g}: must be more than 0 seconds (inf: never dropped)")
-    if not (0 < args.slo_ttft < math.inf and 0 < args.slo_itl < math.inf):
-        raise ValueError(f"--slo-ttft {args.slo_ttft:g} / --slo-itl {args.slo_itl:g}: each must be more than 0 "
-                         "seconds, and finite")
+    if not (SLO_TTFT_S[0] <= args.slo_ttft <= SLO_TTFT_S[1] and SLO_ITL_S[0] <= args.slo_itl <= SLO_ITL_S[1]):
+        raise ValueError(f"--slo-ttft {args.slo_ttft:g} / --slo-itl {args.slo_itl:g}: the TTFT SLO must be "
+                         f"{SLO_TTFT_S[0]:g}-{SLO_TTFT_S[1]:g} s and the ITL SLO {SLO_ITL_S[0]:g}-{SLO_ITL_S[1]:g} s")
+    if args.fluid_dt is not None and not 0 < args.fluid_dt <= MOST_FLUID_DT_S:
+        raise ValueError(f"--fluid-dt {args.fluid_dt:g}: must be more than 0 and at most {MOST_FLUID_DT_S:g} s "
+                         "(the presets' own slices are 0.06-0.25 s)")
     if args.seed < 0:
         raise ValueError(f"--seed {args.seed}: must be >= 0")
     if args.max_replicas is not None and args.max_replicas < 1:  # 0 read as "not given" before
@@ -367,9 +396,18 @@ def execute(trace: Trace, bt: Any, policies: list[str], *, out: str | None, quie
             d.mkdir(parents=True, exist_ok=True)
             config = {"trace": trace_arg, "trace_name": trace.name, "requests": len(trace),
                       "duration_s": trace.duration_s, "policies": policies, **bt.describe(), "resolved_mode": mode}
-            (d / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-            (d / "results.json").write_text(to_json(summaries, config) + "\n")
-            plot(results, d / "replicas.png", title=f"{trace.name} on {bt.preset.name}")
+            # each file to a temporary name, all three renamed at the end: a Ctrl-C or a full disk half way left
+            # this run's JSON beside the last run's plot
+            written = [d / ".config.part.json", d / ".results.part.json", d / ".replicas.part.png"]
+            try:
+                written[0].write_text(json.dumps(config, indent=2) + "\n")
+                written[1].write_text(to_json(summaries, config) + "\n")
+                plot(results, written[2], title=f"{trace.name} on {bt.preset.name}")
+                for part in written:
+                    part.replace(d / part.name[1:].replace(".part", ""))
+            finally:
+                for part in written:
+                    part.unlink(missing_ok=True)
         except OSError as err:  # checked before the run; a disk that filled up or a folder removed since
             print(f"keda-llm simulate: error: cannot write the results in {d}: {err.strerror or err}; hint: check "
                   "the --out folder (its space and permissions)", file=sys.stderr)

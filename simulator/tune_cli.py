@@ -26,8 +26,12 @@ from typing import Any
 
 from keda_llm.simulator.cli import (
     ALIASES,
+    FILE_ONLY_FLAGS,
     MOST_REPLICAS,
+    MOST_SPAN_S,
     READING_DEFAULTS,
+    SLO_ITL_S,
+    SLO_TTFT_S,
     TRACE_NAMES,
     add_trace_arguments,
     error_line,
@@ -130,11 +134,22 @@ def _history(args: argparse.Namespace, model: str) -> Trace:
     args.since = args.since or "7d"
     end = _until(args.until, parse_time) if args.until is not None else time.time()
     args.until_resolved = end  # the header's command reads the same span again later
-    start = end - parse_span(args.since)
+    span = parse_span(args.since)
+    if span > MOST_SPAN_S:  # refused before a query: 500 days were read whole first, then refused
+        raise _Refused(f"--since {args.since}: {span / 86400:,.0f} days; a history spans at most "
+                       f"{MOST_SPAN_S / 86400:.0f}", "a few weeks hold the daily and weekly cycle, e.g. --since 14d")
+    start = end - span
     minutes = export_minutes(args.from_prometheus, model, start, end, namespace=args.namespace)
+    where = (f"Prometheus at {args.from_prometheus}, model {model!r}"
+             f"{f' in namespace {args.namespace!r}' if args.namespace else ''}, the last {args.since}")
     if not any(m.requests > 0 for m in minutes):
-        raise TraceError(f"Prometheus at {args.from_prometheus}: no requests for model {model!r}"
-                         f"{f' in namespace {args.namespace!r}' if args.namespace else ''} in the last {args.since}")
+        raise TraceError(f"{where}: no requests")
+    if not any(m.prompt_tokens > 0 or m.output_tokens > 0 for m in minutes):
+        # requests without a token: every request would be replayed as a one-token request, and the pick, tuned
+        # on traffic that costs nothing, written with exit 0
+        raise _Refused(f"{where}: requests but no tokens (no llm_prompt_tokens_total or llm_generation_tokens_total "
+                       "series for it)", "the exporter writes both for every engine it reads: check that it "
+                       "scrapes this model's replicas and that Prometheus keeps those series")
     path = Path(args.save_history) if args.save_history else None
     if path is None:
         import tempfile
@@ -146,6 +161,9 @@ def _history(args: argparse.Namespace, model: str) -> Trace:
     write_minutes_csv(minutes, path, comment)
     try:
         tr = load_minutes_csv(path, seed=args.seed, name=f"{model} (Prometheus, {args.since})")
+    except TraceError as err:  # named by the temporary file it went through, gone by the time the user reads it
+        shown = str(err).replace(f"{path}: ", "").replace(str(path), "the history")
+        raise TraceError(f"{where}: {shown}") from None
     finally:
         if not args.save_history:
             path.unlink()
@@ -200,9 +218,6 @@ def _measured_cold_start(args: argparse.Namespace, model: str, preset: Preset) -
 
 #: the measured cold starts the written `coldStart` can carry (the scaler's metadata takes up to 24 h)
 COLD_START_RANGE_S = (1.0, 86400.0)
-#: the SLOs a ScaledObject can carry: the written targets are fractions of them, as durations of 0.1 ms to 1 h
-SLO_TTFT_S = (0.01, 3600.0)
-SLO_ITL_S = (0.001, 60.0)
 #: less than this much traffic, or this many requests, and a pick says little (a warning, not a refusal)
 SHORT_TRACE_S, FEW_REQUESTS = 1800.0, 100
 #: the longest ScaledObject name KEDA takes: `keda-hpa-` and it name the HPA, a label value of at most 63 (KEDA
@@ -274,6 +289,7 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any, Trace | None]
     _check_unused_flags(args)
     if args.save_history is not None:
         _check_writable("--save-history", args.save_history)
+    _check_distinct_files(args)
     if args.model is not None and (not args.model.strip() or args.model != args.model.strip()):
         raise _Refused(f"--model {args.model!r}: {'empty' if not args.model.strip() else 'blanks around the name'}",
                        "the served model name, as the engines label it, e.g. --model meta-llama/Llama-3.1-8B-Instruct")
@@ -344,10 +360,29 @@ def _dns_like(value: str) -> str:
     return name or "llm"
 
 
+def _check_distinct_files(args: argparse.Namespace) -> None:
+    """--out, --plot, --save-history and a --trace file are four files: one written over another lost it (`--out`
+    on the trace replaced the user's traffic with YAML; `--out x.png --plot x.png` the ScaledObject with a plot)."""
+    files = [(flag, value) for flag, value in (("--trace", args.trace), ("--out", args.out), ("--plot", args.plot),
+                                               ("--save-history", args.save_history))
+             if value is not None and (flag != "--trace" or Path(value).is_file())]
+    seen: dict[Path, str] = {}
+    for flag, value in files:
+        where = Path(value).resolve()
+        if where in seen:
+            raise _Refused(f"{seen[where]} and {flag} name the same file ({value}): one would be written over the "
+                           "other", "give each its own name, e.g. --out so.yaml --plot frontier.png")
+        seen[where] = flag
+
+
+#: formats matplotlib lists but renders only through outside programs (pgf: a LaTeX install), not checked up front
+_NEEDS_A_PROGRAM = frozenset({"pgf"})
+
+
 def _check_image_format(path: Path) -> None:
     from matplotlib.figure import Figure
 
-    formats = Figure().canvas.get_supported_filetypes()
+    formats = set(Figure().canvas.get_supported_filetypes()) - _NEEDS_A_PROGRAM
     suffix = path.suffix.lower().lstrip(".")
     if suffix not in formats:
         raise _Refused(f"--plot {path}: {f'.{suffix} is not an image format' if suffix else 'no image suffix'}",
@@ -362,9 +397,11 @@ def _check_unused_flags(args: argparse.Namespace) -> None:
                 raise _Refused(f"{flag} reads history from Prometheus: it needs --from-prometheus, not --trace",
                                "drop it, or give --from-prometheus URL --model M")
         return
-    for flag, given in (("--sort", args.sort), ("--hash-column", args.hash_column is not None)):
-        if given:
-            raise _Refused(f"{flag} applies to a --trace file, not to --from-prometheus", "drop it")
+    given = [flag for flag, key in FILE_ONLY_FLAGS if getattr(args, key, None) is not None]
+    given += ["--format"] if getattr(args, "format", "auto") != "auto" else []
+    given += ["--sort"] if args.sort else []
+    if given:
+        raise _Refused(f"{given[0]} applies to a --trace file, not to --from-prometheus", "drop it")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -392,8 +429,7 @@ def _command(args: argparse.Namespace) -> str:
 
     parts = ["keda-llm", "tune"]
     if args.trace is not None:
-        parts += ["--trace", ALIASES.get(args.trace, args.trace) if args.trace in ALIASES else
-                  Path(args.trace).name if Path(args.trace).exists() else args.trace]
+        parts += ["--trace", ALIASES.get(args.trace, args.trace)]  # a file as given: run again from the same place
         if getattr(args, "format", "auto") != "auto":
             parts += ["--format", args.format]
         for flag in READING_DEFAULTS:  # the flags given (None: not given)
@@ -471,13 +507,27 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
               "less time", file=sys.stderr)
         return 130
     text = render_yaml(result, trace=trace, backtest=bt, command=_command(args), holdout=holdout)
-    try:  # the files first: a closed stdout (`| head -1`) ends the command at the report, and the sweep stays written
-        if args.out:
-            Path(args.out).write_text(text)
-        if args.plot:
-            plot(result, args.plot, title=f"{trace.name} on {bt.preset.name}: TTFT <= {bt.slo.ttft_s:g}s, "
-                                          f"ITL <= {bt.slo.itl_s:g}s")
-    except OSError as err:
+    existed = {f: Path(f).exists() for f in (args.out, args.plot) if f}
+    # the files first: a closed stdout (`| head -1`) ends the command at the report, and the sweep stays written.
+    # Each to a temporary name beside it, both renamed once both are whole: a Ctrl-C while the plot was drawn left
+    # the YAML written and no plot, where "interrupted" says nothing was
+    parts = {f: Path(f).with_name(f".{Path(f).stem}.part{Path(f).suffix}") for f in (args.out, args.plot) if f}
+    try:
+        try:
+            if args.out:
+                parts[args.out].write_text(text)
+            if args.plot:
+                plot(result, parts[args.plot], title=f"{trace.name} on {bt.preset.name}: TTFT <= {bt.slo.ttft_s:g}s, "
+                                                     f"ITL <= {bt.slo.itl_s:g}s")
+            for final, part in parts.items():
+                part.replace(final)
+        finally:
+            for part in parts.values():
+                part.unlink(missing_ok=True)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted: nothing written", file=sys.stderr)
+        return 130
+    except (OSError, RuntimeError, ValueError) as err:  # RuntimeError, ValueError: matplotlib's, for a format
         print(f"{PROG}: error: cannot write: {err}; hint: check the --out/--plot path", file=sys.stderr)
         return 2
     console.print(frontier_table(result, bt))
@@ -498,12 +548,12 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
     if holdout is not None:
         console.print(holdout_line(holdout), markup=False, highlight=False)
     if args.out:
-        err_console.print(f"wrote {args.out}")
+        err_console.print(f"{'overwrote' if existed[args.out] else 'wrote'} {args.out}")
     else:  # the YAML alone on stdout; a closed pipe here is keda_llm.cli's to end quietly
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         sys.stdout.flush()
     if args.plot:
-        err_console.print(f"wrote {args.plot}")
+        err_console.print(f"{'overwrote' if existed[args.plot] else 'wrote'} {args.plot}")
     if not result.met:
         return 1
     return 3 if holdout is not None and not holdout.met else 0

@@ -57,14 +57,14 @@ def test_backtest_of_a_scaledobject_writes_results(tmp_path: Path, capsys: pytes
      "prometheus"),
     (["--trace", "azure-conv-2023", "--scaledobject", "no-such-file.yaml"], "cannot read no-such-file.yaml"),
     (["--trace", "azure-conv-2023", "--window", "10:5"], "need 0 <= START < END"),
-    (["--trace", "azure-conv-2023", "--slo-ttft", "0"], "--slo-ttft 0 / --slo-itl 0.1: each must be more than 0"),
+    (["--trace", "azure-conv-2023", "--slo-ttft", "0"], "--slo-ttft 0 / --slo-itl 0.1: the TTFT SLO must be 0.01"),
     (["--trace", "azure-conv-2023", "--lead-in", "-60"], "--lead-in -60: must be finite and >= 0"),
     (["--trace", "azure-conv-2023", "--lead-in", "nan"], "--lead-in nan: must be finite and >= 0"),
     # found by a flag fuzz: both were the router's ValueError traceback once the run had started
     (["--trace", "azure-conv-2023", "--max-wait", "nan"], "--max-wait nan: must be more than 0 seconds (inf: never"),
     (["--trace", "azure-conv-2023", "--max-wait", "-1"], "--max-wait -1: must be more than 0 seconds"),
-    (["--trace", "azure-conv-2023", "--slo-itl", "1e400"], "--slo-itl inf: each must be more than 0 seconds"),
-    (["--trace", "azure-conv-2023", "--slo-ttft", "nan"], "--slo-ttft nan / --slo-itl 0.1: each must be"),
+    (["--trace", "azure-conv-2023", "--slo-itl", "1e400"], "--slo-itl inf: the TTFT SLO must be"),
+    (["--trace", "azure-conv-2023", "--slo-ttft", "nan"], "--slo-ttft nan / --slo-itl 0.1: the TTFT SLO must be"),
     (["--trace", "azure-conv-2023", "--seed", "-1"], "--seed -1: must be >= 0"),
     (["--trace", "azure-conv-2023", "--max-replicas", "0"], "--max-replicas 0: must be >= 1"),
 ])

@@ -246,7 +246,10 @@ def test_ctrl_c_stops_a_pooled_sweep_now(tmp_path: Path, monkeypatch: pytest.Mon
 
     def stand_in(_trace: Any, _bt: Any, knobs: Any, manifest: dict[str, Any]) -> Any:
         ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
-        (tmp_path / f"started-{os.getpid()}-{time.monotonic_ns()}").write_text(f"{os.getpid()} {ignored}")
+        note = tmp_path / f"started-{os.getpid()}-{time.monotonic_ns()}"
+        tmp = note.with_name("." + note.name)  # whole or absent when the test reads it (an empty read raced before)
+        tmp.write_text(f"{os.getpid()} {ignored}")
+        tmp.replace(note)
         if knobs != first:
             deadline = time.monotonic() + 1.0  # a simulation's length; nothing is timed against it
             while time.monotonic() < deadline and not (tmp_path / "never").exists():

@@ -308,7 +308,7 @@ def test_tune_from_prometheus_for_a_model_it_never_saw(world: tuple[PrometheusSe
                "--until", str(t0 + 60 * N), "--slo-ttft", "2", "--slo-itl", "0.1", "--quick", "--quiet"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1, err
-    assert "no requests for model 'llama-nope'" in err[0] and "hint: check the URL" in err[0], err[0]
+    assert "model 'llama-nope', the last 2h: no requests" in err[0] and "hint: check the URL" in err[0], err[0]
 
 
 def test_a_history_file_that_cannot_be_written_is_one_line(world: tuple[PrometheusServer, int], tmp_path: Path,
