@@ -4,6 +4,7 @@ whose message names the key (`models[1].max_wait: ...`). Durations are Go's (`90
 from __future__ import annotations
 
 import re
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, TypeVar
@@ -364,6 +365,16 @@ def check(cfg: ActivatorConfig) -> ActivatorConfig:
     if cfg.probe_timeout > cfg.probe_interval * 10:
         raise ConfigError("probe_timeout", "at most 10 x probe_interval")
     return cfg
+
+
+def ca_context(ca_file: str, key: str) -> ssl.SSLContext:
+    """A client TLS context that verifies against `ca_file`; ConfigError naming `key` when it cannot be loaded
+    (a file that holds no certificate included)."""
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as e:
+        why = getattr(e, "strerror", None) or e
+        raise ConfigError(key, f"cannot load {ca_file}: {why}") from None
 
 
 def load(path: str | None) -> ActivatorConfig | None:

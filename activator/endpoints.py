@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 import aiohttp
 
-from keda_llm.activator.config import ActivatorConfig, ConfigError, KubeConfig, ModelConfig
+from keda_llm.activator.config import ActivatorConfig, KubeConfig, ModelConfig, ca_context
 
 log = logging.getLogger(__name__)
 
@@ -164,17 +164,13 @@ class SliceWatcher:
         self.errors = 0
         # built here, so a CA file that holds no certificate stops the start with its key named (built in the
         # watcher's task, it ended that task without a word and no model ever got an endpoint)
-        try:
-            self._ssl_context = self._ssl() if self.models else False
-        except (OSError, ssl.SSLError) as e:
-            why = getattr(e, "strerror", None) or e
-            raise ConfigError("kubernetes.ca_file", f"cannot load {self.kube.ca_file}: {why}") from None
+        self._ssl_context = self._ssl() if self.models else False
 
     def _ssl(self) -> ssl.SSLContext | bool:
         if not self.server.startswith("https:"):
             return False
         if self.kube.ca_file and os.path.exists(self.kube.ca_file):
-            return ssl.create_default_context(cafile=self.kube.ca_file)
+            return ca_context(self.kube.ca_file, "kubernetes.ca_file")
         return ssl.create_default_context()
 
     def _headers(self) -> dict[str, str]:

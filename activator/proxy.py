@@ -33,7 +33,6 @@ import contextlib
 import hmac
 import json
 import logging
-import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -46,7 +45,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from yarl import URL
 
-from keda_llm.activator.config import ActivatorConfig, ConfigError, ModelConfig, read_token
+from keda_llm.activator.config import ActivatorConfig, ModelConfig, ca_context, read_token
 from keda_llm.activator.core import (
     REJECT_STATUS,
     Admitted,
@@ -379,8 +378,8 @@ class Activator:
                     # is no idle close: the engine took the request and died on it (a query of death), and
                     # another replica must not be given it too
                     if dropped > 1 or not e.at_once:
-                        log.warning("%s closed the connection on a request for %s twice (%s): 502",
-                                    endpoint, route.model, e)
+                        log.warning("%s closed the connection on a request for %s %s (%s): 502", endpoint,
+                                    route.model, "twice" if dropped > 1 else "after taking it", e)
                         return self._reject(st, _Rejected("upstream"), status=502,
                                             message=f"upstream closed the connection without answering: {e}")
                 # nothing reached the client: route it again (held again, keeping its place and its
@@ -706,11 +705,7 @@ def _tls_options(m: ModelConfig, key: str) -> dict[str, Any]:
     (the name their certificate carries: a replica is addressed by its pod IP, which a certificate rarely names)."""
     out: dict[str, Any] = {}
     if m.ca_file:
-        try:
-            out["ssl"] = ssl.create_default_context(cafile=m.ca_file)
-        except (OSError, ssl.SSLError) as e:
-            why = getattr(e, "strerror", None) or e
-            raise ConfigError(key + "ca_file", f"cannot load {m.ca_file}: {why}") from None
+        out["ssl"] = ca_context(m.ca_file, key + "ca_file")
     if m.server_name:
         out["server_hostname"] = m.server_name
     return out

@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 MAGIC = b"KEDA-LLM-LONGHIS"
 VERSION = 1
 FILENAME = "long-history.v1.bin"
+TEMPORARY_PREFIX = ".long-history-"  # a save's temporary file, renamed to FILENAME once whole
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 _U32 = struct.Struct("<I")
 
@@ -148,7 +149,7 @@ def save(directory: Path, entries: Iterable[Entry], max_bytes: int = DEFAULT_MAX
     """Write the snapshot atomically (temp file in the same directory, fsync, rename)."""
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / FILENAME
-    fd, tmp = tempfile.mkstemp(prefix=".long-history-", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=TEMPORARY_PREFIX, dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
             write_to(f, entries, max_bytes)
@@ -171,7 +172,7 @@ def sweep_temporaries(directory: Path, now: float, older_than_s: float = STALE_T
     volume one kill at a time); returns how many."""
     removed = 0
     try:
-        candidates = list(directory.glob(".long-history-*"))
+        candidates = list(directory.glob(TEMPORARY_PREFIX + "*"))
     except OSError:
         return 0
     for path in candidates:

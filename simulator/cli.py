@@ -132,14 +132,19 @@ def add_trace_arguments(p: argparse.ArgumentParser, required: bool = True) -> No
                         f"starts warm (as docs/simulator-results.md's tables); 0: start cold [{LEAD_IN_S:g}]")
 
 
+def file_flags_given(args: argparse.Namespace) -> list[str]:
+    """The flags given that only a CSV/JSONL file reads (`FILE_ONLY_FLAGS`, `--format`, `--sort`)."""
+    given = [flag for flag, key in FILE_ONLY_FLAGS if getattr(args, key, None) is not None]
+    given += ["--format"] if getattr(args, "format", "auto") != "auto" else []
+    return given + (["--sort"] if getattr(args, "sort", False) else [])
+
+
 def load_trace(args: argparse.Namespace) -> Trace:
     """The trace named or pointed to by --trace, with window, stretch and rate scale applied."""
     name = ALIASES.get(args.trace, args.trace)
     path = Path(args.trace)
     if name in SHIPPED:
-        given = [flag for flag, key in FILE_ONLY_FLAGS if getattr(args, key, None) is not None]
-        given += ["--format"] if getattr(args, "format", "auto") != "auto" else []
-        given += ["--sort"] if getattr(args, "sort", False) else []
+        given = file_flags_given(args)
         if given:  # ignored, they were: the user meant something by them
             raise TraceError(f"{', '.join(given)}: {'applies' if len(given) == 1 else 'apply'} to a CSV/JSONL "
                              f"file, not to the shipped trace {args.trace!r}")

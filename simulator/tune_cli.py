@@ -26,7 +26,6 @@ from typing import Any
 
 from keda_llm.simulator.cli import (
     ALIASES,
-    FILE_ONLY_FLAGS,
     MOST_REPLICAS,
     MOST_SPAN_S,
     READING_DEFAULTS,
@@ -35,6 +34,7 @@ from keda_llm.simulator.cli import (
     TRACE_NAMES,
     add_trace_arguments,
     error_line,
+    file_flags_given,
     input_hint,
     load_trace,
     preset_arg,
@@ -397,9 +397,7 @@ def _check_unused_flags(args: argparse.Namespace) -> None:
                 raise _Refused(f"{flag} reads history from Prometheus: it needs --from-prometheus, not --trace",
                                "drop it, or give --from-prometheus URL --model M")
         return
-    given = [flag for flag, key in FILE_ONLY_FLAGS if getattr(args, key, None) is not None]
-    given += ["--format"] if getattr(args, "format", "auto") != "auto" else []
-    given += ["--sort"] if args.sort else []
+    given = file_flags_given(args)
     if given:
         raise _Refused(f"{given[0]} applies to a --trace file, not to --from-prometheus", "drop it")
 
