@@ -200,20 +200,7 @@ def _latency(x: _Inputs, details: dict[str, float], replicas: list[ReplicaWindow
     stable = x.history.window(x.now, c.stable_window)
     basis = latency_basis(x.workload.ready_replicas, stable.replicas)
     details["latency_replicas_basis"] = basis
-    factor = 1.0
-    if c.target_itl is not None and c.short_output_tokens > 0:
-        n = mean_output_tokens(x.history.window(x.now, max(c.stable_window, MIX_WINDOW)))
-        factor = short_output_factor(n, c.short_output_tokens)
-        details.update({"itl_short_output_factor": factor, "target_itl_effective_s": c.target_itl * factor})
-        if n is not None:
-            details["mean_output_tokens"] = n
-    floor = x.history.itl_floor() if c.target_itl is not None else None
-    if c.target_itl is not None and floor is not None:
-        raised = floor_raised_factor(c.target_itl, factor, floor)
-        details.update({"itl_floor_s": floor, "itl_target_below_floor": float(raised > factor)})
-        if raised > factor:
-            factor = raised
-            details["target_itl_effective_s"] = c.target_itl * factor
+    factor = 1.0 if c.target_itl is None else _itl_factor(x, c.target_itl, details)
     # replicas whose queue is pinned to them are left out of the means (scaler/slo.py `without_pinned`)
     unpinned = [without_pinned(replicas, c.target_ttft),
                 without_pinned(x.history.replica_windows(x.now, c.panic_window, c.stale_after), c.target_ttft)]
@@ -238,6 +225,27 @@ def _latency(x: _Inputs, details: dict[str, float], replicas: list[ReplicaWindow
     if c.target_itl is not None:
         details["target_itl_s"] = c.target_itl
     return out
+
+
+def _itl_factor(x: _Inputs, target_itl: float, details: dict[str, float]) -> float:
+    """What the ITL target is multiplied by: the short-output allowance (scaler/slo.py), raised where the
+    target sits below FLOOR_HEADROOM x the replicas' fitted ITL floor."""
+    c = x.config
+    factor = 1.0
+    if c.short_output_tokens > 0:
+        n = mean_output_tokens(x.history.window(x.now, max(c.stable_window, MIX_WINDOW)))
+        factor = short_output_factor(n, c.short_output_tokens)
+        details.update({"itl_short_output_factor": factor, "target_itl_effective_s": target_itl * factor})
+        if n is not None:
+            details["mean_output_tokens"] = n
+    floor = x.history.itl_floor()
+    if floor is not None:
+        raised = floor_raised_factor(target_itl, factor, floor)
+        details.update({"itl_floor_s": floor, "itl_target_below_floor": float(raised > factor)})
+        if raised > factor:
+            factor = raised
+            details["target_itl_effective_s"] = target_itl * factor
+    return factor
 
 
 SEASONAL_SIGNALS = ("finished_rate", "prompt_rate", "generation_rate")  # requests/s, prompt and output tokens/s

@@ -467,6 +467,7 @@ class ModelHistory:
         self._replica_windows: dict[tuple[float, float, float], tuple[ReplicaWindow, ...]] = {}
         self._prefill_rate: tuple[float | None] | None = None  # saturated_prefill_rate() since the last ingest
         self._itl_floor: tuple[float | None] | None = None  # itl_floor() since the last ingest
+        self._rings: npt.NDArray[np.float64] | None = None  # _stacked() since the last ingest
         self._last_itl_floor: float | None = None  # the last fit: a batch that stops moving gives none
         # the newest observation's aggregate row (at its own time, the history's bound): what snapshot() judged
         # at that same time and bound would compute again (the replicas' rates change only on ingest)
@@ -485,7 +486,7 @@ class ModelHistory:
     def ingest(self, obs: Observation) -> None:
         """Add one collection cycle. Observations must come in time order; an older one only fills gaps."""
         self._forget_windows(math.nan)
-        self._prefill_rate = self._itl_floor = None
+        self._prefill_rate = self._itl_floor = self._rings = None
         if self._latest is not None and obs.at < self._latest.at:
             if self._latest.at - obs.at <= max(self.stale_after, 60.0):
                 self._add_row(obs)  # late: into the buckets it belongs to, the latest snapshot stays
@@ -602,10 +603,9 @@ class ModelHistory:
         batch over the retained samples (about 5 minutes; scaler/itl_floor.py); while they say nothing (a
         steady batch), the last fit: the hardware did not change. None until a first fit."""
         if self._itl_floor is None:  # the rings change only on ingest
-            tracks = [t.ring for t in self._replicas.values() if t.size]
+            rings = self._stacked()
             fit = None
-            if tracks:
-                rings = np.stack(tracks)
+            if rings.size:
                 fit = itl_floor.estimate(rings[:, :, RF["running"]], rings[:, :, RF["itl_sum_rate"]],
                                          rings[:, :, RF["itl_count_rate"]])
             if fit is not None:
@@ -613,11 +613,18 @@ class ModelHistory:
             self._itl_floor = (self._last_itl_floor,)
         return self._itl_floor[0]
 
+    def _stacked(self) -> npt.NDArray[np.float64]:
+        """Every replica's ring that holds a sample, stacked (replica x sample x field; no replica: empty),
+        once per ingest for the fits that read them all."""
+        if self._rings is None:
+            tracks = [t.ring for t in self._replicas.values() if t.size]
+            self._rings = np.stack(tracks) if tracks else np.empty((0, REPLICA_RING, len(RFIELDS)))
+        return self._rings
+
     def _saturated_prefill_rate(self) -> float | None:
-        tracks = [t.ring for t in self._replicas.values() if t.size]
-        if not tracks:
+        rings = self._stacked()  # rows a ring has not written yet are NaN: never busy
+        if not rings.size:
             return None
-        rings = np.stack(tracks)  # rows a ring has not written yet are NaN: never busy
         busy = rings[:, :, RF["waiting"]] > 0  # NaN > 0 is False
         rate = rings[:, :, RF["prompt_rate"]][busy]
         saturated = rate[np.isfinite(rate) & (rate > 0)]

@@ -24,8 +24,10 @@ Time zones and DST: a cron fires on wall-clock times in its zone. A wall time th
 hour skipped when clocks spring forward) fires at the change itself, the first instant after the gap,
 as Vixie cron runs the jobs of a skipped hour right after the change: the window opens early rather
 than not at all. A wall time that occurs twice (clocks fall back) fires once, at its first occurrence,
-as Vixie cron does not re-run them. A `duration` is elapsed time from the start instant, so a 1h window
-across a change is still one hour long. Pure: every function takes `now` (epoch seconds).
+as Vixie cron runs a job at a fixed time; a cron whose minute or hour field starts with `*` fires in the
+repeated hour again, as Vixie cron runs its wildcard jobs then (cron.c, "DST ending"). A `duration` is
+elapsed time from the start instant, so a 1h window across a change is still one hour long. Pure: every
+function takes `now` (epoch seconds).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import math
 import re
 from bisect import bisect_right
 from calendar import monthrange
-from collections.abc import Callable, Iterable, MutableMapping
+from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from functools import lru_cache
@@ -80,6 +82,7 @@ class Cron:
     weekdays: frozenset[int]  # 0 = Sunday .. 6 = Saturday
     day_star: bool  # the day-of-month field starts with `*` (Vixie DOM_STAR)
     weekday_star: bool  # the day-of-week field starts with `*` (Vixie DOW_STAR)
+    time_star: bool = False  # the minute or hour field starts with `*` (MIN_STAR|HR_STAR): fires in a repeated hour
 
     @property
     def times(self) -> tuple[tuple[int, int], ...]:
@@ -151,8 +154,9 @@ def parse_cron(text: str) -> Cron:
     sets = [_field(p, *spec) for p, spec in zip(parts, _FIELDS, strict=True)]
     weekdays = frozenset(d % 7 for d in sets[4])
     day_star, weekday_star = parts[2].startswith("*"), parts[4].startswith("*")
+    time_star = parts[0].startswith("*") or parts[1].startswith("*")
     cron = Cron(s, tuple(sorted(sets[0])), tuple(sorted(sets[1])), frozenset(sets[2]), frozenset(sets[3]), weekdays,
-                day_star, weekday_star)
+                day_star, weekday_star, time_star)
     either = not (day_star or weekday_star)  # either day field suffices: the weekday always comes round
     if not either and not any(d <= monthrange(2024, m)[1] for m in cron.months for d in cron.days):
         raise ValueError(f"{s!r} never fires: day-of-month {parts[2]} does not occur in month {parts[3]}")
@@ -196,14 +200,35 @@ def _day_offset(key: str, ordinal: int) -> float | None:
     return None if offset is None or offset != after else offset.total_seconds()
 
 
-def _clock(day: date, zone: ZoneInfo) -> Callable[[tuple[int, int]], float]:
-    """(hour, minute) on `day` -> the instant it fires. Most days keep one offset, so plain arithmetic
-    (a decision per second per ScaledObject runs this); a day with a change takes `_instant`."""
+def _fires(cron: Cron, day: date, zone: ZoneInfo) -> tuple[Sequence[Any], Callable[[Any], float]]:
+    """A matching day's fire instants as (items, key), ascending by key. Most days keep one offset, so the
+    items are the cron's (hour, minute)s and the key plain arithmetic (a decision per second per
+    ScaledObject runs this); a day with a change lists its instants (`_change_day`)."""
     offset = _day_offset(zone.key, day.toordinal())
     if offset is None:
-        return lambda hm: _instant(day, hm[0], hm[1], zone)
+        return _change_day(cron, day.toordinal(), zone.key), float
     base = (day.toordinal() - _EPOCH_DAY) * 86400.0 - offset
-    return lambda hm: base + hm[0] * 3600.0 + hm[1] * 60.0
+
+    def at(hm: tuple[int, int]) -> float:
+        return base + hm[0] * 3600.0 + hm[1] * 60.0
+    return cron.times, at
+
+
+@lru_cache(maxsize=64)
+def _change_day(cron: Cron, ordinal: int, key: str) -> tuple[float, ...]:
+    """The instants `cron` fires at on local day `ordinal`, a day the offset changes: each time at its first
+    occurrence (`_instant`), and a wildcard cron's (`time_star`) repeated times at their second as well."""
+    zone, day = ZoneInfo(key), date.fromordinal(ordinal)
+    out = []
+    for h, m in cron.times:
+        first = _instant(day, h, m, zone)
+        out.append(first)
+        if cron.time_star:
+            wall = datetime(day.year, day.month, day.day, h, m)
+            again = wall.replace(tzinfo=zone, fold=1).timestamp()  # fold=1: the second occurrence (PEP 495)
+            if again != first and datetime.fromtimestamp(again, zone).replace(tzinfo=None) == wall:
+                out.append(again)
+    return tuple(sorted(out))
 
 
 def _local_day(t: float, zone: ZoneInfo) -> date:
@@ -212,7 +237,6 @@ def _local_day(t: float, zone: ZoneInfo) -> date:
 
 def prev_fire(cron: Cron, zone: ZoneInfo, t: float) -> float | None:
     """The latest instant at or before `t` at which `cron` fires in `zone`; None if none within SCAN_DAYS."""
-    times = cron.times
     try:
         day = _local_day(t, zone) + timedelta(days=1)  # a fall-back across midnight repeats a date
         stop = day - timedelta(days=SCAN_DAYS)
@@ -221,10 +245,10 @@ def prev_fire(cron: Cron, zone: ZoneInfo, t: float) -> float | None:
                 day = day.replace(day=1) - timedelta(days=1)  # the last day of the month before
                 continue
             if cron.matches_day(day):
-                at = _clock(day, zone)
-                i = bisect_right(times, t, key=at)
+                items, at = _fires(cron, day, zone)
+                i = bisect_right(items, t, key=at)
                 if i:
-                    return at(times[i - 1])
+                    return at(items[i - 1])
             day -= timedelta(days=1)
     except (OverflowError, ValueError):  # past year 1 or 9999
         return None
@@ -233,7 +257,6 @@ def prev_fire(cron: Cron, zone: ZoneInfo, t: float) -> float | None:
 
 def next_fire(cron: Cron, zone: ZoneInfo, t: float) -> float | None:
     """The earliest instant after `t` at which `cron` fires in `zone`; None if none within SCAN_DAYS."""
-    times = cron.times
     try:
         day = _local_day(t, zone) - timedelta(days=1)
         stop = day + timedelta(days=SCAN_DAYS)
@@ -242,10 +265,10 @@ def next_fire(cron: Cron, zone: ZoneInfo, t: float) -> float | None:
                 day = (day.replace(day=28) + timedelta(days=4)).replace(day=1)  # the 1st of the next month
                 continue
             if cron.matches_day(day):
-                at = _clock(day, zone)
-                i = bisect_right(times, t, key=at)
-                if i < len(times):
-                    return at(times[i])
+                items, at = _fires(cron, day, zone)
+                i = bisect_right(items, t, key=at)
+                if i < len(items):
+                    return at(items[i])
             day += timedelta(days=1)
     except (OverflowError, ValueError):
         return None

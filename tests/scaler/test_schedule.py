@@ -161,11 +161,31 @@ def test_fall_back_a_repeated_time_fires_once_at_its_first_occurrence() -> None:
     assert next_fire(c, BERLIN, z(2026, 10, 24, 12)) == z(2026, 10, 25, 0, 30)
     assert next_fire(c, BERLIN, z(2026, 10, 25, 0, 30)) == z(2026, 10, 26, 1, 30)  # not again at 01:30Z
     assert prev_fire(c, BERLIN, z(2026, 10, 25, 1, 45)) == z(2026, 10, 25, 0, 30)  # during the second 02:45
-    every = parse_cron("*/30 * * * *")
-    assert next_fire(every, BERLIN, z(2026, 10, 25, 0, 30)) == z(2026, 10, 25, 2)  # 03:00 CET: the repeat skipped
     # New York 1 November: 01:00-02:00 twice (05:00-06:00Z EDT, then 06:00-07:00Z EST)
     assert next_fire(parse_cron("30 1 * * *"), NEW_YORK, z(2026, 10, 31, 12)) == z(2026, 11, 1, 5, 30)
     assert next_fire(parse_cron("30 1 * * *"), NEW_YORK, z(2026, 11, 1, 5, 30)) == z(2026, 11, 2, 6, 30)
+
+
+@pytest.mark.parametrize("text", ["*/30 * * * *", "0,30 * * * *", "*/30 2 * * *", "0,30 */2 * * *"])
+def test_fall_back_a_wildcard_cron_fires_again_in_the_repeated_hour(text: str) -> None:
+    # Vixie cron runs a job whose minute or hour field starts with `*` again when the clocks fall back
+    # (cron.c, "DST ending: just run the wildcard jobs"): 02:00 and 02:30 CEST (00:00Z, 00:30Z), then 02:00
+    # and 02:30 CET (01:00Z, 01:30Z), then 03:00 CET (02:00Z) where the hours allow it
+    c = parse_cron(text)
+    fired, t = [], z(2026, 10, 24, 23, 59)
+    while (t := next_fire(c, BERLIN, t)) is not None and t < z(2026, 10, 25, 2, 1):  # type: ignore[assignment]
+        fired.append(t)
+    want = [z(2026, 10, 25, 0), z(2026, 10, 25, 0, 30), z(2026, 10, 25, 1), z(2026, 10, 25, 1, 30)]
+    if 3 in c.hours:
+        want.append(z(2026, 10, 25, 2))
+    assert fired[-len(want):] == want
+    # and backwards: the second 02:30 is the latest fire at 01:45Z, the first 02:30 just before 01:00Z
+    assert prev_fire(c, BERLIN, z(2026, 10, 25, 1, 45)) == z(2026, 10, 25, 1, 30)
+    assert prev_fire(c, BERLIN, z(2026, 10, 25, 0, 59)) == z(2026, 10, 25, 0, 30)
+    # New York 1 November, hourly: 01:00 EDT (05:00Z), 01:00 EST (06:00Z), 02:00 EST (07:00Z)
+    hourly = parse_cron("@hourly")
+    assert next_fire(hourly, NEW_YORK, z(2026, 11, 1, 5)) == z(2026, 11, 1, 6)
+    assert next_fire(hourly, NEW_YORK, z(2026, 11, 1, 6)) == z(2026, 11, 1, 7)
 
 
 # ---- the floor ----
@@ -236,6 +256,11 @@ def test_windows_at_0230_on_the_dst_days() -> None:
     assert floor_at([fall], z(2026, 10, 25, 0, 30))[0] == 3
     assert floor_at([fall], z(2026, 10, 25, 1, 0))[0] == 0
     assert floor_at([fall], z(2026, 10, 25, 1, 30))[0] == 0  # the second 02:30 (CET) opens nothing
+    # an hourly window opens in the repeated hour again (Vixie's wildcard jobs; robfig/cron, which KEDA's
+    # cron scaler uses, fires it too): 02:00 CEST (00:00Z) and 02:00 CET (01:00Z), 50 minutes each
+    hourly = window("0 * * * *", duration=3000.0)
+    for at, want in (((0, 49), 3), ((0, 55), 0), ((1, 0), 3), ((1, 49), 3), ((1, 55), 0), ((2, 0), 3)):
+        assert floor_at([hourly], z(2026, 10, 25, *at))[0] == want, at
 
 
 def test_an_end_a_long_way_off_is_capped() -> None:
@@ -333,19 +358,19 @@ def test_bad_windows_are_a_config_error_naming_the_key(value: str, says: str) ->
 @pytest.mark.parametrize("zone", ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "America/Santiago",
                                   "America/Havana", "Asia/Kolkata", "UTC"])
 def test_the_arithmetic_clock_agrees_with_the_exact_conversion_every_day(zone: str) -> None:
-    """`_clock` does plain arithmetic on days that keep one offset (the fast path every decision takes):
+    """`_fires` does plain arithmetic on days that keep one offset (the fast path every decision takes):
     over a whole year it must agree with `_instant`, which converts each wall time through zoneinfo. Lord
     Howe shifts by 30 minutes; Santiago and Havana change their clocks at midnight."""
     from datetime import date, timedelta
 
-    from keda_llm.scaler.schedule import _clock, _instant
+    from keda_llm.scaler.schedule import _fires, _instant
 
     tz = ZoneInfo(zone)
+    fixed = parse_cron("0,30,59 0,1,2,3,12,23 * * *")  # no wildcard: one instant per wall time, every day
     day = date(2026, 1, 1)
     for _ in range(365):
-        at = _clock(day, tz)
-        for h, m in ((0, 0), (0, 30), (1, 30), (2, 0), (2, 30), (3, 0), (12, 0), (23, 0), (23, 59)):
-            assert at((h, m)) == _instant(day, h, m, tz), (day, h, m)
+        items, at = _fires(fixed, day, tz)
+        assert [at(i) for i in items] == sorted(_instant(day, h, m, tz) for h, m in fixed.times), day
         day += timedelta(days=1)
 
 
