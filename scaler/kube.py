@@ -84,13 +84,23 @@ class KubeConfig:
         return cls(base_url=f"https://{host}:{port}", token_path=token_path, ca_path=ca_path)
 
 
+#: An answer larger than this is refused, not read. The largest the scaler asks for is a namespace's
+#: `Pulled` events (about 1 KiB each; events live an hour) or a target's pods (POD_LIMIT of some 10-50
+#: KiB): a few MiB. Past this it is a misbehaving server or proxy, and reading it whole would hold the
+#: scaler's memory limit hostage.
+MAX_ANSWER_BYTES = 64 << 20
+_CHUNK = 1 << 16
+
+
 class KubeClient:
     """GET JSON from the API server with a Bearer token (re-read from its file: bound tokens rotate)."""
 
     TOKEN_TTL_S = 60.0
 
-    def __init__(self, config: KubeConfig, session: requests.Session | None = None) -> None:
+    def __init__(self, config: KubeConfig, session: requests.Session | None = None,
+                 max_bytes: int = MAX_ANSWER_BYTES) -> None:
         self.config = config
+        self.max_bytes = max_bytes
         self._session = session or requests.Session()
         # per request, not on the session: requests lets REQUESTS_CA_BUNDLE override a session's verify
         self._verify: str | bool = config.ca_path if config.ca_path else True
@@ -112,24 +122,39 @@ class KubeClient:
     def get(self, path: str, params: Mapping[str, str] | None = None) -> JSON:
         url = self.config.base_url.rstrip("/") + path
         try:
-            resp = self._session.get(
+            with self._session.get(
                 url, headers={"Authorization": f"Bearer {self._bearer()}", "Accept": "application/json"},
                 timeout=self.config.timeout_s, verify=self._verify, params=dict(params) if params else None,
-            )
-        except requests.RequestException as exc:
+                stream=True,
+            ) as resp:
+                status, body = resp.status_code, self._body(resp, path)
+        except requests.RequestException as exc:  # a refused connection, a timeout, a body cut short
             raise KubeError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
-        if resp.status_code != 200:
-            message = resp.text[:200]
-            with contextlib.suppress(ValueError, AttributeError):
-                message = str(resp.json().get("message", message))
-            raise KubeError(f"GET {path}: HTTP {resp.status_code}: {message}", resp.status_code)
+        text = body.decode("utf-8", "replace")
         try:
-            doc = resp.json()
+            doc = json.loads(body)
         except ValueError:
-            raise KubeError(f"GET {path}: answer is not JSON: {resp.text[:80]!r}") from None
+            doc = None
+        except RecursionError:  # JSON nested past the parser's depth: no API object is
+            raise KubeError(f"GET {path}: the answer nests too deep to be an API object", status) from None
+        if status != 200:
+            message = str(doc.get("message", text[:200])) if isinstance(doc, dict) else text[:200]
+            raise KubeError(f"GET {path}: HTTP {status}: {message}", status)
+        if doc is None:
+            raise KubeError(f"GET {path}: answer is not JSON: {text[:80]!r}")
         if not isinstance(doc, dict):
             raise KubeError(f"GET {path}: answer is not a JSON object")
         return doc
+
+    def _body(self, resp: requests.Response, path: str) -> bytes:
+        """The answer's body (content-decoded), refused past `max_bytes` without reading the rest."""
+        out = bytearray()
+        for chunk in resp.iter_content(_CHUNK):
+            out += chunk
+            if len(out) > self.max_bytes:
+                raise KubeError(f"GET {path}: the answer is over {self.max_bytes} bytes; not read (the last good "
+                                "value stands)", resp.status_code)
+        return bytes(out)
 
     def merge_patch(self, path: str, body: Mapping[str, Any]) -> None:
         """PATCH `path` with a JSON merge patch (RFC 7386; a null value deletes the key). Only the opt-in

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from fakekube import FakeKube
+from httpstub import HttpStub, Response
 
 from keda_llm.scaler.kube import (
     KubeClient,
@@ -194,6 +195,45 @@ def test_api_server_down_is_an_error_state(token_file: Path) -> None:
         assert reading.error is not None and reading.error.startswith(f"GET {SO_PATH}: ConnectionError")
     finally:
         r.stop()
+
+
+def test_an_answer_over_the_bound_is_refused_unread_and_the_last_value_stands(kube: FakeKube,
+                                                                            token_file: Path) -> None:
+    # a misbehaving server or proxy answering megabytes must not hold the scaler's memory hostage: the
+    # client reads at most max_bytes (+ one chunk) and keeps the last good reading
+    config = KubeConfig(base_url=kube.url, token_path=str(token_file), ca_path=None, timeout_s=2.0)
+    r = WorkloadReader(KubeClient(config, max_bytes=16 << 10), clock=Clock())
+    try:
+        good = r.read(NS, SO)
+        assert good.error is None and good.state is not None
+        kube.put_scaled_object(NS, SO, {**SPEC, "note": "x" * (64 << 10)})  # 64 KiB: past the 16 KiB bound
+        after = r.read(NS, SO)
+        assert after.error == f"GET {SO_PATH}: the answer is over 16384 bytes; not read (the last good value stands)"
+        assert after.state == good.state and after.errors == 1
+        # an error answer is bounded the same way
+        kube.fail[SO_PATH] = 500
+        assert r.read(NS, SO).error == f"GET {SO_PATH}: HTTP 500: etcdserver: request timed out ({SO_PATH})"
+    finally:
+        r.stop()
+
+
+@pytest.mark.parametrize("body, length, says", [
+    (b"[" * 200_000, None, "the answer nests too deep to be an API object"),  # past the JSON parser's depth
+    (b'{"kind": "ScaledObject", "spec": {', 4096, "ChunkedEncodingError"),  # cut short of its Content-Length
+    (b"<html>proxy error</html>", None, "answer is not JSON: '<html>proxy error</html>'"),
+    (b"[1, 2]", None, "answer is not a JSON object"),
+])
+def test_a_malformed_answer_is_a_kube_error_naming_what_is_wrong(body: bytes, length: int | None, says: str,
+                                                                  token_file: Path) -> None:
+    stub = HttpStub(lambda req: Response(200, [body] if length else body, "application/json", length=length))
+    client = KubeClient(KubeConfig(base_url=stub.url, token_path=str(token_file), ca_path=None, timeout_s=2.0))
+    try:
+        with pytest.raises(KubeError) as err:
+            client.get(SO_PATH)
+        assert says in str(err.value) and str(err.value).startswith(f"GET {SO_PATH}: ")
+    finally:
+        client.close()
+        stub.close()
 
 
 def test_missing_token_file_is_an_error_state(kube: FakeKube, tmp_path: Path) -> None:
