@@ -29,6 +29,9 @@ Rules this module owns (DESIGN.md "Decision semantics"):
   GetMetricsAndActivity). Without `scaleToZero` and with no replica ever seen -> UNAVAILABLE.
 - An activation (POST /v1/activate, or demand seen by the watcher) holds IsActive true for
   `activation_hold_s` and lifts a desired 0 to 1.
+- An edited ScaledObject (same name, new metadata): the old metadata's entry stops being decided in the
+  background (the refresher, the demand watch) once the new one has been asked for three of the old one's
+  poll gaps, a minute at least; it is still answered when asked, and forgotten after `forget_after_s`.
 """
 
 from __future__ import annotations
@@ -159,6 +162,12 @@ class Answer:
     activated: bool = False  # an activation overlaid the policy's decision
 
 
+#: See ScalerService._current: an entry not asked for this many of its poll gaps (and at least this long) while
+#: a newer metadata of its ScaledObject is asked is left to the RPC path
+SUPERSEDED_POLLS = 3
+SUPERSEDED_MIN_S = 60.0
+
+
 @dataclass
 class _Entry:
     """Per (ScaledObject, metadata): the policy state carried between ticks and the tick's answer."""
@@ -170,6 +179,8 @@ class _Entry:
     tick: float = -math.inf
     result: Answer | NoUsableData | None = None
     last_used: float = 0.0
+    first_used: float = 0.0
+    poll_gap: float = 0.0  # the longest time between two questions about this metadata (KEDA's poll)
     last_decision: Decision | None = None
     # (history's last collection, last activation, source's last answer)
     inputs: tuple[float | None, float | None, float | None] | None = None
@@ -344,12 +355,35 @@ class ScalerService:
         entry = self._entries.get((key, mkey))
         if entry is None:
             config = self.configs.get(key.namespace, key.name, metadata)  # ConfigError: bad metadata
-            entry = _Entry(key=key, config=config, metric_name=metric_name(config.model))
+            now = self.clock()
+            entry = _Entry(key=key, config=config, metric_name=metric_name(config.model), last_used=now,
+                           first_used=now)
             if self._on_new is not None:
                 self._on_new(key, config)  # start collecting for the model, reading the ScaledObject
             self._entries[(key, mkey)] = entry
-        entry.last_used = self.clock()
+        now = self.clock()
+        entry.poll_gap = max(entry.poll_gap, min(now - entry.last_used, self.forget_after_s))
+        entry.last_used = now
         return entry
+
+    def _current(self) -> list[_Entry]:
+        """The entries the background paths (the refresher, the demand watch) decide: all but superseded
+        metadata. An edited ScaledObject keeps its name, so its old metadata's entry lives on until the sweep
+        forgets it; decided meanwhile, it would write its old decisions into the ScaledObject's series (the
+        same labels when the model is the same) and wake the model on its old activationQuery. An entry is
+        superseded once another metadata of its ScaledObject, first asked after its last question, has been
+        asked for SUPERSEDED_POLLS of its own poll gaps (at least SUPERSEDED_MIN_S) longer: every trigger of
+        a ScaledObject is asked each poll, so a live one is asked again before that. A superseded entry is
+        still answered, and decided, when KEDA asks about it."""
+        entries = list(self._entries.values())
+        siblings: dict[ScaledObjectKey, list[_Entry]] = {}
+        for e in entries:
+            siblings.setdefault(e.key, []).append(e)
+
+        def superseded(e: _Entry) -> bool:
+            grace = max(SUPERSEDED_MIN_S, SUPERSEDED_POLLS * e.poll_gap)
+            return any(o.first_used > e.last_used and o.last_used - e.last_used > grace for o in siblings[e.key])
+        return [e for e in entries if len(siblings[e.key]) == 1 or not superseded(e)]
 
     def config(self, key: ScaledObjectKey, metadata: Mapping[str, str]) -> ScalerConfig:
         """The parsed config; raises the parser's ConfigError on bad metadata."""
@@ -434,7 +468,7 @@ class ScalerService:
         self._maybe_sweep(now)  # the refresher decides every entry, so RPCs reuse its answers and never sweep
         watched = set(self.bus.watched())
         done = 0
-        for entry in list(self._entries.values()):
+        for entry in self._current():
             if entry.tick == tick:
                 continue
             inputs = self._inputs(entry)
@@ -572,8 +606,10 @@ class ScalerService:
         return self.bus.activate(key)
 
     def watched_entries(self) -> list[tuple[ScaledObjectKey, MetadataKey]]:
+        """The current entries (`_current`) of the ScaledObjects with an open stream."""
         watched = set(self.bus.watched())
-        return [k for k in self._entries if k[0] in watched]
+        current = {id(e) for e in self._current()}
+        return [k for k, e in list(self._entries.items()) if k[0] in watched and id(e) in current]
 
     async def watch_demand(self, interval_s: float = 1.0) -> None:
         """Push `true` when demand wakes a ScaledObject that was inactive (e.g. `activationQuery` > 0).

@@ -7,6 +7,9 @@
   the entry of its old metadata was never forgotten: re-decided every tick for good, it kept its old series
   in /metrics and, for a model with no data, raised `keda_llm_scaler_unavailable_total` (the
   LLMScalerUnavailable alert) for a ScaledObject KEDA no longer asked about.
+- An edited ScaledObject (same name and model, new metadata) was decided on its old metadata in the
+  background for the hour until the sweep: the refresher wrote the old count into the same series right
+  after a poll decided the new one, and the demand watch read the old activationQuery.
 - A Prometheus answering deeply nested JSON raised RecursionError out of the parser: a traceback per cycle
   from the source's loop and a health that still said ok, where any other garbage is a counted `not_json`.
 """
@@ -19,16 +22,28 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import grpc
 import pytest
 from prometheus_client import generate_latest
 from prometheus_server import BodyServer
-from scaler_harness import FakeClock, FakeHistory, ServerThread, StreamReader, keda_poll, make_service, ref, stub
+from scaler_harness import (
+    FakeClock,
+    FakeHistory,
+    ServerThread,
+    StreamReader,
+    keda_poll,
+    make_service,
+    metric_value,
+    ref,
+    stub,
+)
 
 from keda_llm.scaler.activation import ScaledObjectKey
 from keda_llm.scaler.config import ConfigError
 from keda_llm.scaler.externalscaler import externalscaler_pb2 as pb
+from keda_llm.scaler.model import Decision
 from keda_llm.scaler.sources.errors import SourceError
 from keda_llm.scaler.sources.prometheus import PrometheusSource, signal_queries
 from keda_llm.scaler.sources.promql import PrometheusClient, parse_query_response, parse_range_response
@@ -207,3 +222,81 @@ def test_sources_save_the_history_first_and_stop_side_by_side() -> None:
     sources.stop()
     assert events == ["save", "stop", "stop", "stop"]
     assert not barrier.broken
+
+
+def _by_kv_target(calls: list[float]) -> Callable[..., Any]:
+    """A decide whose count is 10 x the ScaledObject's targetKVUtilization, recording each config it ran."""
+    def decide(history: FakeHistory, config: Any, state: Any, workload: Any, now: float) -> Any:
+        calls.append(config.target_kv_utilization)
+        return Decision(round(10 * config.target_kv_utilization), "steady", True, {}), state
+    return decide
+
+
+def _desired(service: Any, name: str = "chat") -> float | None:
+    text = generate_latest(service.metrics.registry).decode()
+    return metric_value(text, "keda_llm_scaler_desired_replicas", namespace="llm", scaledobject=name, model="new")
+
+
+def test_an_edited_scaled_object_is_not_decided_on_its_old_metadata_in_the_background() -> None:
+    # kubectl edit: the same ScaledObject, the same model, a new targetKVUtilization. KEDA asks only the new
+    # metadata from then on, but the old entry lives until the sweep forgets it (an hour). The refresher
+    # decided it every tick and wrote its count into the same series: after a poll decided the new metadata in
+    # a tick, the refresher skipped that entry and decided the old one, so the gauge showed the old count
+    clock = FakeClock()
+    calls: list[float] = []
+    service = make_service({("llm", "new"): FakeHistory(2)}, clock, decide=_by_kv_target(calls),
+                           forget_after_s=HOUR, reuse_s=2.0)
+    server = ServerThread(service)
+    try:
+        client = stub(grpc.insecure_channel(server.target))
+        old = ref(name="chat", model="new", targetKVUtilization="0.5")
+        new = ref(name="chat", model="new", targetKVUtilization="0.8")
+        for _ in range(4):  # KEDA's default pollingInterval, 30 s
+            assert keda_poll(client, old, timeout=10).values[0][1] == 5
+            service.refresh()
+            clock.now += 30
+        for i in range(20):  # ten minutes of the edited ScaledObject
+            assert keda_poll(client, new, timeout=10).values[0][1] == 8
+            calls.clear()
+            service.refresh()  # the same tick as the poll
+            if i >= 4:  # past 3 of the old metadata's poll gaps (90 s): superseded
+                assert _desired(service) == 8, f"the gauge shows the old metadata's count {i * 30} s after the edit"
+                assert 0.5 not in calls, "the old metadata is still decided in the background"
+            clock.now += 30
+        assert len(service.known()) == 2  # still remembered (the sweep's hour), just not decided unasked
+        # nor watched for demand (the old metadata's activationQuery must not wake the model)
+        stream = client.StreamIsActive(new)
+        StreamReader(stream)
+        deadline = time.monotonic() + 10
+        while not service.bus.streams() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(service.watched_entries()) == 1
+        stream.cancel()
+        assert keda_poll(client, old, timeout=10).values[0][1] == 5  # and still answered when asked
+    finally:
+        server.stop()
+
+
+def test_two_triggers_polled_slowly_are_both_decided_in_the_background() -> None:
+    # a ScaledObject with two external triggers and pollingInterval 10m: each trigger is asked every 10
+    # minutes; neither supersedes the other (each has been asked since the other first was)
+    clock = FakeClock()
+    calls: list[float] = []
+    service = make_service({("llm", "new"): FakeHistory(2)}, clock, decide=_by_kv_target(calls),
+                           forget_after_s=HOUR, reuse_s=2.0)
+    server = ServerThread(service)
+    try:
+        client = stub(grpc.insecure_channel(server.target))
+        first = ref(name="chat", model="new", targetKVUtilization="0.5")
+        second = ref(name="chat", model="new", targetKVUtilization="0.8")
+        for _ in range(4):
+            keda_poll(client, first, timeout=10)
+            clock.now += 1
+            keda_poll(client, second, timeout=10)
+            for _ in range(10):  # the refresher, once a minute here, between polls
+                clock.now += 59.9
+                calls.clear()
+                service.refresh()
+                assert sorted(calls) == [0.5, 0.8]
+    finally:
+        server.stop()
