@@ -16,7 +16,10 @@ bound) is one small JSON file named for a digest of everything its result depend
   the gRPC server or the command line). So a change to ours' policy re-simulates ours' points only, a
   change to the simulator all of them, but for the fluid mode's own modules (FLUID_ONLY): a point run in
   the detailed mode never executes them, so a change to the fluid mode re-simulates the fluid traces'
-  points only; a change to a module no point imports (the activator's server, say) re-simulates nothing.
+  points only; and for the anchors' own modules (ANCHOR_MODULES): each keys only its anchors' points (with
+  the modules of the anchors' package it imports), so a fix to one anchor re-simulates that anchor's points,
+  not the oracles and the other policies; a change to a module no point imports (the activator's server,
+  say) re-simulates nothing.
 
 The scripts keep the entries in docs/data/ (committed: a fresh checkout regenerates the docs' tables from
 them, simulating only what its changes moved; the whole store is CPU hours on a laptop).
@@ -58,6 +61,15 @@ NOT_A_POINT = ("simulator/report/frontier.py", "simulator/report/frontier_cache.
                "simulator/tune_cli.py", "simulator/cli.py", "simulator/control/policies.py")
 #: what only the fluid mode runs (simulator/run.py imports them for it alone): not in a detailed point's key
 FLUID_ONLY = ("simulator/cluster/fluid.py", "simulator/cluster/fluid_kernel.py")
+#: the anchors' package: its __init__.py (the registry every run imports) and base.py (their common loop) count for
+#: every point; each anchor's own module counts for that anchor's points only, with the modules of the package it
+#: imports (aibrix.py runs knative.py's decider). simulator/pools.py imports dynamo.py for the P/D table
+#: (scripts/pools_table.py), which keeps no entries here; no stored point runs pools.py.
+ANCHORS_DIR = "simulator/control/anchors"
+ANCHOR_MODULES = {"knative-kpa": "knative.py", "aibrix-kpa": "aibrix.py", "aibrix-apa": "aibrix.py",
+                  "llmd-wva": "keda_driven.py", "llmd-wva-tokens": "keda_driven.py", "hpa-kv": "keda_driven.py",
+                  "dynamo-load": "dynamo.py", "dynamo-sla": "dynamo.py", "ray-serve": "ray_serve.py"}
+ANCHORS_COMMON = ("__init__.py", "base.py")
 #: what ours' points depend on beyond SHARED_SOURCES (with the OURS_IMPORTED modules these and those import):
 #: ours' wiring and default ScaledObject
 OURS_SOURCES = ("simulator/control/policies.py",)
@@ -164,10 +176,40 @@ def _digest(files: list[tuple[str, Path]]) -> str:
     return h.hexdigest()
 
 
-def point_files(kind: str, root: Path | None = None, detailed: bool = False) -> list[tuple[str, Path]]:
-    """The files a point's result depends on: `shared` (every policy's) or `ours` (those and ours' own), as
+def _anchor_own(root: Path | None) -> tuple[str, ...]:
+    """Every file of the anchors' package but ANCHORS_COMMON (paths under keda_llm)."""
+    return tuple(rel for rel, _ in _files(root, (ANCHORS_DIR,)) if rel.rpartition("/")[2] not in ANCHORS_COMMON)
+
+
+def _anchor_files(policy: str, root: Path | None) -> list[tuple[str, Path]]:
+    """The modules of the anchors' package that `policy`'s points run: its own (ANCHOR_MODULES) and, followed
+    through each other, those it imports."""
+    folder = _part_dir("simulator", root) / ANCHORS_DIR.partition("/")[2]
+    prefix = "keda_llm." + ANCHORS_DIR.replace("/", ".") + "."
+    seen: dict[str, Path] = {}
+    todo = [ANCHOR_MODULES[policy]]
+    while todo:
+        name = todo.pop()
+        rel, path = f"{ANCHORS_DIR}/{name}", folder / name
+        if rel in seen or name in ANCHORS_COMMON or not path.is_file():
+            continue
+        seen[rel] = path
+        todo += [m[len(prefix):].split(".")[0] + ".py" for m in _imports(rel, path) if m.startswith(prefix)]
+    return list(seen.items())
+
+
+def point_files(kind: str, root: Path | None = None, detailed: bool = False,
+                legacy: bool = False) -> list[tuple[str, Path]]:
+    """The files a point's result depends on: `shared` (every policy's, but the anchors' own modules), an
+    anchor's name (ANCHOR_MODULES: those and the anchor's own) or `ours` (the shared ones and ours' own), as
     (path under keda_llm, file), sorted; `detailed`: without FLUID_ONLY."""
-    files = _files(root, SHARED_SOURCES, NOT_A_POINT + (FLUID_ONLY if detailed else ()))
+    if legacy:  # MIGRATION: the key before ANCHOR_MODULES (every anchor module in every point's key)
+        files = _files(root, SHARED_SOURCES, NOT_A_POINT + (FLUID_ONLY if detailed else ()))
+        kind = "ours" if kind == "ours" else "shared"
+    else:
+        files = _files(root, SHARED_SOURCES, NOT_A_POINT + (FLUID_ONLY if detailed else ()) + _anchor_own(root))
+    if kind in ANCHOR_MODULES:
+        files += _anchor_files(kind, root)
     if kind == "ours":
         files += _files(root, OURS_SOURCES)
         return sorted(dict(files + _imported(files, root, OURS_IMPORTED)).items())
@@ -178,9 +220,20 @@ def point_files(kind: str, root: Path | None = None, detailed: bool = False) -> 
 
 
 def policy_sources(policy: str, root: Path | None = None, mode: str | None = None) -> str:
-    """The digest of the source `policy`'s points depend on: ours' or every other policy's; in the
-    `detailed` mode without FLUID_ONLY (any other mode, or None: with it)."""
-    return _sources("ours" if policy == "ours" else "shared", root, mode == "detailed")
+    """The digest of the source `policy`'s points depend on: ours', an anchor's or every other policy's; in
+    the `detailed` mode without FLUID_ONLY (any other mode, or None: with it)."""
+    kind = policy if policy == "ours" or policy in ANCHOR_MODULES else "shared"
+    return _sources(kind, root, mode == "detailed")
+
+
+def legacy_sources(policy: str, root: Path | None = None, mode: str | None = None) -> str:
+    """MIGRATION: `policy_sources` as the key was before ANCHOR_MODULES (for renaming the stored entries)."""
+    return _sources_legacy("ours" if policy == "ours" else "shared", root, mode == "detailed")
+
+
+@functools.cache
+def _sources_legacy(kind: str, root: Path | None, detailed: bool = False) -> str:
+    return _digest(point_files(kind, root, detailed, legacy=True))
 
 
 @functools.cache
@@ -230,7 +283,7 @@ class PointCache:
         self.hits = 0
         self.misses = 0
         self.mode = backtest.resolved_mode(trace)  # in the backtest's repr too, but "auto" resolves by the trace
-        for policy in ("ours", "other"):  # hashed now, while the files are the code that runs
+        for policy in ("ours", "other", *ANCHOR_MODULES):  # hashed now, while the files are the code that runs
             policy_sources(policy, mode=self.mode)
 
     def _path(self, kind: str, key: str, seed: int | None = None) -> Path:
@@ -239,11 +292,20 @@ class PointCache:
         digest = hashlib.sha256(f"{base}|{key}".encode()).hexdigest()[:40]
         return self.root / kind / f"{digest}.json"
 
-    def _point_key(self, policy: str, knob: float) -> str:
-        return f"{policy}|{knob!r}|{policy_sources(policy, mode=self.mode)}"
+    def _point_key(self, policy: str, knob: float, legacy: bool = False) -> str:
+        sources = legacy_sources if legacy else policy_sources
+        return f"{policy}|{knob!r}|{sources(policy, mode=self.mode)}"
+
+    def _migrate(self, kind: str, key: str, legacy_key: str, seed: int | None) -> None:
+        """MIGRATION: an entry stored under the key before ANCHOR_MODULES is renamed to its key now."""
+        old, new = self._path(kind, legacy_key, seed), self._path(kind, key, seed)
+        if old.is_file() and not new.is_file():
+            old.replace(new)
 
     def get(self, policy: str, knob: float, seed: int | None = None) -> Point | None:
         """The cached point (run with `seed`, default the backtest's), marked `cached`, or None."""
+        if not self.fresh:
+            self._migrate("points", self._point_key(policy, knob), self._point_key(policy, knob, True), seed)
         data = None if self.fresh else _read(self._path("points", self._point_key(policy, knob), seed))
         if data is None:
             self.misses += 1
@@ -257,10 +319,13 @@ class PointCache:
                 "gpu_hours": point.gpu_hours, "cpu_s": point.cpu_s,
                 "seed": self.backtest.seed if seed is None else seed})
 
-    def _refs_key(self, oracle_target: float) -> str:
-        return f"references|{oracle_target!r}|{policy_sources('oracle', mode=self.mode)}"
+    def _refs_key(self, oracle_target: float, legacy: bool = False) -> str:
+        sources = legacy_sources if legacy else policy_sources
+        return f"references|{oracle_target!r}|{sources('oracle', mode=self.mode)}"
 
     def get_references(self, oracle_target: float) -> References | None:
+        if not self.fresh:
+            self._migrate("references", self._refs_key(oracle_target), self._refs_key(oracle_target, True), None)
         data = None if self.fresh else _read(self._path("references", self._refs_key(oracle_target)))
         if data is None:
             return None

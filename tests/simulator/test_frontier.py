@@ -355,6 +355,66 @@ def test_source_digests_separate_ours_from_the_rest(tmp_path: Path) -> None:
         frontier_cache._sources.cache_clear()
 
 
+def test_an_anchors_module_keys_its_own_points_only(tmp_path: Path) -> None:
+    # the anchors' package as it is built: the registry imports every anchor, AIBrix runs Knative's decider,
+    # every anchor runs base.py; the oracle and the other policies import the registry (run.py) but run none
+    pkg = "simulator/control/anchors"
+    imports = {f"{pkg}/__init__.py": "".join(f"from keda_llm.simulator.control.anchors import {m}\n" for m in
+                                            ("aibrix", "dynamo", "keda_driven", "knative", "ray_serve")),
+               f"{pkg}/aibrix.py": "from keda_llm.simulator.control.anchors.knative import KpaDecider\n"
+                                   "from keda_llm.simulator.control.anchors.base import Signals\n",
+               f"{pkg}/knative.py": "from keda_llm.simulator.control.anchors.base import Signals\n",
+               "simulator/run.py": "from keda_llm.simulator.control.anchors import AnchorContext\n"}
+    files = [f"{pkg}/{m}.py" for m in ("__init__", "base", "aibrix", "dynamo", "keda_driven", "knative", "ray_serve")]
+    for f in [*files, "simulator/run.py", "scaler/model.py", "scaler/scaledobject.py"]:
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).write_text(imports.get(f, "") + f"# {f}\n")
+    policies = ("ours", "oracle", "queue", *frontier_cache.ANCHOR_MODULES)
+
+    def digests() -> dict[str, str]:
+        frontier_cache._sources.cache_clear()
+        return {p: policy_sources(p, tmp_path) for p in policies}
+
+    wva = {"llmd-wva", "llmd-wva-tokens", "hpa-kv"}
+    moves = {f"{pkg}/aibrix.py": {"aibrix-kpa", "aibrix-apa"},
+             f"{pkg}/knative.py": {"knative-kpa", "aibrix-kpa", "aibrix-apa"},
+             f"{pkg}/keda_driven.py": wva, f"{pkg}/dynamo.py": {"dynamo-load", "dynamo-sla"},
+             f"{pkg}/ray_serve.py": {"ray-serve"}, f"{pkg}/base.py": set(policies),
+             f"{pkg}/__init__.py": set(policies), "simulator/run.py": set(policies)}
+    try:
+        for f, expected in moves.items():
+            before = digests()
+            (tmp_path / f).write_text((tmp_path / f).read_text() + "# changed\n")
+            after = digests()
+            assert {p for p in policies if before[p] != after[p]} == expected, f
+        # a new anchor module is in no point's key until an anchor runs it
+        before = digests()
+        (tmp_path / pkg / "new_anchor.py").write_text("# new\n")
+        assert digests() == before
+    finally:
+        frontier_cache._sources.cache_clear()
+
+
+def test_every_anchor_has_its_module_in_the_key() -> None:
+    from keda_llm.simulator.control.anchors import ANCHORS
+
+    assert set(frontier_cache.ANCHOR_MODULES) == set(ANCHORS)
+    for name in ANCHORS:
+        own = {rel for rel, _ in frontier_cache.point_files(name)} - {rel for rel, _ in frontier_cache.point_files("x")}
+        assert f"{frontier_cache.ANCHORS_DIR}/{frontier_cache.ANCHOR_MODULES[name]}" in own, name
+    # and the module each one names is the one its controller's class comes from
+    from keda_llm.simulator.control.anchors import AnchorContext, build_anchor
+    from keda_llm.simulator.hardware.presets import get_preset as preset
+
+    p = preset("llama-3.1-8b/h100")
+    for name in ANCHORS:
+        ctl = build_anchor(name, AnchorContext(8, 2.0, 0.1, p.perf(), p.replica_config()))
+        where = type(ctl).__module__
+        if where.endswith("controllers"):  # a KEDA-driven anchor: its scaler is the anchor's object
+            where = type(ctl.scalers[0]).__module__  # type: ignore[attr-defined]
+        assert where.rpartition(".")[2] + ".py" == frontier_cache.ANCHOR_MODULES[name], (name, where)
+
+
 def test_the_parts_a_point_key_follows_import_nothing_by_name() -> None:
     """The key follows import statements; a module imported by a string (importlib, __import__) would run in
     a point without being in its key. None does today; this keeps it so."""
