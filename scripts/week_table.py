@@ -38,7 +38,7 @@ from keda_llm.simulator.control.controllers import PodPlan
 from keda_llm.simulator.control.policies import build_controller
 from keda_llm.simulator.control.scaledobject import load_scaledobject
 from keda_llm.simulator.hardware.presets import get_preset
-from keda_llm.simulator.report.frontier_cache import legacy_sources, policy_sources
+from keda_llm.simulator.report.frontier_cache import policy_sources
 from keda_llm.simulator.report.oracle import plan_oracle
 from keda_llm.simulator.report.summary import Slo, met_mask
 from keda_llm.simulator.run import Backtest, simulate
@@ -101,9 +101,6 @@ def oracle_pods(seed: int, hours: float | None, trace: str = "code") -> tuple[li
     name = "oracle" if trace == "code" else f"oracle-{trace}"  # the code week's keys as they were
     span = "week" if hours is None else f"{hours:g}h"
     key = (CACHE if hours is None else QUICK_CACHE) / f"{name}-seed{seed}-{span}-{policy_sources('oracle')[:12]}.json"
-    legacy = key.with_name(f"{name}-seed{seed}-{span}-{legacy_sources('oracle')[:12]}.json")  # MIGRATION
-    if legacy.exists() and not key.exists():
-        legacy.replace(key)
     if key.exists():
         data = json.loads(key.read_text())
         return ([PodPlan(*p) for p in data["pods"]],

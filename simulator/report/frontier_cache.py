@@ -198,16 +198,11 @@ def _anchor_files(policy: str, root: Path | None) -> list[tuple[str, Path]]:
     return list(seen.items())
 
 
-def point_files(kind: str, root: Path | None = None, detailed: bool = False,
-                legacy: bool = False) -> list[tuple[str, Path]]:
+def point_files(kind: str, root: Path | None = None, detailed: bool = False) -> list[tuple[str, Path]]:
     """The files a point's result depends on: `shared` (every policy's, but the anchors' own modules), an
     anchor's name (ANCHOR_MODULES: those and the anchor's own) or `ours` (the shared ones and ours' own), as
     (path under keda_llm, file), sorted; `detailed`: without FLUID_ONLY."""
-    if legacy:  # MIGRATION: the key before ANCHOR_MODULES (every anchor module in every point's key)
-        files = _files(root, SHARED_SOURCES, NOT_A_POINT + (FLUID_ONLY if detailed else ()))
-        kind = "ours" if kind == "ours" else "shared"
-    else:
-        files = _files(root, SHARED_SOURCES, NOT_A_POINT + (FLUID_ONLY if detailed else ()) + _anchor_own(root))
+    files = _files(root, SHARED_SOURCES, NOT_A_POINT + (FLUID_ONLY if detailed else ()) + _anchor_own(root))
     if kind in ANCHOR_MODULES:
         files += _anchor_files(kind, root)
     if kind == "ours":
@@ -225,15 +220,6 @@ def policy_sources(policy: str, root: Path | None = None, mode: str | None = Non
     kind = policy if policy == "ours" or policy in ANCHOR_MODULES else "shared"
     return _sources(kind, root, mode == "detailed")
 
-
-def legacy_sources(policy: str, root: Path | None = None, mode: str | None = None) -> str:
-    """MIGRATION: `policy_sources` as the key was before ANCHOR_MODULES (for renaming the stored entries)."""
-    return _sources_legacy("ours" if policy == "ours" else "shared", root, mode == "detailed")
-
-
-@functools.cache
-def _sources_legacy(kind: str, root: Path | None, detailed: bool = False) -> str:
-    return _digest(point_files(kind, root, detailed, legacy=True))
 
 
 @functools.cache
@@ -292,20 +278,11 @@ class PointCache:
         digest = hashlib.sha256(f"{base}|{key}".encode()).hexdigest()[:40]
         return self.root / kind / f"{digest}.json"
 
-    def _point_key(self, policy: str, knob: float, legacy: bool = False) -> str:
-        sources = legacy_sources if legacy else policy_sources
-        return f"{policy}|{knob!r}|{sources(policy, mode=self.mode)}"
-
-    def _migrate(self, kind: str, key: str, legacy_key: str, seed: int | None) -> None:
-        """MIGRATION: an entry stored under the key before ANCHOR_MODULES is renamed to its key now."""
-        old, new = self._path(kind, legacy_key, seed), self._path(kind, key, seed)
-        if old.is_file() and not new.is_file():
-            old.replace(new)
+    def _point_key(self, policy: str, knob: float) -> str:
+        return f"{policy}|{knob!r}|{policy_sources(policy, mode=self.mode)}"
 
     def get(self, policy: str, knob: float, seed: int | None = None) -> Point | None:
         """The cached point (run with `seed`, default the backtest's), marked `cached`, or None."""
-        if not self.fresh:
-            self._migrate("points", self._point_key(policy, knob), self._point_key(policy, knob, True), seed)
         data = None if self.fresh else _read(self._path("points", self._point_key(policy, knob), seed))
         if data is None:
             self.misses += 1
@@ -319,13 +296,10 @@ class PointCache:
                 "gpu_hours": point.gpu_hours, "cpu_s": point.cpu_s,
                 "seed": self.backtest.seed if seed is None else seed})
 
-    def _refs_key(self, oracle_target: float, legacy: bool = False) -> str:
-        sources = legacy_sources if legacy else policy_sources
-        return f"references|{oracle_target!r}|{sources('oracle', mode=self.mode)}"
+    def _refs_key(self, oracle_target: float) -> str:
+        return f"references|{oracle_target!r}|{policy_sources('oracle', mode=self.mode)}"
 
     def get_references(self, oracle_target: float) -> References | None:
-        if not self.fresh:
-            self._migrate("references", self._refs_key(oracle_target), self._refs_key(oracle_target, True), None)
         data = None if self.fresh else _read(self._path("references", self._refs_key(oracle_target)))
         if data is None:
             return None
