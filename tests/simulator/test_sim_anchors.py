@@ -11,7 +11,16 @@ from keda_llm.simulator.control.anchors import ANCHORS, AnchorContext, build_anc
 from keda_llm.simulator.control.anchors.aibrix import apa_desired
 from keda_llm.simulator.control.anchors.base import Signals
 from keda_llm.simulator.control.anchors.dynamo import ConstantPredictor, DynamoPlanner, KalmanPredictor
-from keda_llm.simulator.control.anchors.keda_driven import KvUsageScaler, wva_v1_target, wva_v2_target
+from keda_llm.simulator.control import ScalingPolicy
+from keda_llm.simulator.control.anchors.keda_driven import (
+    WVA_HPA_BEHAVIOR,
+    KvUsageScaler,
+    WvaScaler,
+    k2_from_engine,
+    wva_anchor,
+    wva_v1_target,
+    wva_v2_target,
+)
 from keda_llm.simulator.control.anchors.knative import KnativeKpa, KpaDecider
 from keda_llm.simulator.control.anchors.ray_serve import RayServe, ray_desired
 from keda_llm.simulator.control.policies import POLICIES, build_controller, parse_policy
@@ -84,12 +93,80 @@ def test_wva_v1_one_step_up_when_spare_kv_low_and_safe_step_down() -> None:
 
 def test_wva_v2_token_capacity() -> None:
     # demand 900 tokens against 1000 per pod: 900 / 0.85 - 1000 = 58.8 > 0 -> one more pod
-    assert wva_v2_target(900.0, 0.0, 0.0, 1, 1000.0) == 2
-    # queue counts at the mean input: 500 + 10 x 100 = 1500 -> 1765 - 1000 -> +1
-    assert wva_v2_target(500.0, 10.0, 100.0, 1, 1000.0) == 2
-    # 100 tokens on 3 pods: spare 3000 - 143 >= 1000 -> one fewer
-    assert wva_v2_target(100.0, 0.0, 0.0, 3, 1000.0) == 2
-    assert wva_v2_target(1500.0, 0.0, 0.0, 3, 1000.0) == 3  # spare 3000 - 2143 < 1000: hold
+    assert wva_v2_target(900.0, 1, 0, 1000.0) == 2
+    # 3000 tokens on 1 pod: 3529 - 1000 = 2529 -> ceil(2.53) = 3 more at once
+    assert wva_v2_target(3000.0, 1, 0, 1000.0) == 4
+    # a starting pod counts as supply for scale-up: 1700 / 0.85 = 2000 = 2 pods' worth, no more
+    assert wva_v2_target(1700.0, 1, 1, 1000.0) == 2
+    # scale-down removes floor(spare / capacity) at once: 100 tokens on 4 pods, spare 4000 - 143 -> 3 fewer
+    assert wva_v2_target(100.0, 4, 0, 1000.0) == 1
+    # ... keeping one pod, and counting only ready pods as spare: 2 ready + 2 starting, spare 2000 - 143 -> 1
+    assert wva_v2_target(100.0, 2, 2, 1000.0) == 3
+    assert wva_v2_target(1500.0, 3, 0, 1000.0) == 3  # spare 3000 - 2143 < 1000: hold
+    assert wva_v2_target(0.0, 1, 0, 1000.0) == 1
+
+
+def test_wva_v2_k2_from_the_engine_limits() -> None:
+    # B 8192, S 256, I 1000, O 200: min(8192 x 200 / 1200 = 1365, 256) = 256 sequences of I + O / 2 = 1100
+    assert k2_from_engine(8192, 256, 1000.0, 200.0) == 256 * 1100
+    # long prompts, short answers: 8192 x 20 / 2020 = 81.1 sequences x 2010 tokens
+    assert k2_from_engine(8192, 256, 2000.0, 20.0) == float(int(8192 * 20 / 2020 * 2010))
+    assert k2_from_engine(8192, 256, 1000.0, 0.0) == 0.0  # no output seen yet: unknown
+
+
+def _wva_state(at: float, kv: list[float], waiting: list[float], finished: float) -> object:
+    from keda_llm.scaler.model import Observation, ReplicaSample
+    from keda_llm.simulator.cluster.engine import ObservedState
+
+    reps = tuple(ReplicaSample(f"p{i}", at, kv_usage_ratio=k, running=1, waiting=w, kv_capacity_tokens=100_000,
+                               prompt_tokens_total=2000.0 * finished, generation_tokens_total=20.0 * finished,
+                               requests_finished_total=finished)
+                 for i, (k, w) in enumerate(zip(kv, waiting, strict=True)))
+    return ObservedState(Observation("d", "m", at, reps), (), 0)
+
+
+class _Sim:
+    def __init__(self, desired: int) -> None:
+        from types import SimpleNamespace
+
+        self.desired = desired
+        self.config = SimpleNamespace(replica=ReplicaConfig(max_num_seqs=256, max_num_batched_tokens=8192,
+                                                            kv_blocks=6250))
+
+
+def test_wva_v2_scales_on_the_compute_bound_when_it_is_below_the_kv_bound() -> None:
+    """k1 is 80,000 tokens (100,000 x 0.8), but a pod whose queue reached the threshold (5) held only 30,000:
+    that observed k2 is the capacity from then on, while the queue is short again too."""
+    wva = WvaScaler("tokens", reconcile_s=60.0)
+    sim = _Sim(2)
+    # 0 s: the first reconcile has no history of finished requests; both pods have a queue of 6 at 30% KV
+    assert wva.observe(_wva_state(0.0, [0.3, 0.3], [6.0, 6.0], 10.0), sim) is False  # type: ignore[arg-type]
+    # demand 2 x (30,000 + 6 x 0 mean input) on a capacity of 30,000 per pod (observed k2): 70,588 - 60,000 -> +1
+    assert wva.desired == 3
+    # a minute later the queues have drained and the KV is 10% (peak over the last minute still 30% and 6)
+    wva.history.clear()
+    sim.desired = 3
+    wva.observe(_wva_state(60.0, [0.1, 0.1, 0.1], [0.0, 0.0, 0.0], 20.0), sim)  # type: ignore[arg-type]
+    # k2 is the observed mean, 30,000 (not k1 80,000): demand 30,000, spare 90,000 - 42,857 -> one fewer
+    assert wva.desired == 2
+
+
+def test_wva_v2_has_no_pending_guard_but_v1_does() -> None:
+    for mode, expected in (("tokens", 5), ("saturation", 4)):
+        wva = WvaScaler(mode)  # type: ignore[arg-type]
+        sim = _Sim(4)
+        # three ready pods, KV-full (95,000 tokens each against a capacity of 80,000), one starting: V2 counts
+        # the starting one as supply (285,000 / 0.85 = 335,294 > 4 x 80,000) and adds one; V1 waits for it
+        wva.observe(_wva_state(0.0, [0.95] * 3, [8.0] * 3, 10.0), sim)  # type: ignore[arg-type]
+        assert wva.desired == expected, mode
+
+
+def test_wva_runs_with_the_charts_hpa_behavior() -> None:
+    for mode in ("saturation", "tokens"):
+        so, _ = wva_anchor(8, mode)  # type: ignore[arg-type]
+        assert so.behavior == WVA_HPA_BEHAVIOR
+        assert so.behavior.scale_up is not None and so.behavior.scale_up.stabilization_window_seconds == 240
+        assert so.behavior.scale_down is not None and so.behavior.scale_down.policies == (ScalingPolicy("Pods", 10, 150),)
 
 
 # -- HPA on KV usage ---------------------------------------------------------------------------------------
