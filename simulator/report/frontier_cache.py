@@ -63,8 +63,8 @@ NOT_A_POINT = ("simulator/report/frontier.py", "simulator/report/frontier_cache.
 FLUID_ONLY = ("simulator/cluster/fluid.py", "simulator/cluster/fluid_kernel.py")
 #: the anchors' package: its __init__.py (the registry every run imports) and base.py (their common loop) count for
 #: every point; each anchor's own module counts for that anchor's points only, with the modules of the package it
-#: imports (aibrix.py runs knative.py's decider). simulator/pools.py imports dynamo.py for the P/D table
-#: (scripts/pools_table.py), which keeps no entries here; no stored point runs pools.py.
+#: imports (so an anchor built on another's module is keyed by both). simulator/pools.py imports dynamo.py for the
+#: P/D table (scripts/pools_table.py), which keeps no entries here; no stored point runs pools.py.
 ANCHORS_DIR = "simulator/control/anchors"
 ANCHOR_MODULES = {"knative-kpa": "knative.py", "aibrix-kpa": "aibrix.py", "aibrix-apa": "aibrix.py",
                   "llmd-wva": "keda_driven.py", "llmd-wva-tokens": "keda_driven.py", "hpa-kv": "keda_driven.py",

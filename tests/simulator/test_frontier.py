@@ -356,7 +356,7 @@ def test_source_digests_separate_ours_from_the_rest(tmp_path: Path) -> None:
 
 
 def test_an_anchors_module_keys_its_own_points_only(tmp_path: Path) -> None:
-    # the anchors' package as it is built: the registry imports every anchor, AIBrix runs Knative's decider,
+    # the anchors' package, with one anchor built on another's module (as AIBrix once ran Knative's decider):
     # every anchor runs base.py; the oracle and the other policies import the registry (run.py) but run none
     pkg = "simulator/control/anchors"
     imports = {f"{pkg}/__init__.py": "".join(f"from keda_llm.simulator.control.anchors import {m}\n" for m in

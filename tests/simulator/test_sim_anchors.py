@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from sim_helpers import config, run, trace
 
+from keda_llm.simulator.control import ScalingPolicy
 from keda_llm.simulator.control.anchors import ANCHORS, AnchorContext, build_anchor
-from keda_llm.simulator.control.anchors.aibrix import apa_desired
+from keda_llm.simulator.control.anchors.aibrix import AibrixAutoscaler, apa_desired, kpa_desired
 from keda_llm.simulator.control.anchors.base import Signals
 from keda_llm.simulator.control.anchors.dynamo import ConstantPredictor, DynamoPlanner, KalmanPredictor
-from keda_llm.simulator.control import ScalingPolicy
 from keda_llm.simulator.control.anchors.keda_driven import (
     WVA_HPA_BEHAVIOR,
     KvUsageScaler,
@@ -70,6 +70,19 @@ def test_knative_scales_to_zero_after_stable_window_and_grace_then_activator_wak
 
 
 # -- AIBrix -----------------------------------------------------------------------------------------
+def _aibrix_step(ctl: AibrixAutoscaler, at: float, spec: int, kv: list[float]) -> int | None:
+    """One resync: `spec` replicas, of which the pods in `kv` are ready (the rest loading)."""
+    from types import SimpleNamespace
+    from typing import Any
+
+    pods = [SimpleNamespace(phase=SimpleNamespace(value="ready"))] * len(kv)
+    pods += [SimpleNamespace(phase=SimpleNamespace(value="loading"))] * (spec - len(kv))
+    sim: Any = SimpleNamespace(now=at, desired=spec, cluster=SimpleNamespace(active=lambda: pods))
+    ctl.sample(sim, Signals(at, tuple(f"p{i}" for i in range(len(kv))), (0.0,) * len(kv), (0.0,) * len(kv),
+                            tuple(kv), 1000.0, 0.0))
+    return ctl.decide(sim)
+
+
 def test_apa_tolerance_band_and_rates() -> None:
     assert apa_desired(4, 0.54, 0.5) == 4  # r = 1.08, inside [0.9, 1.1]: no change
     assert apa_desired(4, 0.46, 0.5) == 4  # r = 0.92
@@ -78,6 +91,57 @@ def test_apa_tolerance_band_and_rates() -> None:
     assert apa_desired(4, 0.30, 0.5) == 3  # r = 0.6 -> ceil(2.4)
     assert apa_desired(4, 2.0, 0.5) == 8  # r = 4 -> 16, capped at 4 x 2
     assert apa_desired(4, 0.05, 0.5) == 2  # r = 0.1 -> 1, floored at 4 / 2
+
+
+def test_aibrix_scale_down_takes_the_lowest_recommendation_of_300_s_and_blocks_nothing() -> None:
+    # a 1 s stable window: each resync's value is that resync's per-pod mean (r = mean / 0.5)
+    ctl = AibrixAutoscaler("apa", stable_window_s=1.0)
+    assert _aibrix_step(ctl, 0.0, 4, [0.25] * 4) == 2  # r 0.5: ceil(4 x 0.5) = 2
+    assert _aibrix_step(ctl, 10.0, 2, [1.0] * 2) == 4  # r 2: ceil(2 x 2) = 4; scale-up window 0 s
+    # r 0.75 recommends ceil(4 x 0.75) = 3, but 2 (t=0) is the lowest of the last 300 s: 2, at once
+    assert _aibrix_step(ctl, 20.0, 4, [0.375] * 4) == 2
+    assert _aibrix_step(ctl, 30.0, 2, [1.0] * 2) == 4
+    assert _aibrix_step(ctl, 290.0, 4, [0.5] * 4) == 4  # r 1: no change (recorded as 4)
+    # recommends 3; kept (t > 300 - 300): 4, 3, 4, 4, 3 -> 3 (the 2 of t=0 has just left the window)
+    assert _aibrix_step(ctl, 300.0, 4, [0.375] * 4) == 3
+
+
+def test_aibrix_kpa_judges_panic_every_reconcile_with_no_hold_and_a_tolerance_band() -> None:
+    # target 0.5: band [0.45, 0.55]; counts are ceil(value / target), clamped to [floor(n / 2), ceil(2n)]
+    assert kpa_desired(4, 0.54, 0.50, 0.5) == (4, False)  # both inside the band: keep the 4
+    assert kpa_desired(4, 0.56, 0.56, 0.5) == (2, False)  # ceil(1.12) = 2, no factor of the pods, >= 4 / 2
+    assert kpa_desired(2, 0.25, 0.50, 0.5) == (1, False)  # panic / stable = 2 exactly: not over 2
+    # panic 0.9 / stable 0.3 = 3 > 2: max(stable ceil(0.6) = 1, panic ceil(1.8) = 2) = 2 ...
+    assert kpa_desired(1, 0.3, 0.9, 0.5) == (2, True)
+    # ... and the next reconcile judges afresh: 0.6 / 0.4 = 1.5, stable ceil(0.8) = 1: down to 1 at once
+    assert kpa_desired(2, 0.4, 0.6, 0.5) == (1, False)
+    # panicking does not stop a decrease: 0.7 / 0.3 > 2, max(1 -> 2, ceil(1.4) = 2) = 2 < 4
+    assert kpa_desired(4, 0.3, 0.7, 0.5) == (2, True)
+    assert kpa_desired(8, 0.0, 0.0, 0.5) == (4, True)  # stable <= 0 counts as panic; floor(8 / 2)
+    assert kpa_desired(1, 0.9, 0.9, 0.1) == (2, False)  # ceil(9) capped at ceil(2 x 1)
+    # through the controller: Knative's decider would hold the panic peak (2) for 180 s; AIBrix drops to 1
+    ctl = AibrixAutoscaler("kpa", stable_window_s=20.0, panic_window_s=1.0, scale_down_window_s=0.0)
+    assert _aibrix_step(ctl, 0.0, 1, [0.1]) == 1  # 0.1 / 0.1 = 1: stable, ceil(0.2) = 1 = the current count
+    assert _aibrix_step(ctl, 10.0, 1, [0.1]) == 1
+    assert _aibrix_step(ctl, 20.0, 1, [1.0]) == 2  # stable 0.4, panic 1.0: 2.5 > 2, ceil(2) = 2
+    assert _aibrix_step(ctl, 30.0, 2, [0.2, 0.2]) == 1  # stable 0.4333, panic 0.2: stable, ceil(0.87) = 1
+
+
+def test_aibrix_sizes_from_the_per_pod_mean() -> None:
+    # 4 pods at 90% KV: the KPA sees the mean 0.9 (not the total 3.6): ceil(1.8) = 2, within [2, 8]
+    assert _aibrix_step(AibrixAutoscaler("kpa"), 0.0, 4, [0.9] * 4) == 2
+    # uneven pods: mean 0.6 -> ceil(1.2) = 2 = the current count (the total 1.2 would ask ceil(2.4) = 3)
+    assert _aibrix_step(AibrixAutoscaler("kpa"), 0.0, 2, [0.2, 1.0]) == 2
+    assert _aibrix_step(AibrixAutoscaler("apa"), 0.0, 2, [0.2, 1.0]) == 3  # ceil(2 x 0.6 / 0.5) = 3
+
+
+def test_aibrix_sizes_from_spec_replicas_so_a_cold_start_compounds() -> None:
+    # one ready pod full, the new ones still loading: each resync doubles spec.replicas, not the ready count
+    ctl = AibrixAutoscaler("apa")
+    assert [_aibrix_step(ctl, 10.0 * i, spec, [1.0]) for i, spec in enumerate((1, 2, 4, 8))] == [2, 4, 8, 16]
+    # the KPA keeps spec inside its band: 4 asked for, 1 ready at 0.5 -> 4 (ready-based would give 1)
+    assert _aibrix_step(AibrixAutoscaler("kpa"), 0.0, 4, [0.5]) == 4
+    assert _aibrix_step(AibrixAutoscaler("kpa"), 0.0, 4, []) is None  # no pod answers: no decision
 
 
 # -- llm-d WVA --------------------------------------------------------------------------------------------
@@ -166,7 +230,8 @@ def test_wva_runs_with_the_charts_hpa_behavior() -> None:
         so, _ = wva_anchor(8, mode)  # type: ignore[arg-type]
         assert so.behavior == WVA_HPA_BEHAVIOR
         assert so.behavior.scale_up is not None and so.behavior.scale_up.stabilization_window_seconds == 240
-        assert so.behavior.scale_down is not None and so.behavior.scale_down.policies == (ScalingPolicy("Pods", 10, 150),)
+        down = so.behavior.scale_down
+        assert down is not None and down.policies == (ScalingPolicy("Pods", 10, 150),)
 
 
 # -- HPA on KV usage ---------------------------------------------------------------------------------------

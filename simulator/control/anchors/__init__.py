@@ -3,7 +3,7 @@
 | name | anchor | runs through | knob (default) |
 |---|---|---|---|
 | `knative-kpa` | Knative KPA, activator, scale to zero | own loop (1 s scrape, 2 s tick) | concurrency per pod (70) |
-| `aibrix-kpa` | AIBrix KPA | its own loop (10 s) | KV-cache usage, total / pod (0.5) |
+| `aibrix-kpa` | AIBrix KPA | its own loop (10 s) | KV-cache usage per pod (0.5) |
 | `aibrix-apa` | AIBrix APA | its own loop (10 s) | KV-cache usage per pod (0.5) |
 | `llmd-wva` | llm-d WVA saturation V1 | KEDA + HPA (WVA reconciles every 60 s) | kvCacheThreshold (0.8) |
 | `llmd-wva-tokens` | llm-d WVA saturation V2 (tokens) | KEDA + HPA | kvThreshold (0.8) |
