@@ -237,20 +237,31 @@ def _desired(service: Any, name: str = "chat") -> float | None:
     return metric_value(text, "keda_llm_scaler_desired_replicas", namespace="llm", scaledobject=name, model="new")
 
 
+def _kv_target_service() -> tuple[FakeClock, list[float], Any, ServerThread]:
+    """One model's service deciding by `_by_kv_target`, remembered for an hour, served over loopback; ask it
+    with `_kv_refs`."""
+    clock = FakeClock()
+    calls: list[float] = []
+    service = make_service({("llm", "new"): FakeHistory(2)}, clock, decide=_by_kv_target(calls),
+                           forget_after_s=HOUR, reuse_s=2.0)
+    return clock, calls, service, ServerThread(service)
+
+
+def _kv_refs(server: ServerThread) -> tuple[Any, Any, Any]:
+    """A client of `server` and one ScaledObject's trigger at targetKVUtilization 0.5 and at 0.8."""
+    client = stub(grpc.insecure_channel(server.target))
+    return (client, ref(name="chat", model="new", targetKVUtilization="0.5"),
+            ref(name="chat", model="new", targetKVUtilization="0.8"))
+
+
 def test_an_edited_scaled_object_is_not_decided_on_its_old_metadata_in_the_background() -> None:
     # kubectl edit: the same ScaledObject, the same model, a new targetKVUtilization. KEDA asks only the new
     # metadata from then on, but the old entry lives until the sweep forgets it (an hour). The refresher
     # decided it every tick and wrote its count into the same series: after a poll decided the new metadata in
     # a tick, the refresher skipped that entry and decided the old one, so the gauge showed the old count
-    clock = FakeClock()
-    calls: list[float] = []
-    service = make_service({("llm", "new"): FakeHistory(2)}, clock, decide=_by_kv_target(calls),
-                           forget_after_s=HOUR, reuse_s=2.0)
-    server = ServerThread(service)
+    clock, calls, service, server = _kv_target_service()
     try:
-        client = stub(grpc.insecure_channel(server.target))
-        old = ref(name="chat", model="new", targetKVUtilization="0.5")
-        new = ref(name="chat", model="new", targetKVUtilization="0.8")
+        client, old, new = _kv_refs(server)
         for _ in range(4):  # KEDA's default pollingInterval, 30 s
             assert keda_poll(client, old, timeout=10).values[0][1] == 5
             service.refresh()
@@ -280,15 +291,9 @@ def test_an_edited_scaled_object_is_not_decided_on_its_old_metadata_in_the_backg
 def test_two_triggers_polled_slowly_are_both_decided_in_the_background() -> None:
     # a ScaledObject with two external triggers and pollingInterval 10m: each trigger is asked every 10
     # minutes; neither supersedes the other (each has been asked since the other first was)
-    clock = FakeClock()
-    calls: list[float] = []
-    service = make_service({("llm", "new"): FakeHistory(2)}, clock, decide=_by_kv_target(calls),
-                           forget_after_s=HOUR, reuse_s=2.0)
-    server = ServerThread(service)
+    clock, calls, service, server = _kv_target_service()
     try:
-        client = stub(grpc.insecure_channel(server.target))
-        first = ref(name="chat", model="new", targetKVUtilization="0.5")
-        second = ref(name="chat", model="new", targetKVUtilization="0.8")
+        client, first, second = _kv_refs(server)
         for _ in range(4):
             keda_poll(client, first, timeout=10)
             clock.now += 1
