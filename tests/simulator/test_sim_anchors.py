@@ -3,6 +3,9 @@ short run each on a shipped trace window."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 import numpy as np
 import pytest
 from sim_helpers import config, run, trace
@@ -28,8 +31,9 @@ from keda_llm.simulator.hardware.perf import ConstantPerf
 from keda_llm.simulator.hardware.replica import ReplicaConfig
 
 
-def _sig(running: list[float], waiting: list[float], kv: list[float], pending: float = 0.0) -> Signals:
-    return Signals(0.0, tuple(f"p{i}" for i in range(len(running))), tuple(running), tuple(waiting), tuple(kv),
+def _sig(running: list[float], waiting: list[float], kv: list[float], pending: float = 0.0,
+         at: float = 0.0) -> Signals:
+    return Signals(at, tuple(f"p{i}" for i in range(len(running))), tuple(running), tuple(waiting), tuple(kv),
                    1000.0, pending)
 
 
@@ -72,14 +76,10 @@ def test_knative_scales_to_zero_after_stable_window_and_grace_then_activator_wak
 # -- AIBrix -----------------------------------------------------------------------------------------
 def _aibrix_step(ctl: AibrixAutoscaler, at: float, spec: int, kv: list[float]) -> int | None:
     """One resync: `spec` replicas, of which the pods in `kv` are ready (the rest loading)."""
-    from types import SimpleNamespace
-    from typing import Any
-
     pods = [SimpleNamespace(phase=SimpleNamespace(value="ready"))] * len(kv)
     pods += [SimpleNamespace(phase=SimpleNamespace(value="loading"))] * (spec - len(kv))
     sim: Any = SimpleNamespace(now=at, desired=spec, cluster=SimpleNamespace(active=lambda: pods))
-    ctl.sample(sim, Signals(at, tuple(f"p{i}" for i in range(len(kv))), (0.0,) * len(kv), (0.0,) * len(kv),
-                            tuple(kv), 1000.0, 0.0))
+    ctl.sample(sim, _sig([0.0] * len(kv), [0.0] * len(kv), kv, at=at))
     return ctl.decide(sim)
 
 
@@ -191,8 +191,6 @@ def _wva_state(at: float, kv: list[float], waiting: list[float], finished: float
 
 class _Sim:
     def __init__(self, desired: int) -> None:
-        from types import SimpleNamespace
-
         self.desired = desired
         self.config = SimpleNamespace(replica=ReplicaConfig(max_num_seqs=256, max_num_batched_tokens=8192,
                                                             kv_blocks=6250))
