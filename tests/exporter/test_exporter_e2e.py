@@ -67,7 +67,7 @@ def engines() -> Iterator[dict[str, FakeEngine]]:
 
 
 def test_exporter_serves_the_normalized_values(engines: dict[str, FakeEngine]) -> None:
-    cfg = parse_config({"listen": "127.0.0.1:0", "interval": "200ms", "timeout": "200ms", "node_name": "node-e2e",
+    cfg = parse_config({"listen": "127.0.0.1:0", "interval": "2s", "timeout": "2s", "node_name": "node-e2e",
                         "gpu": {"nvml": False}, "targets": [
                             {"url": engines["vllm"].url, "namespace": "llm", "pod": "vllm-0", "max_running": 256},
                             {"url": engines["llama"].url, "namespace": "llm", "pod": "llama-0",
