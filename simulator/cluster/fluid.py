@@ -203,6 +203,8 @@ class FluidBackend:
         every running request be preempted back to it)."""
         need_run = int(self._ints[k.N_RUN]) + int(self._ints[k.N_WAIT]) + more
         need_wait = need_run
+        if int(self._ints[k.HEAD]) + need_wait > self._wait_i.shape[1]:  # the queue's rows start at its head
+            k.compact(self._ints, self._wait_i, self._wait_f)
         if need_wait > self._wait_i.shape[1]:
             cap = max(need_wait, 2 * self._wait_i.shape[1])
             self._wait_i = np.concatenate([self._wait_i, np.zeros((2, cap - self._wait_i.shape[1]), np.int64)], 1)
@@ -382,7 +384,7 @@ class FluidBackend:
         for r in active:  # slots first: the totals below cover every one
             if r.phase is Phase.READY:
                 self._slot_of(r)
-        totals = k.slot_totals(len(self._by_slot), self._ints, self._run_i, self._run_f, self._wait_i, self._p64)
+        totals = k.slot_totals(len(self._by_slot), self._ints, self._run_i, self._run_f, self._slots, self._p64)
         n_run, n_wait, kv = totals.tolist()
         counters = self._slots.tolist()
         samples: list[ReplicaSample] = []

@@ -36,18 +36,18 @@ def _jit(fn: _F) -> _F:
 
 
 # ints: the run's scalar integer state
-N_RUN, N_WAIT, NEXT, OPEN, DROPPED, RR, ARRIVED, HELD_LO, HELD_HI, PREEMPTED = range(10)
-N_INTS = 10
+N_RUN, N_WAIT, NEXT, OPEN, DROPPED, RR, ARRIVED, HELD_LO, HELD_HI, PREEMPTED, HEAD = range(11)
+N_INTS = 11
 # slot rows: per replica slot, counters the observations read, and the kernel's bookkeeping
 (PROMPT_TOK, GEN_TOK, FINISHED, BUSY, TTFT_SUM, TTFT_N, ITL_SUM, ITL_N,
- LAST_BUSY, OUTSTANDING, DRAINING, DRAINED, ITER_C, ITER_TAU, ITER_X, READY_AT) = range(16)
-N_SLOT_ROWS = 16
+ LAST_BUSY, OUTSTANDING, DRAINING, DRAINED, ITER_C, ITER_TAU, ITER_X, READY_AT, WAITING) = range(17)
+N_SLOT_ROWS = 17
 # scratch rows, per slot, for one slice
 (_KV, _NRUN, _BDEC, _PEND, _NWAIT, _CHUNK, _ROOM, _CUM, _RANK, _C, _LIVE, _NPF, _PRESUM, _TAU1, _T1, _DONE,
  _B2, _GAINSUM, _TAU2, _BUSY, _LAST, _NFIN, _FIRSTS, _GENSUM, _TTFTS, _ITLS, _ITLN, _NROWS, _R0, _BUSY_FROM,
  _TAIL, _NTOT, _GROW, _PEND0, _IDLE0, _TAUD, _E0, _NIT, _CUT, _D0, _D0K, _AMIN, _TAU0, _KMIN, _KFREE, _NFREE,
- _CRED) = range(47)
-N_SCRATCH = 47
+ _CRED, _REM, _BLOCK) = range(49)
+N_SCRATCH = 49
 # advance's reasons for returning
 EVENT, END, GROW, AFTER_SLICE = 0, 1, 2, 3
 # flags set by a slice (AFTER_SLICE)
@@ -94,16 +94,17 @@ def route(idx: np.ndarray, ready: np.ndarray, rule: int, ints: np.ndarray, wait_
                 if slots[OUTSTANDING, ready[q]] < slots[OUTSTANDING, k]:
                     k = ready[q]
         slots[OUTSTANDING, k] += 1.0
-        w = ints[N_WAIT]
+        slots[WAITING, k] += 1.0
+        w = ints[HEAD] + ints[N_WAIT]
         wait_i[0, w] = i
         wait_i[1, w] = k
         wait_f[0, w] = 0.0
         wait_f[1, w] = np.nan
-        ints[N_WAIT] = w + 1
+        ints[N_WAIT] += 1
 
 
 @_jit
-def slot_totals(n_slots: int, ints: np.ndarray, run_i: np.ndarray, run_f: np.ndarray, wait_i: np.ndarray,
+def slot_totals(n_slots: int, ints: np.ndarray, run_i: np.ndarray, run_f: np.ndarray, slots: np.ndarray,
                 p64: np.ndarray) -> np.ndarray:
     """Per slot: running requests, waiting requests, KV tokens held (what the engine's gauges show)."""
     out = np.zeros((3, n_slots))
@@ -111,9 +112,23 @@ def slot_totals(n_slots: int, ints: np.ndarray, run_i: np.ndarray, run_f: np.nda
         s = run_i[1, j]
         out[0, s] += 1.0
         out[2, s] += p64[run_i[0, j]] - run_f[0, j] + run_f[1, j]
-    for j in range(ints[N_WAIT]):
-        out[1, wait_i[1, j]] += 1.0
+    for s in range(n_slots):
+        out[1, s] = slots[WAITING, s]
     return out
+
+
+@_jit
+def compact(ints: np.ndarray, wait_i: np.ndarray, wait_f: np.ndarray) -> None:
+    """Move the waiting rows to the pool's start (the head drifts up as the queue's front is admitted)."""
+    head = ints[HEAD]
+    if head == 0:
+        return
+    for q in range(ints[N_WAIT]):
+        wait_i[0, q] = wait_i[0, head + q]
+        wait_i[1, q] = wait_i[1, head + q]
+        wait_f[0, q] = wait_f[0, head + q]
+        wait_f[1, q] = wait_f[1, head + q]
+    ints[HEAD] = 0
 
 
 @_jit
@@ -169,12 +184,17 @@ def _preempt(dt: float, budget: float, kv_cap: float, coef: np.ndarray, ints: np
     if m == 0:
         return
     n_wait = ints[N_WAIT]
-    for w in range(n_wait - 1, -1, -1):  # the queue moves back; the preempted go first, in admission order
-        wait_i[0, w + m] = wait_i[0, w]
-        wait_i[1, w + m] = wait_i[1, w]
-        wait_f[0, w + m] = wait_f[0, w]
-        wait_f[1, w + m] = wait_f[1, w]
-    q = 0
+    head = ints[HEAD]
+    if head < m:  # the queue moves back to make room in front of it (else the room is there already)
+        for w in range(n_wait - 1, -1, -1):
+            wait_i[0, w + m] = wait_i[0, head + w]
+            wait_i[1, w + m] = wait_i[1, head + w]
+            wait_f[0, w + m] = wait_f[0, head + w]
+            wait_f[1, w + m] = wait_f[1, head + w]
+        head = m
+    head -= m
+    ints[HEAD] = head
+    q = head  # the preempted go first, in admission order
     kept = 0
     for j in range(n_run):
         if gain[j] > 0.0:
@@ -184,6 +204,7 @@ def _preempt(dt: float, budget: float, kv_cap: float, coef: np.ndarray, ints: np
             first = run_f[2, j]
             wait_f[0, q] = 0.0 if np.isnan(first) else run_f[1, j]  # a prompt cut short restarts from zero
             wait_f[1, q] = first
+            slots[WAITING, run_i[1, j]] += 1.0
             q += 1
             continue
         run_i[0, kept] = run_i[0, j]
@@ -302,11 +323,27 @@ def _admit(t: float, dt: float, budget: float, seqs: float, kv_cap: float, coef:
             if kk == sc[_KMIN, s]:
                 sc[_KFREE, s] += p64[i] + o64[i] - 1.0
                 sc[_NFREE, s] += 1.0
-    kept = 0
-    for j in range(n_wait):
+    # A replica's queue is admitted FIFO, and every test below only tightens along it (the prompts ahead of a
+    # request and its rank only grow): once one of its requests stays waiting, all after it do. Those are
+    # not examined (_BLOCK), and once every replica with requests left is blocked the scan stops; the rows
+    # it passed close up toward the rest, whose start (the head) moves. Scanning and moving the whole queue
+    # each slice made a runaway queue (one replica, 10^5 waiting) cost ~1 ms a slice.
+    active = 0
+    for s in range(n_slots):
+        sc[_REM, s] = slots[WAITING, s]
+        if sc[_REM, s] > 0.0:
+            active += 1
+    head = ints[HEAD]
+    end = head + n_wait
+    j = head
+    while j < end and active > 0:
         i = wait_i[0, j]
         s = wait_i[1, j]
         g = wait_f[0, j]
+        sc[_REM, s] -= 1.0
+        if sc[_BLOCK, s] > 0.0:
+            j += 1
+            continue
         p = p64[i] + g  # a preempted request recomputes what it generated too
         before = sc[_CUM, s]
         cum = before + p
@@ -316,6 +353,7 @@ def _admit(t: float, dt: float, budget: float, seqs: float, kv_cap: float, coef:
         room_kv = kv_cap - sc[_KV, s] - sc[_GROW, s] - sc[_PEND0, s]
         ok = (sc[_CUT, s] == 0.0 and min(cum, before + sc[_CHUNK, s]) <= room_kv and sc[_RANK, s] < seqs - sc[_NRUN, s]
               and before < sc[_ROOM, s] and sc[_CHUNK, s] > 0.0)
+        plain = ok
         if (not ok and before == 0.0 and sc[_PEND, s] == 0.0 and sc[_PEND0, s] == 0.0
                 and sc[_CUT, s] == 0.0 and sc[_D0, s] == 0.0 and sc[_BDEC, s] > 0.0 and sc[_CHUNK, s] > 0.0
                 and sc[_KMIN, s] < np.inf):
@@ -347,15 +385,28 @@ def _admit(t: float, dt: float, budget: float, seqs: float, kv_cap: float, coef:
             a = arr[i]
             if sc[_AMIN, s] == 0.0 or a < sc[_AMIN, s]:
                 sc[_AMIN, s] = a
-        else:
-            wait_i[0, kept] = i
-            wait_i[1, kept] = s
-            wait_f[0, kept] = g
-            wait_f[1, kept] = wait_f[1, j]
-            sc[_NWAIT, s] += 1.0
-            kept += 1
+            slots[WAITING, s] -= 1.0
+            wait_i[0, j] = -1  # a hole, closed below
+        j += 1
+        if not plain and cum > 0.0:  # the credit admits only at the queue's head (before == 0): blocked for good
+            sc[_BLOCK, s] = 1.0
+        if sc[_BLOCK, s] > 0.0 or sc[_REM, s] == 0.0:
+            active -= 1
+    # close the holes of [head, j): the rows kept there move up against the unscanned rest, in order
+    w = j
+    for q in range(j - 1, head - 1, -1):
+        if wait_i[0, q] >= 0:
+            w -= 1
+            if w != q:
+                wait_i[0, w] = wait_i[0, q]
+                wait_i[1, w] = wait_i[1, q]
+                wait_f[0, w] = wait_f[0, q]
+                wait_f[1, w] = wait_f[1, q]
+    ints[N_WAIT] = end - w
+    ints[HEAD] = w
     ints[N_RUN] = n_run
-    ints[N_WAIT] = kept
+    for s in range(n_slots):
+        sc[_NWAIT, s] = slots[WAITING, s]
     for s in range(n_slots):
         # prompts that all arrived inside the slice on a decoding replica with nothing else to prefill: the
         # engine decodes until the iteration boundary after the first one arrives, then takes its chunk
@@ -627,7 +678,10 @@ def advance(t: float, dt: float, t_event: float, hard_end: float, held_n: int, r
             hi = lo + int(np.searchsorted(arr[lo:], t_next))
         if hi > lo:
             k = hi - lo
-            if ints[N_RUN] + ints[N_WAIT] + k > min(wait_i.shape[1], run_i.shape[1]):  # the preempted wait too
+            # every request may wait at once (the preempted too), behind the head
+            if ints[HEAD] + ints[N_RUN] + ints[N_WAIT] + k > wait_i.shape[1]:
+                compact(ints, wait_i, wait_f)
+            if ints[N_RUN] + ints[N_WAIT] + k > min(wait_i.shape[1], run_i.shape[1]):
                 return t, GROW, 0, t
             ints[OPEN] += k
             ints[ARRIVED] += k
