@@ -24,6 +24,10 @@ bound) is one small JSON file named for a digest of everything its result depend
 The scripts keep the entries in docs/data/ (committed: a fresh checkout regenerates the docs' tables from
 them, simulating only what its changes moved; the whole store is CPU hours on a laptop).
 
+A change that moves no result (a speedup, a refactor) still changes the digests: scripts/carry_points.py
+re-simulates a sample of the entries it left stale, and only where every one comes out the same, bit for bit,
+writes all of them again under the new key.
+
 What the key leaves out: simulator/control/policies.py counts as ours' wiring only (it also dispatches the other
 policies to their builders, which live in files the key does hold); a change there that moves another
 policy needs `--fresh`. Entries are never deleted: `rm -r` the store, then one full run, rebuilds it
@@ -259,9 +263,13 @@ class PointCache:
     with another seed (a multi-seed frontier) is the backtest with that seed: its own entry, and the
     backtest's own seed reads the entries a one-seed run wrote."""
 
-    def __init__(self, root: Path, trace: Trace, backtest: Backtest, *, fresh: bool = False) -> None:
+    def __init__(self, root: Path, trace: Trace, backtest: Backtest, *, fresh: bool = False,
+                 sources_root: Path | None = None) -> None:
         self.root = root
         self.fresh = fresh  # read nothing, overwrite what is there
+        #: whose source keys the entries: None, the code that runs; a checkout, another revision's
+        #: (scripts/carry_points.py reads the entries an earlier source wrote)
+        self.sources_root = sources_root
         self.trace_name = trace.name
         self.backtest = backtest
         self.prefix = f"{VERSION}|{trace.name}|{trace_digest(trace)}|"
@@ -270,7 +278,7 @@ class PointCache:
         self.misses = 0
         self.mode = backtest.resolved_mode(trace)  # in the backtest's repr too, but "auto" resolves by the trace
         for policy in ("ours", "other", *ANCHOR_MODULES):  # hashed now, while the files are the code that runs
-            policy_sources(policy, mode=self.mode)
+            policy_sources(policy, sources_root, mode=self.mode)
 
     def _path(self, kind: str, key: str, seed: int | None = None) -> Path:
         base = self.base if seed is None or seed == self.backtest.seed else \
@@ -279,7 +287,7 @@ class PointCache:
         return self.root / kind / f"{digest}.json"
 
     def _point_key(self, policy: str, knob: float) -> str:
-        return f"{policy}|{knob!r}|{policy_sources(policy, mode=self.mode)}"
+        return f"{policy}|{knob!r}|{policy_sources(policy, self.sources_root, mode=self.mode)}"
 
     def get(self, policy: str, knob: float, seed: int | None = None) -> Point | None:
         """The cached point (run with `seed`, default the backtest's), marked `cached`, or None."""
@@ -297,7 +305,7 @@ class PointCache:
                 "seed": self.backtest.seed if seed is None else seed})
 
     def _refs_key(self, oracle_target: float) -> str:
-        return f"references|{oracle_target!r}|{policy_sources('oracle', mode=self.mode)}"
+        return f"references|{oracle_target!r}|{policy_sources('oracle', self.sources_root, mode=self.mode)}"
 
     def get_references(self, oracle_target: float) -> References | None:
         data = None if self.fresh else _read(self._path("references", self._refs_key(oracle_target)))

@@ -15,6 +15,7 @@ import importlib.util
 import itertools
 import os
 import re
+import shutil
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -603,3 +604,40 @@ def test_the_store_check_fails_on_a_figure_the_points_do_not_give(tmp_path: Path
     assert st.check_frontier(bt, [case], *args) == 1
     monkeypatch.setattr(st, "CACHE", tmp_path / "empty-store")
     assert st.check_frontier(bt, [case], *args) == 2
+
+
+def test_a_points_cache_keyed_by_another_checkouts_source_reads_what_that_source_wrote(
+        case: tuple[Trace, Backtest], tmp_path: Path) -> None:
+    """scripts/carry_points.py reads the entries an earlier revision wrote through `sources_root`: a copy of
+    the installed parts keys exactly as they do, an edited copy keys apart."""
+    tr, bt = case
+    same, edited = tmp_path / "same", tmp_path / "edited"
+    for tree in (same, edited):
+        for part in ("simulator", "scaler", "common", "activator"):
+            shutil.copytree(frontier_cache._part_dir(part, None), tree / part,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+    with (edited / "simulator" / "run.py").open("a") as f:
+        f.write("\n# an edit\n")
+    store = tmp_path / "store"
+    PointCache(store, tr, bt, sources_root=edited).put("hpa-kv", Point(0.5, 0.9, 3.0, 1.0))
+    assert PointCache(store, tr, bt).get("hpa-kv", 0.5) is None
+    assert PointCache(store, tr, bt, sources_root=same).get("hpa-kv", 0.5) is None
+    got = PointCache(store, tr, bt, sources_root=edited).get("hpa-kv", 0.5)
+    assert got is not None and (got.attainment, got.gpu_hours) == (0.9, 3.0)
+    PointCache(store, tr, bt, sources_root=same).put("hpa-kv", Point(0.6, 0.8, 2.0, 1.0))
+    assert PointCache(store, tr, bt).get("hpa-kv", 0.6) is not None  # the unedited copy is the installed source
+
+
+def test_carrying_points_re_simulates_each_groups_dearest_and_a_seeded_sample_within_the_budget() -> None:
+    spec = importlib.util.spec_from_file_location("carry_points", ROOT / "scripts" / "carry_points.py")
+    assert spec is not None and spec.loader is not None
+    cp = importlib.util.module_from_spec(spec)
+    sys.modules["carry_points"] = cp  # its dataclass looks its module up
+    spec.loader.exec_module(cp)
+    entries = [cp.Entry(c, pol, 0.1 * i, 0, Point(0.1 * i, 0.9, 1.0, cpu))
+               for c in (0, 1) for pol in ("gpu", "ours") for i, cpu in enumerate((5.0, 50.0, 10.0, 20.0))]
+    dearest = [e for e in entries if e.point.cpu_s == 50.0]
+    assert cp.sample(entries, 0.0, 0) == dearest  # whatever the budget
+    picked = cp.sample(entries, 250.0, 0)
+    assert picked[:4] == dearest and sum(e.point.cpu_s for e in picked) <= 250.0 and len(picked) > 4
+    assert picked == cp.sample(entries, 250.0, 0) and len(cp.sample(entries, 1e9, 0)) == len(entries)

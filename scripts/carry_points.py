@@ -1,0 +1,188 @@
+"""Carry the committed frontier points over a change that moves no result: a speedup, a refactor.
+
+Each entry of docs/data/frontier-points is keyed by a digest of the source its point ran
+(simulator/report/frontier_cache.py), so an edit to any module a point runs leaves the store stale for
+those points, and re-simulating the fluid traces' points is hours of CPU. A change that computes what the
+old source did need not pay that. This script finds every entry that is current for the source at a git
+revision (`--from`, default HEAD) and not for the working tree's, re-simulates a seeded sample of them on
+the working tree's source (of each trace and policy its dearest point, where a long run or a runaway queue
+stresses the change, then others at random within `--budget` CPU seconds, as the entries recorded them),
+and only where every one gives the same SLO attainment and GPU-hours, bit for bit, writes each entry again
+under the working tree's key: the sampled ones with their new CPU seconds, the others as they were. One
+point that differs stops it with nothing written: the change moved results, and `simulator_table.py
+--frontier` re-simulates what it moved. The old entries stay (entries are never deleted).
+
+    python scripts/carry_points.py [--from REV] [--budget CPU_S] [--workers N] [--dry-run]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from simulator_table import CACHE, CASES, PRESET, SLO, load
+
+from keda_llm.simulator.hardware.presets import get_preset
+from keda_llm.simulator.report.frontier import references, with_seed
+from keda_llm.simulator.report.frontier_cache import PointCache, References
+from keda_llm.simulator.report.frontier_point import Point, run_point
+from keda_llm.simulator.run import Backtest
+from keda_llm.simulator.workload.traces import Trace
+
+#: the parts a point's key reads (simulator/report/frontier_cache.py: SHARED_SOURCES and what they import)
+PARTS = ("simulator", "scaler", "common", "activator")
+
+
+@dataclass(frozen=True)
+class Entry:
+    case: int  # index into CASES
+    policy: str
+    knob: float
+    seed: int
+    point: Point  # as the old source's entry holds it
+
+
+def checkout(rev: str, into: Path) -> Path:
+    """The parts of `rev` under `into` (a tree the key's digest reads as it reads the installed parts)."""
+    root = Path(__file__).resolve().parent.parent
+    tar = subprocess.run(["git", "-C", str(root), "archive", "--format=tar", rev, *PARTS], capture_output=True,
+                         check=False)
+    if tar.returncode != 0:
+        raise SystemExit(f"git archive {rev} failed: {tar.stderr.decode().strip()}; hint: --from takes a commit")
+    path = into / "tree.tar"
+    path.write_bytes(tar.stdout)
+    with tarfile.open(path) as t:
+        t.extractall(into, filter="data")
+    return into
+
+
+def stale_entries(old_root: Path, bt: Backtest) -> tuple[list[Entry], dict[int, tuple[PointCache, PointCache]]]:
+    """Every point entry current for the source under `old_root` and missing for the working tree's."""
+    by_trace: dict[str, list[dict[str, object]]] = {}
+    for f in sorted((CACHE / "points").glob("*.json")):
+        d = json.loads(f.read_text())
+        by_trace.setdefault(str(d["trace"]), []).append(d)
+    found: list[Entry] = []
+    caches: dict[int, tuple[PointCache, PointCache]] = {}
+    for ci, case in enumerate(CASES):
+        tr = load(case, False)
+        old = PointCache(CACHE, tr, bt, sources_root=old_root)
+        new = PointCache(CACHE, tr, bt)
+        caches[ci] = (old, new)
+        for d in by_trace.get(tr.name, []):
+            policy, knob, seed = str(d["policy"]), float(d["knob"]), int(d["seed"])  # type: ignore[arg-type]
+            p = old.get(policy, knob, seed)
+            if p is not None and new.get(policy, knob, seed) is None:
+                found.append(Entry(ci, policy, knob, seed, p))
+    return found, caches
+
+
+def sample(entries: list[Entry], budget: float, seed: int) -> list[Entry]:
+    """Each (trace, policy)'s dearest entry, then others at random while their recorded CPU fits `budget`."""
+    groups: dict[tuple[int, str], list[Entry]] = {}
+    for e in entries:
+        groups.setdefault((e.case, e.policy), []).append(e)
+    picked = [max(g, key=lambda e: e.point.cpu_s) for g in groups.values()]
+    spent = sum(e.point.cpu_s for e in picked)
+    rest = [e for e in entries if e not in picked]
+    random.Random(seed).shuffle(rest)
+    for e in rest:
+        if spent + e.point.cpu_s > budget:
+            continue
+        picked.append(e)
+        spent += e.point.cpu_s
+    return picked
+
+
+_TRACES: dict[int, Trace] = {}
+
+
+def _simulate(e: Entry, bt: Backtest) -> Point:
+    tr = _TRACES.get(e.case)
+    if tr is None:
+        tr = _TRACES[e.case] = load(CASES[e.case], False)
+    return run_point(tr, with_seed(bt, e.seed), e.policy, e.knob)
+
+
+def _references(case: int, bt: Backtest) -> References:
+    return references(load(CASES[case], False), bt)
+
+
+def _same_refs(a: References, b: References) -> bool:
+    return {**a.__dict__, "cpu_s": 0.0} == {**b.__dict__, "cpu_s": 0.0}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--from", dest="rev", default="HEAD", help="the revision whose entries to carry (default HEAD)")
+    ap.add_argument("--budget", type=float, default=1800.0,
+                    help="CPU seconds of re-simulation, as the entries recorded them (default 1800); each "
+                         "trace and policy's dearest point is re-simulated whatever the budget")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0, help="of the sample")
+    ap.add_argument("--dry-run", action="store_true", help="say what would be re-simulated and carried")
+    args = ap.parse_args()
+    bt = Backtest(get_preset(PRESET), cold_start="typical", slo=SLO)
+    with tempfile.TemporaryDirectory() as tmp:
+        entries, caches = stale_entries(checkout(args.rev, Path(tmp)), bt)
+    if not entries:
+        print("nothing to carry: no entry is current for that revision's source and stale for this one")
+        return
+    picked = sample(entries, args.budget, args.seed)
+    print(f"{len(entries)} entries to carry; re-simulating {len(picked)} "
+          f"({sum(e.point.cpu_s for e in picked):.0f} CPU s as recorded)", flush=True)
+    if args.dry_run:
+        return
+    t0 = time.time()
+    again: dict[Entry, Point] = {}
+    refs: dict[int, References] = {}
+    with ProcessPoolExecutor(args.workers) as pool:
+        # a trace's references (the oracle, static, the bound) are carried only re-simulated: they are cheap
+        carry_refs = [ci for ci, (old, new) in caches.items()
+                      if old.get_references(bt.oracle_target) is not None
+                      and new.get_references(bt.oracle_target) is None]
+        rfuts = {ci: pool.submit(_references, ci, bt) for ci in carry_refs}
+        futs = {e: pool.submit(_simulate, e, bt) for e in picked}
+        for ci, rf in rfuts.items():
+            was = caches[ci][0].get_references(bt.oracle_target)
+            assert was is not None
+            r = rf.result()
+            print(f"  {CASES[ci].trace} references: {'same' if _same_refs(r, was) else 'DIFFER'}", flush=True)
+            if not _same_refs(r, was):
+                pool.shutdown(cancel_futures=True)
+                raise SystemExit(f"{CASES[ci].trace}'s references moved: this change is not result-neutral; "
+                                 "nothing carried. hint: scripts/simulator_table.py --frontier re-simulates them")
+            refs[ci] = r
+        for e, f in futs.items():
+            p = f.result()
+            same = p.attainment == e.point.attainment and p.gpu_hours == e.point.gpu_hours
+            print(f"  {CASES[e.case].trace} {e.policy}@{e.knob:g} seed {e.seed}: {p.attainment!r} {p.gpu_hours!r} "
+                  f"{'same' if same else f'DIFFERS (was {e.point.attainment!r} {e.point.gpu_hours!r})'}; "
+                  f"{p.cpu_s:.1f} CPU s (was {e.point.cpu_s:.1f})", flush=True)
+            if not same:
+                pool.shutdown(cancel_futures=True)
+                raise SystemExit("a point moved: this change is not result-neutral; nothing carried. "
+                                 "hint: scripts/simulator_table.py --frontier re-simulates the stale points")
+            again[e] = p
+    for e in entries:
+        p = again.get(e, e.point)
+        caches[e.case][1].put(e.policy, Point(e.knob, p.attainment, p.gpu_hours, p.cpu_s), e.seed)
+    for ci, r in refs.items():
+        caches[ci][1].put_references(bt.oracle_target, r)
+    print(f"carried {len(entries)} entries ({len(again)} re-simulated, all the same) in {time.time() - t0:.0f} s "
+          "wall", flush=True)
+
+
+if __name__ == "__main__":
+    main()
