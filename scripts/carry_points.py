@@ -28,6 +28,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -48,7 +49,7 @@ PARTS = ("simulator", "scaler", "common", "activator")
 class Entry:
     case: int  # index into CASES
     policy: str
-    knob: float
+    knob: float  # or the int a default knob was written as
     seed: int
     point: Point  # as the old source's entry holds it
 
@@ -69,11 +70,11 @@ def checkout(rev: str, into: Path) -> Path:
 
 def stale_entries(old_root: Path, bt: Backtest) -> tuple[list[Entry], dict[int, tuple[PointCache, PointCache]]]:
     """Every point entry current for the source under `old_root` and missing for the working tree's."""
-    by_trace: dict[str, list[dict[str, object]]] = {}
+    by_trace: dict[str, list[dict[str, Any]]] = {}
     for f in sorted((CACHE / "points").glob("*.json")):
         d = json.loads(f.read_text())
         by_trace.setdefault(str(d["trace"]), []).append(d)
-    found: list[Entry] = []
+    found: dict[Entry, None] = {}  # an entry once, however many files hold its point (older sources' too)
     caches: dict[int, tuple[PointCache, PointCache]] = {}
     for ci, case in enumerate(CASES):
         tr = load(case, False)
@@ -81,11 +82,12 @@ def stale_entries(old_root: Path, bt: Backtest) -> tuple[list[Entry], dict[int, 
         new = PointCache(CACHE, tr, bt)
         caches[ci] = (old, new)
         for d in by_trace.get(tr.name, []):
-            policy, knob, seed = str(d["policy"]), float(d["knob"]), int(d["seed"])  # type: ignore[arg-type]
+            # the knob as written: a default knob may be an int, and the key holds its repr (114, not 114.0)
+            policy, knob, seed = str(d["policy"]), d["knob"], int(d["seed"])
             p = old.get(policy, knob, seed)
             if p is not None and new.get(policy, knob, seed) is None:
-                found.append(Entry(ci, policy, knob, seed, p))
-    return found, caches
+                found[Entry(ci, policy, knob, seed, p)] = None
+    return list(found), caches
 
 
 def sample(entries: list[Entry], budget: float, seed: int) -> list[Entry]:
