@@ -14,6 +14,9 @@ GPU-hours over the oracle's on the same segment (a segment's GPU-hours: the pods
 timeline). The table reports the worst seed per cell beside the mean. --update-docs writes it into the
 `week-table` block of docs/simulator-results.md. --hours cuts the week (a quick check of the script).
 
+--carry-oracles replays the oracles cached under an earlier source (one simulation a seed) and keys those
+whose cells come out the same under this one: a change that moves no result need not plan them again.
+
 --trace conv runs the same on the Azure 2024 conversation week instead, a trace no default was tuned on (the
 week of unseen traffic: long answers, a daily cycle), into the `week-table-conv` block; its oracles are cached
 apart from the code week's. Planning one of its oracles holds 14-16 GB: on a 24 GiB machine run one seed at a
@@ -34,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from keda_llm.simulator.cluster.engine import SimResult
-from keda_llm.simulator.control.controllers import PodPlan
+from keda_llm.simulator.control.controllers import PodPlan, ScheduleController
 from keda_llm.simulator.control.policies import build_controller
 from keda_llm.simulator.control.scaledobject import load_scaledobject
 from keda_llm.simulator.hardware.presets import get_preset
@@ -118,6 +121,33 @@ def oracle_pods(seed: int, hours: float | None, trace: str = "code") -> tuple[li
     return plan.pods, cells
 
 
+def carry_oracle(job: tuple[int, float | None, str]) -> str:
+    """--carry-oracles: an oracle cached under another source's digest, replayed on this source (its schedule,
+    one simulation of the week, not the dozen that planning it takes); where its cells come out the same to the
+    last bit, cached under this source's key too. A change to the simulator that moves no result (a speedup, an
+    anchor's module, a refactor) then costs one replay per seed, not a new plan."""
+    seed, hours, trace = job
+    name = "oracle" if trace == "code" else f"oracle-{trace}"
+    span = "week" if hours is None else f"{hours:g}h"
+    root = CACHE if hours is None else QUICK_CACHE
+    key = root / f"{name}-seed{seed}-{span}-{policy_sources('oracle')[:12]}.json"
+    if key.exists():
+        return f"{trace} seed {seed}: current already"
+    olds = sorted(root.glob(f"{name}-seed{seed}-{span}-*.json"), key=lambda f: f.stat().st_mtime, reverse=True)
+    if not olds:
+        return f"{trace} seed {seed}: no cached oracle to carry"
+    tr, bt = load(seed, hours, trace), backtest(seed)
+    for old in olds:
+        data = json.loads(old.read_text())
+        pods = [PodPlan(*q) for q in data["pods"]]
+        cells = segment_cells(simulate(tr, bt, ScheduleController("oracle", pods), "fluid"), bt.preset.tp,
+                              tr.duration_s)
+        if {k: vars(v) for k, v in cells.items()} == data["cells"]:
+            key.write_text(old.read_text())
+            return f"{trace} seed {seed}: {old.name} replayed to the same cells: carried to {key.name}"
+    return f"{trace} seed {seed}: no cached oracle replays to its cells on this source: plan it afresh (a run)"
+
+
 def run_one(job: tuple[int, str, float | None, str]) -> tuple[int, str, dict[str, Cell], float]:
     seed, policy, hours, trace = job
     t0 = time.process_time()
@@ -164,7 +194,14 @@ def main() -> None:
     ap.add_argument("--trace", choices=tuple(BLOCKS), default="code",
                     help="the code week (tuned on days 1-5) or the conversation week (tuned on nothing)")
     ap.add_argument("--update-docs", action="store_true")
+    ap.add_argument("--carry-oracles", action="store_true",
+                    help="replay the oracles cached under another source's digest; carry those whose cells agree")
     args = ap.parse_args()
+    if args.carry_oracles:
+        with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
+            for line in pool.map(carry_oracle, [(s, args.hours, args.trace) for s in args.seeds]):
+                print(line, flush=True)
+        return
     policies = [p for p in args.policies if p != "oracle"]
     # the oracles first (one per seed, in parallel): every other cell is a ratio to them
     jobs = ([(s, "oracle", args.hours, args.trace) for s in args.seeds]

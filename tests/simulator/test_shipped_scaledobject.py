@@ -89,3 +89,36 @@ def test_the_shipped_scaledobject_keeps_its_replica_through_a_pause_and_gives_it
     assert all(t is not None for t in ttft)
     assert max(ttft[:60]) < 2.0  # the first two visits: a ready replica
     assert ttft[60] > 100.0  # the third visit's first request waited for its replica's cold start
+
+
+def test_a_cached_week_oracle_is_carried_to_this_source_only_where_its_schedule_replays_to_its_cells(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """week_table.py --carry-oracles: an oracle cached under another source's digest is replayed (its
+    schedule, one simulation) and keyed for this source only if its cells come out the same to the bit."""
+    import json
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import week_table
+
+    from keda_llm.simulator.control.controllers import PodPlan, ScheduleController
+    from keda_llm.simulator.report.frontier_cache import policy_sources
+    from keda_llm.simulator.run import simulate
+
+    monkeypatch.setattr(week_table, "QUICK_CACHE", tmp_path)
+    hours = 0.1
+    tr, bt = week_table.load(0, hours), week_table.backtest(0)
+    pods = [[0.0, float("inf"), 0.0]] * 3
+    cells = week_table.segment_cells(simulate(tr, bt, ScheduleController("oracle", [PodPlan(*q) for q in pods]),
+                                              "fluid"), bt.preset.tp, tr.duration_s)
+    entry = {"pods": pods, "cells": {k: vars(v) for k, v in cells.items()}, "status": "target met"}
+    current = tmp_path / f"oracle-seed0-0.1h-{policy_sources('oracle')[:12]}.json"
+    # cells the schedule does not give (another kernel's): nothing carried
+    wrong = {**entry, "cells": {k: {**v, "gpu_h": v["gpu_h"] * 1.01} for k, v in entry["cells"].items()}}
+    (tmp_path / "oracle-seed0-0.1h-000000000000.json").write_text(json.dumps(wrong))
+    assert "plan it afresh" in week_table.carry_oracle((0, hours, "code")) and not current.exists()
+    # cells it gives: carried, the same entry under this source's key
+    (tmp_path / "oracle-seed0-0.1h-111111111111.json").write_text(json.dumps(entry))
+    assert "carried" in week_table.carry_oracle((0, hours, "code"))
+    assert json.loads(current.read_text()) == entry
+    assert week_table.oracle_pods(0, hours)[1] == cells  # the table reads it as its own
+    assert "current already" in week_table.carry_oracle((0, hours, "code"))
