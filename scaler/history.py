@@ -459,12 +459,14 @@ class ModelHistory:
         self._max_startup: float | None = None
         self._last_demand_at: float | None = None
         self._pools: dict[str, ModelHistory] = {}  # role -> the history of that pool's replicas alone
-        # window() and replica_windows() answers at one `now` since the last ingest: a decision reads the
-        # same windows several times (the policy, the health rules, the latency term). Kept for one `now`
-        # only, so a model that stops being collected does not grow them.
+        # window(), replica_windows() and series() answers at one `now` since the last ingest: a decision reads
+        # the same windows several times (the policy, the health rules, the latency term), and the forecast
+        # reads every field's series over one lookback. Kept for one `now` only, so a model that stops being
+        # collected does not grow them.
         self._memo_now = math.nan
         self._windows: dict[tuple[float, float], Load] = {}
         self._replica_windows: dict[tuple[float, float, float], tuple[ReplicaWindow, ...]] = {}
+        self._series: dict[float, tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]] = {}
         self._prefill_rate: tuple[float | None] | None = None  # saturated_prefill_rate() since the last ingest
         self._itl_floor: tuple[float | None] | None = None  # itl_floor() since the last ingest
         self._rings: npt.NDArray[np.float64] | None = None  # _stacked() since the last ingest
@@ -522,6 +524,7 @@ class ModelHistory:
         self._memo_now = now
         self._windows.clear()
         self._replica_windows.clear()
+        self._series.clear()
 
     def _ingest_pools(self, obs: Observation) -> None:
         """Once a replica reports a role other than unified (disaggregated serving), keep a history per
@@ -654,9 +657,14 @@ class ModelHistory:
                                                                      npt.NDArray[np.float64]]:
         """(bucket start times, bucket means) of one field over the last `seconds`, from the finest tier
         that spans them: for forecasting and dashboards."""
-        tier = next((t for t in self._tiers if t.span() >= seconds), self._tiers[-1])
-        ids, means = tier.bucket_means(now, seconds)
-        return ids.astype(np.float64) * tier.seconds, means[:, F[name]]
+        if now != self._memo_now:
+            self._forget_windows(now)
+        kept = self._series.get(seconds)
+        if kept is None:  # the buckets' means of every field at once: the forecast asks for each (24 per decision)
+            tier = next((t for t in self._tiers if t.span() >= seconds), self._tiers[-1])
+            ids, means = tier.bucket_means(now, seconds)
+            kept = self._series[seconds] = (ids.astype(np.float64) * tier.seconds, means)
+        return kept[0].copy(), kept[1][:, F[name]].copy()
 
     def minutes(self, name: str, now: float, lookback: float) -> tuple[npt.NDArray[np.float64],
                                                                        npt.NDArray[np.float64]]:

@@ -96,6 +96,23 @@ def unpack(words: npt.NDArray[np.uint16]) -> npt.NDArray[np.uint16]:
     return np.stack([(v >> np.uint64(s)) & mask for s in (0, 12, 24, 36)], axis=-1).astype(np.uint16)
 
 
+def field_codes(words: npt.NDArray[np.uint16], i: int) -> npt.NDArray[np.intp]:
+    """(k, 3) words -> the k codes of field `i` alone: `unpack(words)[:, i]` without the other three (a
+    forecast reads one field over 14 days, 20,160 minutes, at every decision)."""
+    def col(j: int) -> npt.NDArray[np.intp]:
+        return words[:, j].astype(np.intp)
+
+    if i == 0:
+        out: npt.NDArray[np.intp] = col(0) & 0xFFF
+    elif i == 1:
+        out = (col(0) >> 12) | ((col(1) & 0xFF) << 4)
+    elif i == 2:
+        out = (col(1) >> 8) | ((col(2) & 0xF) << 8)
+    else:
+        out = col(2) >> 4
+    return out
+
+
 def long_values(row: list[float], replicas: int, running: int, waiting: int, upstream: int,
                 rates: tuple[int, int, int]) -> tuple[float, float, float, float]:
     """The long tier's four values from one aggregate row (scaler/history.py FIELDS, as a list; the
@@ -235,9 +252,12 @@ class LongTier:
         out = np.full(k, math.nan)
         if self.head is not None:
             newest = self.head if self.cur is None else max(self.head, self.cur)  # `days` back from the newest
-            held = (wanted <= self.head) & (wanted > newest - self.n)
-            slots = wanted[held] % self.n
-            out[held] = decode(unpack(self.words[slots][:, None, :])[:, 0, i])
+            # the minutes held are one run, lo..hi, of at most the ring's length: one or two slices of it
+            lo, hi = max(end - k, newest - self.n + 1), min(end - 1, self.head)
+            if lo <= hi:
+                a, b = lo % self.n, hi % self.n
+                seg = self.words[a:b + 1] if a <= b else np.concatenate((self.words[a:], self.words[:b + 1]))
+                out[lo - (end - k):hi - (end - k) + 1] = _TABLE[field_codes(seg, i)]
         if self.cur is not None and end - k <= self.cur < end and self._counts[i]:
             # summed but not yet written: complete now that `now` has passed it (stored as it will be)
             out[self.cur - (end - k)] = decode(encode(self._sums[i] / self._counts[i]))
