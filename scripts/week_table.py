@@ -97,13 +97,20 @@ def segment_cells(result: SimResult, gpus_per_replica: int, end_s: float) -> dic
     return out
 
 
+def oracle_key(seed: int, hours: float | None, trace: str, digest: str = "") -> Path:
+    """The cache file of the oracle for this trace, seed and length, keyed by the simulator's source digest
+    (default: the source that runs; "*" globs every digest's). An oracle planned on another kernel is another
+    oracle."""
+    name = "oracle" if trace == "code" else f"oracle-{trace}"  # the code week's keys as they were
+    span = "week" if hours is None else f"{hours:g}h"
+    digest = digest or policy_sources("oracle")[:12]
+    return (CACHE if hours is None else QUICK_CACHE) / f"{name}-seed{seed}-{span}-{digest}.json"
+
+
 def oracle_pods(seed: int, hours: float | None, trace: str = "code") -> tuple[list[PodPlan], dict[str, Cell]]:
     """The oracle's schedule for this seed (cached by trace, seed, length and the simulator's source digest: it
     costs a dozen simulations of the week)."""
-    # keyed by the simulator's source too: an oracle planned on another kernel is another oracle
-    name = "oracle" if trace == "code" else f"oracle-{trace}"  # the code week's keys as they were
-    span = "week" if hours is None else f"{hours:g}h"
-    key = (CACHE if hours is None else QUICK_CACHE) / f"{name}-seed{seed}-{span}-{policy_sources('oracle')[:12]}.json"
+    key = oracle_key(seed, hours, trace)
     if key.exists():
         data = json.loads(key.read_text())
         return ([PodPlan(*p) for p in data["pods"]],
@@ -127,13 +134,11 @@ def carry_oracle(job: tuple[int, float | None, str]) -> str:
     last bit, cached under this source's key too. A change to the simulator that moves no result (a speedup, an
     anchor's module, a refactor) then costs one replay per seed, not a new plan."""
     seed, hours, trace = job
-    name = "oracle" if trace == "code" else f"oracle-{trace}"
-    span = "week" if hours is None else f"{hours:g}h"
-    root = CACHE if hours is None else QUICK_CACHE
-    key = root / f"{name}-seed{seed}-{span}-{policy_sources('oracle')[:12]}.json"
+    key = oracle_key(seed, hours, trace)
     if key.exists():
         return f"{trace} seed {seed}: current already"
-    olds = sorted(root.glob(f"{name}-seed{seed}-{span}-*.json"), key=lambda f: f.stat().st_mtime, reverse=True)
+    pattern = oracle_key(seed, hours, trace, "*")
+    olds = sorted(pattern.parent.glob(pattern.name), key=lambda f: f.stat().st_mtime, reverse=True)
     if not olds:
         return f"{trace} seed {seed}: no cached oracle to carry"
     tr, bt = load(seed, hours, trace), backtest(seed)
