@@ -43,11 +43,11 @@ N_INTS = 11
  LAST_BUSY, OUTSTANDING, DRAINING, DRAINED, ITER_C, ITER_TAU, ITER_X, READY_AT, WAITING) = range(17)
 N_SLOT_ROWS = 17
 # scratch rows, per slot, for one slice
-(_KV, _NRUN, _BDEC, _PEND, _NWAIT, _CHUNK, _ROOM, _CUM, _RANK, _C, _LIVE, _NPF, _PRESUM, _TAU1, _T1, _DONE,
+(_KV, _NRUN, _BDEC, _PEND, _CHUNK, _ROOM, _CUM, _RANK, _C, _LIVE, _NPF, _PRESUM, _TAU1, _T1, _DONE,
  _B2, _GAINSUM, _TAU2, _BUSY, _LAST, _NFIN, _FIRSTS, _GENSUM, _TTFTS, _ITLS, _ITLN, _NROWS, _R0, _BUSY_FROM,
  _TAIL, _NTOT, _GROW, _PEND0, _IDLE0, _TAUD, _E0, _NIT, _CUT, _D0, _D0K, _AMIN, _TAU0, _KMIN, _KFREE, _NFREE,
- _CRED, _REM, _BLOCK) = range(49)
-N_SCRATCH = 49
+ _CRED, _REM, _BLOCK) = range(48)
+N_SCRATCH = 48
 # advance's reasons for returning
 EVENT, END, GROW, AFTER_SLICE = 0, 1, 2, 3
 # flags set by a slice (AFTER_SLICE)
@@ -118,16 +118,22 @@ def slot_totals(n_slots: int, ints: np.ndarray, run_i: np.ndarray, run_f: np.nda
 
 
 @_jit
+def _move_row(wait_i: np.ndarray, wait_f: np.ndarray, to: int, frm: int) -> None:
+    """One waiting row from column `frm` to column `to`."""
+    wait_i[0, to] = wait_i[0, frm]
+    wait_i[1, to] = wait_i[1, frm]
+    wait_f[0, to] = wait_f[0, frm]
+    wait_f[1, to] = wait_f[1, frm]
+
+
+@_jit
 def compact(ints: np.ndarray, wait_i: np.ndarray, wait_f: np.ndarray) -> None:
     """Move the waiting rows to the pool's start (the head drifts up as the queue's front is admitted)."""
     head = ints[HEAD]
     if head == 0:
         return
     for q in range(ints[N_WAIT]):
-        wait_i[0, q] = wait_i[0, head + q]
-        wait_i[1, q] = wait_i[1, head + q]
-        wait_f[0, q] = wait_f[0, head + q]
-        wait_f[1, q] = wait_f[1, head + q]
+        _move_row(wait_i, wait_f, q, head + q)
     ints[HEAD] = 0
 
 
@@ -187,10 +193,7 @@ def _preempt(dt: float, budget: float, kv_cap: float, coef: np.ndarray, ints: np
     head = ints[HEAD]
     if head < m:  # the queue moves back to make room in front of it (else the room is there already)
         for w in range(n_wait - 1, -1, -1):
-            wait_i[0, w + m] = wait_i[0, head + w]
-            wait_i[1, w + m] = wait_i[1, head + w]
-            wait_f[0, w + m] = wait_f[0, head + w]
-            wait_f[1, w + m] = wait_f[1, head + w]
+            _move_row(wait_i, wait_f, w + m, head + w)
         head = m
     head -= m
     ints[HEAD] = head
@@ -398,15 +401,10 @@ def _admit(t: float, dt: float, budget: float, seqs: float, kv_cap: float, coef:
         if wait_i[0, q] >= 0:
             w -= 1
             if w != q:
-                wait_i[0, w] = wait_i[0, q]
-                wait_i[1, w] = wait_i[1, q]
-                wait_f[0, w] = wait_f[0, q]
-                wait_f[1, w] = wait_f[1, q]
+                _move_row(wait_i, wait_f, w, q)
     ints[N_WAIT] = end - w
     ints[HEAD] = w
     ints[N_RUN] = n_run
-    for s in range(n_slots):
-        sc[_NWAIT, s] = slots[WAITING, s]
     for s in range(n_slots):
         # prompts that all arrived inside the slice on a decoding replica with nothing else to prefill: the
         # engine decodes until the iteration boundary after the first one arrives, then takes its chunk
@@ -639,7 +637,7 @@ def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, l
             slots[ITL_N, s] += sc[_ITLN, s]
             slots[FINISHED, s] += sc[_NFIN, s]
             # a replica whose requests all finished in this slice, nothing queued, was idle after the last
-            if sc[_NROWS, s] - sc[_NFIN, s] + sc[_NWAIT, s] == 0.0 and sc[_LAST, s] > -np.inf:
+            if sc[_NROWS, s] - sc[_NFIN, s] + slots[WAITING, s] == 0.0 and sc[_LAST, s] > -np.inf:
                 busy = min(busy, sc[_LAST, s])
         busy = max(0.0, busy - (sc[_BUSY_FROM, s] - t))  # an idle replica's first request arrived into the slice
         slots[BUSY, s] += busy
