@@ -205,7 +205,8 @@ def _latency(x: _Inputs, details: dict[str, float], replicas: list[ReplicaWindow
     unpinned = [without_pinned(replicas, c.target_ttft),
                 without_pinned(x.history.replica_windows(x.now, c.panic_window, c.stale_after), c.target_ttft)]
     out = (from_window(stable, c.stable_window, basis, c, factor, unpinned[0]),
-           from_window(x.history.window(x.now, c.panic_window), c.panic_window, basis, c, factor, unpinned[1]))
+           from_window(x.history.window(x.now, c.panic_window), c.panic_window, basis, c, factor, unpinned[1],
+                       panic=True))
     for name, u in zip(("", "_panic"), unpinned, strict=True):
         if u is not None:
             details["latency_pinned_replicas" + name] = float(u.pinned)

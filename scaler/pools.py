@@ -198,18 +198,18 @@ def _window_need(pool: HistoryView | None, now: float, config: ScalerConfig, whi
     held = float(snap.fresh + snap.stale + snap.loading) if snap is not None and snap.loading > 0 else math.inf
     burst = burst_prompt_rate(pool, now, BURST_COLD_STARTS * cold_start_of(config, snap)) if which == "prefill" else 0.0
     out = []
-    for seconds in (config.stable_window, config.panic_window):
+    for seconds, panic in ((config.stable_window, False), (config.panic_window, True)):
         load = pool.window(now, seconds)
         if which == "prefill":
             assert tps is not None
             need = prefill_need(load, snap, config, tps, load.prefix_hit_ratio, burst)
             # the guard holds the queue's part only: the prompts arriving are demand whatever is loading
             cap = max(held, need.parts["prefill_need_flow"])
-            latency = from_window(load, seconds, ready, replace(config, target_itl=None))
+            latency = from_window(load, seconds, ready, replace(config, target_itl=None), panic=panic)
         else:
             lookback = BURST_COLD_STARTS * cold_start_of(config, snap)
             need = decode_need(load, snap, config, burst_load(pool, load, now, lookback))
-            latency = from_window(load, seconds, ready, replace(config, target_ttft=None))
+            latency = from_window(load, seconds, ready, replace(config, target_ttft=None), panic=panic)
             cap = held
         if latency is not None and latency.desired > need.replicas:
             need = Need(latency.desired, {**need.parts, f"{which}_latency_desired": latency.desired})

@@ -26,6 +26,7 @@ from keda_llm.scaler.history import Load, ReplicaWindow
 MIN_COMPLETED = 5.0  # fewer requests completed in the window: a mean of a handful is noise, no signal
 SHORT_OUTPUT_FLOOR = 0.25  # the short-output tightening never asks for less than this share of the ITL target
 TTFT_STEP = 0.5  # a TTFT over its target asks for ready x (observed / target) ** this (see latency_desired)
+PANIC_STEP = 0.5  # in the panic window the ITL over its target counts as this power too (see from_window)
 FLOOR_HEADROOM = 1.1  # the ITL target is judged at no less than this x the fitted ITL floor (floor_raised_factor)
 QUEUE_SHARE = 0.1  # the TTFT is judged only while queueing (Little: waiting / first tokens per s) is this share of it
 
@@ -45,7 +46,7 @@ class LatencyDesired:
 def latency_desired(ttft: float | None, itl: float | None, completed: float, ready: float,
                     target_ttft: float | None, target_itl: float | None,
                     min_completed: float = MIN_COMPLETED, queued: float | None = None,
-                    queue_wait: float | None = None) -> LatencyDesired | None:
+                    queue_wait: float | None = None, itl_step: float = 1.0) -> LatencyDesired | None:
     """ready x max(observed / target) over the latency targets that are set and observed.
 
     None (no latency signal) when no target is set, no replica is ready, fewer than `min_completed`
@@ -64,7 +65,8 @@ def latency_desired(ttft: float | None, itl: float | None, completed: float, rea
     queue's wait falls much faster than the capacity added (a queue served at twice its arrival rate waits
     a fraction of one served at 1.1x), so ready x ratio overshot: on mooncake-conv each rise while long
     prompts queued (1.2-1.6x) took the count that much higher, and the scale-down delay held it. The
-    pending guard still lets the term step again a cold start later if the TTFT stays over.
+    pending guard still lets the term step again a cold start later if the TTFT stays over. `itl_step` is
+    the same power for the ITL over its target (1: proportional; the panic window's: `from_window`).
     """
     if (target_ttft is None and target_itl is None) or ready <= 0 or completed < min_completed:
         return None
@@ -72,7 +74,8 @@ def latency_desired(ttft: float | None, itl: float | None, completed: float, rea
         ttft = None
     if ttft is not None and queue_wait is not None and queue_wait < QUEUE_SHARE * ttft:
         ttft = None
-    ratios = [(obs / target) ** (TTFT_STEP if kind == "ttft" and obs > target else 1.0)
+    steps = {"ttft": TTFT_STEP, "itl": itl_step}
+    ratios = [(obs / target) ** (steps[kind] if obs > target else 1.0)
               for kind, obs, target in (("ttft", ttft, target_ttft), ("itl", itl, target_itl))
               if obs is not None and target is not None and target > 0]
     if not ratios:
@@ -197,14 +200,23 @@ def without_pinned(windows: Sequence[ReplicaWindow], target_ttft: float | None =
 
 
 def from_window(load: Load, window_s: float, ready: float, config: ScalerConfig,
-                itl_factor: float = 1.0, unpinned: Unpinned | None = None) -> LatencyDesired | None:
+                itl_factor: float = 1.0, unpinned: Unpinned | None = None, panic: bool = False
+                ) -> LatencyDesired | None:
     """The term over one window of history: means are rate(_sum) / rate(_count); the requests completed
     are the TTFT count's rate (else requests finished) x the window. With `unpinned` (some replica's queue
     is pinned to it: `without_pinned`) the means and the queue are the other replicas'. (Spreading the ratio
     over the other replicas only, the pinned ones counted as they are, was tried: within the seeds' spread
     of this, on mooncake-conv 4 seeds 186 GPU-h mean against 176.) `itl_factor` scales the ITL target
     (`short_output_factor`, read by the caller over the last 10 minutes so the panic window's few finished
-    requests do not move it)."""
+    requests do not move it).
+
+    `panic`: the window is the panic window, whose ITL over its target counts as its square root
+    (PANIC_STEP). Its few seconds hold a handful of decode steps, and a burst of prompts stalls them while
+    their chunks prefill: on azure2023-code the panic window's mean ITL read 6.7x its target for one poll,
+    2.3x the next and under it 30 s later, on the same four replicas, and ready x 6.7 asked for 27 that
+    Knative's panic mode and the scale-down delay then held for ten minutes (47.8 GPU-h where the same SLO
+    took 34.6 with the square root). Replicas asked for now come a cold start later, after such a stall;
+    an excess that lasts shows in the stable window too, which still steps in proportion."""
     per_s = load.ttft_count_rate if load.ttft_count_rate is not None else load.finished_rate
     completed = (per_s or 0.0) * window_s
     waiting = load.waiting if unpinned is None else unpinned.waiting
@@ -213,4 +225,4 @@ def from_window(load: Load, window_s: float, ready: float, config: ScalerConfig,
     ttft, itl = (load.mean_ttft, load.mean_itl) if unpinned is None else (unpinned.ttft, unpinned.itl)
     wait = queued / per_s if queued is not None and per_s else None
     return latency_desired(ttft, itl, completed, ready, config.target_ttft, target_itl, queued=queued,
-                           queue_wait=wait)
+                           queue_wait=wait, itl_step=PANIC_STEP if panic else 1.0)

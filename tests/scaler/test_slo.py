@@ -138,6 +138,45 @@ def test_itl_over_target_panics_up_by_latency() -> None:
     assert details["panic"] == 1.0 and details["latency_desired"] == 5
 
 
+def spiked(seconds: int = 61, spike_from: int = 55) -> ModelHistory:
+    """Four ready pods, 10 running each, 2 requests/s each at TTFT 0.5 s and ITL 0.05 s, then ITL 0.5 s (a
+    burst of prompts stalling the decodes while their chunks prefill) in the panic window's last 6 s alone."""
+    h = ModelHistory("ns", "m")
+    n = itl_sum = 0.0
+    for t in range(seconds):
+        if t > 0:
+            n += 2.0
+            itl_sum += 2.0 * 100 * (0.5 if t >= spike_from else 0.05)
+        pods = tuple(ReplicaSample(p, float(t), running=10.0, max_running=256.0, ttft_sum=n * 0.5, ttft_count=n,
+                                   itl_sum=itl_sum, itl_count=n * 100) for p in "abcd")
+        h.ingest(Observation("ns", "m", float(t), pods))
+    return h
+
+
+def test_a_spike_in_the_panic_window_steps_by_its_square_root() -> None:
+    """The panic window reads 5x the ITL target for 6 s: 4 x sqrt(5) = 8.9 -> 9 replicas, where 4 x 5 asked
+    for 20 (on azure2023-code such a stall asked for 27 that panic mode and the scale-down delay held ten
+    minutes). The stable window, 0.095 s over the minute, asks 3.8: the panic window still rules, sooner."""
+    ready4 = WorkloadState(current_replicas=4, ready_replicas=4, min_replicas=1)
+    d, _ = decide(spiked(), parse_metadata({**BASE, **SLO}), PolicyState(initialized=True), ready4, 60.0)
+    assert d.details["observed_itl_s_panic"] == pytest.approx(0.5)
+    assert d.details["latency_ratio_panic"] == pytest.approx(5 ** 0.5)
+    assert d.details["latency_desired_raw"] == pytest.approx(3.8)
+    assert (d.replicas, d.reason, d.details["panic"]) == (9, "latency_up", 1.0)
+
+
+@pytest.mark.parametrize("itl,stable,panic", [
+    (0.4, 16.0, 8.0),  # 4x over: the stable window in proportion, the panic window by sqrt(4)
+    (0.1, 4.0, 4.0),  # at the target: the same
+    (0.05, 2.0, 2.0),  # under it: not damped either way (decide takes the max with the policy's count)
+])
+def test_only_the_panic_window_damps_the_itl(itl: float, stable: float, panic: float) -> None:
+    config = parse_metadata({"model": "m", "targetInterTokenLatency": "100ms"})
+    load = Load(itl_sum_rate=itl * 100.0, itl_count_rate=100.0, finished_rate=1.0)
+    got = [from_window(load, 60.0, 4.0, config, panic=p) for p in (False, True)]
+    assert [g.desired if g is not None else None for g in got] == [pytest.approx(stable), pytest.approx(panic)]
+
+
 def test_targets_unset_change_nothing() -> None:
     h = fleet(3.0, 0.25, 2.0)
     replicas, reason, details = run(h, BASE)
