@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
+from typing import NoReturn
 
 from keda_llm import __version__
 
@@ -85,19 +86,40 @@ def _stdout_to_devnull() -> None:
         os.close(devnull)
 
 
+class _UsageError(Exception):
+    """A usage error argparse found, already printed as one line."""
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse's parser whose usage errors are the commands' one line, `keda-llm CMD: error: ...; hint: ...`,
+    exit 2, not the full usage block above argparse's message (`--slo ttft=abc` printed 21 lines). Its
+    sub-parsers are of this class too (argparse makes them of the parent's)."""
+
+    def error(self, message: str) -> NoReturn:  # argparse's own wording, kept; one line
+        text = " ".join(part.strip() for part in message.splitlines() if part.strip())
+        print(f"{self.prog}: error: {text}; hint: {self.prog} --help", file=sys.stderr)
+        raise _UsageError(text)
+
+
 def _main(args_list: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="keda-llm", description="Autoscale LLM servers through KEDA.")
+    parser = _OneLineParser(prog="keda-llm", description="Autoscale LLM servers through KEDA.")
     parser.add_argument("--version", action="version", version=f"keda-llm {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = next((a for a in args_list if a in SUBCOMMANDS), None)
+    parsers: dict[str, argparse.ArgumentParser] = {}
     for name, (module, help_text) in SUBCOMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = parsers[name] = sub.add_parser(name, help=help_text, description=help_text)
         if name == chosen:
             loaded = _load(name, module)
             if loaded is None:
                 return 2
             loaded.add_arguments(p)
-    args = parser.parse_args(args_list)
+    try:
+        args, extra = parser.parse_known_args(args_list)
+        if extra:  # said by the sub-command's parser, which read them: `keda-llm tune: ...`, its --help
+            parsers.get(args.command or "", parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    except _UsageError:
+        return 2
     if args.command is None:
         parser.print_help()
         return 2

@@ -17,6 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any, cast
 
+import numpy as np
+
+from keda_llm.common.durations import parse_duration
 from keda_llm.simulator.cluster.lead_in import LEAD_IN_S
 from keda_llm.simulator.cluster.router import ROUTING_RULES
 from keda_llm.simulator.control import ScaledObjectError, load_scaledobject
@@ -54,8 +57,9 @@ MOST_REPLICAS = 10_000
 #: durations of 0.1 ms to 1 h (past them the oracle's lower bound sized its tables by the SLO: 507 GiB at 1e9 s)
 SLO_TTFT_S = (0.01, 3600.0)
 SLO_ITL_S = (0.001, 60.0)
-#: the longest a shaped trace may last (--stretch): the per-minute histories' own bound (traces.MAX_HISTORY_DAYS);
-#: a week stretched 1e8 times asked the oracle for 313 GiB
+#: the longest a trace may last, as loaded (after --window) and as shaped (--stretch): the per-minute histories'
+#: own bound (traces.MAX_HISTORY_DAYS); a week stretched 1e8 times asked the oracle for 313 GiB, and a file of
+#: epoch seconds with one row stamped 0 (56 years) ran with no end
 MOST_SPAN_S = 400 * 86400.0
 #: the fluid mode's longest slice (--fluid-dt): the presets' own are 0.06-0.25 s; 1e12 s never finished
 MOST_FLUID_DT_S = 10.0
@@ -94,8 +98,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "refused 429 with Retry-After [unbounded]")
 
     s = p.add_argument_group("SLO and run")
-    s.add_argument("--slo-ttft", type=float, default=2.0, help="time-to-first-token target, seconds [2]")
-    s.add_argument("--slo-itl", type=float, default=0.1, help="mean inter-token latency target, seconds [0.1]")
+    s.add_argument("--slo-ttft", type=slo_seconds, default=2.0,
+                   help="time-to-first-token target: seconds, or a duration (2s, 1500ms) [2]")
+    s.add_argument("--slo-itl", type=slo_seconds, default=0.1,
+                   help="mean inter-token latency target: seconds, or a duration (100ms) [0.1]")
     s.add_argument("--mode", default="auto", choices=MODES,
                    help="detailed (per request and iteration), fluid (cohorts, for long traces) or auto [auto]")
     s.add_argument("--fluid-dt", type=float, default=None,
@@ -104,6 +110,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--seed", type=int, default=0, help="seed for cold starts and synthesized arrivals [0]")
     s.add_argument("--out", default=None, metavar="DIR", help="write results.json, config.json and replicas.png here")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def slo_seconds(text: str) -> float:
+    """An SLO flag's value (`simulate` and `tune`): a number of seconds as before (`2`, `0.1`; nan, inf and 0
+    pass, for the range check to name the flag), or a Go duration (`2s`, `100ms`), common/durations.py's."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return parse_duration(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{text!r}: {err}") from None
 
 
 def add_trace_arguments(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -198,28 +217,49 @@ def _columns(args: argparse.Namespace, path: Path, jsonl: bool) -> tuple[str, st
     unit = cast(TimeUnit, flags["time_unit"]) if flags["time_unit"] is not None else layout.unit
     hashes = flags["hash_column"] if flags["hash_column"] is not None else (
         layout.hashes if jsonl and layout.hashes in fields else None)
-    said = "" if unit == layout.unit else f"; times in {unit}, as --time-unit says"
-    print(f"reading {path.name} as {layout.describe()}{said} (the column flags override this)", file=sys.stderr)
+    # the unit read, in the column's own place: not the layout's and then another (`created (s) ...; times in ms`)
+    shown = "date-time" if unit == "datetime" else unit
+    said = shown if unit == layout.unit else f"{shown}, as --time-unit says"
+    print(f"reading {path.name} as {layout.name}'s columns: {layout.time} ({said}), {layout.prompt}, "
+          f"{layout.output} (the column flags override this)", file=sys.stderr)
     return layout.time, layout.prompt, layout.output, unit, hashes
 
 
 #: the per-minute file loader's own hint names tune's Prometheus flag, which a file does not take (the loader
 #: is in every simulation's cache key, so its words are mended where they are shown)
 _FILE_SPAN_HINT = " (a shorter span: --since)"
+#: the request loaders' own fix for unsorted rows, said in the hint instead (it was said twice)
+_SORT_HINT = "; sort them (--sort)"
+
+
+class SpanError(TraceError):
+    """A trace that lasts longer than MOST_SPAN_S as loaded, with its own hint (a --window to cut it to)."""
+
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.hint = hint
 
 
 def error_line(err: Exception) -> str:
     """A refused input's message on one line, as `simulate` and `tune` print it."""
     line = " ".join(part.strip() for part in str(err).splitlines()) or type(err).__name__
     line = line.replace("pass name= to pick one", "pass --scaledobject-name to pick one")  # the library's word
+    if "timestamps not sorted" in line and line.endswith(_SORT_HINT):
+        line = line[: -len(_SORT_HINT)]
     return line.replace(_FILE_SPAN_HINT, "") if "requests in all: at most" in line else line
 
 
 def input_hint(err: Exception, prog: str) -> str:
     """What to do about a refused trace, preset or ScaledObject: the hint `simulate` and `tune` print."""
     text = str(err)
-    if "requests in all: at most" in text:
-        return "a history that long is a shorter span in the file: keep fewer of its minutes"
+    if isinstance(err, SpanError):
+        return err.hint
+    if "requests in all: at most" in text:  # a count past any traffic (1e12 in a minute), or a history too long
+        return ("check the requests column: each row counts the requests of its minute (not a running total); "
+                "a history of more requests than that is too long: keep fewer of its minutes")
+    if "a history spans at most" in text:
+        return ("check the minute column for a stray date (a wrong year, a 0), or keep fewer of its minutes: "
+                "a few weeks hold the daily and weekly cycle")
     if text.startswith("--out "):
         return "--out names a folder, made if missing, for results.json, config.json and replicas.png, e.g. results/"
     if isinstance(err, PresetFileError):
@@ -242,7 +282,7 @@ def input_hint(err: Exception, prog: str) -> str:
     if "after the year" in text:
         return "--time-unit ms, us or ns reads epoch milliseconds, microseconds or nanoseconds"
     if "not sorted" in text:
-        return "--sort sorts the rows by time"
+        return "--sort reads the rows in time order (or sort the file by its time column)"
     if "not a date-time" in text or ("not a number" in text and "column" in text):
         return ("--time-unit datetime reads ISO 8601 (2026-11-24T10:00:00.173Z); s, ms, us, ns read numbers; "
                 "--time-column names the column")
@@ -263,6 +303,7 @@ def shape_trace(tr: Trace, args: argparse.Namespace) -> Trace:
         tr = tr.window(lo, hi)
         if len(tr) == 0:
             raise TraceError(f"--window {args.window!r}: no request arrives in it")
+    check_span(tr, args.window)
     if args.stretch != 1.0:
         if math.isfinite(args.stretch) and args.stretch > 0 and tr.duration_s * args.stretch > MOST_SPAN_S:
             days = tr.duration_s * args.stretch / 86400
@@ -277,6 +318,32 @@ def shape_trace(tr: Trace, args: argparse.Namespace) -> Trace:
     if not (math.isfinite(lead) and lead >= 0):
         raise TraceError(f"--lead-in {lead:g}: must be finite and >= 0 seconds (0: no lead-in)")
     return tr.wrapped(lead) if lead > 0 else tr
+
+
+def check_span(tr: Trace, window: str | None = None) -> None:
+    """Refuse a trace that lasts longer than MOST_SPAN_S (after --window, when one is given): years of
+    timestamps are a stray row (a 0 among epoch seconds) or a wrong unit, and the simulation of them ran with
+    no end. The message names the span and its longest gap (where a stray row sits); the hint, where the
+    requests on one side of that gap fit in the bound, the --window that keeps them."""
+    span = tr.duration_s
+    if span <= MOST_SPAN_S:
+        return
+    at = tr.arrival_s
+    gaps = np.diff(at)
+    i = int(np.argmax(gaps))  # a trace this long holds at least two requests
+    n, before, after = len(tr), i + 1, len(tr) - i - 1
+    where = f" of --window {window}" if window else ""
+    message = (f"the trace{where} spans {span / 86400:,.0f} days (first request at 0 s, last at {span:,.0f} s; the "
+               f"longest gap, {gaps[i] / 86400:,.0f} days, after request {before:,} of {n:,} in time order); at "
+               f"most {MOST_SPAN_S / 86400:.0f}")
+    hint = "fix the stray timestamps or cut it with --window START:END"
+    lo, hi = (float(at[i + 1]), float(at[-1])) if after >= before else (float(at[0]), float(at[i]))
+    # a gap of days is a stray row's; a window's own seconds are re-based, so no suggestion on top of one
+    if gaps[i] >= 86400 and hi - lo <= MOST_SPAN_S and not window:
+        kept = max(before, after)
+        hint += (f", e.g. --window {math.floor(lo):.0f}:{math.floor(hi) + 1:.0f} keeps the {kept:,} "
+                 f"request{'s' if kept != 1 else ''} {'after' if after >= before else 'before'} that gap")
+    raise SpanError(message, hint)
 
 
 def _policies(text: str) -> list[str]:

@@ -382,13 +382,38 @@ def check_holdout(result: TuneResult, held: Trace, backtest: Backtest, *, with_r
 
 # -- writing ------------------------------------------------------------------------------------------
 
+def model_note(model: str) -> str:
+    """What a ScaledObject written without --model must be told: the preset's model name stands in the trigger's
+    `model` and its activationQuery, and no engine serves under that name unless it was started so."""
+    return (f"model {model!r} is the preset's model name (no --model given): the trigger's model and its "
+            "activationQuery must be the engine's served model name (vLLM's --served-model-name); edit both, or "
+            "run again with --model NAME")
+
+
+def static_line(result: TuneResult) -> str | None:
+    """One sentence of the verdict when static provisioning at the peak meets the target for no more GPU-hours
+    than the pick (a trace with no quiet hours to scale down in, or a fleet the minimum already fills): the
+    ScaledObject then buys nothing on this trace. None otherwise, or when static did not run."""
+    s, c = result.static, result.chosen
+    if s is None or s.attainment < result.target or s.gpu_hours > c.gpu_hours:
+        return None
+    cost = "as many GPU-hours as" if math.isclose(s.gpu_hours, c.gpu_hours, rel_tol=1e-9) else "fewer GPU-hours than"
+    pick = (f"the pick ({100 * c.attainment:.2f}% at {c.gpu_hours:.2f})" if result.met else
+            f"the best point swept ({100 * c.attainment:.2f}% at {c.gpu_hours:.2f}, short of the target)")
+    return (f"static provisioning at the peak meets the {100 * result.target:g}% target too, "
+            f"{100 * s.attainment:.2f}% at {s.gpu_hours:.2f} GPU-hours: {cost} {pick}; on this trace autoscaling "
+            "saves nothing (a trace with quieter hours may tell them apart)")
+
+
 def header(result: TuneResult, *, trace: Trace, backtest: Backtest, command: str | None = None,
-           holdout: Holdout | None = None) -> list[str]:
-    """The comment lines above the written ScaledObject: what it was tuned on and what it measured."""
+           holdout: Holdout | None = None, preset_model: str | None = None) -> list[str]:
+    """The comment lines above the written ScaledObject: what it was tuned on and what it measured.
+    `preset_model`: the model name written when no --model was given (`model_note`)."""
     c = result.chosen
     cold = backtest.preset.cold_start(backtest.cold_start).quantile(0.9)
     knobs = ", ".join(f"{k}={v}" for k, v in c.knobs.describe(backtest.slo.itl_s, cold, backtest.slo.ttft_s).items())
     lines = [f"Tuned by keda-llm tune in its simulator ({result.mode} mode).",
+             *([f"NOTE: {model_note(preset_model)}."] if preset_model is not None else []),
              f"Trace: {trace.name}, {len(trace)} requests over {trace.duration_s / 3600:.2f} h"
              + (f", after its own last {trace.lead_s:g} s as an unscored lead-in" if trace.lead is not None else "")
              + ".",
@@ -429,10 +454,11 @@ def holdout_line(h: Holdout) -> str:
 
 
 def render_yaml(result: TuneResult, *, trace: Trace, backtest: Backtest, command: str | None = None,
-                holdout: Holdout | None = None) -> str:
+                holdout: Holdout | None = None, preset_model: str | None = None) -> str:
     """The chosen ScaledObject as YAML, under a comment header (see `header`)."""
     head = "".join(f"# {_comment(line)}\n" for line in header(result, trace=trace, backtest=backtest,
-                                                               command=command, holdout=holdout))
+                                                               command=command, holdout=holdout,
+                                                               preset_model=preset_model))
     return head + yaml.safe_dump(result.chosen.manifest, sort_keys=False, width=1 << 16)
 
 

@@ -39,6 +39,7 @@ from keda_llm.simulator.cli import (
     load_trace,
     preset_arg,
     shape_trace,
+    slo_seconds,
 )
 from keda_llm.simulator.cluster.lead_in import LEAD_IN_S
 from keda_llm.simulator.hardware.presets import PRESETS, ConfigError, Preset
@@ -65,8 +66,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    metavar="NAME|FILE", help=f"model on GPU type: {', '.join(sorted(PRESETS))}, or a preset file "
                                              "(YAML: your model's config.json on your GPU, docs/simulator.md) "
                                              "[llama-3.1-8b/h100]")
-    c.add_argument("--slo-ttft", type=float, required=True, help="time-to-first-token SLO, seconds")
-    c.add_argument("--slo-itl", type=float, required=True, help="mean inter-token latency SLO, seconds")
+    c.add_argument("--slo-ttft", type=slo_seconds, required=True,
+                   help="time-to-first-token SLO: seconds, or a duration (2s, 1500ms)")
+    c.add_argument("--slo-itl", type=slo_seconds, required=True,
+                   help="mean inter-token latency SLO: seconds, or a duration (100ms)")
     c.add_argument("--target", type=float, default=0.99,
                    help="fraction of all requests that must meet the SLO [0.99]")
     c.add_argument("--cold-start", default=None, choices=("typical", "fast"),
@@ -466,7 +469,7 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from keda_llm.simulator.tune import check_holdout, holdout_line, plot, render_yaml, tune
+    from keda_llm.simulator.tune import check_holdout, holdout_line, model_note, plot, render_yaml, static_line, tune
 
     columns = os.environ.get("COLUMNS", "")
     width = int(columns) if columns.isdigit() else 160
@@ -484,6 +487,10 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
                       f"preset {bt.preset.name}; mode {bt.resolved_mode(trace)}; {n} candidates"
                       + (f" x {len(seeds)} seeds" if len(seeds) > 1 else "")
                       + f" on {min(args.workers, runs)} worker(s)")
+    # no --model: the preset's name is written, which no engine serves under unless started so (one line, as is)
+    preset_model = target.model if args.model is None else None
+    if preset_model is not None:
+        print(f"warning: {model_note(preset_model)}", file=sys.stderr)
     if trace.duration_s < SHORT_TRACE_S or len(trace) < FEW_REQUESTS:
         err_console.print(f"warning: {len(trace)} requests over {trace.duration_s / 60:.1f} minutes: a pick on less "
                           f"than {SHORT_TRACE_S / 60:g} minutes or {FEW_REQUESTS} requests of traffic says little "
@@ -504,7 +511,8 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
         print(f"{PROG}: interrupted: nothing written; hint: --quick (4 candidates) or a shorter --window runs in "
               "less time", file=sys.stderr)
         return 130
-    text = render_yaml(result, trace=trace, backtest=bt, command=_command(args), holdout=holdout)
+    text = render_yaml(result, trace=trace, backtest=bt, command=_command(args), holdout=holdout,
+                       preset_model=preset_model)
     existed = {f: Path(f).exists() for f in (args.out, args.plot) if f}
     # the files first: a closed stdout (`| head -1`) ends the command at the report, and the sweep stays written.
     # Each to a temporary name beside it, both renamed once both are whole: a Ctrl-C while the plot was drawn left
@@ -543,6 +551,9 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
                       "or the target"
                       + (", or run without --no-oracle for the oracle's line: what no autoscaler can beat."
                          if args.no_oracle else ", or look at the oracle's line above: what no autoscaler can beat."))
+    static = static_line(result)
+    if static is not None:
+        console.print(static, markup=False, highlight=False)
     if holdout is not None:
         console.print(holdout_line(holdout), markup=False, highlight=False)
     if args.out:

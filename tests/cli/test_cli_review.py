@@ -257,6 +257,43 @@ def test_a_per_minute_file_over_the_request_limit_is_not_told_to_use_since(
     assert "--since" not in err[0] and "keep fewer of its minutes" in err[0]
 
 
+@pytest.mark.parametrize(("argv", "prog", "message"), [
+    (["tune", "--slo", "ttft=abc"], "keda-llm tune", "ambiguous option: --slo could match --slo-ttft, --slo-itl"),
+    (["tune", "--trace", "azure-code-2023", "--slo-ttft", "abc", "--slo-itl", "0.1"], "keda-llm tune",
+     "argument --slo-ttft: 'abc': not a duration"),
+    (["tune", "--trace", "azure-code-2023"], "keda-llm tune", "the following arguments are required: --slo-ttft"),
+    (["simulate", "--trace", "azure-code-2023", "--max-replicas", "two"], "keda-llm simulate",
+     "argument --max-replicas: invalid int value: 'two'"),
+    (["simulate", "--trace", "azure-code-2023", "--no-such-flag"], "keda-llm simulate",
+     "unrecognized arguments: --no-such-flag"),
+    (["no-such-command"], "keda-llm", "argument COMMAND: invalid choice: 'no-such-command'"),
+])
+def test_a_usage_error_is_one_line_with_a_hint(argv: list[str], prog: str, message: str,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse printed its usage block (21 lines for `tune`) above the message, and exited through SystemExit:
+    not the one line `error: ...; hint: ...` and exit 2 every other expected failure is."""
+    assert main(argv) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"{prog}: error: {message}"), lines[0]
+    assert lines[0].endswith(f"; hint: {prog} --help"), lines[0]
+
+
+@pytest.mark.parametrize("command", ["simulate", "tune"])
+@pytest.mark.parametrize(("ttft", "itl", "seconds"), [("2s", "100ms", (2.0, 0.1)), ("1500ms", "0.05", (1.5, 0.05)),
+                                                      ("2", "0.1", (2.0, 0.1)), ("1m", "1e-1", (60.0, 0.1))])
+def test_the_slo_flags_take_durations(command: str, ttft: str, itl: str, seconds: tuple[float, float]) -> None:
+    """`--slo-ttft 2s` was "invalid float value: '2s'", where every other duration of the project reads Go's."""
+    import importlib
+
+    from keda_llm.cli import SUBCOMMANDS
+
+    parser = argparse.ArgumentParser()
+    importlib.import_module(SUBCOMMANDS[command][0]).add_arguments(parser)
+    args = parser.parse_args(["--trace", "azure-code-2023", "--slo-ttft", ttft, "--slo-itl", itl])
+    assert (args.slo_ttft, args.slo_itl) == pytest.approx(seconds)
+
+
 def _signal_when(proc: subprocess.Popen[str], stream: str, ready: Any, sig: int, timeout: float) -> tuple[str, str]:
     """Read `proc`'s `stream` until a line `ready` accepts, send it `sig`, and return what it wrote after; killed
     if it is still running at the end."""

@@ -176,3 +176,162 @@ def test_two_scaledobjects_in_one_file_name_the_flag_that_picks_one(
     rc = main(["simulate", "--trace", "azure2023-code", *SIM_FAST, "--policies", "ours", "--scaledobject", str(two)])
     line = _refused(capsys, rc, "simulate")
     assert "--scaledobject-name" in line and "name=" not in line.replace("--scaledobject-name", ""), line
+
+
+# ------------------------------------------------- a second review (2026-12-02): spans, hints, --model, static
+
+
+def _years_file(tmp_path: Path, kind: str) -> Path:
+    """Epoch seconds with one row stamped 0 (a stray), or two rows 22 years apart."""
+    path = tmp_path / f"{kind}.csv"
+    t0 = 1_772_434_801.0
+    rows = ["timestamp,prompt_tokens,output_tokens"]
+    if kind == "stray-zero":
+        rows += ["0,100,50"] + [f"{t0 + 2 * i:.1f},{200 + i},{50 + i % 7}" for i in range(60)]
+    else:
+        rows += ["1000000000,100,50", "1700000000,100,50"]
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("kind", ["stray-zero", "22-years"])
+@pytest.mark.parametrize("prog", ["simulate", "tune"])
+def test_a_trace_that_spans_years_is_refused_before_the_run(kind: str, prog: str, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """`20370 requests over 492345.50 h`, then no end: the 400-day bound was checked only under --stretch."""
+    from keda_llm.simulator import cli as sim_cli
+    from keda_llm.simulator import tune_cli
+
+    def no_run(*_: Any, **__: Any) -> Any:  # (it ran with no end: here it fails at once)
+        raise AssertionError("the run started on a trace that spans years")
+
+    monkeypatch.setattr(sim_cli if prog == "simulate" else tune_cli, "execute", no_run)
+    trace = _years_file(tmp_path, kind)
+    extra = ["--quick", "--no-oracle", "--workers", "1", *SLO] if prog == "tune" else ["--policies", "static"]
+    rc = main([prog, "--trace", str(trace), "--lead-in", "0", "--quiet", *extra])
+    line = _refused(capsys, rc, prog)
+    days = "20,514" if kind == "stray-zero" else "8,102"
+    assert f"error: the trace spans {days} days (" in line and "; at most 400; hint: " in line, line
+    assert "fix the stray timestamps or cut it with --window" in line, line
+    if kind == "stray-zero":  # the window that keeps the requests after the stray row
+        assert "e.g. --window 1772434801:1772434920 keeps the 60 requests after that gap" in line, line
+
+
+def test_a_window_cuts_a_trace_that_spans_years_to_one_that_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    trace = _years_file(tmp_path, "stray-zero")
+    rc = main(["simulate", "--trace", str(trace), "--window", "1772434801:1772434920", "--lead-in", "0",
+               "--policies", "static", "--quiet"])
+    assert rc == 0, capsys.readouterr().err
+    assert "60 requests over 0.03 h" in capsys.readouterr().err
+    # a window that still spans years is refused too, naming it (it ran with no end: here it fails at once)
+    from keda_llm.simulator import cli as sim_cli
+
+    def no_run(*_: Any, **__: Any) -> Any:
+        raise AssertionError("the run started on a window that spans years")
+
+    monkeypatch.setattr(sim_cli, "execute", no_run)
+    rc = main(["simulate", "--trace", str(trace), "--window", "0:1772434920", "--policies", "static", "--quiet"])
+    assert "the trace of --window 0:1772434920 spans 20,514 days" in _refused(capsys, rc, "simulate")
+
+
+def test_each_data_error_gets_a_hint_about_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # 1e12 requests in one minute: "a history that long is a shorter span" (it was one minute)
+    huge = tmp_path / "huge.csv"
+    huge.write_text("minute,requests,prompt_tokens,output_tokens\n2026-01-01T00:00:00Z,1e12,1e15,1e14\n")
+    line = _refused(capsys, main(["simulate", "--trace", str(huge), "--quiet"]), "simulate")
+    assert "requests in all: at most" in line and "a history that long" not in line
+    assert "hint: check the requests column: each row counts the requests of its minute" in line, line
+    # unsorted rows: `--sort` was said twice, in the message and the hint
+    unsorted = tmp_path / "unsorted.csv"
+    unsorted.write_text("timestamp,prompt_tokens,output_tokens\n0,1,1\n10,1,1\n5,1,1\n")
+    line = _refused(capsys, main(["simulate", "--trace", str(unsorted), "--quiet"]), "simulate")
+    assert "timestamps not sorted" in line and line.count("--sort") == 1, line
+    # years of per-minute history: "--help lists the flags"
+    years = tmp_path / "years.csv"
+    years.write_text("minute,requests,prompt_tokens,output_tokens\n2020-01-01T00:00:00Z,3,100,50\n"
+                     "2026-01-01T00:00:00Z,3,100,50\n")
+    line = _refused(capsys, main(["simulate", "--trace", str(years), "--quiet"]), "simulate")
+    assert "a history spans at most 400 days" in line and "check the minute column for a stray date" in line
+
+
+def test_the_layout_line_names_the_unit_it_reads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # was: `created (s), prompt_tokens, completion_tokens; times in ms`: two units for one column
+    from keda_llm.simulator.cli import load_trace
+    from keda_llm.simulator.tune_cli import add_arguments
+
+    f = tmp_path / "gateway.jsonl"
+    f.write_text('{"created": 1772434801000, "prompt_tokens": 5, "completion_tokens": 5}\n'
+                 '{"created": 1772434802000, "prompt_tokens": 5, "completion_tokens": 5}\n')
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    tr = load_trace(parser.parse_args(["--trace", str(f), "--time-unit", "ms", "--lead-in", "0", *SLO]))
+    assert tr.arrival_s.tolist() == [0.0, 1.0]
+    said = capsys.readouterr().err
+    assert "OpenAI usage's columns: created (ms, as --time-unit says), prompt_tokens, completion_tokens" in said
+    assert "(s)" not in said and "times in" not in said, said
+
+
+def test_tune_without_model_warns_and_says_so_in_the_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The preset's `Llama-3.1-8B` was written as the trigger's model and in its activationQuery, silently:
+    no engine serves under that name unless started so. Optional still: a warning and a header note."""
+    out = tmp_path / "so.yaml"
+    rc = main(["tune", "--trace", "azure2023-code", *FAST, "--out", str(out)])
+    assert rc in (0, 1)
+    err = capsys.readouterr().err
+    (warning,) = [line for line in err.splitlines() if "--served-model-name" in line]
+    assert warning.startswith("warning: model 'Llama-3.1-8B' is the preset's model name (no --model given)")
+    text = out.read_text()
+    assert "# NOTE: model 'Llama-3.1-8B' is the preset's model name" in text and "--served-model-name" in text
+    doc = yaml.safe_load(text)
+    assert doc["spec"]["triggers"][0]["metadata"]["model"] == "Llama-3.1-8B"
+    # with --model: neither
+    rc = main(["tune", "--trace", "azure2023-code", *FAST, "--out", str(out), "--model", "my-model"])
+    assert "--served-model-name" not in capsys.readouterr().err and "NOTE:" not in out.read_text()
+
+
+def _result(static: tuple[float, float] | None, pick: tuple[float, float] = (0.9999, 2.08)) -> Any:
+    from keda_llm.simulator.report.frontier import Reference
+    from keda_llm.simulator.tune import Knobs, Point, TuneResult
+
+    points = (Point(Knobs(), {}, pick[0], pick[1], 1, 0.0), Point(Knobs(min_replicas=2), {}, 0.98, 1.5, 0, 0.0))
+    return TuneResult(points, 0.99, None, None if static is None else Reference(*static), None, "detailed")
+
+
+def test_the_verdict_says_when_static_is_as_good_for_no_more_gpu_hours() -> None:
+    from keda_llm.simulator.tune import static_line
+
+    line = static_line(_result((0.9999, 2.00)))
+    assert line is not None and "static provisioning at the peak meets the 99% target too" in line
+    assert "99.99% at 2.00 GPU-hours: fewer GPU-hours than the pick (99.99% at 2.08)" in line, line
+    assert "as many GPU-hours as" in (static_line(_result((0.995, 2.08))) or "")
+    assert static_line(_result((0.9999, 2.10))) is None  # dearer
+    assert static_line(_result((0.985, 1.00))) is None  # misses the target
+    assert static_line(_result(None)) is None  # --no-oracle
+    missed = static_line(_result((0.999, 1.5), pick=(0.97, 3.0)))  # no candidate met it: the best one swept
+    assert missed is not None and "the best point swept (98.00% at 1.50, short of the target)" in missed
+
+
+def test_tune_prints_the_static_line_in_its_verdict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    import keda_llm.simulator.tune as tune_mod
+
+    real = tune_mod.tune
+
+    def with_static(*args: Any, **kwargs: Any) -> Any:  # the sweep as run, static set beside it
+        from dataclasses import replace
+
+        from keda_llm.simulator.report.frontier import Reference
+
+        got = real(*args, **kwargs)
+        return replace(got, static=Reference(1.0, got.chosen.gpu_hours * 0.9))
+
+    monkeypatch.setattr(tune_mod, "tune", with_static)
+    rc = main(["tune", "--trace", "azure2023-code", *FAST, "--target", "0.5", "--model", "m",
+               "--out", str(tmp_path / "so.yaml")])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "recommended:" in out and "static provisioning at the peak meets the 50% target too" in out, out

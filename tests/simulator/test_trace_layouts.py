@@ -91,7 +91,7 @@ def test_a_time_unit_given_overrides_the_layouts_and_keeps_its_columns(tmp_path:
                  '{"timestamp": 30, "input_length": 10, "output_length": 5}\n')
     assert load_trace(_args("--trace", str(f))).arrival_s.tolist() == [0.0, 0.03]
     assert load_trace(_args("--trace", str(f), "--time-unit", "s")).arrival_s.tolist() == [0.0, 30.0]
-    assert "times in s, as --time-unit says" in capsys.readouterr().err
+    assert "timestamp (s, as --time-unit says)" in capsys.readouterr().err
 
 
 def test_a_file_in_no_known_layout_still_names_the_missing_column(tmp_path: Path) -> None:
