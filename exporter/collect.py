@@ -15,7 +15,9 @@ The layers, from the edge inwards:
 
 from __future__ import annotations
 
+import ast
 import gzip
+import json
 import logging
 import threading
 import time
@@ -55,12 +57,54 @@ def fetch(url: str, timeout: float, max_bytes: int, clock: Callable[[], float] =
     """GET `url`, all of it within `timeout` seconds (connect + headers + body) and at most `max_bytes`.
 
     keda_llm.common.httpget's fetch (shared with the scaler), its errors as ScrapeError. A refused status
-    reads "HTTP <code>" without the body, so a failing engine logs once, not once per changing body.
+    reads "HTTP <code>" and no more than the first line of the answer's text (`_refusal`), so a failing
+    engine logs once, not once per changing body.
     """
     try:
         return get(url, timeout=timeout, max_bytes=max_bytes, headers=_HEADERS, ok_statuses=_SUCCESS, clock=clock)[1]
     except FetchError as e:
-        raise ScrapeError(e.reason, f"HTTP {e.status}" if e.status is not None else e.message) from e
+        raise ScrapeError(e.reason, _refusal(e) if e.status is not None else e.message) from e
+
+
+#: At most this much of a refused answer's text goes into the error.
+_SAID_CHARS = 200
+
+
+def _refusal(e: FetchError) -> str:
+    """"HTTP <code>", with what the answer says where its first line is readable text: an engine's own hint
+    reaches the user (llama.cpp without `--metrics` answers 501 "... Start it with `--metrics`")."""
+    said = _first_line(_answer_prefix(e.message))
+    return f"HTTP {e.status}: {said}" if said else f"HTTP {e.status}"
+
+
+def _answer_prefix(message: str) -> bytes:
+    """The start of the refused body, from httpget's message `HTTP <code>: <repr of the bytes>`; b"" if none."""
+    try:
+        prefix = ast.literal_eval(message.partition(": ")[2])
+    except (ValueError, SyntaxError):
+        return b""
+    return prefix if isinstance(prefix, bytes) else b""
+
+
+def _first_line(prefix: bytes) -> str:
+    """The first non-blank line of `prefix` (a JSON error's `message` in place of the JSON), at most
+    _SAID_CHARS long; "" where it is not printable text."""
+    lines = prefix.decode("utf-8", "replace").strip().splitlines()
+    line = lines[0].strip().rstrip("\ufffd") if lines else ""  # a character cut at the prefix's end
+    said = (_json_message(line) or line).strip().split("\n")[0][:_SAID_CHARS]
+    return said if said.isprintable() and "\ufffd" not in said else ""
+
+
+def _json_message(line: str) -> str | None:
+    """`error.message` or `message` of a JSON error answer (llama.cpp's, OpenAI-style servers'), else None."""
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    for part in (data.get("error"), data) if isinstance(data, dict) else ():
+        if isinstance(part, dict) and isinstance(part.get("message"), str):
+            return str(part["message"])
+    return None
 
 
 def scrape(target: Target, cfg: ExporterConfig, normalize: Normalize) -> list[EngineMetrics]:

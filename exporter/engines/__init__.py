@@ -8,7 +8,7 @@ hands the samples to that engine's adapter. Each adapter module names the metric
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from keda_llm.exporter.engines import llamacpp, sglang, tgi, trtllm, vllm
@@ -24,10 +24,25 @@ class Adapter:
     prefixes: tuple[str, ...]  # a sample name starting with one of these identifies the engine
     wanted: frozenset[str]  # the sample names the adapter reads
     normalize: Callable[[list[Sample], Target], list[EngineMetrics]]
+    #: a sample that identifies the engine without a prefix (an adapter module's `unprefixed`)
+    unprefixed: Callable[[Sample], bool]
+    #: why a body with the engine's names is still not one replica's, or None (a module's `pool_level`)
+    pool_level: Callable[[list[Sample]], str | None]
+    #: the signals of a body with none of the engine's series, where that means idle (a module's `idle`)
+    idle: Callable[[Target], list[EngineMetrics]] | None
+
+
+def _never(_: Sample) -> bool:
+    return False
+
+
+def _replica(_: list[Sample]) -> str | None:
+    return None
 
 
 ADAPTERS: dict[str, Adapter] = {
-    m.NAME: Adapter(m.NAME, m.PREFIXES, m.WANTED, m.normalize)
+    m.NAME: Adapter(m.NAME, m.PREFIXES, m.WANTED, m.normalize, getattr(m, "unprefixed", _never),
+                    getattr(m, "pool_level", _replica), getattr(m, "idle", None))
     for m in (vllm, sglang, tgi, trtllm, llamacpp)
 }
 #: The engine types, as the `engine` label and the `engine:` config key spell them.
@@ -37,30 +52,37 @@ _ALL_WANTED = frozenset().union(*(a.wanted for a in ADAPTERS.values()))
 _PREFIXES = tuple((prefix, a.name) for a in ADAPTERS.values() for prefix in a.prefixes)
 
 
-def detect(samples: Iterable[Sample]) -> str | None:
-    """The engine whose metric prefix the first recognizable sample carries; None if no sample has one."""
+def detect(samples: Sequence[Sample]) -> str | None:
+    """The engine whose metric prefix the first recognizable sample carries; else the engine of the first
+    sample that identifies one without a prefix (TensorRT-LLM <= 1.1.x); None if no sample does."""
     for s in samples:
         for prefix, name in _PREFIXES:
             if s.name.startswith(prefix):
                 return name
+    for s in samples:
+        for adapter in ADAPTERS.values():
+            if adapter.unprefixed(s):
+                return adapter.name
     return None
 
 
 def normalize(body: str, target: Target) -> list[EngineMetrics]:
     """The normalized signals of one engine body: one EngineMetrics per model and role.
 
-    Raises ScrapeError: "parse" (malformed text), "unknown_engine" (no adapter recognizes the body, or
-    the forced engine's metrics are absent), "duplicate" (a series we read appears twice),
-    "invalid_value" (NaN or +-Inf in a value we use).
+    Raises ScrapeError: "parse" (malformed text), "unknown_engine" (no adapter recognizes the body, the
+    forced engine's metrics are absent, or the body is a pool's, not a replica's), "duplicate" (a series we
+    read appears twice), "invalid_value" (NaN or +-Inf in a value we use).
     """
     if target.engine is not None:
         adapter = ADAPTERS.get(target.engine)
         if adapter is None:
             raise ScrapeError("unknown_engine", f"engine {target.engine!r} is not one of {', '.join(ENGINE_NAMES)}")
         samples = parse(body, adapter.wanted.__contains__)
-        if not any(s.name.startswith(adapter.prefixes) for s in samples):
+        if not any(s.name.startswith(adapter.prefixes) or adapter.unprefixed(s) for s in samples):
+            if adapter.idle is not None and not parse(body, _engine_series):
+                return adapter.idle(target)
             raise ScrapeError("unknown_engine", f"no {adapter.name} metrics ("
-                              + ", ".join(p + "*" for p in adapter.prefixes) + ") in the body")
+                              + ", ".join(p + "*" for p in adapter.prefixes) + ") in the body" + _forced_hint(body))
     else:
         samples = parse(body, _ALL_WANTED.__contains__)
         name = detect(samples)
@@ -68,8 +90,20 @@ def normalize(body: str, target: Target) -> list[EngineMetrics]:
             raise ScrapeError("unknown_engine", _unknown(body))
         adapter = ADAPTERS[name]
         samples = [s for s in samples if s.name in adapter.wanted]
+    pool = adapter.pool_level(samples)
+    if pool is not None:
+        raise ScrapeError("unknown_engine", pool)
     check_unique(samples)
     return adapter.normalize(samples, target)
+
+
+#: Series every Python server exports whatever it serves (prometheus_client's default collectors): a body of
+#: only these has no engine series.
+_RUNTIME = ("process_", "python_")
+
+
+def _engine_series(name: str) -> bool:
+    return not name.startswith(_RUNTIME)
 
 
 #: Bodies that are not an engine's, and what to scrape instead: a metrics name prefix (at a line's start)
@@ -84,9 +118,33 @@ _NOT_ENGINES = (
 )
 
 
+#: A Python engine with its engine metrics off still serves its server's: prometheus_client's `python_info` and
+#: the HTTP middleware's `http_requests_total` (vLLM --disable-log-stats builds no stat logger; SGLang registers
+#: its collectors only with --enable-metrics).
+_SERVER_ONLY = ("http_requests_total", "python_info")
+_STATS_OFF = ("is stats logging disabled (vLLM --disable-log-stats) or metrics not enabled "
+              "(SGLang --enable-metrics)?")
+_EMPTY = ("empty body: an idle TGI before v2.3.1 serves an empty body until its first request; the annotation "
+          "`keda-llm.io/engine: tgi` (a target's `engine: tgi`) reads it as idle")
+
+
+def _has(body: str, prefix: str) -> bool:
+    """Whether a line of the body starts with `prefix` (a text search: the body was parsed for other names)."""
+    return body.startswith(prefix) or f"\n{prefix}" in body
+
+
 def _unknown(body: str) -> str:
     """Why no adapter recognizes a body, naming what it is where that is known."""
     for prefix, why in _NOT_ENGINES:
-        if body.startswith(prefix) or f"\n{prefix}" in body:
+        if _has(body, prefix):
             return why
+    if not any(line.strip() and not line.lstrip().startswith("#") for line in body.splitlines()):
+        return _EMPTY
+    if any(_has(body, name) for name in _SERVER_ONLY):
+        return "no engine series: " + _STATS_OFF
     return "no metric of a known engine (" + ", ".join(p + "*" for p, _ in _PREFIXES) + ") in the body"
+
+
+def _forced_hint(body: str) -> str:
+    """The likely cause when the forced engine's series are missing from a body that has its server's."""
+    return ": " + _STATS_OFF if any(_has(body, name) for name in _SERVER_ONLY) else ""

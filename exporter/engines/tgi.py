@@ -13,7 +13,10 @@ A gauge is first written when it is first set (`metrics-exporter-prometheus`): a
 `tgi_batch_max_total_tokens` (set at warmup) and no queue or batch sample until its first request
 (backends/v3/src/queue.rs, backend.rs). While no request has been counted (`tgi_request_count` absent or
 0), a missing queue, batch or reservation gauge is therefore 0; once requests were counted a missing gauge
-stays missing (a backend that does not write it).
+stays missing (a backend that does not write it: the trtllm, llamacpp and neuron backends write none).
+Before v2.3.1 (PR #2595, which added `tgi_batch_max_total_tokens` at warmup) nothing is written before the
+first request: an idle server's body is empty. Read with the engine forced to tgi, that body is such an idle
+server (`idle`); detected, an empty body names no engine.
 """
 
 from __future__ import annotations
@@ -39,6 +42,11 @@ WANTED = frozenset(
     RUNNING + WAITING + KV_RESERVED + KV_CAPACITY + PROMPT + GENERATION + FINISHED + ARRIVED
     + histogram_names(*ITL)
 )
+
+
+def idle(target: Target) -> list[EngineMetrics]:
+    """The signals of a server whose body holds no `tgi_*` sample: nothing requested yet, so nothing waits or runs."""
+    return normalize([], target)
 
 
 def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:

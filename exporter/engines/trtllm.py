@@ -1,6 +1,7 @@
 """TensorRT-LLM: served by Triton Inference Server with the TensorRT-LLM backend (`nv_trt_llm_*`;
-engine-metrics.md section 4.1), or by its own `trtllm-serve` (`trtllm_*`: trtllm_serve.py). A body is one or
-the other.
+engine-metrics.md section 4.1), or by its own `trtllm-serve` (`trtllm_*`, or 1.1.x's bare names with the
+collector's labels: trtllm_serve.py). A body is one or the other: Triton's where it has `nv_trt_llm_*` and no
+`trtllm_*` series.
 
 Each family is a gauge with a category label (custom_metrics_reporter.cc in NVIDIA/TensorRT-LLM
 triton_backend): `nv_trt_llm_request_metrics{request_type=active|max|waiting|...}` and
@@ -25,7 +26,10 @@ from keda_llm.exporter.engines.ranks import GroupKey, group, per_part, total, we
 from keda_llm.exporter.model import EngineMetrics, Sample, Target
 
 NAME = "trtllm"
-PREFIXES = ("nv_trt_llm_", trtllm_serve.PREFIX, trtllm_serve.DYNAMO_PREFIX)
+TRITON_PREFIX = "nv_trt_llm_"
+PREFIXES = (TRITON_PREFIX, trtllm_serve.PREFIX, trtllm_serve.DYNAMO_PREFIX)
+#: A sample that is trtllm-serve's though it carries none of the prefixes (TensorRT-LLM <= 1.1.x).
+unprefixed = trtllm_serve.unprefixed
 
 REQUESTS = "nv_trt_llm_request_metrics"
 KV_BLOCKS = "nv_trt_llm_kv_cache_block_metrics"
@@ -37,7 +41,7 @@ WANTED = frozenset({REQUESTS, KV_BLOCKS, INPUT_TOKENS + "_sum", OUTPUT_TOKENS + 
 
 
 def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
-    if trtllm_serve.ours(samples):
+    if trtllm_serve.ours(samples) or not any(s.name.startswith(TRITON_PREFIX) for s in samples):
         return trtllm_serve.normalize([s for s in samples if s.name in trtllm_serve.WANTED], target, NAME)
     return _triton(samples, target)
 

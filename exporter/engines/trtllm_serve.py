@@ -18,6 +18,13 @@ numScheduledRequests, context + generation requests of the batch). Where it is p
 scheduled requests and the rest of the active ones wait, as for Triton (`in_batch`). Those collectors also
 count finished requests from the iteration stats (`trtllm_num_requests_completed_total`): read where the
 per-request `trtllm_request_success_total` is missing (no `return_perf_metrics`).
+
+TensorRT-LLM up to 1.1.x registers its collector's names with no prefix (tensorrt_llm/metrics/collector.py at
+89fd9b74: `request_success_total`, `e2e_request_latency_seconds`, `time_to_first_token_seconds`,
+`time_per_output_token_seconds`, `request_queue_time_seconds`, labels `model_name` and `engine_type`); the
+`trtllm_` / `trtllm:` prefix comes from NVIDIA Dynamo's pass-through (its TensorRT-LLM metrics guide, "the
+prefix is added by Dynamo") or a later collector. Those bare names are generic, so a sample under one is
+trtllm-serve's only where it carries that label pair (`unprefixed`), and it is read as the prefixed name.
 """
 
 from __future__ import annotations
@@ -46,6 +53,12 @@ CACHED = ("trtllm_prompt_cached_tokens_total",)  # prompt tokens served from the
 TTFT = ("trtllm_time_to_first_token_seconds",)
 ITL = ("trtllm_time_per_output_token_seconds",)
 
+#: The names read that TensorRT-LLM <= 1.1.x writes bare (module docstring); the e2e and queue-time
+#: histograms are not read.
+UNPREFIXED = frozenset(n.removeprefix(PREFIX) for n in FINISHED[:1] + histogram_names(*TTFT, *ITL))
+#: The labels every series of that collector carries (`MetricsCollector(labels)`, openai_server.py).
+COLLECTOR_LABELS = ("model_name", "engine_type")
+
 #: `model_name` values that name no model: trtllm-serve builds its collector with
 #: `MetricsCollector({"model_name": "undefined", "engine_type": "undefined"})` (tensorrt_llm/serve/
 #: openai_server.py), so every series says "undefined" and the target's model must stand in.
@@ -54,7 +67,14 @@ UNNAMED = frozenset({"", "undefined"})
 _NAMES = frozenset(RUNNING + SCHEDULED + WAITING + MAX_RUNNING + KV_USAGE + KV_MAX_BLOCKS + KV_TOKENS_PER_BLOCK
                    + PROMPT + GENERATION + FINISHED + CACHED + histogram_names(*TTFT, *ITL))
 #: The names read, and the same under Dynamo's prefix (in place of `trtllm_`, or before it).
-WANTED = _NAMES | {DYNAMO_PREFIX + n.removeprefix(PREFIX) for n in _NAMES} | {DYNAMO_PREFIX + n for n in _NAMES}
+WANTED = (_NAMES | {DYNAMO_PREFIX + n.removeprefix(PREFIX) for n in _NAMES} | {DYNAMO_PREFIX + n for n in _NAMES}
+          | UNPREFIXED)
+
+
+def unprefixed(s: Sample) -> bool:
+    """Whether a sample is TensorRT-LLM <= 1.1.x's bare series: one of its names with its collector's labels
+    (another app's `request_success_total` lacks them)."""
+    return s.name in UNPREFIXED and all(label in s.labels for label in COLLECTOR_LABELS)
 
 
 def ours(samples: list[Sample]) -> bool:
@@ -72,7 +92,10 @@ def in_batch(active: float | None, scheduled: float | None) -> tuple[float | Non
     return scheduled, None if active is None else max(active - scheduled, 0.0)
 
 
-def _undynamo(s: Sample) -> Sample:
+def _prefixed(s: Sample) -> Sample:
+    """The sample under its `trtllm_` name: Dynamo's `trtllm:` replaced, a bare 1.1.x name prefixed."""
+    if s.name in UNPREFIXED:
+        return s._replace(name=PREFIX + s.name)
     if not s.name.startswith(DYNAMO_PREFIX):
         return s
     rest = s.name.removeprefix(DYNAMO_PREFIX)
@@ -82,7 +105,7 @@ def _undynamo(s: Sample) -> Sample:
 def normalize(samples: list[Sample], target: Target, engine: str) -> list[EngineMetrics]:
     """One EngineMetrics per `model_name` (the target's model where the body names none)."""
     role = target.role or "unified"
-    samples = [_undynamo(s) for s in samples]
+    samples = [_prefixed(s) for s in samples if s.name not in UNPREFIXED or unprefixed(s)]
 
     def key(s: Sample) -> GroupKey:
         named = s.labels.get("model_name")

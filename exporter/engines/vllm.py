@@ -27,6 +27,12 @@ waiting_lora_adapters}` is set to the wall-clock time of each update, under a la
 adapters comma-joined, and a label set once used stays in the body. So the newest series (largest
 value) is the current one. It carries no `model_name` (vLLM refuses LoRA with data parallelism), so it
 belongs to every model of the body (one).
+
+The vLLM production-stack router (vllm-project/production-stack, src/vllm_router/services/metrics_service/
+__init__.py) re-exports its backends' stats under vLLM's names, one series per backend in a `server` label
+and no `model_name` (`vllm:num_requests_running{server=...}`), next to its own `vllm:current_qps` and
+`vllm:healthy_pods_total`. Read as an engine it would be one replica carrying the whole pool's load: such a
+body is refused (`pool_level`), as a Dynamo frontend's is.
 """
 
 from __future__ import annotations
@@ -66,10 +72,24 @@ PREEMPTIONS = ("vllm:num_preemptions_total",)
 TTFT = ("vllm:time_to_first_token_seconds",)
 ITL = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")  # renamed in 0.11
 
+#: Series only the production-stack router writes (module docstring): read to refuse its body.
+ROUTER_ONLY = ("vllm:current_qps", "vllm:healthy_pods_total")
+
 WANTED = frozenset(
     RUNNING + WAITING + SWAPPED + KV_USAGE + (CACHE_CONFIG, LORA_INFO) + PROMPT + GENERATION + FINISHED + PREFIX_QUERIES
-    + PREFIX_HITS + PREEMPTIONS + histogram_names(*TTFT, *ITL)
+    + PREFIX_HITS + PREEMPTIONS + histogram_names(*TTFT, *ITL) + ROUTER_ONLY
 )
+
+ROUTER = ("a vLLM production-stack router's metrics (vllm:* per backend `server`, vllm:current_qps, "
+          "vllm:healthy_pods_total) count the whole pool: scrape the vLLM engine pods behind it, not the router")
+
+
+def pool_level(samples: list[Sample]) -> str | None:
+    """Why the body is a router's, not one replica's (the module docstring); None for an engine's."""
+    for s in samples:
+        if s.name in ROUTER_ONLY or ("server" in s.labels and "model_name" not in s.labels):
+            return ROUTER
+    return None
 
 
 def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
@@ -77,7 +97,7 @@ def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
     capacities = _capacities([s for s in samples if s.name == CACHE_CONFIG])
     lora = lora_adapters([s for s in samples if s.name == LORA_INFO])
     role = target.role or "unified"
-    info = (CACHE_CONFIG, LORA_INFO)
+    info = (CACHE_CONFIG, LORA_INFO, *ROUTER_ONLY)
 
     def key(s: Sample) -> GroupKey:
         return s.labels.get("model_name") or s.labels.get("model") or target.model or "unknown", role
