@@ -397,7 +397,8 @@ def static_line(result: TuneResult) -> str | None:
     s, c = result.static, result.chosen
     if s is None or s.attainment < result.target or s.gpu_hours > c.gpu_hours:
         return None
-    cost = "as many GPU-hours as" if math.isclose(s.gpu_hours, c.gpu_hours, rel_tol=1e-9) else "fewer GPU-hours than"
+    same = f"{s.gpu_hours:.2f}" == f"{c.gpu_hours:.2f}"  # as printed: "fewer" than an equal figure reads wrong
+    cost = "as many GPU-hours as" if same else "fewer GPU-hours than"
     pick = (f"the pick ({100 * c.attainment:.2f}% at {c.gpu_hours:.2f})" if result.met else
             f"the best point swept ({100 * c.attainment:.2f}% at {c.gpu_hours:.2f}, short of the target)")
     return (f"static provisioning at the peak meets the {100 * result.target:g}% target too, "
