@@ -133,6 +133,11 @@ def _has(body: str, prefix: str) -> bool:
     return body.startswith(prefix) or f"\n{prefix}" in body
 
 
+def _server_only(body: str) -> bool:
+    """Whether the body has its Python server's own series (_SERVER_ONLY): the engine's metrics are off."""
+    return any(_has(body, name) for name in _SERVER_ONLY)
+
+
 def _unknown(body: str) -> str:
     """Why no adapter recognizes a body, naming what it is where that is known."""
     for prefix, why in _NOT_ENGINES:
@@ -140,11 +145,11 @@ def _unknown(body: str) -> str:
             return why
     if not any(line.strip() and not line.lstrip().startswith("#") for line in body.splitlines()):
         return _EMPTY
-    if any(_has(body, name) for name in _SERVER_ONLY):
+    if _server_only(body):
         return "no engine series: " + _STATS_OFF
     return "no metric of a known engine (" + ", ".join(p + "*" for p, _ in _PREFIXES) + ") in the body"
 
 
 def _forced_hint(body: str) -> str:
     """The likely cause when the forced engine's series are missing from a body that has its server's."""
-    return ": " + _STATS_OFF if any(_has(body, name) for name in _SERVER_ONLY) else ""
+    return ": " + _STATS_OFF if _server_only(body) else ""
