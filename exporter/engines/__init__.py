@@ -103,7 +103,9 @@ _RUNTIME = ("process_", "python_")
 
 
 def _engine_series(name: str) -> bool:
-    return not name.startswith(_RUNTIME)
+    """Whether a series speaks of the engine's load: not its runtime's, not a startup `*_info` series (a
+    configuration, written before any request: trtllm-serve's `trtllm_model_config_info`)."""
+    return not name.startswith(_RUNTIME) and not name.endswith("_info")
 
 
 #: Bodies that are not an engine's, and what to scrape instead: a metrics name prefix (at a line's start)
@@ -124,8 +126,12 @@ _NOT_ENGINES = (
 _SERVER_ONLY = ("http_requests_total", "python_info")
 _STATS_OFF = ("is stats logging disabled (vLLM --disable-log-stats) or metrics not enabled "
               "(SGLang --enable-metrics)?")
-_EMPTY = ("empty body: an idle TGI before v2.3.1 serves an empty body until its first request; the annotation "
-          "`keda-llm.io/engine: tgi` (a target's `engine: tgi`) reads it as idle")
+_EMPTY = ("empty body: an idle TGI before v2.3.1, or trtllm-serve, serves an empty body until its first request; "
+          "the annotation `keda-llm.io/engine: tgi` or `trtllm` (a target's `engine:`) reads it as idle")
+#: trtllm-serve's prefix on series that are all configuration: its load series come with the first request.
+_TRTLLM_INFO_ONLY = ("trtllm-serve with no load series yet (only its `*_info` series): they appear from its first "
+                     "request; the annotation `keda-llm.io/engine: trtllm` (a target's `engine: trtllm`) reads it "
+                     "as idle")
 
 
 def _has(body: str, prefix: str) -> bool:
@@ -145,6 +151,8 @@ def _unknown(body: str) -> str:
             return why
     if not any(line.strip() and not line.lstrip().startswith("#") for line in body.splitlines()):
         return _EMPTY
+    if (_has(body, "trtllm_") or _has(body, "trtllm:")) and not parse(body, _engine_series):
+        return _TRTLLM_INFO_ONLY
     if _server_only(body):
         return "no engine series: " + _STATS_OFF
     return "no metric of a known engine (" + ", ".join(p + "*" for p, _ in _PREFIXES) + ") in the body"

@@ -40,6 +40,18 @@ WANTED = frozenset({REQUESTS, KV_BLOCKS, INPUT_TOKENS + "_sum", OUTPUT_TOKENS + 
                     OUTPUT_TOKENS + "_count"}) | trtllm_serve.WANTED
 
 
+def idle(target: Target) -> list[EngineMetrics]:
+    """A forced trtllm target whose body holds no load series: trtllm-serve before its first request. Its
+    collector's series all carry labels, and a labelled series is written from its first observation
+    (tensorrt_llm/metrics/collector.py; the registry is multiprocess, so no runtime series either): the body is
+    empty, or holds only the startup `*_info` series of newer collectors. Its counters are then 0, true even
+    while a first request is in flight (they count finished ones); running and waiting stay missing, since
+    <= 1.1.x never writes them and an empty body cannot tell idle from a first request under way."""
+    return [EngineMetrics(engine=NAME, model=target.model or "unknown", role=target.role or "unified",
+                          requests_max_running=target.max_running, prompt_tokens_total=0.0,
+                          generation_tokens_total=0.0, requests_finished_total=0.0)]
+
+
 def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:
     if trtllm_serve.ours(samples) or not any(s.name.startswith(TRITON_PREFIX) for s in samples):
         return trtllm_serve.normalize([s for s in samples if s.name in trtllm_serve.WANTED], target, NAME)

@@ -1,6 +1,6 @@
 """Bodies an engine serves that the adapters once misread or refused without saying why: an idle old TGI, an
-engine with its metrics switched off, trtllm-serve before its `trtllm_` prefix, and the vLLM production-stack
-router (a pool, not a replica). Each test failed before its fix."""
+engine with its metrics switched off, trtllm-serve before its `trtllm_` prefix and before its first request,
+and the vLLM production-stack router (a pool, not a replica). Each test failed before its fix."""
 
 from __future__ import annotations
 
@@ -184,6 +184,38 @@ def test_a_prefixed_engine_wins_over_bare_names() -> None:
     assert normalize(triton + TRTLLM_1_1, T) == normalize(triton, T)
 
 
+# --- trtllm-serve before its first request: no load series ------------------------------------------------
+
+# tensorrt_llm/metrics/collector.py: every series is labelled, and a labelled series is written from its first
+# observation; openai_server.py mounts /prometheus/metrics on a multiprocess registry (no runtime series). Newer
+# collectors write `trtllm_*_config_info` once at startup (`log_config_info`).
+TRTLLM = Target(url="u", engine="trtllm", model="m")
+CONFIG_INFO = ('# TYPE trtllm_model_config_info gauge\n'
+               'trtllm_model_config_info{engine_type="undefined",model_name="undefined",dtype="bfloat16"} 1.0\n')
+
+
+@pytest.mark.parametrize("body", ["", "\n", CONFIG_INFO, PYTHON_ONLY], ids=["empty", "blank", "config-info",
+                                                                        "runtime-only"])
+def test_idle_trtllm_serve_forced_reads_no_request_finished_yet(body: str) -> None:
+    got = one(body, TRTLLM)
+    assert (got.engine, got.model, got.requests_finished_total, got.prompt_tokens_total) == ("trtllm", "m", 0, 0)
+    # an empty body cannot tell idle from a first request in flight: running and waiting are not claimed
+    assert (got.requests_running, got.requests_waiting, got.kv_cache_usage_ratio) == (None, None, None)
+
+
+def test_idle_trtllm_serve_detected_says_how_to_read_it() -> None:
+    assert "keda-llm.io/engine: trtllm" in refused(CONFIG_INFO)
+    assert "trtllm-serve" in refused("") and "`trtllm`" in refused("")
+
+
+def test_forcing_trtllm_reads_neither_triton_nor_another_engine_as_idle() -> None:
+    triton_idle = "".join(line for line in engine_body("composed-triton-trtllm.prom").splitlines(keepends=True)
+                          if "nv_trt_llm_" not in line)  # Triton's own series only: a backend with none
+    assert "no trtllm metrics" in refused(triton_idle, TRTLLM)
+    assert "no trtllm metrics" in refused(engine_body("vllm-0.32.0-cpu-load.prom"), TRTLLM)
+    assert "no trtllm metrics" in refused(_stats_off(), TRTLLM)
+
+
 # --- the vLLM production-stack router: a pool, not a replica -------------------------------------------------
 
 # vllm-project/production-stack src/vllm_router/services/metrics_service/__init__.py: per-backend gauges under
@@ -226,7 +258,7 @@ def test_the_new_bodies_mutated_raise_only_the_documented_errors() -> None:
     """scripts/fuzz_exporter.py's generator and promise, seeded with this file's bodies (its corpus is the
     bundled fixtures): detected and with every engine forced."""
     fuzz = load_script("fuzz_exporter")
-    sources = [b.splitlines() or [""] for b in ("", PYTHON_ONLY, _stats_off(), TRTLLM_1_1, ROUTER)]
+    sources = [b.splitlines() or [""] for b in ("", PYTHON_ONLY, _stats_off(), TRTLLM_1_1, CONFIG_INFO, ROUTER)]
     bodies = fuzz.bodies(random.Random(20261203), sources)
     failures = []
     for n in range(6000):
