@@ -46,13 +46,16 @@ _tls: ssl.SSLContext | None = None
 
 
 class FetchError(Exception):
-    """The GET failed; `reason` says which way. `status` is set for http_status."""
+    """The GET failed; `reason` says which way. `status` and `body_prefix` (at most ERROR_PREFIX_BYTES of
+    the refused answer, for a caller that shows what the peer said) are set for http_status."""
 
-    def __init__(self, reason: FetchReason, message: str, status: int | None = None) -> None:
+    def __init__(self, reason: FetchReason, message: str, status: int | None = None,
+                 body_prefix: bytes = b"") -> None:
         super().__init__(f"{reason}: {message}")
         self.reason: FetchReason = reason
         self.message = message
         self.status = status
+        self.body_prefix = body_prefix
 
 
 def fetch(
@@ -90,7 +93,8 @@ def fetch(
         if on_headers is not None:
             on_headers(resp.getheader)
         if resp.status not in ok_statuses:
-            raise FetchError("http_status", f"HTTP {resp.status}: {_prefix(resp)!r}", resp.status)
+            said = _prefix(resp)
+            raise FetchError("http_status", f"HTTP {resp.status}: {said!r}", resp.status, said)
         length = resp.getheader("Content-Length")
         if length is not None and length.isdigit() and int(length) > max_bytes:
             raise FetchError("too_large", f"Content-Length {length} > {max_bytes} bytes")

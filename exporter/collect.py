@@ -15,7 +15,6 @@ The layers, from the edge inwards:
 
 from __future__ import annotations
 
-import ast
 import gzip
 import json
 import logging
@@ -73,17 +72,8 @@ _SAID_CHARS = 200
 def _refusal(e: FetchError) -> str:
     """"HTTP <code>", with what the answer says where its first line is readable text: an engine's own hint
     reaches the user (llama.cpp without `--metrics` answers 501 "... Start it with `--metrics`")."""
-    said = _first_line(_answer_prefix(e.message))
+    said = _first_line(e.body_prefix)
     return f"HTTP {e.status}: {said}" if said else f"HTTP {e.status}"
-
-
-def _answer_prefix(message: str) -> bytes:
-    """The start of the refused body, from httpget's message `HTTP <code>: <repr of the bytes>`; b"" if none."""
-    try:
-        prefix = ast.literal_eval(message.partition(": ")[2])
-    except (ValueError, SyntaxError):
-        return b""
-    return prefix if isinstance(prefix, bytes) else b""
 
 
 def _first_line(prefix: bytes) -> str:

@@ -38,6 +38,7 @@ from keda_llm.simulator.workload.traces import (
     load_jsonl,
     load_minutes_csv,
     load_shipped,
+    match_fields,
 )
 
 #: friendlier names for the shipped traces
@@ -209,8 +210,9 @@ def _columns(args: argparse.Namespace, path: Path, jsonl: bool) -> tuple[str, st
     if any(flags[k] is not None for k in ("time_column", "prompt_column", "output_column")):
         return given  # the user named the columns
     fields = file_fields(path, jsonl)
-    if {given[0], given[1], given[2]} <= set(fields):
-        return given
+    spelled = match_fields(fields, given[:3])  # the default names, case aside (`Timestamp`)
+    if spelled is not None:
+        return spelled[0], spelled[1], spelled[2], given[3], given[4]
     layout = detect_layout(fields)
     if layout is None:
         return given  # the loader names the missing column, and the hint the flags

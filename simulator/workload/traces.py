@@ -17,7 +17,7 @@ import math
 import re
 import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Literal
 
@@ -472,9 +472,27 @@ def _numbered(fh: IO[str], at: list[int]) -> Iterator[str]:
         yield text
 
 
+_MISSING = object()
+
+
+def _field(obj: dict[str, object], key: str) -> object:
+    """obj[key]; where there is no such key, the value at its dotted path (`usage.prompt_tokens`: the token
+    counts of an OpenAI-compatible answer sit in its `usage` object); _MISSING where neither is there."""
+    if key in obj:
+        return obj[key]
+    if "." not in key:
+        return _MISSING
+    value: object = obj
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return _MISSING
+        value = value[part]
+    return value
+
+
 def load_jsonl(path: str | Path, time_key: str, prompt_key: str, output_key: str, time_unit: TimeUnit = "s",
                hash_key: str | None = None, name: str | None = None, sort: bool = False) -> Trace:
-    """Any JSON-lines file: one object per line."""
+    """Any JSON-lines file: one object per line; a key may be a dotted path into nested objects (`_field`)."""
     p = Path(path)
     lines: list[int] = []
     times: list[float] = []
@@ -495,17 +513,22 @@ def load_jsonl(path: str | Path, time_key: str, prompt_key: str, output_key: str
                 raise TraceError(f"{p}: line {line}: not a request: JSON nested too deeply") from None
             if not isinstance(obj, dict):
                 raise TraceError(f"{p}: line {line}: not a JSON object")
-            for key in (time_key, prompt_key, output_key, *([hash_key] if hash_key else [])):
-                if key not in obj:
-                    raise TraceError(f"{p}: line {line}: missing field {key!r}")
+            tv = obj[time_key] if time_key in obj else _field(obj, time_key)
+            pv = obj[prompt_key] if prompt_key in obj else _field(obj, prompt_key)
+            ov = obj[output_key] if output_key in obj else _field(obj, output_key)
+            hv = _field(obj, hash_key) if hash_key else None
+            if tv is _MISSING or pv is _MISSING or ov is _MISSING or hv is _MISSING:
+                key = next(k for k, v in ((time_key, tv), (prompt_key, pv), (output_key, ov), (hash_key, hv))
+                           if v is _MISSING)
+                raise TraceError(f"{p}: line {line}: missing field {key!r}")
             if len(lines) == MAX_REQUESTS:
                 raise TraceError(f"{p}: line {line}: more than {MAX_REQUESTS:,} requests (cut the file)")
             lines.append(line)
-            times.append(_time(p, line, time_key, obj[time_key], time_unit))
-            prompts.append(_token(p, line, prompt_key, obj[prompt_key]))
-            outputs.append(_token(p, line, output_key, obj[output_key]))
+            times.append(_time(p, line, time_key, tv, time_unit))
+            prompts.append(_token(p, line, prompt_key, pv))
+            outputs.append(_token(p, line, output_key, ov))
             if hashes is not None and hash_key:
-                hs = obj[hash_key]
+                hs = hv
                 if not isinstance(hs, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in hs):
                     raise TraceError(f"{p}: line {line}, column {hash_key}: not a list of integers")
                 if not all(_INT64_MIN <= h <= _UINT64_MAX for h in hs):
@@ -546,7 +569,19 @@ LAYOUTS = (
     # a gateway's log of OpenAI-compatible answers: the `usage` object's names, Unix seconds
     Layout("OpenAI usage", "timestamp", "prompt_tokens", "completion_tokens", "s"),
     Layout("OpenAI usage", "created", "prompt_tokens", "completion_tokens", "s"),
+    # the answers themselves, one chat.completion object per line: `usage` nested as the API returns it
+    Layout("OpenAI usage", "created", "usage.prompt_tokens", "usage.completion_tokens", "s"),
+    # the Batch API's output file: each answer under response.body
+    Layout("the OpenAI Batch output", "response.body.created", "response.body.usage.prompt_tokens",
+           "response.body.usage.completion_tokens", "s"),
+    # LiteLLM proxy's spend logs exported from its database (LiteLLM_SpendLogs: startTime, prompt_tokens,
+    # completion_tokens; github.com/BerriAI/litellm, schema.prisma)
+    Layout("the LiteLLM spend log", "startTime", "prompt_tokens", "completion_tokens", "datetime"),
 )
+
+#: How deep file_fields names a JSON line's nested fields, and at most how many names it lists.
+_FIELD_DEPTH = 4
+_MOST_FIELDS = 1000
 
 
 def file_fields(path: str | Path, jsonl: bool) -> list[str]:
@@ -563,14 +598,57 @@ def file_fields(path: str | Path, jsonl: bool) -> list[str]:
                 obj = json.loads(text)
             except (ValueError, RecursionError):  # JSONDecodeError, or an integer past 4,300 digits
                 return []
-            return [str(k) for k in obj] if isinstance(obj, dict) else []
+            return _paths(obj) if isinstance(obj, dict) else []
     return []
 
 
-def detect_layout(fields: list[str]) -> Layout | None:
-    """The first of LAYOUTS whose time, prompt and output columns are all among `fields`."""
+def _paths(obj: dict[str, object]) -> list[str]:
+    """`obj`'s keys, then its nested objects' fields as dotted paths (`usage.prompt_tokens`), breadth first,
+    at most _FIELD_DEPTH deep and _MOST_FIELDS in all."""
+    names: list[str] = []
+    level: list[tuple[str, dict[str, object]]] = [("", obj)]
+    for _ in range(_FIELD_DEPTH):
+        deeper: list[tuple[str, dict[str, object]]] = []
+        for prefix, o in level:
+            for k, v in o.items():
+                if len(names) == _MOST_FIELDS:
+                    return names
+                names.append(prefix + str(k))
+                if isinstance(v, dict):
+                    deeper.append((f"{prefix}{k}.", v))
+        level = deeper
+    return names
+
+
+def match_fields(fields: list[str], wanted: Sequence[str]) -> tuple[str, ...] | None:
+    """Each of `wanted` as `fields` spell it: the same name, else the one field that differs from it only in
+    case (`Timestamp` for `timestamp`); None where one is missing or two fields match it."""
     have = set(fields)
-    return next((lay for lay in LAYOUTS if {lay.time, lay.prompt, lay.output} <= have), None)
+    folded: dict[str, list[str]] = {}
+    for f in fields:
+        folded.setdefault(f.casefold(), []).append(f)
+    found = []
+    for name in wanted:
+        if name in have:
+            found.append(name)
+            continue
+        same = folded.get(name.casefold(), [])
+        if len(same) != 1:
+            return None
+        found.append(same[0])
+    return tuple(found)
+
+
+def detect_layout(fields: list[str]) -> Layout | None:
+    """The first of LAYOUTS whose time, prompt and output columns are all among `fields` (case aside), with
+    the names as the file spells them."""
+    for lay in LAYOUTS:
+        names = match_fields(fields, (lay.time, lay.prompt, lay.output))
+        if names is not None:
+            hashes = match_fields(fields, (lay.hashes,)) if lay.hashes else None
+            return replace(lay, time=names[0], prompt=names[1], output=names[2],
+                           hashes=hashes[0] if hashes else lay.hashes)
+    return None
 
 
 # -- the shipped traces ---------------------------------------------------------------------------

@@ -175,6 +175,7 @@ def test_a_refused_status_reads_only_the_start_of_its_body(drips: list[DripServe
         fetch(url, timeout=60.0, max_bytes=1 << 30)
     assert (err.value.reason, err.value.status) == ("http_status", 500)
     assert err.value.message == f"HTTP 500: {b'e' * ERROR_PREFIX_BYTES!r}"
+    assert err.value.body_prefix == b"e" * ERROR_PREFIX_BYTES  # the bytes themselves, for a caller to show
 
 
 def test_a_refused_status_whose_body_stalls_is_still_http_status(drips: list[DripServer]) -> None:

@@ -1,5 +1,6 @@
-"""A user's copy of a public trace reads without naming its columns: the Azure traces, BurstGPT, Mooncake
-and a gateway's OpenAI `usage` log, each in its publisher's own column names and time unit."""
+"""A user's copy of a public trace reads without naming its columns: the Azure traces, BurstGPT, Mooncake,
+a gateway's OpenAI `usage` log (flat or as the API nests it), the OpenAI Batch output and LiteLLM's spend
+logs, each in its publisher's own column names and time unit, whatever the case of the names."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 from fuzzing import mutate_text
 
-from keda_llm.simulator.cli import add_trace_arguments, load_trace
+from keda_llm.simulator.cli import SpanError, add_trace_arguments, load_trace
 from keda_llm.simulator.workload.traces import DATA, TraceError, load_shipped
 
 
@@ -66,6 +67,68 @@ def test_a_gateway_log_with_openai_usage_names(tmp_path: Path) -> None:
     assert tr.arrival_s.tolist() == [0.0, 2.0] and tr.output_tokens.tolist() == [7, 9]
 
 
+def test_openai_answers_with_usage_nested_as_the_api_returns_it(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "answers.jsonl"
+    rows = [{"id": "chatcmpl-1", "object": "chat.completion", "created": 1764500000, "model": "m",
+             "choices": [{"index": 0, "finish_reason": "stop"}],
+             "usage": {"prompt_tokens": 30, "completion_tokens": 7, "total_tokens": 37}},
+            {"id": "chatcmpl-2", "object": "chat.completion", "created": 1764500003, "model": "m",
+             "choices": [], "usage": {"prompt_tokens": 41, "completion_tokens": 0, "total_tokens": 41}}]
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tr = load_trace(_args("--trace", str(f)))
+    assert tr.arrival_s.tolist() == [0.0, 3.0]
+    assert tr.prompt_tokens.tolist() == [30, 41] and tr.output_tokens.tolist() == [7, 0]
+    assert "created (s), usage.prompt_tokens, usage.completion_tokens" in capsys.readouterr().err
+    named = load_trace(_args("--trace", str(f), "--time-column", "created", "--prompt-column", "usage.total_tokens",
+                             "--output-column", "usage.completion_tokens"))  # a flag names a nested field
+    assert named.prompt_tokens.tolist() == [37, 41]
+    # a line whose answer carries no usage (a failed call) is named, not read as zero tokens
+    f.write_text(json.dumps(rows[0]) + "\n" + json.dumps({"created": 1764500009, "error": {"message": "x"}}) + "\n")
+    with pytest.raises(TraceError, match=r"line 2: missing field 'usage.prompt_tokens'"):
+        load_trace(_args("--trace", str(f)))
+
+
+def test_the_openai_batch_output_reads_each_answer_under_its_response_body(tmp_path: Path) -> None:
+    f = tmp_path / "batch_output.jsonl"
+    rows = [{"id": f"batch_req_{i}", "custom_id": f"r{i}", "error": None,
+             "response": {"status_code": 200, "request_id": "x",
+                          "body": {"object": "chat.completion", "created": 1764500000 + 5 * i,
+                                   "usage": {"prompt_tokens": 100 + i, "completion_tokens": 10 * i}}}}
+            for i in range(3)]
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tr = load_trace(_args("--trace", str(f)))
+    assert tr.arrival_s.tolist() == [0.0, 5.0, 10.0]
+    assert tr.prompt_tokens.tolist() == [100, 101, 102] and tr.output_tokens.tolist() == [0, 10, 20]
+
+
+def test_litellm_spend_logs_exported_from_its_database(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "spend_logs.csv"  # as psql's \copy writes LiteLLM_SpendLogs: a zone on each time
+    f.write_text('request_id,call_type,spend,total_tokens,prompt_tokens,completion_tokens,"startTime","endTime",model\n'
+                 "a,acompletion,0.1,130,100,30,2026-11-24 10:00:00.250+00,2026-11-24 10:00:02+00,m\n"
+                 "b,acompletion,0.1,60,50,10,2026-11-24 11:00:01.250+01,2026-11-24 11:00:03+01,m\n")
+    tr = load_trace(_args("--trace", str(f)))
+    assert tr.arrival_s.tolist() == [0.0, 1.0]  # 11:00 at +01 is 10:00 UTC
+    assert tr.prompt_tokens.tolist() == [100, 50] and tr.output_tokens.tolist() == [30, 10]
+    assert "the LiteLLM spend log's columns: startTime (date-time)" in capsys.readouterr().err
+
+
+def test_names_read_whatever_their_case(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "upper.csv"  # the default names as a spreadsheet capitalised them
+    f.write_text("Timestamp,Prompt_Tokens,OUTPUT_TOKENS\n0,1,2\n4,3,5\n")
+    tr = load_trace(_args("--trace", str(f)))
+    assert tr.arrival_s.tolist() == [0.0, 4.0] and tr.output_tokens.tolist() == [2, 5]
+    g = tmp_path / "azure.csv"  # a public layout in other case
+    g.write_text("timestamp,contexttokens,generatedtokens\n2023-11-16 18:17:03.0,100,200\n"
+                 "2023-11-16 18:17:04.5,300,400\n")
+    assert load_trace(_args("--trace", str(g))).arrival_s.tolist() == [0.0, 1.5]
+    assert "TIMESTAMP" not in capsys.readouterr().err.replace("timestamp", "")  # the file's own spelling is said
+    two = tmp_path / "two.csv"  # two columns that differ only in case: which is meant is not guessed
+    two.write_text("timestamp,prompt_tokens,Output_Tokens,output_tokens2,OUTPUT_TOKENS\n0,1,2,3,4\n")
+    with pytest.raises(TraceError, match="missing column 'output_tokens'"):
+        load_trace(_args("--trace", str(two)))
+
+
 def test_flags_win_over_a_layout_and_the_default_names_win_over_both(tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     f = tmp_path / "both.csv"  # the default names and Azure's, with different values
@@ -112,7 +175,11 @@ def test_fuzz_files_in_a_public_layout_give_a_trace_or_a_trace_error(tmp_path: P
                        "5,ChatGPT,472,18,490,Conversation log\n45,GPT-4,1087,0,1087,API log\n"],
               ".jsonl": ['{"timestamp": 0, "input_length": 6758, "output_length": 500, "hash_ids": [0, 1]}\n'
                          '{"timestamp": 3000, "input_length": 12, "output_length": 2, "hash_ids": [2]}\n',
-                         '{"created": 1764500000, "prompt_tokens": 30, "completion_tokens": 7}\n']}
+                         '{"created": 1764500000, "prompt_tokens": 30, "completion_tokens": 7}\n',
+                         '{"created": 1764500000, "usage": {"prompt_tokens": 30, "completion_tokens": 7}}\n'
+                         '{"created": 1764500001, "usage": {"prompt_tokens": 9, "completion_tokens": 1}}\n',
+                         '{"response": {"body": {"created": 1764500000, "usage": {"prompt_tokens": 3, '
+                         '"completion_tokens": 1}}}}\n']}
     rng = random.Random(20261130)
     outcomes = {"trace": 0, "error": 0}
     for n in range(3000):
@@ -123,6 +190,6 @@ def test_fuzz_files_in_a_public_layout_give_a_trace_or_a_trace_error(tmp_path: P
             load_trace(_args("--trace", str(path)))
             outcomes["trace"] += 1
         except TraceError as err:
-            assert str(path) in str(err) or "no request" in str(err)
+            assert str(path) in str(err) or "no request" in str(err) or isinstance(err, SpanError)
             outcomes["error"] += 1
     assert outcomes["trace"] > 100 and outcomes["error"] > 1000  # the mutations reach both paths
