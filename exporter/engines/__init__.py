@@ -79,7 +79,7 @@ def normalize(body: str, target: Target) -> list[EngineMetrics]:
             raise ScrapeError("unknown_engine", f"engine {target.engine!r} is not one of {', '.join(ENGINE_NAMES)}")
         samples = parse(body, adapter.wanted.__contains__)
         if not any(s.name.startswith(adapter.prefixes) or adapter.unprefixed(s) for s in samples):
-            if adapter.idle is not None and not parse(body, _engine_series):
+            if adapter.idle is not None and not parse(body, _load_series(adapter.name)):
                 return adapter.idle(target)
             raise ScrapeError("unknown_engine", f"no {adapter.name} metrics ("
                               + ", ".join(p + "*" for p in adapter.prefixes) + ") in the body" + _forced_hint(body))
@@ -103,9 +103,21 @@ _RUNTIME = ("process_", "python_")
 
 
 def _engine_series(name: str) -> bool:
-    """Whether a series speaks of the engine's load: not its runtime's, not a startup `*_info` series (a
-    configuration, written before any request: trtllm-serve's `trtllm_model_config_info`)."""
-    return not name.startswith(_RUNTIME) and not name.endswith("_info")
+    return not name.startswith(_RUNTIME)
+
+
+def _trtllm_config(name: str) -> bool:
+    """trtllm-serve's startup configuration series (`trtllm_model_config_info`, ...: `log_config_info`),
+    written before any request: they say nothing of its load."""
+    return name.startswith(("trtllm_", "trtllm:")) and name.endswith("_config_info")
+
+
+def _load_series(engine: str) -> Callable[[str], bool]:
+    """Whether a series in a body forced to `engine` may speak of its load: not the runtime's, and for trtllm
+    not its configuration (under another engine those are a mislabelled trtllm-serve, never an idle body)."""
+    if engine == trtllm.NAME:
+        return lambda name: _engine_series(name) and not _trtllm_config(name)
+    return _engine_series
 
 
 #: Bodies that are not an engine's, and what to scrape instead: a metrics name prefix (at a line's start)
@@ -151,7 +163,7 @@ def _unknown(body: str) -> str:
             return why
     if not any(line.strip() and not line.lstrip().startswith("#") for line in body.splitlines()):
         return _EMPTY
-    if (_has(body, "trtllm_") or _has(body, "trtllm:")) and not parse(body, _engine_series):
+    if (_has(body, "trtllm_") or _has(body, "trtllm:")) and not parse(body, _load_series(trtllm.NAME)):
         return _TRTLLM_INFO_ONLY
     if _server_only(body):
         return "no engine series: " + _STATS_OFF

@@ -44,12 +44,12 @@ def idle(target: Target) -> list[EngineMetrics]:
     """A forced trtllm target whose body holds no load series: trtllm-serve before its first request. Its
     collector's series all carry labels, and a labelled series is written from its first observation
     (tensorrt_llm/metrics/collector.py; the registry is multiprocess, so no runtime series either): the body is
-    empty, or holds only the startup `*_info` series of newer collectors. Its counters are then 0, true even
-    while a first request is in flight (they count finished ones); running and waiting stay missing, since
-    <= 1.1.x never writes them and an empty body cannot tell idle from a first request under way."""
+    empty, or holds only the startup `*_config_info` series of newer collectors. Its finished count is then 0,
+    true even while a first request is in flight; the rest stays missing: <= 1.1.x never writes running,
+    waiting or token counters (a 0 now would turn to missing later), and an empty body cannot tell idle from a
+    first request under way."""
     return [EngineMetrics(engine=NAME, model=target.model or "unknown", role=target.role or "unified",
-                          requests_max_running=target.max_running, prompt_tokens_total=0.0,
-                          generation_tokens_total=0.0, requests_finished_total=0.0)]
+                          requests_max_running=target.max_running, requests_finished_total=0.0)]
 
 
 def normalize(samples: list[Sample], target: Target) -> list[EngineMetrics]:

@@ -198,14 +198,22 @@ CONFIG_INFO = ('# TYPE trtllm_model_config_info gauge\n'
                                                                         "runtime-only"])
 def test_idle_trtllm_serve_forced_reads_no_request_finished_yet(body: str) -> None:
     got = one(body, TRTLLM)
-    assert (got.engine, got.model, got.requests_finished_total, got.prompt_tokens_total) == ("trtllm", "m", 0, 0)
-    # an empty body cannot tell idle from a first request in flight: running and waiting are not claimed
+    assert (got.engine, got.model, got.requests_finished_total) == ("trtllm", "m", 0)
+    # an empty body cannot tell idle from a first request in flight, and <= 1.1.x never writes token counters:
+    # nothing else is claimed
     assert (got.requests_running, got.requests_waiting, got.kv_cache_usage_ratio) == (None, None, None)
+    assert (got.prompt_tokens_total, got.generation_tokens_total) == (None, None)
 
 
 def test_idle_trtllm_serve_detected_says_how_to_read_it() -> None:
     assert "keda-llm.io/engine: trtllm" in refused(CONFIG_INFO)
     assert "trtllm-serve" in refused("") and "`trtllm`" in refused("")
+
+
+def test_only_trtllm_serves_config_series_read_as_no_load() -> None:
+    # OpenTelemetry's target_info, or trtllm-serve's config series under a wrong `engine: tgi`: not an idle TGI
+    assert "no tgi metrics" in refused('target_info{service_name="x"} 1\n', TGI)
+    assert "no tgi metrics" in refused(CONFIG_INFO, TGI)
 
 
 def test_forcing_trtllm_reads_neither_triton_nor_another_engine_as_idle() -> None:
