@@ -31,6 +31,7 @@ from keda_llm.simulator.workload.traces import (
     TimeUnit,
     Trace,
     TraceError,
+    ambiguous,
     detect_layout,
     file_fields,
     is_minutes_csv,
@@ -199,6 +200,20 @@ READING_DEFAULTS: dict[str, str | None] = {"time_column": "timestamp", "prompt_c
                                            "output_column": "output_tokens", "time_unit": "s", "hash_column": None}
 
 
+_COLUMN_FLAGS = ("time_column", "prompt_column", "output_column")
+
+
+def _spelled(path: Path, fields: list[str], name: str, i: int) -> str:
+    """`name` as the file spells it (case aside); TraceError where two of its columns match it apart from case."""
+    two = ambiguous(fields, name)
+    if two:
+        flag = "--" + _COLUMN_FLAGS[i].replace("_", "-")
+        raise TraceError(f"{path}: columns {', '.join(repr(f) for f in two)} all match {name!r} apart from case: "
+                         f"{flag} names the one to read")
+    got = match_fields(fields, (name,))
+    return got[0] if got else name
+
+
 def _columns(args: argparse.Namespace, path: Path, jsonl: bool) -> tuple[str, str, str, TimeUnit, str | None]:
     """(time, prompt, output column, time unit, hash column) for a request file: the flags given, the others'
     defaults; or, where no column flag is given and the file lacks the default names, a public trace's layout
@@ -207,14 +222,19 @@ def _columns(args: argparse.Namespace, path: Path, jsonl: bool) -> tuple[str, st
     chosen = {k: v if v is not None else READING_DEFAULTS[k] for k, v in flags.items()}
     given = (str(chosen["time_column"]), str(chosen["prompt_column"]), str(chosen["output_column"]),
              cast(TimeUnit, chosen["time_unit"]), chosen["hash_column"])
-    if any(flags[k] is not None for k in ("time_column", "prompt_column", "output_column")):
-        return given  # the user named the columns
     fields = file_fields(path, jsonl)
+    named = [flags[k] is not None for k in _COLUMN_FLAGS]
+    if any(named):  # the user named columns: those as named, the others' default names case aside
+        names = given[:3]
+        cols = [names[i] if named[i] else _spelled(path, fields, names[i], i) for i in range(3)]
+        return cols[0], cols[1], cols[2], given[3], given[4]
     spelled = match_fields(fields, given[:3])  # the default names, case aside (`Timestamp`)
     if spelled is not None:
         return spelled[0], spelled[1], spelled[2], given[3], given[4]
     layout = detect_layout(fields)
     if layout is None:
+        for i, name in enumerate(given[:3]):
+            _spelled(path, fields, name, i)  # two columns that both match a default name are said
         return given  # the loader names the missing column, and the hint the flags
     unit = cast(TimeUnit, flags["time_unit"]) if flags["time_unit"] is not None else layout.unit
     hashes = flags["hash_column"] if flags["hash_column"] is not None else (
@@ -272,6 +292,11 @@ def input_hint(err: Exception, prog: str) -> str:
         return f"give a shipped trace ({', '.join(TRACE_NAMES)}) or the path of a CSV/JSONL/per-minute file"
     if "a per-minute history needs" in text:
         return f"a per-minute history's columns are named {', '.join(MINUTE_COLUMNS)}: rename them in the file"
+    if "apart from case" in text:
+        return "name the column to read with its flag (--time-column, --prompt-column, --output-column)"
+    if "missing field" in text and "the lines before have it" in text:
+        return ("a line past the first lacks the field (a failed call logged with no `usage`?): remove such lines, "
+                "or name other fields with --time-column/--prompt-column/--output-column")
     if "missing column" in text or "missing field" in text:
         return ("name your columns with --time-column/--prompt-column/--output-column, or use --format minutes "
                 f"for a per-minute history ({', '.join(MINUTE_COLUMNS)})")

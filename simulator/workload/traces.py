@@ -520,7 +520,8 @@ def load_jsonl(path: str | Path, time_key: str, prompt_key: str, output_key: str
             if tv is _MISSING or pv is _MISSING or ov is _MISSING or hv is _MISSING:
                 key = next(k for k, v in ((time_key, tv), (prompt_key, pv), (output_key, ov), (hash_key, hv))
                            if v is _MISSING)
-                raise TraceError(f"{p}: line {line}: missing field {key!r}")
+                raise TraceError(f"{p}: line {line}: missing field {key!r}"
+                                 + (" (the lines before have it)" if lines else ""))
             if len(lines) == MAX_REQUESTS:
                 raise TraceError(f"{p}: line {line}: more than {MAX_REQUESTS:,} requests (cut the file)")
             lines.append(line)
@@ -579,15 +580,20 @@ LAYOUTS = (
     Layout("the LiteLLM spend log", "startTime", "prompt_tokens", "completion_tokens", "datetime"),
 )
 
-#: How deep file_fields names a JSON line's nested fields, and at most how many names it lists.
+#: How deep file_fields names a JSON line's nested fields, at most how many names it lists of one line, and
+#: how many lines it reads (a first line that is a failed call, with no `usage`, hides no layout).
 _FIELD_DEPTH = 4
 _MOST_FIELDS = 1000
+_FIELD_LINES = 20
 
 
 def file_fields(path: str | Path, jsonl: bool) -> list[str]:
-    """A CSV's header names (after `#` comments) or a JSON-lines file's first object's keys; [] when
-    there are none to read (the loader then says what is wrong)."""
+    """A CSV's header names (after `#` comments), or the fields of a JSON-lines file's first _FIELD_LINES
+    objects (keys, nested fields as dotted paths, and every layout's path that the object has); [] when there
+    are none to read (the loader then says what is wrong)."""
     p = Path(path)
+    names: dict[str, None] = {}
+    seen = 0
     with _open(p) as fh:
         for text in fh:
             if text.startswith("#") or not text.strip():
@@ -597,9 +603,16 @@ def file_fields(path: str | Path, jsonl: bool) -> list[str]:
             try:
                 obj = json.loads(text)
             except (ValueError, RecursionError):  # JSONDecodeError, or an integer past 4,300 digits
-                return []
-            return _paths(obj) if isinstance(obj, dict) else []
-    return []
+                break
+            if not isinstance(obj, dict):
+                break
+            names.update(dict.fromkeys(_paths(obj)))
+            names.update(dict.fromkeys(f for lay in LAYOUTS for f in (lay.time, lay.prompt, lay.output, lay.hashes)
+                                       if f and _field(obj, f) is not _MISSING))  # past _MOST_FIELDS too
+            seen += 1
+            if seen == _FIELD_LINES:
+                break
+    return list(names)
 
 
 def _paths(obj: dict[str, object]) -> list[str]:
@@ -618,6 +631,15 @@ def _paths(obj: dict[str, object]) -> list[str]:
                     deeper.append((f"{prefix}{k}.", v))
         level = deeper
     return names
+
+
+def ambiguous(fields: list[str], name: str) -> list[str]:
+    """The fields that match `name` apart from case where it is not one of them and more than one does
+    (`TIMESTAMP` and `Timestamp` for `timestamp`); [] otherwise."""
+    if name in fields:
+        return []
+    same = [f for f in dict.fromkeys(fields) if f.casefold() == name.casefold()]
+    return same if len(same) > 1 else []
 
 
 def match_fields(fields: list[str], wanted: Sequence[str]) -> tuple[str, ...] | None:
@@ -640,8 +662,12 @@ def match_fields(fields: list[str], wanted: Sequence[str]) -> tuple[str, ...] | 
 
 
 def detect_layout(fields: list[str]) -> Layout | None:
-    """The first of LAYOUTS whose time, prompt and output columns are all among `fields` (case aside), with
-    the names as the file spells them."""
+    """The first of LAYOUTS whose time, prompt and output columns are all among `fields`; else the first whose
+    columns are there apart from case, with the names as the file spells them."""
+    have = set(fields)
+    exact = next((lay for lay in LAYOUTS if {lay.time, lay.prompt, lay.output} <= have), None)
+    if exact is not None:
+        return exact
     for lay in LAYOUTS:
         names = match_fields(fields, (lay.time, lay.prompt, lay.output))
         if names is not None:
@@ -775,13 +801,13 @@ def _nonneg(path: Path, line: int, col: str, raw: str) -> float:
 
 
 def is_minutes_csv(path: str | Path) -> bool:
-    """Whether a CSV's header (after `#` comments) names every one of MINUTE_COLUMNS."""
+    """Whether a CSV's header (after `#` comments) names every one of MINUTE_COLUMNS, case aside."""
     p = Path(path)
     with _open(p) as fh:
         for row in csv.reader(fh):
             if row and row[0].startswith("#"):
                 continue
-            return set(MINUTE_COLUMNS) <= {h.strip().lstrip("\ufeff") for h in row}
+            return {c.casefold() for c in MINUTE_COLUMNS} <= {h.strip().lstrip("\ufeff").casefold() for h in row}
     return False
 
 
@@ -811,13 +837,18 @@ def load_minutes_csv(path: str | Path, seed: int = 0, token_sigma: float = 0.8, 
                 rows.append((k, row))
     if header is None:
         raise TraceError(f"{p}: empty file")
-    missing = [c for c in MINUTE_COLUMNS if c not in header]
-    if missing:
+    spelled = match_fields(header, MINUTE_COLUMNS)  # `Minute`, `Requests`: the names case aside
+    for c in MINUTE_COLUMNS if spelled is None else ():
+        if two := ambiguous(header, c):
+            raise TraceError(f"{p}: line {n_comments + 1}: columns {', '.join(repr(f) for f in two)} all match "
+                             f"{c!r} apart from case (a per-minute history has one of each)")
+    missing = [c for c in MINUTE_COLUMNS if match_fields(header, (c,)) is None]
+    if missing or spelled is None:
         raise TraceError(f"{p}: line {n_comments + 1}: missing column {missing[0]!r} (columns: {', '.join(header)}; "
                          f"a per-minute history needs {', '.join(MINUTE_COLUMNS)})")
     if not rows:
         raise TraceError(f"{p}: no minutes")
-    idx = [header.index(c) for c in MINUTE_COLUMNS]
+    idx = [header.index(c) for c in spelled]
     times: list[float] = []
     values: list[tuple[float, float, float]] = []
     for line, row in rows:

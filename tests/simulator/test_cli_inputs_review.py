@@ -335,3 +335,21 @@ def test_tune_prints_the_static_line_in_its_verdict(tmp_path: Path, monkeypatch:
     assert rc == 0
     out = capsys.readouterr().out
     assert "recommended:" in out and "static provisioning at the peak meets the 50% target too" in out, out
+
+
+def test_a_failed_call_among_answers_and_two_columns_alike_get_their_own_hints(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a failed call with no `usage` past the first line: naming columns would not help (it was the hint)
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text('{"created": 1764500000, "usage": {"prompt_tokens": 3, "completion_tokens": 1}}\n'
+                       '{"created": 1764500002, "error": {"message": "rate limited"}}\n')
+    assert main(["simulate", "--trace", str(answers), "--quiet"]) == 2
+    said, line = capsys.readouterr().err.strip().splitlines()  # the layout it read, then the one-line error
+    assert said.startswith("reading answers.jsonl as OpenAI usage's columns") and "Traceback" not in line
+    assert "line 2: missing field 'usage.prompt_tokens' (the lines before have it)" in line
+    assert "hint: a line past the first lacks the field (a failed call logged with no `usage`?)" in line, line
+    alike = tmp_path / "alike.csv"
+    alike.write_text("TIMESTAMP,Timestamp,prompt_tokens,output_tokens\n0,0,1,1\n")
+    line = _refused(capsys, main(["simulate", "--trace", str(alike), "--quiet"]), "simulate")
+    assert "all match 'timestamp' apart from case: --time-column names the one to read" in line
+    assert "hint: name the column to read with its flag" in line, line

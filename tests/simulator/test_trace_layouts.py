@@ -123,10 +123,44 @@ def test_names_read_whatever_their_case(tmp_path: Path, capsys: pytest.CaptureFi
                  "2023-11-16 18:17:04.5,300,400\n")
     assert load_trace(_args("--trace", str(g))).arrival_s.tolist() == [0.0, 1.5]
     assert "TIMESTAMP" not in capsys.readouterr().err.replace("timestamp", "")  # the file's own spelling is said
-    two = tmp_path / "two.csv"  # two columns that differ only in case: which is meant is not guessed
+    two = tmp_path / "two.csv"  # two columns that differ only in case: which is meant is not guessed, but said
     two.write_text("timestamp,prompt_tokens,Output_Tokens,output_tokens2,OUTPUT_TOKENS\n0,1,2,3,4\n")
-    with pytest.raises(TraceError, match="missing column 'output_tokens'"):
+    with pytest.raises(TraceError, match="'Output_Tokens', 'OUTPUT_TOKENS' all match 'output_tokens' apart from "
+                                         "case: --output-column names the one to read"):
         load_trace(_args("--trace", str(two)))
+    assert load_trace(_args("--trace", str(two), "--output-column", "OUTPUT_TOKENS")).output_tokens.tolist() == [4]
+    # one column named by its flag: the others' default names still match case aside
+    h = tmp_path / "named.csv"
+    h.write_text("Timestamp,Prompt_Tokens,Out\n0,1,2\n4,3,5\n")
+    assert load_trace(_args("--trace", str(h), "--output-column", "Out")).prompt_tokens.tolist() == [1, 3]
+
+
+def test_an_exact_layout_wins_over_an_earlier_one_matched_apart_from_case(tmp_path: Path) -> None:
+    # BurstGPT's `Timestamp` (seconds) is tried before OpenAI's `created`; here `Timestamp` is a date-time and
+    # the file is in OpenAI's usage names exactly (found by a review: it was read as BurstGPT's, and refused)
+    f = tmp_path / "gw.csv"
+    f.write_text("Timestamp,created,prompt_tokens,completion_tokens\n"
+                 "2026-11-24T10:00:00Z,1764500000,3,4\n2026-11-24T10:00:02Z,1764500002,5,6\n")
+    assert load_trace(_args("--trace", str(f))).arrival_s.tolist() == [0.0, 2.0]
+
+
+def test_a_layout_is_found_past_a_failed_first_call_and_past_a_wide_object(tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    ok = {"created": 1764500001, "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+    f = tmp_path / "first_failed.jsonl"
+    f.write_text(json.dumps({"created": 1764500000, "error": {"message": "rate limited"}}) + "\n"
+                 + json.dumps(ok) + "\n")
+    with pytest.raises(TraceError, match=r"line 1: missing field 'usage.prompt_tokens'$"):  # found, then refused
+        load_trace(_args("--trace", str(f)))
+    assert "usage.prompt_tokens" in capsys.readouterr().err
+    later = tmp_path / "later_failed.jsonl"
+    later.write_text(json.dumps(ok) + "\n" + json.dumps({"created": 1764500009, "error": None}) + "\n")
+    with pytest.raises(TraceError, match=r"line 2: missing field 'usage.prompt_tokens' \(the lines before have it\)"):
+        load_trace(_args("--trace", str(later)))
+    wide = tmp_path / "wide.jsonl"  # a metadata object of 2,000 keys before `usage`: past file_fields' listing
+    wide.write_text(json.dumps({"created": 1764500000, "metadata": {f"k{i}": i for i in range(2000)},
+                                "usage": {"prompt_tokens": 7, "completion_tokens": 2}}) + "\n")
+    assert load_trace(_args("--trace", str(wide))).prompt_tokens.tolist() == [7]
 
 
 def test_flags_win_over_a_layout_and_the_default_names_win_over_both(tmp_path: Path,

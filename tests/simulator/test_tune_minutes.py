@@ -64,6 +64,15 @@ def test_bad_minutes_files_name_the_line_and_column(tmp_path: Path, text: str, m
         load_minutes_csv(_write(tmp_path, text))
 
 
+def test_a_minutes_header_reads_whatever_its_case(tmp_path: Path) -> None:
+    p = _write(tmp_path, "Minute,Requests,Prompt_Tokens,OUTPUT_TOKENS\n2026-11-24T10:00:00Z,2,400,40\n")
+    assert is_minutes_csv(p)
+    assert load_minutes_csv(p, token_sigma=0).prompt_tokens.tolist() == [200, 200]
+    two = _write(tmp_path, "minute,Requests,REQUESTS,prompt_tokens,output_tokens\n0,1,2,3,4\n")
+    with pytest.raises(TraceError, match="'Requests', 'REQUESTS' all match 'requests' apart from case"):
+        load_minutes_csv(two)
+
+
 def test_a_request_csv_is_not_taken_for_minutes(tmp_path: Path) -> None:
     assert not is_minutes_csv(_write(tmp_path, "timestamp,prompt_tokens,output_tokens\n0,1,1\n"))
 
