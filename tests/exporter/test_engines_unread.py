@@ -75,9 +75,9 @@ def test_tgi_backend_that_never_writes_queue_or_batch_gauges_reports_them_missin
 # --- metrics switched off ----------------------------------------------------------------------------------
 
 def _stats_off() -> str:
-    """vLLM 0.32 with --disable-log-stats: no stat logger, so the body keeps the http_/process_/python_ series."""
-    return "".join(line for line in engine_body("vllm-0.32.0-cpu-load.prom").splitlines(keepends=True)
-                   if "vllm:" not in line)
+    """vLLM 0.32 with --disable-log-stats: no stat logger, so the body keeps the http_/process_/python_ series
+    (a real scrape: tests/fixtures/engines/README.md)."""
+    return engine_body("vllm-0.32.0-cpu-stats-off.prom")
 
 
 @pytest.mark.parametrize("target", [T, Target(url="u", engine="vllm"), Target(url="u", engine="sglang")],
@@ -93,8 +93,8 @@ def test_a_body_of_no_server_and_no_engine_keeps_the_plain_message() -> None:
     assert "--disable-log-stats" not in refused('ollama_requests{model="m"} 4\n', Target(url="u", engine="vllm"))
 
 
-LLAMACPP_501 = (b'{"error":{"code":501,"message":"This server does not support metrics endpoint. Start it with '
-                b'`--metrics`","type":"not_supported_error"}}')
+#: llama-server b11434 started without --metrics, its answer to GET /metrics as served (a real scrape)
+LLAMACPP_501 = engine_body("llamacpp-b11434-no-metrics-501.json").encode()
 
 
 @pytest.mark.parametrize(("status", "body", "said"), [
