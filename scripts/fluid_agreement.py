@@ -1,7 +1,7 @@
 """Fluid vs detailed, the full matrix: every policy of the docs table on every preset and trace window.
 
     .venv/bin/python scripts/fluid_agreement.py [--presets P,...] [--traces T,...] [--policies ...]
-        [--minutes M] [--shifts N] [--jobs J] [--json FILE]
+        [--minutes M] [--shifts N [--spread S]] [--jobs J] [--json FILE]
     .venv/bin/python scripts/fluid_agreement.py --physics [--jobs J]
     .venv/bin/python scripts/fluid_agreement.py --replica [--presets P,...] [--jobs J]
 
@@ -208,6 +208,10 @@ def main() -> None:
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--minutes", type=int, default=None, help="cut each window to its first (busiest) M minutes")
     ap.add_argument("--shifts", type=int, default=1, help="runs per case, arrivals shifted by 0, 0.5, ... s")
+    ap.add_argument("--spread", type=float, default=None,
+                    help="spread the shifts evenly over this many seconds instead (15: the HPA's sync period, the "
+                         "control loop's whole phase, as tests/simulator/test_sim_fluid.py SHIFTS_S); a table of "
+                         "each case's means follows the runs")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--json", default=None, help="write the rows here")
     ap.add_argument("--physics", action="store_true", help="static replicas only (PHYSICS_CASES), no control loop")
@@ -235,7 +239,8 @@ def main() -> None:
     with ProcessPoolExecutor(args.jobs) as pool:
         plans = {(p, t): pool.submit(plan_for, p, t, args.minutes) for p in presets for t in traces} \
             if needs_plan else {}
-        futs = [pool.submit(run_case, p, t, pol, args.minutes, 0.5 * k,
+        step = 0.5 if args.spread is None else args.spread / args.shifts
+        futs = [pool.submit(run_case, p, t, pol, args.minutes, step * k,
                             plans[(p, t)].result() if (p, t) in plans else None)
                 for p in presets for t in traces for pol in policies for k in range(args.shifts)]
         rows = [f.result() for f in futs]
@@ -248,9 +253,32 @@ def main() -> None:
               f"{r.detailed_gpu_h:.3f} | {r.fluid_gpu_h:.3f} | {100 * r.gpu_rel:+.1f}% | {100 * r.detailed_slo:.2f} | "
               f"{100 * r.fluid_slo:.2f} | {r.slo_pts:+.2f}{flag} | {r.detailed_cpu_s:.0f}/{r.fluid_cpu_s:.0f} |",
               flush=True)
+    if args.shifts > 1:
+        print_means(rows)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump([asdict(r) for r in rows], fh, indent=1)
+
+
+def print_means(rows: list[Row]) -> None:
+    """Each case's means over its shifts, fluid against detailed: what the modes must agree on where one run is
+    path-bound; with the detailed mode's own spread beside them."""
+    print("\n| preset | trace | policy | runs | GPU-h detailed (range) | GPU-h fluid | GPU-h | SLO detailed (range) |"
+          " SLO fluid | SLO pts |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    cases: dict[tuple[str, str, str], list[Row]] = {}
+    for r in rows:
+        cases.setdefault((r.preset, r.trace, r.policy), []).append(r)
+    for (preset, trace, policy), rs in cases.items():
+        dg, fg = (float(np.mean([getattr(r, k) for r in rs])) for k in ("detailed_gpu_h", "fluid_gpu_h"))
+        ds, fs = (float(np.mean([getattr(r, k) for r in rs])) for k in ("detailed_slo", "fluid_slo"))
+        rel, pts = (fg - dg) / dg, 100.0 * (fs - ds)
+        flag = " **" if abs(rel) > GPU_H_TOL or abs(pts) > 100 * SLO_TOL else ""
+        g_lo, g_hi = min(r.detailed_gpu_h for r in rs), max(r.detailed_gpu_h for r in rs)
+        s_lo, s_hi = min(r.detailed_slo for r in rs), max(r.detailed_slo for r in rs)
+        print(f"| {preset} | {trace} | {policy} | {len(rs)} | {dg:.3f} ({g_lo:.3f}-{g_hi:.3f}) | {fg:.3f} | "
+              f"{100 * rel:+.1f}% | {100 * ds:.2f} ({100 * s_lo:.2f}-{100 * s_hi:.2f}) | {100 * fs:.2f} | "
+              f"{pts:+.2f}{flag} |", flush=True)
 
 
 if __name__ == "__main__":
