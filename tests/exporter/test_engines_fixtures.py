@@ -269,5 +269,6 @@ def test_every_bundled_body_is_covered_here() -> None:
         "llamacpp-b11434-idle.prom", "llamacpp-b11434-load.prom", "llamacpp-b11434-after.prom",
         "composed-llamacpp.prom",
         "composed-vllm-lora.prom", "composed-sglang-lora.prom",  # tests/exporter/test_lora.py
+        "vllm-0.32.0-cpu-stats-off.prom",  # refused, naming the flag: tests/exporter/test_engines_unread.py
     }
     assert {p.name for p in ENGINE_FIXTURES.glob("*.prom")} == covered
