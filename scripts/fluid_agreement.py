@@ -17,8 +17,9 @@ arrivals shifted by 0.5, 1.0, ... s against the control loop's phase and reports
 spread: where that spread is wider than the tolerance the single run is not determined within it, and the
 means are what the modes must agree on. Where a policy's runs split into two branches (queue on 70B's busiest
 hour: about 250 or 390-437 GPU-h, by where a drain ends against the HPA's sync), six shifts cannot tell the
-modes apart: `--shifts 48 --spread 15` puts each mean within about 3%. `--physics` instead runs replica physics alone: fixed replica counts
-from the start (PHYSICS_CASES), no control loop, so nothing is path-bound, and prints fluid minus detailed
+modes apart: `--shifts 48 --spread 15` puts each mean within about 3%. `--physics` instead runs replica
+physics alone: fixed replica counts from the start (PHYSICS_CASES), no control loop, so nothing is
+path-bound, and prints fluid minus detailed
 mean TPOT (over requests) and SLO attainment. `--replica` runs one static replica per preset under 300 s of
 synthetic traffic (REPLICA_LOADS: lognormal prompts and answers, from short prompts to ones near an L4's
 whole cache, each at four rates from light to four times overloaded) and prints both modes' mean TPOT,
