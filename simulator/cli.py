@@ -465,6 +465,7 @@ def execute(trace: Trace, bt: Any, policies: list[str], *, out: str | None, quie
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from keda_llm.simulator.report.fidelity import at_kv_edge, kv_edge_caveat
     from keda_llm.simulator.report.summary import plot, render_table, summarize, to_json, with_oracle_ratio
     from keda_llm.simulator.run import run_policies
 
@@ -489,12 +490,14 @@ def execute(trace: Trace, bt: Any, policies: list[str], *, out: str | None, quie
         results, oracle = run_policies(trace, bt, policies, progress=tick)
     summaries = with_oracle_ratio([summarize(r, bt.slo) for r in results],
                                   bound_gpu_hours=oracle.bound.gpu_hours if oracle and oracle.bound else None)
+    caveat = kv_edge_caveat(at_kv_edge(mode, ((s.policy, s.preemptions, s.requests) for s in summaries)))
     if out:  # before the table: a closed stdout (`| head -1`) ends the command there, and the run stays written
         d = Path(out)
         try:
             d.mkdir(parents=True, exist_ok=True)
             config = {"trace": trace_arg, "trace_name": trace.name, "requests": len(trace),
-                      "duration_s": trace.duration_s, "policies": policies, **bt.describe(), "resolved_mode": mode}
+                      "duration_s": trace.duration_s, "policies": policies, **bt.describe(), "resolved_mode": mode,
+                      "caveats": [] if caveat is None else [caveat]}
             # each file to a temporary name, all three renamed at the end: a Ctrl-C or a full disk half way left
             # this run's JSON beside the last run's plot
             written = [d / ".config.part.json", d / ".results.part.json", d / ".replicas.part.png"]
@@ -516,6 +519,8 @@ def execute(trace: Trace, bt: Any, policies: list[str], *, out: str | None, quie
         console.print(table)
     if oracle is not None:
         err_console.print(f"oracle: {oracle.status()}")
+    if caveat is not None:
+        err_console.print(f"warning: {caveat}", markup=False, highlight=False)
     if out:
         err_console.print(f"wrote {d / 'results.json'}, {d / 'config.json'}, {d / 'replicas.png'}")
     return 0

@@ -43,6 +43,7 @@ from keda_llm.simulator.control.policies import (
     default_scaledobject,
 )
 from keda_llm.simulator.control.scaledobject import KedaSettings, settings_from_manifest
+from keda_llm.simulator.report.fidelity import at_kv_edge, kv_edge_caveat
 from keda_llm.simulator.report.frontier import Reference, seeds_of, with_seed, worker_pool, worst_at_mean
 from keda_llm.simulator.report.summary import summarize
 from keda_llm.simulator.run import Backtest, Mode, run_policies, simulate
@@ -156,6 +157,13 @@ class Point:
     gpu_hours: float
     cold_starts: int
     cpu_s: float  # CPU seconds of its simulation (measured; not part of equality)
+    preemptions: int = 0  # the replicas' preemptions (the most of any seed): a fluid run's fidelity
+    requests: int = 0  # the trace's requests it ran
+
+    @property
+    def edge_run(self) -> tuple[str, int, int]:
+        """(name, preemptions, requests) for `report.fidelity.at_kv_edge`."""
+        return "the written pick", self.preemptions, self.requests
 
     def same(self, other: Point) -> bool:
         """Equal but for the CPU seconds."""
@@ -170,7 +178,7 @@ def over_seeds(runs: Sequence[Point]) -> Point:
         return runs[0]
     attainment, gpu_hours = worst_at_mean([(p.attainment, p.gpu_hours) for p in runs])
     return Point(runs[0].knobs, runs[0].manifest, attainment, gpu_hours, max(p.cold_starts for p in runs),
-                 sum(p.cpu_s for p in runs))
+                 sum(p.cpu_s for p in runs), max(p.preemptions for p in runs), runs[0].requests)
 
 
 def run_point(trace: Trace, backtest: Backtest, knobs: Knobs, manifest: dict[str, Any]) -> Point:
@@ -181,7 +189,8 @@ def run_point(trace: Trace, backtest: Backtest, knobs: Knobs, manifest: dict[str
     ctl = build_controller("ours", model=p.model.name, max_replicas=settings.max_replicas, concurrency_target=1.0,
                            static_replicas=1, settings=settings)
     s = summarize(simulate(trace, backtest, ctl, backtest.resolved_mode(trace)), backtest.slo)
-    return Point(knobs, manifest, s.slo_attainment, s.gpu_hours, s.cold_starts, time.process_time() - t0)
+    return Point(knobs, manifest, s.slo_attainment, s.gpu_hours, s.cold_starts, time.process_time() - t0,
+                 s.preemptions, len(trace))
 
 
 @dataclass(frozen=True)
@@ -406,6 +415,12 @@ def static_line(result: TuneResult) -> str | None:
             "saves nothing (a trace with quieter hours may tell them apart)")
 
 
+def fidelity_note(result: TuneResult) -> str | None:
+    """The caveat on a pick measured in the fluid mode with its replicas at the edge of their KV cache, where
+    that mode reads optimistic (simulator/report/fidelity.py); None where the pick's numbers stand."""
+    return kv_edge_caveat(at_kv_edge(result.mode, [result.chosen.edge_run]))
+
+
 def header(result: TuneResult, *, trace: Trace, backtest: Backtest, command: str | None = None,
            holdout: Holdout | None = None, preset_model: str | None = None) -> list[str]:
     """The comment lines above the written ScaledObject: what it was tuned on and what it measured.
@@ -435,6 +450,9 @@ def header(result: TuneResult, *, trace: Trace, backtest: Backtest, command: str
         refs.append(f"static at peak {100 * result.static.attainment:.1f}% at {result.static.gpu_hours:.2f} GPU-h")
     if refs:
         lines.append("Beside it: " + "; ".join(refs) + ".")
+    note = fidelity_note(result)
+    if note is not None:
+        lines.append(f"NOTE: {note}.")
     if holdout is not None:
         lines.append(holdout_line(holdout))
     lines.append(f"Knobs ({len(result.points)} points swept): {knobs}.")

@@ -469,7 +469,16 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from keda_llm.simulator.tune import check_holdout, holdout_line, model_note, plot, render_yaml, static_line, tune
+    from keda_llm.simulator.tune import (
+        check_holdout,
+        fidelity_note,
+        holdout_line,
+        model_note,
+        plot,
+        render_yaml,
+        static_line,
+        tune,
+    )
 
     columns = os.environ.get("COLUMNS", "")
     width = int(columns) if columns.isdigit() else 160
@@ -551,6 +560,9 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
                       "or the target"
                       + (", or run without --no-oracle for the oracle's line: what no autoscaler can beat."
                          if args.no_oracle else ", or look at the oracle's line above: what no autoscaler can beat."))
+    note = fidelity_note(result)
+    if note is not None:
+        err_console.print(f"warning: {note}", markup=False, highlight=False)
     static = static_line(result)
     if static is not None:
         console.print(static, markup=False, highlight=False)
