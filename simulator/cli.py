@@ -490,14 +490,15 @@ def execute(trace: Trace, bt: Any, policies: list[str], *, out: str | None, quie
         results, oracle = run_policies(trace, bt, policies, progress=tick)
     summaries = with_oracle_ratio([summarize(r, bt.slo) for r in results],
                                   bound_gpu_hours=oracle.bound.gpu_hours if oracle and oracle.bound else None)
-    caveat = kv_edge_caveat(at_kv_edge(mode, ((s.policy, s.preemptions, s.requests) for s in summaries)))
+    preempted = {s.policy: r.engine_totals[0] for s, r in zip(summaries, results, strict=True)}
+    caveat = kv_edge_caveat(at_kv_edge(mode, ((s.policy, preempted[s.policy], s.requests) for s in summaries)))
     if out:  # before the table: a closed stdout (`| head -1`) ends the command there, and the run stays written
         d = Path(out)
         try:
             d.mkdir(parents=True, exist_ok=True)
             config = {"trace": trace_arg, "trace_name": trace.name, "requests": len(trace),
                       "duration_s": trace.duration_s, "policies": policies, **bt.describe(), "resolved_mode": mode,
-                      "caveats": [] if caveat is None else [caveat]}
+                      "preemptions": preempted, "caveats": [] if caveat is None else [caveat]}
             # each file to a temporary name, all three renamed at the end: a Ctrl-C or a full disk half way left
             # this run's JSON beside the last run's plot
             written = [d / ".config.part.json", d / ".results.part.json", d / ".replicas.part.png"]

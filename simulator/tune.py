@@ -188,9 +188,10 @@ def run_point(trace: Trace, backtest: Backtest, knobs: Knobs, manifest: dict[str
     p = backtest.preset
     ctl = build_controller("ours", model=p.model.name, max_replicas=settings.max_replicas, concurrency_target=1.0,
                            static_replicas=1, settings=settings)
-    s = summarize(simulate(trace, backtest, ctl, backtest.resolved_mode(trace)), backtest.slo)
+    r = simulate(trace, backtest, ctl, backtest.resolved_mode(trace))
+    s = summarize(r, backtest.slo)
     return Point(knobs, manifest, s.slo_attainment, s.gpu_hours, s.cold_starts, time.process_time() - t0,
-                 s.preemptions, len(trace))
+                 r.engine_totals[0], len(trace))
 
 
 @dataclass(frozen=True)

@@ -58,10 +58,10 @@ IMPORTED_ONLY = ("common", "activator")
 #: ours' points follow the imports into scaler/ too: the scaler's policy and service run in them, its gRPC
 #: server, command line and Kubernetes client do not
 OURS_IMPORTED = (*IMPORTED_ONLY, "scaler")
-#: what of those does not compute a point: the sweep itself, this cache, the tuner and command lines, and
-#: ours' wiring (in OURS_SOURCES instead)
+#: what of those does not compute a point: the sweep itself, this cache, the tuner and command lines, the caveat
+#: on a fluid run's fidelity (read from a finished run), and ours' wiring (in OURS_SOURCES instead)
 NOT_A_POINT = ("simulator/report/frontier.py", "simulator/report/frontier_cache.py",
-               "simulator/report/leave_one_out.py", "simulator/tune.py",
+               "simulator/report/leave_one_out.py", "simulator/report/fidelity.py", "simulator/tune.py",
                "simulator/tune_cli.py", "simulator/cli.py", "simulator/control/policies.py")
 #: what only the fluid mode runs (simulator/run.py imports them for it alone): not in a detailed point's key
 FLUID_ONLY = ("simulator/cluster/fluid.py", "simulator/cluster/fluid_kernel.py")

@@ -55,7 +55,6 @@ class Summary:
     zero_seconds: float
     duration_s: float
     gpu_hours_vs_bound: float | None = None  # over the lower bound on GPU-hours (simulator.report.oracle.lower_bound)
-    preemptions: int = 0  # the replicas' preemptions, lead-in included: a fluid run's fidelity (report.fidelity)
 
 
 def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
@@ -92,7 +91,6 @@ def summarize(result: SimResult, slo: Slo) -> Summary:
         itl_p99_s=weighted_percentile(itl, wi, 99),
         gpu_hours=result.gpu_seconds / 3600.0, gpu_hours_vs_oracle=None, scale_events=result.scale_events,
         cold_starts=result.cold_starts, zero_seconds=result.zero_seconds, duration_s=result.end_s,
-        preemptions=result.engine_totals[0],
     )
 
 
