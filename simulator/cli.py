@@ -290,8 +290,15 @@ def input_hint(err: Exception, prog: str) -> str:
         return "--scaledobject takes a KEDA ScaledObject with an external or external-push trigger (deploy/examples/)"
     if "no such file" in text or "unknown trace" in text:
         return f"give a shipped trace ({', '.join(TRACE_NAMES)}) or the path of a CSV/JSONL/per-minute file"
+    if "requests but no tokens" in text:
+        return ("fill prompt_tokens and output_tokens with each minute's token totals (the exporter's "
+                "llm_prompt_tokens_total and llm_generation_tokens_total; `keda-llm tune --from-prometheus "
+                "--save-history FILE` writes them)")
+    if "minutes not rising" in text:
+        return "a per-minute history has one row a minute, in time order: merge or drop the repeated minute"
     if "a per-minute history needs" in text:
-        return f"a per-minute history's columns are named {', '.join(MINUTE_COLUMNS)}: rename them in the file"
+        return (f"a per-minute history has the columns {', '.join(MINUTE_COLUMNS)} (case aside): add or rename the one "
+                "named")
     if "apart from case" in text:
         return "name the column to read with its flag (--time-column, --prompt-column, --output-column)"
     if "missing field" in text and "the lines before have it" in text:
@@ -315,6 +322,9 @@ def input_hint(err: Exception, prog: str) -> str:
                 "--time-column names the column")
     if "a directory" in text or "cannot read" in text:
         return "--trace takes a file: CSV, JSONL (.jsonl, .ndjson) or a per-minute CSV, optionally .gz"
+    if ("not a whole number of tokens" in text or "not a finite number" in text or "negative" in text) \
+            and "line " in text:
+        return "every row's time, token counts and request counts are finite numbers >= 0: fix or drop the line named"
     return f"{prog} --help lists the flags"
 
 

@@ -800,14 +800,19 @@ def _nonneg(path: Path, line: int, col: str, raw: str) -> float:
     return v
 
 
+#: the columns that make a CSV a per-minute history (no request row has them): with one of the others missing
+#: it is read as one, and the missing column named, not as request rows missing a `timestamp`
+MINUTE_MARKERS = ("minute", "requests")
+
+
 def is_minutes_csv(path: str | Path) -> bool:
-    """Whether a CSV's header (after `#` comments) names every one of MINUTE_COLUMNS, case aside."""
+    """Whether a CSV's header (after `#` comments) names MINUTE_MARKERS, case aside."""
     p = Path(path)
     with _open(p) as fh:
         for row in csv.reader(fh):
             if row and row[0].startswith("#"):
                 continue
-            return {c.casefold() for c in MINUTE_COLUMNS} <= {h.strip().lstrip("\ufeff").casefold() for h in row}
+            return {c.casefold() for c in MINUTE_MARKERS} <= {h.strip().lstrip("\ufeff").casefold() for h in row}
     return False
 
 
@@ -889,6 +894,9 @@ def load_minutes_csv(path: str | Path, seed: int = 0, token_sigma: float = 0.8, 
     counts = np.floor(req).astype(np.int64) + (rng.random(len(req)) < req - np.floor(req))
     if counts.sum() == 0:
         raise TraceError(f"{p}: no requests in any minute")
+    if not (prompt.any() or output.any()):  # every request would be replayed as a one-token request
+        raise TraceError(f"{p}: requests but no tokens in any minute (prompt_tokens and output_tokens all 0): a "
+                         "pick tuned on requests that cost nothing says nothing")
     return synthesize_minutes(name or p.name, counts, prompt, output, seed=seed, token_sigma=token_sigma)
 
 

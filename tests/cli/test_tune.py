@@ -126,7 +126,12 @@ def test_its_metadata_is_what_the_scaler_accepts(written: tuple[int, str, Path, 
     (["--trace", "azure-code-2023", "--save-history", "{tmp}/h.csv"], "needs --from-prometheus", "drop it"),
     (["--trace", "azure-code-2023", "--since", "3d"], "needs --from-prometheus", "drop it"),
     (["--trace", "{minutes_named_time}", "--format", "minutes"], "a per-minute history needs",
-     "rename them in the file"),
+     "add or rename the one named"),
+    # found by a third review as a new user would run it (2026-12-03)
+    (["--trace", "{minutes_no_tokens}"], "requests but no tokens in any minute", "llm_prompt_tokens_total"),
+    (["--trace", "{minutes_no_output_column}"], "missing column 'output_tokens'", "add or rename the one named"),
+    (["--trace", "{csv_nan_tokens}"], "not a whole number of tokens", "finite numbers >= 0"),
+    (["--trace", "{minutes_repeated}"], "minutes not rising", "one row a minute"),
     (["--trace", "{minutes_named_time}".replace("named_time", "ok"), "--sort"], "--sort sorts request rows",
      "--help"),
     (["--trace", "{csv_ok}", "--hash-column", "hash_ids"], "--hash-column reads a JSONL field", "--help"),
@@ -149,12 +154,19 @@ def test_bad_input_is_one_line_with_a_hint(argv: list[str], message: str, hint: 
     (tmp_path / "min_time.csv").write_text("time,requests,prompt_tokens,output_tokens\n1795514460,118,127735,330\n")
     (tmp_path / "min_ok.csv").write_text("minute,requests,prompt_tokens,output_tokens\n1795514460,118,127735,330\n")
     (tmp_path / "ok.csv").write_text("timestamp,prompt_tokens,output_tokens\n0,10,5\n")
+    (tmp_path / "min_notok.csv").write_text("minute,requests,prompt_tokens,output_tokens\n0,10,0,0\n60,12,0,0\n")
+    (tmp_path / "min_noout.csv").write_text("minute,requests,prompt_tokens\n0,10,1000\n")
+    (tmp_path / "nan.csv").write_text("timestamp,prompt_tokens,output_tokens\n0,10,5\n1,NaN,5\n")
+    (tmp_path / "min_rep.csv").write_text("minute,requests,prompt_tokens,output_tokens\n0,1,10,5\n0,1,10,5\n")
     subs = {"{csv_bad_column}": str(bad), "{csv_empty}": str(empty), "{refused}": f"http://{refused_address()}",
             "{csv_epoch_ms}": str(tmp_path / "ms.csv"), "{csv_unsorted}": str(tmp_path / "unsorted.csv"),
             "{csv_huge_tokens}": str(tmp_path / "huge.csv"), "{a_directory}": str(tmp_path / "adir"),
             "{corrupt_gz}": str(tmp_path / "corrupt.csv.gz"), "{minutes_without_requests}": str(tmp_path / "zero.csv"),
             "{minutes_ms}": str(tmp_path / "min_ms.csv"), "{minutes_named_time}": str(tmp_path / "min_time.csv"),
-            "{minutes_ok}": str(tmp_path / "min_ok.csv"), "{csv_ok}": str(tmp_path / "ok.csv")}
+            "{minutes_ok}": str(tmp_path / "min_ok.csv"), "{csv_ok}": str(tmp_path / "ok.csv"),
+            "{minutes_no_tokens}": str(tmp_path / "min_notok.csv"),
+            "{minutes_no_output_column}": str(tmp_path / "min_noout.csv"),
+            "{csv_nan_tokens}": str(tmp_path / "nan.csv"), "{minutes_repeated}": str(tmp_path / "min_rep.csv")}
     argv = [subs.get(a, a).replace("{missing_folder}", str(tmp_path / "nowhere")).replace("{tmp}", str(tmp_path))
             for a in argv]
     rc = main(["tune", *argv, "--slo-ttft", "2", "--slo-itl", "0.1", "--quiet"])
