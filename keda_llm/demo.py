@@ -1501,8 +1501,8 @@ def _exposition(text: str) -> dict[str, float]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=DEFAULT_DURATION, metavar="SECONDS",
-                        help=f"length of the script in seconds (default {DEFAULT_DURATION:g}); the timings, the "
-                             "load and the engines' speed are compressed or stretched with it")
+                        help=f"length of the script in seconds, 20-3600 (default {DEFAULT_DURATION:g}); the "
+                             "timings, the load and the engines' speed are compressed or stretched with it")
     parser.add_argument("--plain", action="store_true",
                         help="print one line per second instead of a live view (automatic when not a terminal)")
     parser.add_argument("--seed", type=int, default=Scenario.seed, help="random seed of the load (default 7)")
@@ -1513,11 +1513,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     if not 20.0 <= args.duration <= 3600.0:
-        print(f"keda-llm demo: --duration {args.duration:g}: must be between 20 and 3600 seconds; hint: the default "
-              f"{DEFAULT_DURATION:g} shows the whole loop, a longer one shows it slower", file=sys.stderr)
+        print(f"keda-llm demo: error: --duration {args.duration:g}: must be between 20 and 3600 seconds; hint: the "
+              f"default {DEFAULT_DURATION:g} shows the whole loop, a longer one shows it slower", file=sys.stderr)
         return 2
     if args.seed < 0:  # numpy's generator takes none: a traceback once the demo had started
-        print(f"keda-llm demo: --seed {args.seed}: must be >= 0; hint: any whole number from 0 draws another "
+        print(f"keda-llm demo: error: --seed {args.seed}: must be >= 0; hint: any whole number from 0 draws another "
               "load, e.g. --seed 8", file=sys.stderr)
         return 2
     sc = Scenario(seed=args.seed).scaled(args.duration)

@@ -53,6 +53,9 @@ ALIASES = {
     "burstgpt": "burstgpt-week1",
 }
 TRACE_NAMES = tuple(sorted(set(SHIPPED) | set(ALIASES)))
+#: the shipped traces as --help lists them: each name, then its other names
+SHIPPED_HELP = "; ".join(
+    name + "".join(f" = {a}" for a in sorted(a for a, n in ALIASES.items() if n == name)) for name in SHIPPED)
 #: more replicas than a Kubernetes cluster runs pods for one Deployment (`simulate` and `tune` refuse more)
 MOST_REPLICAS = 10_000
 #: the SLOs a ScaledObject can carry (`simulate` and `tune`): the written targets are fractions of them, as
@@ -131,7 +134,7 @@ def add_trace_arguments(p: argparse.ArgumentParser, required: bool = True) -> No
     """The trace flags `load_trace` reads (shared by `simulate` and `tune`)."""
     t = p.add_argument_group("trace")
     t.add_argument("--trace", required=required, metavar="NAME|PATH",
-                   help=f"a shipped trace ({', '.join(TRACE_NAMES)}) or a CSV/JSONL file (.gz read transparently)")
+                   help=f"a shipped trace ({SHIPPED_HELP}) or a CSV/JSONL file (.gz read transparently)")
     t.add_argument("--format", default="auto", choices=("auto", "csv", "jsonl", "minutes"),
                    help="a file's format: one request per row (csv, jsonl) or a per-minute history (minutes: "
                         f"{', '.join(MINUTE_COLUMNS)}); auto: by its suffix and header [auto]")
@@ -479,11 +482,14 @@ def execute(trace: Trace, bt: Any, policies: list[str], *, out: str | None, quie
     from keda_llm.simulator.report.summary import plot, render_table, summarize, to_json, with_oracle_ratio
     from keda_llm.simulator.run import run_policies
 
+    columns = os.environ.get("COLUMNS", "")
+    width = int(columns) if columns.isdigit() else 160
     console = Console()
     if not console.is_terminal:  # a pipe or file gets the whole table (or $COLUMNS), not 80 columns of ellipses
-        columns = os.environ.get("COLUMNS", "")
-        console = Console(width=int(columns) if columns.isdigit() else 160)
+        console = Console(width=width)
     err_console = Console(stderr=True)
+    if not err_console.is_terminal:  # nor its report lines broken at 80 columns, mid-path, in a log
+        err_console = Console(stderr=True, width=width, soft_wrap=True)
     mode = bt.resolved_mode(trace)
     err_console.print(f"trace {trace.name}: {len(trace)} requests over {trace.duration_s / 3600:.2f} h; "
                       f"preset {bt.preset.name}; mode {mode}")

@@ -405,9 +405,11 @@ def static_line(result: TuneResult) -> str | None:
     than the pick (a trace with no quiet hours to scale down in, or a fleet the minimum already fills): the
     ScaledObject then buys nothing on this trace. None otherwise, or when static did not run."""
     s, c = result.static, result.chosen
-    if s is None or s.attainment < result.target or s.gpu_hours > c.gpu_hours:
+    if s is None or s.attainment < result.target:
         return None
     same = f"{s.gpu_hours:.2f}" == f"{c.gpu_hours:.2f}"  # as printed: "fewer" than an equal figure reads wrong
+    if s.gpu_hours > c.gpu_hours and not same:  # a hair over the pick in the last bits is the same cost
+        return None
     cost = "as many GPU-hours as" if same else "fewer GPU-hours than"
     pick = (f"the pick ({100 * c.attainment:.2f}% at {c.gpu_hours:.2f})" if result.met else
             f"the best point swept ({100 * c.attainment:.2f}% at {c.gpu_hours:.2f}, short of the target)")

@@ -274,8 +274,10 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any, Trace | None]
         raise _Refused(f"--slo-ttft {args.slo_ttft:g} / --slo-itl {args.slo_itl:g}: the TTFT SLO must be "
                        f"{SLO_TTFT_S[0]:g}-{SLO_TTFT_S[1]:g} s and the ITL SLO {SLO_ITL_S[0]:g}-{SLO_ITL_S[1]:g} s",
                        "e.g. --slo-ttft 2 --slo-itl 0.1")
-    if args.workers < 1 or args.max_replicas < 1 or args.seeds < 1:
-        raise _Refused("--workers, --max-replicas and --seeds must be >= 1", f"{PROG} --help lists the flags")
+    for flag in ("workers", "max_replicas", "seeds"):
+        if getattr(args, flag) < 1:
+            name = "--" + flag.replace("_", "-")
+            raise _Refused(f"{name} {getattr(args, flag)}: must be >= 1", f"e.g. {name} 1 (see {PROG} --help)")
     if args.max_replicas > MOST_REPLICAS:  # the oracle's cold-start table is sized by it: 2**31 ran out of memory
         raise _Refused(f"--max-replicas {args.max_replicas}: at most {MOST_REPLICAS:,}",
                        "the most replicas the Deployment may run, e.g. --max-replicas 16")
@@ -483,8 +485,8 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
     columns = os.environ.get("COLUMNS", "")
     width = int(columns) if columns.isdigit() else 160
     err_console = Console(stderr=True)
-    if not err_console.is_terminal:
-        err_console = Console(stderr=True, width=width)
+    if not err_console.is_terminal:  # report lines whole in a log, not broken at its width
+        err_console = Console(stderr=True, width=width, soft_wrap=True)
     # the YAML alone on stdout when it is printed (`> so.yaml`, `| kubectl apply -f -`); the report beside it
     console = Console() if args.out else err_console
     if not console.is_terminal:
@@ -501,7 +503,8 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
     if preset_model is not None:
         print(f"warning: {model_note(preset_model)}", file=sys.stderr)
     if trace.duration_s < SHORT_TRACE_S or len(trace) < FEW_REQUESTS:
-        err_console.print(f"warning: {len(trace)} requests over {trace.duration_s / 60:.1f} minutes: a pick on less "
+        minutes = math.floor(trace.duration_s / 6) / 10  # rounded down: 29.96 minutes read "30.0", under 30
+        err_console.print(f"warning: {len(trace)} requests over {minutes:.1f} minutes: a pick on less "
                           f"than {SHORT_TRACE_S / 60:g} minutes or {FEW_REQUESTS} requests of traffic says little "
                           "(docs/tune.md, Limits)")
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -309,6 +309,9 @@ def test_the_verdict_says_when_static_is_as_good_for_no_more_gpu_hours() -> None
     assert "99.99% at 2.00 GPU-hours: fewer GPU-hours than the pick (99.99% at 2.08)" in line, line
     assert "as many GPU-hours as" in (static_line(_result((0.995, 2.08))) or "")
     assert static_line(_result((0.9999, 2.10))) is None  # dearer
+    # a hair over the pick in the last bits (the same figure printed): as many, not left out (found 2026-12-03:
+    # the same traffic read from a CSV got the line and from whole-second JSONL times did not)
+    assert "as many GPU-hours as" in (static_line(_result((0.995, 2.08 + 1e-12))) or "")
     assert static_line(_result((0.985, 1.00))) is None  # misses the target
     assert static_line(_result(None)) is None  # --no-oracle
     missed = static_line(_result((0.999, 1.5), pick=(0.97, 3.0)))  # no candidate met it: the best one swept
