@@ -85,7 +85,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"model on GPU type: {', '.join(sorted(PRESETS))}, or a preset file (YAML: your model's "
                         "config.json on your GPU, docs/simulator.md) [llama-3.1-8b/h100]")
     c.add_argument("--scaledobject", default=None, metavar="FILE",
-                   help="a ScaledObject YAML (external or external-push trigger) for policy `ours`")
+                   help="a ScaledObject YAML (external or external-push trigger) for policy `ours`; without "
+                        "it, ours runs keda-llm's recommended one for the preset (tokens policy, latency targets "
+                        "at half the SLO; config.json's scaledobject is then null)")
     c.add_argument("--scaledobject-name", default=None, help="pick this ScaledObject when the file holds several")
     c.add_argument("--policies", default=",".join(DEFAULT_POLICIES),
                    help=f"comma-separated, from {', '.join(POLICIES)} [{','.join(DEFAULT_POLICIES)}]")
