@@ -1153,11 +1153,12 @@ class Demo:
             self._refused, self._refused_at = 0.0, t
         if n := grew("rejects_max_wait"):
             self.event(f"activator: {n:.0f} answered 503 (held past max_wait)")
+        # in the activator's order: its probe finds the endpoint, then it forwards what it held
+        if now.get("ready", 0) and not seen.get("ready", 0):
+            self.event("activator: its /health probe finds a ready endpoint")
         if n := grew("held_forwarded"):
             waited = grew("held_forwarded_sum") / n
             self.event(f"activator: {n:.0f} held requests forwarded to a ready endpoint (mean hold {waited:.1f} s)")
-        if now.get("ready", 0) and not seen.get("ready", 0):
-            self.event("activator: its /health probe finds a ready endpoint")
 
     def _watch_warms(self, exporter: _Exporter) -> None:
         """The exporter's /v1/warm jobs (the scaler's calls) as events: accepted, then done."""
