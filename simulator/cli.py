@@ -480,7 +480,7 @@ def execute(trace: Trace, bt: Any, policies: list[str], *, out: str | None, quie
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from keda_llm.simulator.report.fidelity import at_kv_edge, kv_edge_caveat
+    from keda_llm.simulator.report.fidelity import at_kv_edge, kv_edge_caveat, requests_run
     from keda_llm.simulator.report.summary import plot, render_table, summarize, to_json, with_oracle_ratio
     from keda_llm.simulator.run import run_policies
 
@@ -509,7 +509,7 @@ def execute(trace: Trace, bt: Any, policies: list[str], *, out: str | None, quie
     summaries = with_oracle_ratio([summarize(r, bt.slo) for r in results],
                                   bound_gpu_hours=oracle.bound.gpu_hours if oracle and oracle.bound else None)
     preempted = {s.policy: r.engine_totals[0] for s, r in zip(summaries, results, strict=True)}
-    caveat = kv_edge_caveat(at_kv_edge(mode, ((s.policy, preempted[s.policy], s.requests) for s in summaries)))
+    caveat = kv_edge_caveat(at_kv_edge(mode, ((s.policy, preempted[s.policy], requests_run(trace)) for s in summaries)))
     if out:  # before the table: a closed stdout (`| head -1`) ends the command there, and the run stays written
         d = Path(out)
         try:

@@ -43,7 +43,7 @@ from keda_llm.simulator.control.policies import (
     default_scaledobject,
 )
 from keda_llm.simulator.control.scaledobject import KedaSettings, settings_from_manifest
-from keda_llm.simulator.report.fidelity import at_kv_edge, kv_edge_caveat
+from keda_llm.simulator.report.fidelity import at_kv_edge, kv_edge_caveat, requests_run
 from keda_llm.simulator.report.frontier import Reference, seeds_of, with_seed, worker_pool, worst_at_mean
 from keda_llm.simulator.report.summary import summarize
 from keda_llm.simulator.run import Backtest, Mode, run_policies, simulate
@@ -158,7 +158,7 @@ class Point:
     cold_starts: int
     cpu_s: float  # CPU seconds of its simulation (measured; not part of equality)
     preemptions: int = 0  # the replicas' preemptions (the most of any seed): a fluid run's fidelity
-    requests: int = 0  # the trace's requests it ran
+    requests: int = 0  # the requests it ran, its lead-in's included (report.fidelity.requests_run)
 
     @property
     def edge_run(self) -> tuple[str, int, int]:
@@ -191,7 +191,7 @@ def run_point(trace: Trace, backtest: Backtest, knobs: Knobs, manifest: dict[str
     r = simulate(trace, backtest, ctl, backtest.resolved_mode(trace))
     s = summarize(r, backtest.slo)
     return Point(knobs, manifest, s.slo_attainment, s.gpu_hours, s.cold_starts, time.process_time() - t0,
-                 r.engine_totals[0], len(trace))
+                 r.engine_totals[0], requests_run(trace))
 
 
 @dataclass(frozen=True)

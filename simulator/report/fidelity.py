@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from keda_llm.simulator.workload.traces import Trace
+
 #: fluid preemptions per request above which a run is at the edge of the KV cache. The 2023 matrix's
 #: fluid runs that preempted did so for 6-56% of their requests, the rest for none or 0.03%.
 EDGE_SHARE = 0.01
@@ -30,6 +32,12 @@ class EdgeRun:
     @property
     def share(self) -> float:
         return self.preemptions / self.requests
+
+
+def requests_run(trace: Trace) -> int:
+    """The requests a policy's run simulates, its lead-in's with the scored ones: the engines' preemption
+    count covers both (a 10-minute window after a 30-minute lead-in over its own requests read 4x too high)."""
+    return len(trace) + (len(trace.lead) if trace.lead is not None else 0)
 
 
 def at_kv_edge(mode: str, runs: Iterable[tuple[str, int, int]]) -> list[EdgeRun]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from keda_llm.simulator.report.fidelity import EDGE_SHARE, EdgeRun, at_kv_edge, kv_edge_caveat
+from keda_llm.simulator.report.fidelity import EDGE_SHARE, EdgeRun, at_kv_edge, kv_edge_caveat, requests_run
 from keda_llm.simulator.tune import Knobs, Point, TuneResult, fidelity_note, over_seeds, render_yaml
 from keda_llm.simulator.workload.traces import load_shipped
 
@@ -32,6 +32,13 @@ def test_the_caveat_names_the_worst_run_and_the_check() -> None:
     many = kv_edge_caveat([EdgeRun(f"p{i}", 100 + i, 1000) for i in range(6)])
     assert many is not None
     assert "p0, p1, p2, p3 and 2 more; the most, p5: 105 preemptions, 10.5% of its requests" in many
+
+
+def test_the_share_counts_the_lead_in_the_preemptions_count() -> None:
+    window = load_shipped("azure2023-conv").window(0.0, 600.0)
+    led = window.wrapped(300.0)  # its own last 300 s first, unscored, as the tables and the CLI run it
+    assert led.lead is not None and requests_run(led) == len(window) + len(led.lead) > len(window)
+    assert requests_run(window) == len(window)
 
 
 def _simulate(tmp_path: Path, preset: str) -> tuple[str, dict[str, object]]:
