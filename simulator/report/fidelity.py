@@ -36,7 +36,8 @@ class EdgeRun:
 
 def requests_run(trace: Trace) -> int:
     """The requests a policy's run simulates, its lead-in's with the scored ones: the engines' preemption
-    count covers both (a 10-minute window after a 30-minute lead-in over its own requests read 4x too high)."""
+    count covers both (over the scored ones alone, a 10-minute window after its 30-minute lead-in read about 4x
+    too high)."""
     return len(trace) + (len(trace.lead) if trace.lead is not None else 0)
 
 
@@ -48,7 +49,7 @@ def at_kv_edge(mode: str, runs: Iterable[tuple[str, int, int]]) -> list[EdgeRun]
     return [EdgeRun(name, pre, n) for name, pre, n in runs if n > 0 and pre > EDGE_SHARE * n]
 
 
-def kv_edge_caveat(edge: list[EdgeRun], *, rerun_hint: str = "--mode detailed") -> str | None:
+def kv_edge_caveat(edge: list[EdgeRun]) -> str | None:
     """One line for the report when any run is at the edge (None when none is): which runs, how far, what the
     fluid mode does there, and how to check it."""
     if not edge:
@@ -62,4 +63,4 @@ def kv_edge_caveat(edge: list[EdgeRun], *, rerun_hint: str = "--mode detailed") 
         which = f"{names}; the most, {worst.name}: {most}"
     return (f"the fluid mode ran replicas at the edge of their KV cache ({which}): there its SLO attainment "
             "has read several points off the detailed engine's, most often above it (docs/simulator-results.md, "
-            f"\"Fluid vs detailed\"); hint: run it again with {rerun_hint} (slower) before trusting these figures")
+            "\"Fluid vs detailed\"); hint: run it again with --mode detailed (slower) before trusting these figures")
