@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -128,6 +129,18 @@ def oracle_pods(seed: int, hours: float | None, trace: str = "code") -> tuple[li
     return plan.pods, cells
 
 
+def newest_first(path: Path) -> tuple[int, float]:
+    """Sort key: the oracle committed last first (its commit time, by git), then the file written last. A
+    fresh clone gives every file the same mtime, and each older oracle tried first costs a replay of the week."""
+    try:
+        out = subprocess.run(["git", "log", "-1", "--format=%ct", "--", path.name], cwd=path.parent,
+                             capture_output=True, text=True, timeout=30, check=False).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    committed = int(out) if out.isdigit() else 2**62  # not committed yet: newer than any commit
+    return -committed, -path.stat().st_mtime
+
+
 def carry_oracle(job: tuple[int, float | None, str]) -> str:
     """--carry-oracles: an oracle cached under another source's digest, replayed on this source (its schedule,
     one simulation of the week, not the dozen that planning it takes); where its cells come out the same to the
@@ -138,7 +151,7 @@ def carry_oracle(job: tuple[int, float | None, str]) -> str:
     if key.exists():
         return f"{trace} seed {seed}: current already"
     pattern = oracle_key(seed, hours, trace, "*")
-    olds = sorted(pattern.parent.glob(pattern.name), key=lambda f: f.stat().st_mtime, reverse=True)
+    olds = sorted(pattern.parent.glob(pattern.name), key=newest_first)
     if not olds:
         return f"{trace} seed {seed}: no cached oracle to carry"
     tr, bt = load(seed, hours, trace), backtest(seed)
