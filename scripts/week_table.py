@@ -14,8 +14,9 @@ GPU-hours over the oracle's on the same segment (a segment's GPU-hours: the pods
 timeline). The table reports the worst seed per cell beside the mean. --update-docs writes it into the
 `week-table` block of docs/simulator-results.md. --hours cuts the week (a quick check of the script).
 
---carry-oracles replays the oracles cached under an earlier source (one simulation a seed) and keys those
-whose cells come out the same under this one: a change that moves no result need not plan them again.
+--carry-oracles replays the oracles cached under an earlier source (one simulation a seed, the one committed
+last first) and keys those whose cells come out the same under this one: a change that moves no result need
+not plan them again.
 
 --trace conv runs the same on the Azure 2024 conversation week instead, a trace no default was tuned on (the
 week of unseen traffic: long answers, a daily cycle), into the `week-table-conv` block; its oracles are cached
