@@ -15,7 +15,6 @@ import logging
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -186,7 +185,25 @@ def _run_once(collector: Collector) -> int:
     return 0 if all(st.up for st in snapshot.targets) else 1
 
 
+#: what stops a serving exporter gracefully
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
+
+
 def _serve(cfg: ExporterConfig, collector: Collector) -> int:
+    # SIGTERM and SIGINT are taken by sigwait() at the end, not by a handler: a handler that set a
+    # threading.Event while the main thread was inside that Event's wait() (holding its lock, between two
+    # bytecodes) deadlocked, and a SIGTERM just after startup on a loaded machine hung the exporter until
+    # SIGKILL. Blocked before any thread starts, so every thread inherits the mask and the main thread alone
+    # takes them; one that arrives during startup waits, pending, for sigwait().
+    # After a graceful stop they stay blocked: a second one during it is dropped at exit, not a traceback.
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    code = _serve_until_signalled(cfg, collector)
+    if code != 0:  # refused before serving: the signals act as they did
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    return code
+
+
+def _serve_until_signalled(cfg: ExporterConfig, collector: Collector) -> int:
     try:
         warmer = Warmer(cfg.warm) if cfg.warm.enabled else None
         tls = server_context(cfg.tls.cert_file, cfg.tls.key_file, what="exporter TLS") if cfg.tls.enabled else None
@@ -201,17 +218,14 @@ def _serve(cfg: ExporterConfig, collector: Collector) -> int:
         print(f"keda-llm exporter: cannot listen on {cfg.listen}: {e.strerror or e}; hint: another process holds the "
               "port, or the address is not this machine's: pick another with --listen", file=sys.stderr)
         return 2
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
     collector.start()
     server.start()
     host = cfg.listen_address[0] or "0.0.0.0"
     log.info("serving %s://%s:%d/metrics (%d static targets, kubernetes discovery %s, every %gs)",
              "https" if tls is not None else "http", host, port, len(cfg.targets),
              "on" if cfg.kubernetes.enabled else "off", cfg.interval)
-    stop.wait()
-    log.info("stopping")
+    got = signal.sigwait(STOP_SIGNALS)
+    log.info("stopping (%s)", signal.Signals(got).name)
     server.stop()
     collector.stop()
     return 0

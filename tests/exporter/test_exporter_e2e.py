@@ -203,6 +203,29 @@ def test_cli_serves_until_sigterm(engines: dict[str, FakeEngine], tmp_path: Path
             proc.wait()
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_the_moment_it_serves_always_stops_it(sig: signal.Signals) -> None:
+    """The signal sent the moment the log says it serves, as Kubernetes may and as a test did: the main thread
+    is then entering its wait. A handler that set a threading.Event there deadlocked on the Event's lock
+    when it landed inside wait() (seen once in CI, under load: past its 60 s); sigwait() has no lock to take."""
+    for _ in range(8):
+        proc = subprocess.Popen(_cli("--listen", "127.0.0.1:0", "--no-nvml", "--target", "http://127.0.0.1:9/metrics"),
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                if "serving http://" in line:
+                    break
+            proc.send_signal(sig)
+            assert proc.wait(timeout=10) == 0
+            rest = proc.stderr.read()
+            assert f"stopping ({sig.name})" in rest and "Traceback" not in rest, rest
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
 def test_metrics_handler_sends_without_nagle_delay() -> None:
     # Headers and body are two writes: with Nagle on, every scrape on a kept-alive connection (Prometheus
     # reuses them) waited ~40 ms for the peer's delayed ACK. The handler must turn Nagle off.
