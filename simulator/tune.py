@@ -160,11 +160,6 @@ class Point:
     preemptions: int = 0  # the replicas' preemptions (the most of any seed): a fluid run's fidelity
     requests: int = 0  # the requests it ran, its lead-in's included (report.fidelity.requests_run)
 
-    @property
-    def edge_run(self) -> tuple[str, int, int]:
-        """(name, preemptions, requests) for `report.fidelity.at_kv_edge`."""
-        return "the written pick", self.preemptions, self.requests
-
     def same(self, other: Point) -> bool:
         """Equal but for the CPU seconds."""
         return (self.knobs, self.attainment, self.gpu_hours, self.cold_starts) == \
@@ -421,7 +416,8 @@ def static_line(result: TuneResult) -> str | None:
 def fidelity_note(result: TuneResult) -> str | None:
     """The caveat on a pick measured in the fluid mode with its replicas at the edge of their KV cache, where
     that mode reads optimistic (simulator/report/fidelity.py); None where the pick's numbers stand."""
-    return kv_edge_caveat(at_kv_edge(result.mode, [result.chosen.edge_run]))
+    c = result.chosen
+    return kv_edge_caveat(at_kv_edge(result.mode, [("the written pick", c.preemptions, c.requests)]))
 
 
 def header(result: TuneResult, *, trace: Trace, backtest: Backtest, command: str | None = None,
