@@ -144,6 +144,9 @@ class FluidBackend:
         self._o64 = np.maximum(1, trace.output_tokens).astype(np.float64)
         cfg = config.replica
         self._kv_cap = float(cfg.kv_capacity_tokens)
+        # the engine allocates whole blocks: a running request holds (block - 1) / 2 tokens beyond its context
+        # in the mean, which decides admission and preemption at the cache's edge (fluid_kernel._admit)
+        self._kv_slack = (cfg.block_size - 1) / 2.0
         self._budget = float(cfg.max_num_batched_tokens)
         self._seqs = float(cfg.max_num_seqs)
         self._lat = config.perf.request_latency_s
@@ -251,9 +254,9 @@ class FluidBackend:
         ready = self._ready_slots()  # may add slots: before the slot arrays are handed over
         t, reason, flags, at = k.advance(
             t, self.dt, t_event, hard_end, self._held_n, ready, self._rule, self._budget,
-            self._seqs, self._kv_cap, self._lat, self._coef, ints, self._run_i, self._run_f, self._wait_i,
-            self._wait_f, self._gain, self._slots, self._scratch, len(self._by_slot), self._p64, self._o64,
-            self._arr64, self._sub64, self._own_prefill, self._ttft, self._tpot)
+            self._seqs, self._kv_cap, self._kv_slack, self._lat, self._coef, ints, self._run_i, self._run_f,
+            self._wait_i, self._wait_f, self._gain, self._slots, self._scratch, len(self._by_slot), self._p64,
+            self._o64, self._arr64, self._sub64, self._own_prefill, self._ttft, self._tpot)
         self.t = t
         self._sync_replicas()
         if sim.progress is not None and ints[k.NEXT] >= self._next_progress:

@@ -138,9 +138,9 @@ def compact(ints: np.ndarray, wait_i: np.ndarray, wait_f: np.ndarray) -> None:
 
 
 @_jit
-def _preempt(dt: float, budget: float, kv_cap: float, coef: np.ndarray, ints: np.ndarray, run_i: np.ndarray,
-             run_f: np.ndarray, wait_i: np.ndarray, wait_f: np.ndarray, gain: np.ndarray, p64: np.ndarray,
-             slots: np.ndarray, sc: np.ndarray, n_slots: int) -> None:
+def _preempt(dt: float, budget: float, kv_cap: float, slack: float, coef: np.ndarray, ints: np.ndarray,
+             run_i: np.ndarray, run_f: np.ndarray, wait_i: np.ndarray, wait_f: np.ndarray, gain: np.ndarray,
+             p64: np.ndarray, slots: np.ndarray, sc: np.ndarray, n_slots: int) -> None:
     """vLLM's recompute preemption, at the slice's start: a replica whose KV held, plus what of its pending
     prompts the slice computes and one slice of decoding (at least one iteration), would outgrow its cache
     gives back its most recently admitted requests (keeping one) until the rest fit; a prompt part-way
@@ -178,7 +178,7 @@ def _preempt(dt: float, budget: float, kv_cap: float, coef: np.ndarray, ints: np
             continue
         pre = run_f[0, j]
         i = run_i[0, j]
-        sc[_KV, s] -= p64[i] - pre + run_f[1, j]
+        sc[_KV, s] -= p64[i] - pre + run_f[1, j] + slack
         sc[_PEND, s] -= pre
         sc[_NRUN, s] -= 1.0
         sc[_CUT, s] = 1.0
@@ -258,9 +258,10 @@ def _prefill_room(dt: float, budget: float, coef: np.ndarray, slots: np.ndarray,
 
 
 @_jit
-def _admit(t: float, dt: float, budget: float, seqs: float, kv_cap: float, coef: np.ndarray, ints: np.ndarray,
-           run_i: np.ndarray, run_f: np.ndarray, wait_i: np.ndarray, wait_f: np.ndarray, gain: np.ndarray,
-           p64: np.ndarray, o64: np.ndarray, arr: np.ndarray, slots: np.ndarray, sc: np.ndarray, n_slots: int) -> None:
+def _admit(t: float, dt: float, budget: float, seqs: float, kv_cap: float, slack: float, coef: np.ndarray,
+           ints: np.ndarray, run_i: np.ndarray, run_f: np.ndarray, wait_i: np.ndarray, wait_f: np.ndarray,
+           gain: np.ndarray, p64: np.ndarray, o64: np.ndarray, arr: np.ndarray, slots: np.ndarray, sc: np.ndarray,
+           n_slots: int) -> None:
     """Per-slot sums over the running rows, preemption where the KV cache would overflow (_preempt), then
     FIFO admission from each replica's queue of what it can start prefilling in this slice (vLLM admits a
     request only in an iteration with token budget left for it, so under a prefill backlog requests stay
@@ -283,12 +284,12 @@ def _admit(t: float, dt: float, budget: float, seqs: float, kv_cap: float, coef:
     for j in range(n_run):
         s = run_i[1, j]
         pre = run_f[0, j]
-        sc[_KV, s] += p64[run_i[0, j]] - pre + run_f[1, j]
+        sc[_KV, s] += p64[run_i[0, j]] - pre + run_f[1, j] + slack
         sc[_NRUN, s] += 1.0
         if pre <= 0.0:
             sc[_BDEC, s] += 1.0
         sc[_PEND, s] += pre
-    _preempt(dt, budget, kv_cap, coef, ints, run_i, run_f, wait_i, wait_f, gain, p64, slots, sc, n_slots)
+    _preempt(dt, budget, kv_cap, slack, coef, ints, run_i, run_f, wait_i, wait_f, gain, p64, slots, sc, n_slots)
     for s in range(n_slots):
         if sc[_PEND, s] == 0.0:  # nothing left to prefill (done, or preempted): no iteration is carried on
             slots[ITER_X, s] = 0.0
@@ -446,7 +447,8 @@ def _first_floor(i: int, s: int, tau1: float, budget: float, coef: np.ndarray, a
 
 
 @_jit
-def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, lat: float, coef: np.ndarray,
+def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, slack: float, lat: float,
+               coef: np.ndarray,
                ints: np.ndarray, run_i: np.ndarray, run_f: np.ndarray, wait_i: np.ndarray, wait_f: np.ndarray,
                gain: np.ndarray, slots: np.ndarray, sc: np.ndarray, n_slots: int, p64: np.ndarray, o64: np.ndarray,
                arr: np.ndarray, sub: np.ndarray, own_prefill: np.ndarray, ttft: np.ndarray, tpot: np.ndarray) -> bool:
@@ -456,7 +458,7 @@ def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, l
     tokens, FIFO) until the admitted prompts are prefilled, then pure decode iterations, each phase's
     iteration time from the perf model at the slice's batch and KV; first tokens and completions are
     placed inside the slice where their token counts are reached."""
-    _admit(t, dt, budget, seqs, kv_cap, coef, ints, run_i, run_f, wait_i, wait_f, gain, p64, o64, arr, slots, sc,
+    _admit(t, dt, budget, seqs, kv_cap, slack, coef, ints, run_i, run_f, wait_i, wait_f, gain, p64, o64, arr, slots, sc,
            n_slots)
     n_run = ints[N_RUN]
     if n_run == 0:
@@ -651,7 +653,7 @@ def step_slice(t: float, dt: float, budget: float, seqs: float, kv_cap: float, l
 
 @_jit
 def advance(t: float, dt: float, t_event: float, hard_end: float, held_n: int, ready: np.ndarray, rule: int,
-            budget: float, seqs: float, kv_cap: float, lat: float, coef: np.ndarray, ints: np.ndarray,
+            budget: float, seqs: float, kv_cap: float, slack: float, lat: float, coef: np.ndarray, ints: np.ndarray,
             run_i: np.ndarray, run_f: np.ndarray, wait_i: np.ndarray, wait_f: np.ndarray, gain: np.ndarray,
             slots: np.ndarray, sc: np.ndarray, n_slots: int, p64: np.ndarray, o64: np.ndarray, arr: np.ndarray,
             sub: np.ndarray, own_prefill: np.ndarray, ttft: np.ndarray,
@@ -691,7 +693,7 @@ def advance(t: float, dt: float, t_event: float, hard_end: float, held_n: int, r
             else:
                 route(np.arange(lo, hi), ready, rule, ints, wait_i, wait_f, slots, p64, o64, kv_cap)
         busy = ints[N_RUN] > 0 or ints[N_WAIT] > 0
-        if busy and step_slice(t, dt, budget, seqs, kv_cap, lat, coef, ints, run_i, run_f, wait_i, wait_f, gain,
+        if busy and step_slice(t, dt, budget, seqs, kv_cap, slack, lat, coef, ints, run_i, run_f, wait_i, wait_f, gain,
                                slots, sc, n_slots, p64, o64, arr, sub, own_prefill, ttft, tpot):
             flags |= DRAIN
         if ints[NEXT] >= n and ints[OPEN] == 0:
