@@ -16,11 +16,12 @@ timeline). The table reports the worst seed per cell beside the mean. --update-d
 
 --carry-oracles replays the oracles cached under an earlier source (one simulation a seed, the one committed
 last first) and keys those whose cells come out the same under this one: a change that moves no result need
-not plan them again. --cheaper-oracles, after a change that moves results, replays each schedule planned under
-an earlier source (one simulation per distinct schedule) and keeps the cheapest over the week that, on this
-source, still meets the oracle's target (`bucket_attainment` over the feasible requests, as plan_oracle
-judges its own): the oracle's trim stops at a run budget on the conversation week, so a fresh plan can come
-out dearer than an earlier one that still meets the target, which would flatter every ratio to it.
+not plan them again. Where the results move, a fresh plan is weighed against every schedule planned under an
+earlier source, each replayed on this one (one simulation per distinct schedule): the cheapest over the week
+that still meets the oracle's target (`bucket_attainment` over the feasible requests, as plan_oracle judges its
+own runs) is the oracle. Its trim stops at a run budget on the conversation week, so a fresh plan can come out
+dearer than an earlier schedule that still meets the target, which would flatter every ratio to it.
+--cheaper-oracles runs that weighing alone, for oracles planned before it.
 
 --trace conv runs the same on the Azure 2024 conversation week instead, a trace no default was tuned on (the
 week of unseen traffic: long answers, a daily cycle), into the `week-table-conv` block; its oracles are cached
@@ -115,23 +116,24 @@ def oracle_key(seed: int, hours: float | None, trace: str, digest: str = "") -> 
 
 def oracle_pods(seed: int, hours: float | None, trace: str = "code") -> tuple[list[PodPlan], dict[str, Cell]]:
     """The oracle's schedule for this seed (cached by trace, seed, length and the simulator's source digest: it
-    costs a dozen simulations of the week)."""
+    costs a dozen simulations of the week). A fresh plan is then weighed against the schedules planned under
+    earlier sources (cheaper_oracle), and the cheapest that meets the target on this source is the oracle."""
     key = oracle_key(seed, hours, trace)
-    if key.exists():
-        data = json.loads(key.read_text())
-        return ([PodPlan(*p) for p in data["pods"]],
-                {k: Cell(**v) for k, v in data["cells"].items()})
-    tr, bt = load(seed, hours, trace), backtest(seed)
-    p = bt.preset
-    plan = plan_oracle(tr, lambda ctl: simulate(tr, bt, ctl, "fluid"), p.perf(), p.replica_config(),
-                       p.cold_start(bt.cold_start), SLO, bucket_s=300.0, target=bt.oracle_target, seed=seed,
-                       max_replicas=bt.max_replicas, gpus_per_replica=p.tp)
-    cells = segment_cells(plan.result, p.tp, tr.duration_s)
-    key.parent.mkdir(parents=True, exist_ok=True)
-    key.write_text(json.dumps({"pods": [[q.ready_at, q.remove_at, q.cold_start_s] for q in plan.pods],
-                               "cells": {k: vars(v) for k, v in cells.items()}, "status": plan.status()}))
-    print(f"{trace} seed {seed}: oracle {plan.status()}", file=sys.stderr, flush=True)
-    return plan.pods, cells
+    if not key.exists():
+        tr, bt = load(seed, hours, trace), backtest(seed)
+        p = bt.preset
+        plan = plan_oracle(tr, lambda ctl: simulate(tr, bt, ctl, "fluid"), p.perf(), p.replica_config(),
+                           p.cold_start(bt.cold_start), SLO, bucket_s=300.0, target=bt.oracle_target, seed=seed,
+                           max_replicas=bt.max_replicas, gpus_per_replica=p.tp)
+        cells = segment_cells(plan.result, p.tp, tr.duration_s)
+        key.parent.mkdir(parents=True, exist_ok=True)
+        key.write_text(json.dumps({"pods": [[q.ready_at, q.remove_at, q.cold_start_s] for q in plan.pods],
+                                   "cells": {k: vars(v) for k, v in cells.items()}, "status": plan.status()}))
+        print(f"{trace} seed {seed}: oracle {plan.status()}", file=sys.stderr, flush=True)
+        del plan, tr  # the plan's runs, before the replays below hold a week of their own
+        print(cheaper_oracle((seed, hours, trace)), file=sys.stderr, flush=True)
+    data = json.loads(key.read_text())
+    return [PodPlan(*q) for q in data["pods"]], {k: Cell(**v) for k, v in data["cells"].items()}
 
 
 def newest_first(path: Path) -> tuple[int, float]:
