@@ -23,6 +23,14 @@ own runs) is the oracle. Its trim stops at a run budget on the conversation week
 dearer than an earlier schedule that still meets the target, which would flatter every ratio to it.
 --cheaper-oracles runs that weighing alone, for oracles planned before it.
 
+A plan is not made from scratch where an earlier schedule is known to meet the target: the planner's trim
+freezes buckets after a failed trial, so where it starts decides where it stops (fresh plans of the
+conversation week came out 7-11% dearer than schedules planned before, replayed). So a missing oracle is
+planned on, from the cheapest schedule cached under any source that meets the target here (replayed), and can
+only end at or below it; from scratch only where none does. --continue-oracles does the same for an oracle
+this source has already (its own schedule among the starts), and keeps the plan where it comes out cheaper:
+each run of it can only lower the oracle. --max-runs caps a plan's simulations (48).
+
 --trace conv runs the same on the Azure 2024 conversation week instead, a trace no default was tuned on (the
 week of unseen traffic: long answers, a daily cycle), into the `week-table-conv` block; its oracles are cached
 apart from the code week's. Planning one of its oracles holds 14-16 GB: on a 24 GiB machine run one seed at a
@@ -49,7 +57,15 @@ from keda_llm.simulator.control.policies import build_controller
 from keda_llm.simulator.control.scaledobject import load_scaledobject
 from keda_llm.simulator.hardware.presets import get_preset
 from keda_llm.simulator.report.frontier_cache import policy_sources
-from keda_llm.simulator.report.oracle import bucket_attainment, feasible_requests, plan_oracle
+from keda_llm.simulator.report.oracle import (
+    DEFAULT_MAX_RUNS,
+    TRIM_STEPS,
+    attained_share,
+    bucket_attainment,
+    feasible_requests,
+    meets_target,
+    plan_oracle,
+)
 from keda_llm.simulator.report.summary import Slo, met_mask
 from keda_llm.simulator.run import Backtest, simulate
 from keda_llm.simulator.workload.traces import Trace, load_azure_2024_minutes
@@ -65,6 +81,11 @@ DAY = 86400.0
 #: `ours`: the ScaledObject the repository ships for this preset and SLO (the docs table's too)
 SHIPPED = ROOT / "deploy" / "examples" / "keda-2.18" / "llama-70b-h100-tp4.yaml"
 SEGMENTS = (("days 1-5", 0.0, 5 * DAY), ("days 6-7", 5 * DAY, 7 * DAY), ("week", 0.0, 7 * DAY))
+#: the week oracle's buckets (a replica count per five minutes)
+BUCKET_S = 300.0
+#: the trim's step sizes for a plan continued from a schedule already trimmed: one replica at a time (the
+#: coarse steps of a plan from scratch would only spend runs lowering buckets already at their edge)
+CONTINUE_STEPS = (0.0,)
 
 
 @dataclass(frozen=True)
@@ -116,24 +137,87 @@ def oracle_key(seed: int, hours: float | None, trace: str, digest: str = "") -> 
 
 def oracle_pods(seed: int, hours: float | None, trace: str = "code") -> tuple[list[PodPlan], dict[str, Cell]]:
     """The oracle's schedule for this seed (cached by trace, seed, length and the simulator's source digest: it
-    costs a dozen simulations of the week). A fresh plan is then weighed against the schedules planned under
-    earlier sources (cheaper_oracle), and the cheapest that meets the target on this source is the oracle."""
+    costs a dozen simulations of the week or more). A missing one is planned on from the cheapest schedule cached
+    under any source that meets the target on this one (continue_oracle), from scratch where none does."""
     key = oracle_key(seed, hours, trace)
     if not key.exists():
-        tr, bt = load(seed, hours, trace), backtest(seed)
-        p = bt.preset
-        plan = plan_oracle(tr, lambda ctl: simulate(tr, bt, ctl, "fluid"), p.perf(), p.replica_config(),
-                           p.cold_start(bt.cold_start), SLO, bucket_s=300.0, target=bt.oracle_target, seed=seed,
-                           max_replicas=bt.max_replicas, gpus_per_replica=p.tp)
-        cells = segment_cells(plan.result, p.tp, tr.duration_s)
-        key.parent.mkdir(parents=True, exist_ok=True)
-        key.write_text(json.dumps({"pods": [[q.ready_at, q.remove_at, q.cold_start_s] for q in plan.pods],
-                                   "cells": {k: vars(v) for k, v in cells.items()}, "status": plan.status()}))
-        print(f"{trace} seed {seed}: oracle {plan.status()}", file=sys.stderr, flush=True)
-        del plan, tr  # the plan's runs, before the replays below hold a week of their own
-        print(cheaper_oracle((seed, hours, trace)), file=sys.stderr, flush=True)
+        print(continue_oracle((seed, hours, trace)), file=sys.stderr, flush=True)
     data = json.loads(key.read_text())
     return [PodPlan(*q) for q in data["pods"]], {k: Cell(**v) for k, v in data["cells"].items()}
+
+
+def known_schedules(seed: int, hours: float | None, trace: str) -> dict[str, Path]:
+    """Each distinct schedule cached for this trace, seed and length under any source (its pods as JSON), with
+    the file that holds it: the one committed last first."""
+    pattern = oracle_key(seed, hours, trace, "*")
+    out: dict[str, Path] = {}
+    for old in sorted(pattern.parent.glob(pattern.name), key=newest_first):
+        out.setdefault(json.dumps(json.loads(old.read_text())["pods"]), old)
+    return out
+
+
+def judge(tr: Trace, bt: Backtest, feasible: np.ndarray, pods: list[PodPlan]) -> tuple[float, bool, dict[str, Cell]]:
+    """A schedule replayed on this source, judged as plan_oracle judges its own runs: (the share of the requests
+    that can meet the SLO at all that did, whether that meets the oracle's target, the segments' cells)."""
+    result = simulate(tr, bt, ScheduleController("oracle", pods), "fluid")
+    met, counted = bucket_attainment(result, SLO, feasible, DAY * 7, 1)
+    return (attained_share(met, counted), meets_target(met, counted, bt.oracle_target),
+            segment_cells(result, bt.preset.tp, tr.duration_s))
+
+
+def _entry(pods: list[PodPlan], cells: dict[str, Cell], status: str) -> str:
+    return json.dumps({"pods": [[q.ready_at, q.remove_at, q.cold_start_s] for q in pods],
+                       "cells": {k: vars(v) for k, v in cells.items()}, "status": status})
+
+
+def continue_oracle(job: tuple[int, float | None, str], max_runs: int = DEFAULT_MAX_RUNS) -> str:
+    """Plan this source's oracle on from the cheapest schedule known to meet its target here: every schedule
+    cached under another source is replayed (one simulation each; this source's own, if any, met it when it was
+    planned), the cheapest that meets the target is the plan's start, and the plan is kept where it is cheaper
+    over the week than that start (it is never dearer where its start reproduces; the start is kept otherwise).
+    With no schedule that meets the target, a plan from scratch."""
+    seed, hours, trace = job
+    key = oracle_key(seed, hours, trace)
+    tr, bt = load(seed, hours, trace), backtest(seed)
+    p = bt.preset
+    feasible = feasible_requests(tr, p.perf(), p.replica_config(), SLO)
+    lines: list[str] = []
+    # (week GPU-h, pods, cells, the file, its status): the cheapest schedule known to meet the target here
+    best: tuple[float, list[PodPlan], dict[str, Cell], str, str] | None = None
+    own_pods = ""
+    if key.exists():
+        own = json.loads(key.read_text())
+        own_pods = json.dumps(own["pods"])
+        cells = {k: Cell(**v) for k, v in own["cells"].items()}
+        best = (cells["week"].gpu_h, [PodPlan(*q) for q in own["pods"]], cells, key.name, own["status"])
+    for pods_json, old in known_schedules(seed, hours, trace).items():
+        if pods_json == own_pods:
+            continue
+        pods = [PodPlan(*q) for q in json.loads(pods_json)]
+        share, ok, cells = judge(tr, bt, feasible, pods)
+        lines.append(f"{trace} seed {seed}: {old.name} replayed: {100 * share:.2f}% of the feasible requests "
+                     f"({'meets' if ok else 'misses'} the target), {cells['week'].gpu_h:.1f} GPU-h")
+        if ok and (best is None or cells["week"].gpu_h < best[0]):
+            best = (cells["week"].gpu_h, pods, cells, old.name,
+                    f"target met: {100 * share:.1f}% of the requests that can meet the SLO at all did (target "
+                    f"{100 * bt.oracle_target:g}%); the schedule planned under {old.name}, replayed on this source")
+    plan = plan_oracle(tr, lambda ctl: simulate(tr, bt, ctl, "fluid"), p.perf(), p.replica_config(),
+                       p.cold_start(bt.cold_start), SLO, bucket_s=BUCKET_S, target=bt.oracle_target, seed=seed,
+                       max_replicas=bt.max_replicas, gpus_per_replica=p.tp, max_runs=max_runs,
+                       start=None if best is None else best[1],
+                       trim_steps=TRIM_STEPS if best is None else CONTINUE_STEPS)
+    cells = segment_cells(plan.result, p.tp, tr.duration_s)
+    start = "from scratch" if best is None else f"continued from the schedule of {best[3]} ({best[0]:.1f} GPU-h)"
+    lines.append(f"{trace} seed {seed}: plan {start}: {plan.status()} {cells['week'].gpu_h:.1f} GPU-h")
+    if best is None or (plan.met_target and cells["week"].gpu_h < best[0] - 1e-6):
+        key.parent.mkdir(parents=True, exist_ok=True)
+        key.write_text(_entry(plan.pods, cells, f"{plan.status()} Planned {start}."))
+        lines[-1] += ": kept"
+    elif not key.exists() or best[3] != key.name:
+        key.write_text(_entry(best[1], best[2], best[4]))
+        lines[-1] += f": {best[3]}'s schedule kept"
+    return "\n".join(lines)
+
 
 
 def newest_first(path: Path) -> tuple[int, float]:
@@ -176,38 +260,28 @@ def carry_oracle(job: tuple[int, float | None, str]) -> str:
 def cheaper_oracle(job: tuple[int, float | None, str]) -> str:
     """--cheaper-oracles: each distinct schedule cached under another source's digest, replayed on this source;
     the cheapest over the week that meets the target (this source's plan included) becomes this source's
-    oracle. A replay is judged as plan_oracle judges its own runs: `target` of the requests that can meet the
-    SLO at all."""
+    oracle. A replay is judged as plan_oracle judges its own runs (`judge`)."""
     seed, hours, trace = job
     key = oracle_key(seed, hours, trace)
     if not key.exists():
         return f"{trace} seed {seed}: no oracle planned on this source yet (plan it first)"
     best = json.loads(key.read_text())
-    pattern = oracle_key(seed, hours, trace, "*")
-    schedules: dict[str, Path] = {}
-    for old in sorted(pattern.parent.glob(pattern.name), key=newest_first):
-        pods_json = json.dumps(json.loads(old.read_text())["pods"])
-        if old != key and pods_json != json.dumps(best["pods"]):
-            schedules.setdefault(pods_json, old)
+    own_pods = json.dumps(best["pods"])
     tr, bt = load(seed, hours, trace), backtest(seed)
-    p = bt.preset
-    feasible = feasible_requests(tr, p.perf(), p.replica_config(), SLO)
+    feasible = feasible_requests(tr, bt.preset.perf(), bt.preset.replica_config(), SLO)
     lines = []
-    for pods_json, old in schedules.items():
+    for pods_json, old in known_schedules(seed, hours, trace).items():
+        if pods_json == own_pods:
+            continue
         pods = [PodPlan(*q) for q in json.loads(pods_json)]
-        result = simulate(tr, bt, ScheduleController("oracle", pods), "fluid")
-        met, counted = bucket_attainment(result, SLO, feasible, DAY, 1)
-        share = float(met.sum() / counted.sum()) if counted.sum() > 0 else 1.0
-        meets = bool(met.sum() >= bt.oracle_target * counted.sum() - 1e-9)
-        cells = segment_cells(result, p.tp, tr.duration_s)
+        share, meets, cells = judge(tr, bt, feasible, pods)
         week, best_week = cells["week"].gpu_h, best["cells"]["week"]["gpu_h"]
         lines.append(f"{trace} seed {seed}: {old.name} replayed: {100 * share:.2f}% of the feasible requests "
                      f"({'meets' if meets else 'misses'} the target), {week:.1f} GPU-h against {best_week:.1f}")
         if meets and week < best_week:
-            best = {"pods": json.loads(pods_json), "cells": {k: vars(v) for k, v in cells.items()},
-                    "status": (f"target met: {100 * share:.1f}% of the requests that can meet the SLO at all did "
-                               f"(target {100 * bt.oracle_target:g}%); the schedule planned under {old.name}, "
-                               f"replayed on this source, cheaper than the plan made on it")}
+            best = json.loads(_entry(pods, cells, f"target met: {100 * share:.1f}% of the requests that can meet the "
+                                     f"SLO at all did (target {100 * bt.oracle_target:g}%); the schedule planned "
+                                     f"under {old.name}, replayed on this source, cheaper than the plan made on it"))
             key.write_text(json.dumps(best))
             lines[-1] += ": kept"
     return "\n".join(lines) or f"{trace} seed {seed}: no other schedule cached"
@@ -264,7 +338,16 @@ def main() -> None:
     ap.add_argument("--cheaper-oracles", action="store_true",
                     help="replay the schedules cached under other sources' digests; keep the cheapest that meets "
                          "the target on this source")
+    ap.add_argument("--continue-oracles", action="store_true",
+                    help="plan each seed's oracle on from the cheapest schedule known to meet the target here; keep "
+                         "it where it is cheaper")
+    ap.add_argument("--max-runs", type=int, default=DEFAULT_MAX_RUNS,
+                    help="simulations one oracle plan may run (--continue-oracles)")
     args = ap.parse_args()
+    if args.continue_oracles:
+        for line in (continue_oracle((s, args.hours, args.trace), args.max_runs) for s in args.seeds):
+            print(line, flush=True)
+        return
     if args.cheaper_oracles:
         for line in map(cheaper_oracle, [(s, args.hours, args.trace) for s in args.seeds]):
             print(line, flush=True)

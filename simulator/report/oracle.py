@@ -9,7 +9,10 @@ can, the target over all requests is thereby lowered to `target` x that share, a
 How the schedule is found (per time bucket, a replica count; every candidate is simulated, never estimated):
 1. start: the work each bucket's arrivals bring (prefill seconds + decode slot-seconds at the largest batch
    whose iteration fits the ITL target), with no headroom; at least one replica where requests arrive and
-   at least the lower bound's KV floor (below);
+   at least the lower bound's KV floor (below). Or, given `start`, an earlier schedule's counts
+   (`counts_from_pods`): the trim below freezes buckets after a failed trial, so where a plan starts decides
+   where it stops, and a plan continued from the cheapest schedule known to meet the target can only end
+   at or below it;
 2. raise: run the schedule; every bucket whose counted requests fall short of the target gets more
    replicas, and it runs again, until the target is met. A bucket's k-th raise adds ceil(count x 2^k / 8)
    (at least one): an eighth, a quarter, a half, then doubling, so a bucket reaches `max_replicas` within
@@ -43,7 +46,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -355,6 +358,31 @@ def lower_bound(trace: Trace, perf: PerfModel, config: ReplicaConfig, slo: Slo, 
                       counted=len(idx), bucket_s=bucket_s)
 
 
+def counts_from_pods(pods: Sequence[PodPlan], bucket_s: float, n_buckets: int) -> np.ndarray:
+    """Replicas ready per bucket under `pods`, a pod counted from the bucket it becomes ready in to the one it is
+    removed at: for a schedule of `pods_from_counts`, counts whose pods are that schedule again (a bridged gap
+    counts as held), so a stored schedule can be the `start` of a new plan."""
+    edges = np.zeros(n_buckets + 1, dtype=np.int64)
+    for p in pods:
+        i = min(n_buckets, max(0, math.floor(p.ready_at / bucket_s + 1e-9)))
+        end = p.remove_at / bucket_s
+        j = n_buckets if not math.isfinite(end) else min(n_buckets, max(i, math.ceil(end - 1e-9)))
+        edges[i] += 1
+        edges[j] -= 1
+    return np.cumsum(edges)[:n_buckets]
+
+
+def meets_target(met: np.ndarray, counted: np.ndarray, target: float) -> bool:
+    """Whether (met, counted) of `bucket_attainment` meet `target` over all buckets together: the one test of a
+    schedule, for the plan's own runs and for any schedule weighed against it."""
+    return bool(met.sum() >= target * counted.sum() - 1e-9)
+
+
+def attained_share(met: np.ndarray, counted: np.ndarray) -> float:
+    """The share of the counted (feasible) requests that met the SLO; 1 where none is counted."""
+    return float(met.sum() / counted.sum()) if counted.sum() > 0 else 1.0
+
+
 def _short(met: np.ndarray, counted: np.ndarray, target: float) -> np.ndarray:
     out: np.ndarray = (counted > 0) & (met < target * counted - 1e-9)
     return out
@@ -362,12 +390,18 @@ def _short(met: np.ndarray, counted: np.ndarray, target: float) -> np.ndarray:
 
 def plan_oracle(trace: Trace, run: RunFn, perf: PerfModel, config: ReplicaConfig, cold_start: ColdStartModel,
                 slo: Slo, *, bucket_s: float = 60.0, target: float = 0.99, max_runs: int = DEFAULT_MAX_RUNS,
-                seed: int = 0, max_replicas: int = 1000, gpus_per_replica: int = 1) -> OraclePlan:
-    """Find the oracle's schedule for `trace` (see the module docstring); `run` simulates a schedule."""
+                seed: int = 0, max_replicas: int = 1000, gpus_per_replica: int = 1,
+                start: Sequence[PodPlan] | None = None, trim_steps: Sequence[float] = TRIM_STEPS) -> OraclePlan:
+    """Find the oracle's schedule for `trace` (see the module docstring); `run` simulates a schedule. `start`: an
+    earlier schedule to begin from instead of step 1's work count (its counts, still raised to the floor);
+    `trim_steps`: the trim's step sizes (a plan continued from a trimmed schedule need not spend runs on the
+    coarse ones)."""
     if not 0 < target <= 1:
         raise ValueError(f"oracle: target attainment must be in (0, 1], got {target}")
     if max_runs < 1:
         raise ValueError(f"oracle: max_runs must be >= 1, got {max_runs}")
+    if not trim_steps or any(not 0 <= f < 1 for f in trim_steps):
+        raise ValueError(f"oracle: trim steps must be fractions in [0, 1), got {list(trim_steps)}")
     n_buckets = max(1, math.ceil((trace.duration_s + 1e-9) / bucket_s))
     feasible = feasible_requests(trace, perf, config, slo)
     bound = lower_bound(trace, perf, config, slo, target=target, feasible=feasible,
@@ -375,7 +409,9 @@ def plan_oracle(trace: Trace, run: RunFn, perf: PerfModel, config: ReplicaConfig
     arrivals = np.bincount(np.minimum((trace.arrival_s // bucket_s).astype(np.int64), n_buckets - 1),
                            minlength=n_buckets)
     floor = np.minimum(np.maximum((arrivals > 0).astype(np.int64), bound.kv_floor), max_replicas)
-    counts = np.minimum(np.maximum(first_counts(trace, perf, config, slo, bucket_s, n_buckets), floor), max_replicas)
+    begin = (first_counts(trace, perf, config, slo, bucket_s, n_buckets) if start is None
+             else counts_from_pods(start, bucket_s, n_buckets))
+    counts = np.minimum(np.maximum(begin, floor), max_replicas)
     colds = cold_start_table(cold_start, seed + COLD_TABLE_SEED, max_replicas, n_buckets)
 
     def simulate(c: np.ndarray) -> tuple[list[PodPlan], SimResult, np.ndarray, np.ndarray]:
@@ -385,10 +421,9 @@ def plan_oracle(trace: Trace, run: RunFn, perf: PerfModel, config: ReplicaConfig
         return pods, result, met, counted
 
     def meets(met: np.ndarray, counted: np.ndarray) -> bool:
-        return bool(met.sum() >= target * counted.sum() - 1e-9)
+        return meets_target(met, counted, target)
 
-    def share(met: np.ndarray, counted: np.ndarray) -> float:
-        return float(met.sum() / counted.sum()) if counted.sum() > 0 else 1.0
+    share = attained_share
 
     # 2. raise until the target is met
     raises = np.zeros(n_buckets, dtype=np.int64)
@@ -436,7 +471,7 @@ def plan_oracle(trace: Trace, run: RunFn, perf: PerfModel, config: ReplicaConfig
 
     trim_complete = True
     if ok:
-        for frac in TRIM_STEPS:
+        for frac in trim_steps:
             frozen = np.zeros(n_buckets, dtype=bool)
             while True:
                 cand = ~frozen & (counts > floor)

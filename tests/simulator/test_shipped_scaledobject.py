@@ -159,3 +159,41 @@ def test_the_week_oracle_is_the_cheapest_schedule_that_meets_its_target_on_this_
     # a plan already the cheapest that meets the target stays
     assert "kept" not in week_table.cheaper_oracle((0, hours, "code"))
     assert json.loads(current.read_text()) == kept
+
+
+def test_a_week_oracle_is_planned_on_from_the_cheapest_schedule_known_to_meet_its_target(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """A missing oracle is planned from the cheapest schedule cached under any source that meets the target
+    here, not from scratch, and can only end at or below it; planned on again, a plan no cheaper leaves it as it
+    is. The week's first six minutes: 16 static 70B replicas meet the target, 10 do not (see above)."""
+    import json
+
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import week_table
+
+    from keda_llm.simulator.report.frontier_cache import policy_sources
+
+    monkeypatch.setattr(week_table, "QUICK_CACHE", tmp_path)
+    hours = 0.1
+
+    def entry(n: int) -> dict[str, Any]:
+        return {"pods": [[0.0, float("inf"), 0.0]] * n, "cells": {"week": {"slo": 1.0, "gpu_h": 1.0}},
+                "status": f"{n} replicas"}
+
+    current = tmp_path / f"oracle-seed0-0.1h-{policy_sources('oracle')[:12]}.json"
+    (tmp_path / "oracle-seed0-0.1h-000000000000.json").write_text(json.dumps(entry(10)))
+    (tmp_path / "oracle-seed0-0.1h-111111111111.json").write_text(json.dumps(entry(16)))
+    out = week_table.continue_oracle((0, hours, "code"), max_runs=4)
+    assert "misses the target" in out and "meets the target" in out
+    assert "continued from the schedule of oracle-seed0-0.1h-111111111111.json" in out and out.endswith(": kept")
+    kept = json.loads(current.read_text())
+    start = week_table.judge(week_table.load(0, hours), week_table.backtest(0), np.ones(1, dtype=bool),
+                             [week_table.PodPlan(0.0, float("inf"), 0.0)] * 16)[2]["week"].gpu_h
+    assert kept["cells"]["week"]["gpu_h"] < start  # one replica a trial: 16 -> 13 in the three runs after the first
+    assert "Planned continued from" in kept["status"] and "target met" in kept["status"]
+    assert max(len([q for q in kept["pods"] if q[0] <= t < q[1]]) for t in (0.0, 300.0)) == 13
+    # planned on again with one run (the start's own confirmation): nothing cheaper, so nothing changes
+    again = week_table.continue_oracle((0, hours, "code"), max_runs=1)
+    assert "kept" not in again and json.loads(current.read_text()) == kept

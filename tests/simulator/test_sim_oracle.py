@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+import pytest
 from sim_helpers import config, fixed_cold_start
 
 from keda_llm.simulator.cluster.engine import SimConfig, SimResult, Simulation
@@ -13,7 +14,9 @@ from keda_llm.simulator.control.controllers import ScheduleController
 from keda_llm.simulator.hardware.perf import ConstantPerf
 from keda_llm.simulator.hardware.replica import ReplicaConfig
 from keda_llm.simulator.report.oracle import (
+    TRIM_STEPS,
     cold_start_table,
+    counts_from_pods,
     first_counts,
     idle_ttft,
     lower_bound,
@@ -225,3 +228,54 @@ def test_planned_seconds_match_the_pods() -> None:
     table = cold_start_table(cold, 3, 8, len(counts))
     pods = pods_from_counts(counts, 60.0, cold, np.random.default_rng(0), table)
     assert planned_replica_seconds(counts, 60.0, cold, table) == sum(p.remove_at - p.create_at for p in pods)
+
+
+def test_counts_from_pods_give_the_schedule_back() -> None:
+    """A stored schedule's counts make the same pods again (bridged gaps and each slot's drawn cold start
+    included), so an earlier plan can be where a new one starts. Seeded random counts with runs and gaps of
+    every length around the 100 s cold start."""
+    cold = fixed_cold_start(20.0, 80.0)
+    rng = np.random.default_rng(11)
+    for case in range(300):
+        n = int(rng.integers(1, 40))
+        counts = np.where(rng.random(n) < 0.3, 0, rng.integers(0, 6, n)).astype(np.int64)
+        table = cold_start_table(fixed_cold_start(20.0, 80.0), case, 6, n)
+        pods = pods_from_counts(counts, 60.0, cold, np.random.default_rng(0), table)
+        held = counts_from_pods(pods, 60.0, n)
+        assert (held >= counts).all()  # a bridged gap counts as held
+        assert pods_from_counts(held, 60.0, cold, np.random.default_rng(0), table) == pods
+    # a pod kept to the end (remove_at inf) or ready off a bucket's edge counts from the bucket it is ready in
+    from keda_llm.simulator.control.controllers import PodPlan
+
+    got = counts_from_pods([PodPlan(0.0, float("inf"), 0.0), PodPlan(90.0, 150.0, 30.0)], 60.0, 4)
+    assert got.tolist() == [1, 2, 2, 1]
+
+
+def test_a_plan_continued_from_its_own_schedule_starts_met_and_ends_no_dearer() -> None:
+    """`start`: the trim freezes buckets after a failed trial, so a plan from scratch can stop above what its
+    own schedule can reach; continued from that schedule it spends one run confirming the target and can only
+    go lower."""
+    tr = _bursty()
+    cfg = config(iteration_s=0.02, cold=(5.0, 25.0))
+    _, run = _planner(tr, cfg)
+    first = plan_oracle(tr, run, cfg.perf, cfg.replica, cfg.cold_start, SLO, bucket_s=60.0)
+    assert first.met_target
+    runs, run = _planner(tr, cfg)
+    again = plan_oracle(tr, run, cfg.perf, cfg.replica, cfg.cold_start, SLO, bucket_s=60.0, start=first.pods,
+                        trim_steps=(0.0,))
+    assert again.met_target and again.raise_runs == 1
+    assert runs[0].gpu_seconds == first.result.gpu_seconds  # its first run is the start's schedule, as it was
+    assert again.result.gpu_seconds <= first.result.gpu_seconds + 1e-9
+    assert (again.counts <= counts_from_pods(first.pods, 60.0, len(first.counts))).all()
+    # a start that misses the target is raised like a plan from scratch
+    short = plan_oracle(tr, _planner(tr, cfg)[1], cfg.perf, cfg.replica, cfg.cold_start, SLO, bucket_s=60.0,
+                        start=[], trim_steps=TRIM_STEPS)
+    assert short.met_target and short.raise_runs >= 2
+
+
+def test_bad_trim_steps_are_refused() -> None:
+    tr = _steady(2.0, 60.0)
+    cfg = config(iteration_s=0.02)
+    for steps in ((), (1.0,), (-0.1,)):
+        with pytest.raises(ValueError, match="trim steps"):
+            plan_oracle(tr, _planner(tr, cfg)[1], cfg.perf, cfg.replica, cfg.cold_start, SLO, trim_steps=steps)
