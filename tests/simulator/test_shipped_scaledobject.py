@@ -187,7 +187,8 @@ def test_a_week_oracle_is_planned_on_from_the_cheapest_schedule_known_to_meet_it
     (tmp_path / "oracle-seed0-0.1h-111111111111.json").write_text(json.dumps(entry(16)))
     out = week_table.continue_oracle((0, hours, "code"), max_runs=4)
     assert "misses the target" in out and "meets the target" in out
-    assert "continued from the schedule of oracle-seed0-0.1h-111111111111.json" in out and out.endswith(": kept")
+    assert "continued from the schedule of oracle-seed0-0.1h-111111111111.json" in out
+    assert out.splitlines()[-1].startswith("code seed 0: kept the plan continued from the schedule of")
     kept = json.loads(current.read_text())
     start = week_table.judge(week_table.load(0, hours), week_table.backtest(0), np.ones(1, dtype=bool),
                              [week_table.PodPlan(0.0, float("inf"), 0.0)] * 16)[2]["week"].gpu_h
@@ -197,3 +198,49 @@ def test_a_week_oracle_is_planned_on_from_the_cheapest_schedule_known_to_meet_it
     # planned on again with one run (the start's own confirmation): nothing cheaper, so nothing changes
     again = week_table.continue_oracle((0, hours, "code"), max_runs=1)
     assert "kept" not in again and json.loads(current.read_text()) == kept
+
+
+def test_another_seeds_cheaper_oracle_is_a_start_too_and_the_cheapest_plan_that_meets_the_target_is_kept(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """Where a plan stops depends on where it starts: another seed's oracle that costs less than this seed's
+    start is planned on too (its counts, this seed's cold starts), and the cheapest plan that meets the target
+    here is kept. Only the seeds named are used; one dearer than this seed's start is not tried."""
+    import json
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import week_table
+
+    from keda_llm.simulator.report.frontier_cache import policy_sources
+
+    monkeypatch.setattr(week_table, "QUICK_CACHE", tmp_path)
+    hours, digest = 0.1, policy_sources("oracle")[:12]
+
+    def entry(n: int, gpu_h: float) -> str:
+        return json.dumps({"pods": [[0.0, float("inf"), 0.0]] * n,
+                           "cells": {"week": {"slo": 1.0, "gpu_h": gpu_h}}, "status": f"{n} replicas"})
+
+    current = tmp_path / f"oracle-seed0-0.1h-{digest}.json"
+    current.write_text(entry(20, 100.0))  # this seed's own: 20 replicas, meets the target (see above)
+    (tmp_path / f"oracle-seed1-0.1h-{digest}.json").write_text(entry(16, 50.0))  # cheaper on its own week
+    (tmp_path / f"oracle-seed2-0.1h-{digest}.json").write_text(entry(12, 200.0))  # dearer: not a start
+
+    def replicas(path: Path) -> int:
+        pods = json.loads(path.read_text())["pods"]
+        return max(len([q for q in pods if q[0] <= t < q[1]]) for t in (0.0, 300.0))
+
+    # seed 1 not named: only this seed's own start, trimmed by one replica in the run after its confirmation
+    out = week_table.continue_oracle((0, hours, "code"), max_runs=2, seeds=(0,))
+    assert "seed 1's schedule" not in out and replicas(current) == 19
+    current.write_text(entry(20, 100.0))
+    out = week_table.continue_oracle((0, hours, "code"), max_runs=2, seeds=(0, 1, 2))
+    assert "plan continued from seed 1's schedule (50.0 GPU-h on its own week)" in out
+    assert "seed 2's schedule" not in out
+    assert out.splitlines()[-1] == ("code seed 0: kept the plan continued from seed 1's schedule "
+                                    "(50.0 GPU-h on its own week)")
+    assert replicas(current) == 15  # seed 1's 16, trimmed by one: cheaper than this seed's own 20 -> 19
+    kept = json.loads(current.read_text())
+    assert "target met" in kept["status"] and kept["cells"]["week"]["gpu_h"] < 100.0
+    # planned on again: the kept plan (15 replicas x 4 GPUs x 0.1 h) now costs less than seed 1's 50 GPU-h, so
+    # seed 1's is no start; one run confirms the own start and changes nothing
+    again = week_table.continue_oracle((0, hours, "code"), max_runs=1, seeds=(0, 1, 2))
+    assert "seed 1's schedule" not in again and "kept" not in again and json.loads(current.read_text()) == kept
