@@ -32,7 +32,8 @@ this source has already (its own schedule among the starts), and keeps the plan 
 each run of it can only lower the oracle. It also plans on from the other --seeds' oracles that cost less over
 their own week than this seed's (their counts, this seed's cold starts): the conversation week's seed 1,
 planned on from seed 0's schedule, came out 3.4% cheaper than planned on from its own. --max-runs caps a
-plan's simulations (48).
+plan's simulations (48); --from-seeds picks the seeds whose oracles are starts (a seed left out is not planned
+on from its own, e.g. one already planned on to no gain).
 
 --trace conv runs the same on the Azure 2024 conversation week instead, a trace no default was tuned on (the
 week of unseen traffic: long answers, a daily cycle), into the `week-table-conv` block; its oracles are cached
@@ -194,10 +195,11 @@ def continue_oracle(job: tuple[int, float | None, str], max_runs: int = DEFAULT_
     over the week than that start (it is never dearer where its start reproduces; the start is kept otherwise).
     With no schedule that meets the target, a plan from scratch.
 
-    The trim freezes buckets after a failed trial, so a plan stops where its start leads it. `seeds`: other
-    seeds whose oracles on this source cost less over their own week than this one's start are starts too, each
-    planned on (their counts, this seed's cold starts: the plan raises where they miss here), cheapest first;
-    the cheapest plan that meets the target is kept."""
+    The trim freezes buckets after a failed trial, so a plan stops where its start leads it. `seeds`: the seeds
+    whose oracles on this source are starts (default: this one's alone). Another seed's is planned on where it
+    costs less over its own week than this one's start (its counts, this seed's cold starts: the plan raises
+    where they miss here), cheapest first; this seed's own start is skipped where `seeds` leaves it out (a plan
+    known to stop where it began). The cheapest plan that meets the target is kept."""
     seed, hours, trace = job
     key = oracle_key(seed, hours, trace)
     tr, bt = load(seed, hours, trace), backtest(seed)
@@ -224,9 +226,11 @@ def continue_oracle(job: tuple[int, float | None, str], max_runs: int = DEFAULT_
                     f"target met: {100 * share:.1f}% of the requests that can meet the SLO at all did (target "
                     f"{100 * bt.oracle_target:g}%); the schedule planned under {old.name}, replayed on this source")
     # (what the plan starts from, its pods; None: from scratch)
-    starts: list[tuple[str, list[PodPlan] | None]] = (
-        [("from scratch", None)] if best is None
-        else [(f"continued from the schedule of {best[3]} ({best[0]:.1f} GPU-h)", best[1])])
+    starts: list[tuple[str, list[PodPlan] | None]] = []
+    if best is None:
+        starts.append(("from scratch", None))
+    elif seed in seeds or not seeds:
+        starts.append((f"continued from the schedule of {best[3]} ({best[0]:.1f} GPU-h)", best[1]))
     starts += [(f"continued from seed {other}'s schedule ({gpu_h:.1f} GPU-h on its own week)", pods)
                for gpu_h, other, pods in other_seed_oracles(seed, hours, trace)
                if other in seeds and (best is None or gpu_h < best[0])]
@@ -374,11 +378,15 @@ def main() -> None:
     ap.add_argument("--continue-oracles", action="store_true",
                     help="plan each seed's oracle on from the cheapest schedule known to meet the target here; keep "
                          "it where it is cheaper")
+    ap.add_argument("--from-seeds", type=int, nargs="+", default=None,
+                    help="--continue-oracles: the seeds whose oracles are starts (default: --seeds); a seed left "
+                         "out is not planned on from its own schedule")
     ap.add_argument("--max-runs", type=int, default=DEFAULT_MAX_RUNS,
                     help="simulations one oracle plan may run (--continue-oracles)")
     args = ap.parse_args()
     if args.continue_oracles:
-        for line in (continue_oracle((s, args.hours, args.trace), args.max_runs, tuple(args.seeds))
+        starts = tuple(args.seeds if args.from_seeds is None else args.from_seeds)
+        for line in (continue_oracle((s, args.hours, args.trace), args.max_runs, starts)
                      for s in args.seeds):
             print(line, flush=True)
         return

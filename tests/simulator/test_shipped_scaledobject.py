@@ -231,6 +231,10 @@ def test_another_seeds_cheaper_oracle_is_a_start_too_and_the_cheapest_plan_that_
     # seed 1 not named: only this seed's own start, trimmed by one replica in the run after its confirmation
     out = week_table.continue_oracle((0, hours, "code"), max_runs=2, seeds=(0,))
     assert "seed 1's schedule" not in out and replicas(current) == 19
+    # seed 1's alone: this seed's own start is not planned on
+    current.write_text(entry(20, 100.0))
+    out = week_table.continue_oracle((0, hours, "code"), max_runs=2, seeds=(1,))
+    assert "plan continued from the schedule of" not in out and replicas(current) == 15
     current.write_text(entry(20, 100.0))
     out = week_table.continue_oracle((0, hours, "code"), max_runs=2, seeds=(0, 1, 2))
     assert "plan continued from seed 1's schedule (50.0 GPU-h on its own week)" in out
