@@ -41,6 +41,16 @@ new ones, which changes nothing but the CPU spent.
 `frontier(trace, backtest, policies)` adds the reference points the sweep needs and the docs show: the
 oracle (its GPU-hours, attainment, the share of requests that can meet the SLO at all), static
 provisioning at its peak (the cap) and the lower bound on GPU-hours.
+
+`oracle_from_points(trace, backtest, refs, fronts)`: the oracle's plan stops where its start leads it (its
+trim freezes buckets after a failed trial), so a causal policy can meet the target for fewer GPU-hours than the
+plan from scratch, and every ratio to that oracle then flatters. So each policy whose cheapest point meeting the
+target costs less than the oracle, or at most 10% more (a plan from it trims), is run once more at the oracle's
+own seed; the replicas it had ready in each bucket become the start of a plan (which raises where the oracle's
+own cold starts leave a bucket short, then trims), and the cheapest plan that meets the target for less than
+the oracle replaces it in the references, planned on from its own schedule while that saves more, its pods
+kept so that any table can replay it. Static provisioning (the cap) stays at the first plan's peak, so the
+sweeps it stopped do not move.
 """
 
 from __future__ import annotations
@@ -56,13 +66,18 @@ from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExe
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
+from keda_llm.simulator.cluster.engine import SimResult
 from keda_llm.simulator.control.anchors import KNOBS, aibrix, keda_driven, knative, ray_serve
 from keda_llm.simulator.control.baselines import GPU_UTIL_TARGET_PERCENT, PROD_STACK_THRESHOLD
+from keda_llm.simulator.control.controllers import PodPlan
 from keda_llm.simulator.control.policies import ITL_TARGET_FRACTION
 from keda_llm.simulator.report.frontier_cache import PointCache, References
 from keda_llm.simulator.report.frontier_point import SWEPT, Point, build_point_controller, run_point
+from keda_llm.simulator.report.oracle import OraclePlan, plan_oracle, pods_from_counts
 from keda_llm.simulator.report.summary import summarize
-from keda_llm.simulator.run import Backtest, concurrency_target, run_policies
+from keda_llm.simulator.run import Backtest, concurrency_target, run_policies, simulate
 from keda_llm.simulator.workload.traces import Trace
 
 __all__ = ["SWEPT", "Frontier", "Point", "Reference", "TraceFrontier", "build_point_controller", "frontier",
@@ -542,3 +557,121 @@ def references(trace: Trace, backtest: Backtest) -> References:
     return References(oracle.feasible_share, oracle.target_over_all, orc.slo_attainment, orc.gpu_hours,
                       oracle.status(), static.slo_attainment, static.gpu_hours, oracle.bound.gpu_hours,
                       time.process_time() - t0)
+
+
+#: how much cheaper than the oracle a plan must be to replace it: rounding aside
+CHEAPER = 1e-3
+#: a policy's point up to this much dearer than the oracle is a start too: the plan from it trims
+START_MARGIN = 0.1
+
+
+def start_name(policy: str, knob: float) -> str:
+    """How the references list a start planned on from (`oracle_from_points`)."""
+    return f"{policy}@{knob!r}"
+
+
+def oracle_bucket_s(trace: Trace, backtest: Backtest) -> float:
+    """The oracle's bucket for this trace, as `run_policies` plans it."""
+    return backtest.oracle_bucket_s or (60.0 if trace.duration_s <= 7200 else 300.0)
+
+
+def ready_counts(result: SimResult, bucket_s: float, n_buckets: int) -> np.ndarray:
+    """The most replicas a run had ready at any observation in each bucket of the scored trace (a bucket with no
+    observation holds the count of the last one before it): the capacity a schedule must give to serve as that
+    run did."""
+    t = np.asarray(result.timeline.t, dtype=np.float64)
+    ready = np.asarray(result.timeline.ready, dtype=np.int64)
+    keep = t >= 0
+    t, ready = t[keep], ready[keep]
+    counts = np.full(n_buckets, -1, dtype=np.int64)
+    if len(t):
+        b = np.minimum((t // bucket_s).astype(np.int64), n_buckets - 1)
+        np.maximum.at(counts, b, ready)
+    empty = np.flatnonzero(counts < 0)
+    before = np.searchsorted(t, empty * bucket_s, side="left") - 1  # the last row before each empty bucket
+    counts[empty] = np.where(before >= 0, ready[np.maximum(before, 0)], 0) if len(t) else 0
+    return counts
+
+
+def policy_start(trace: Trace, backtest: Backtest, policy: str, knob: float) -> tuple[list[PodPlan], SimResult]:
+    """`policy` at `knob` run at the backtest's seed, and the schedule of the replicas it had ready per bucket
+    (the start of a plan on from it; see the module docstring)."""
+    run = simulate(trace, backtest, build_point_controller(policy, knob, trace, backtest),
+                   backtest.resolved_mode(trace))
+    bucket = oracle_bucket_s(trace, backtest)
+    n_buckets = max(1, math.ceil((trace.duration_s + 1e-9) / bucket))
+    counts = np.minimum(ready_counts(run, bucket, n_buckets), backtest.max_replicas)
+    cold = backtest.preset.cold_start(backtest.cold_start)
+    return pods_from_counts(counts, bucket, cold, np.random.default_rng(backtest.seed)), run
+
+
+def plan_on_from(trace: Trace, backtest: Backtest, start: Sequence[PodPlan]) -> OraclePlan:
+    """The oracle's plan (as `run_policies` plans it) begun from the schedule `start` instead of from scratch."""
+    mode = backtest.resolved_mode(trace)
+    p = backtest.preset
+    return plan_oracle(trace, lambda ctl: simulate(trace, backtest, ctl, mode), p.perf(), p.replica_config(),
+                       p.cold_start(backtest.cold_start), backtest.slo, bucket_s=oracle_bucket_s(trace, backtest),
+                       target=backtest.oracle_target, seed=backtest.seed, max_replicas=backtest.max_replicas,
+                       gpus_per_replica=p.tp, start=start)
+
+
+def oracle_from_points(trace: Trace, backtest: Backtest, refs: References, fronts: Sequence[Frontier], *,
+                       target: float, cap_gpu_hours: float | None, starts: int = 3, rounds: int = 3,
+                       margin: float = START_MARGIN, log: Callable[[str], None] | None = None) -> References | None:
+    """References whose oracle is planned on from the policies' schedules (the module docstring), or None where
+    there was nothing to try. The starts: each policy's cheapest point meeting `target` (at or under the cap)
+    that costs less than the oracle's GPU-hours x (1 + `margin`) and was not a start before (the references
+    list those tried), at most `starts` of them, cheapest first. The cheapest plan meeting the oracle's target
+    for less than the oracle is then planned on from its own schedule (the trim's frozen buckets thawed) up to
+    `rounds` times while that saves GPU-hours; a stored oracle planned on so and not yet continued is continued
+    so, then marked settled."""
+    say = log or (lambda line: None)
+    cands = sorted((p.gpu_hours, f.policy, p.knob) for f in fronts if (p := f.reached) is not None
+                   and p.attainment >= target and (cap_gpu_hours is None or p.gpu_hours <= cap_gpu_hours)
+                   and p.gpu_hours < refs.oracle_gpu_hours * (1 + margin)
+                   and start_name(f.policy, p.knob) not in refs.oracle_starts)[:starts]
+    t0 = time.process_time()
+    best: tuple[float, OraclePlan] | None = None
+    how = ""
+    for gpu_h, policy, knob in cands:
+        start, run = policy_start(trace, backtest, policy, knob)
+        own = summarize(run, backtest.slo)
+        plan = plan_on_from(trace, backtest, start)
+        got = summarize(plan.result, backtest.slo).gpu_hours
+        say(f"{trace.name}: planned on from {policy} at {knob:g} ({gpu_h:.2f} GPU-h over its seeds; at seed "
+            f"{backtest.seed} {100 * own.slo_attainment:.1f}% at {own.gpu_hours:.2f}): {plan.status()} {got:.2f} GPU-h")
+        if plan.met_target and got < min(refs.oracle_gpu_hours, best[0] if best else math.inf) * (1 - CHEAPER):
+            best, how = (got, plan), f"the schedule of {policy} at {knob:g} (seed {backtest.seed})"
+    refs = replace(refs, oracle_starts=(*refs.oracle_starts, *(start_name(c[1], c[2]) for c in cands)))
+    pods = oracle_pods(refs)
+    if best is None and (pods is None or refs.oracle_settled):
+        return replace(refs, cpu_s=refs.cpu_s + time.process_time() - t0) if cands else None
+    cur_pods = best[1].pods if best is not None else pods
+    cur_gpu = best[0] if best is not None else refs.oracle_gpu_hours
+    cur_plan = best[1] if best is not None else None
+    assert cur_pods is not None
+    more = 0
+    for _ in range(rounds):
+        plan = plan_on_from(trace, backtest, cur_pods)
+        got = summarize(plan.result, backtest.slo).gpu_hours
+        say(f"{trace.name}: planned on from its own schedule ({cur_gpu:.2f} GPU-h): {plan.status()} {got:.2f} GPU-h")
+        if not (plan.met_target and got < cur_gpu * (1 - CHEAPER)):
+            break
+        cur_pods, cur_gpu, cur_plan, more = plan.pods, got, plan, more + 1
+    cpu = refs.cpu_s + time.process_time() - t0
+    if cur_plan is None:  # the stored plan stands: now known to be settled
+        return replace(refs, cpu_s=cpu, oracle_settled=True)
+    s = summarize(cur_plan.result, backtest.slo)
+    first = how or "the stored oracle's schedule"
+    status = (f"{cur_plan.status()} Planned on from {first}"
+              f"{f', then {more} time(s) from its own' if more else ''}: the cheapest schedule known to meet the "
+              f"target (the plan from scratch: {refs.scratch_gpu_hours or refs.oracle_gpu_hours:.2f} GPU-h).")
+    return replace(refs, oracle_attainment=s.slo_attainment, oracle_gpu_hours=cur_gpu, oracle_status=status, cpu_s=cpu,
+                   oracle_pods=tuple((q.ready_at, q.remove_at, q.cold_start_s) for q in cur_plan.pods),
+                   oracle_settled=True, scratch_gpu_hours=refs.scratch_gpu_hours or refs.oracle_gpu_hours)
+
+
+def oracle_pods(refs: References) -> list[PodPlan] | None:
+    """The schedule of an oracle planned on from a policy's (`oracle_from_points`), or None for the plan from
+    scratch (which `run_policies` plans again)."""
+    return [PodPlan(*q) for q in refs.oracle_pods] if refs.oracle_pods else None

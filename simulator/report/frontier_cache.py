@@ -256,6 +256,15 @@ class References:
     static_gpu_hours: float
     bound_gpu_hours: float
     cpu_s: float
+    #: the oracle's pods (ready_at, remove_at, cold_start_s) where it was planned on from a policy's schedule
+    #: (simulator.report.frontier.oracle_from_points); empty: the plan from scratch
+    oracle_pods: tuple[tuple[float, float, float], ...] = ()
+    #: whether planning on from that schedule's own saved nothing more (the plan is not continued again)
+    oracle_settled: bool = False
+    #: the plan from scratch's GPU-hours where the oracle is another plan (0: it is that plan)
+    scratch_gpu_hours: float = 0.0
+    #: the policies' points planned on from (`policy@knob`), kept or not: not tried again
+    oracle_starts: tuple[str, ...] = ()
 
 
 class PointCache:
@@ -312,7 +321,9 @@ class PointCache:
         if data is None:
             return None
         data.pop("trace", None)
-        return References(**data)
+        pods = tuple(tuple(q) for q in data.pop("oracle_pods", ()))
+        starts = tuple(data.pop("oracle_starts", ()))
+        return References(**data, oracle_pods=pods, oracle_starts=starts)
 
     def put_references(self, oracle_target: float, refs: References) -> None:
         _write(self._path("references", self._refs_key(oracle_target)),
