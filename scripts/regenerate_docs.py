@@ -3,12 +3,14 @@ one command, in the order they depend on nothing but the code:
 
     python scripts/regenerate_docs.py [--quick] [--workers N]
 
-1. scripts/simulator_table.py --update-docs: the backtest table (every trace, every baseline, the oracle);
-2. scripts/week_table.py --update-docs: the whole 2024 week, 3 seeds, tuning vs held-back days; then
+1. scripts/week_table.py --update-docs: the whole 2024 week, 3 seeds, tuning vs held-back days; then
    --trace conv: the conversation week no default was tuned on, one process (an oracle there holds 14-16 GB);
-3. scripts/simulator_table.py --frontier --update-docs: the cost to reach 99% per policy, with plots
-   (--quick: the first 20 minutes of each trace, 3 points per policy);
-   then --loo --update-docs: leave one trace out, from the frontier's points cache;
+2. scripts/simulator_table.py --frontier --update-docs: the cost to reach 99% per policy, with plots
+   (--quick: the first 20 minutes of each trace, 3 points per policy), and each trace's oracle planned on
+   from the policies' cheaper schedules; then --loo --update-docs: leave one trace out, from the frontier's
+   points cache;
+3. scripts/simulator_table.py --update-docs: the backtest table (every trace, every baseline, the oracle
+   the frontier kept, replayed);
 4. scripts/pools_table.py --update-docs (docs/pools.md) and scripts/degraded_backtest.py --update-docs
    (docs/degraded.md), then its KV-bound world (--preset llama-3.1-8b/l4 --trace azure2023-code).
 Not run by CI: the whole takes CPU hours (what does not move is read from docs/data/:
@@ -33,11 +35,11 @@ def steps(quick: bool, workers: int) -> list[list[str]]:
     w = ["--workers", str(workers)]
     week = ["--hours", "6", "--seeds", "0"] if quick else ["--update-docs"]
     return [
-        ["simulator_table.py", *q],
         ["week_table.py", *w, *week],
         ["week_table.py", "--trace", "conv", "--workers", "1", *week],
         ["simulator_table.py", "--frontier", *w, *q],
         ["simulator_table.py", "--loo", *w, *q],
+        ["simulator_table.py", *q],
         ["pools_table.py", *q],
         ["degraded_backtest.py", *q],
         ["degraded_backtest.py", "--preset", "llama-3.1-8b/l4", "--trace", "azure2023-code", *q],

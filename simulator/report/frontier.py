@@ -593,16 +593,20 @@ def ready_counts(result: SimResult, bucket_s: float, n_buckets: int) -> np.ndarr
     return counts
 
 
-def policy_start(trace: Trace, backtest: Backtest, policy: str, knob: float) -> tuple[list[PodPlan], SimResult]:
-    """`policy` at `knob` run at the backtest's seed, and the schedule of the replicas it had ready per bucket
-    (the start of a plan on from it; see the module docstring)."""
-    run = simulate(trace, backtest, build_point_controller(policy, knob, trace, backtest),
-                   backtest.resolved_mode(trace))
+def schedule_of(trace: Trace, backtest: Backtest, run: SimResult) -> list[PodPlan]:
+    """The schedule of the replicas `run` had ready per oracle bucket: the start of a plan on from that run."""
     bucket = oracle_bucket_s(trace, backtest)
     n_buckets = max(1, math.ceil((trace.duration_s + 1e-9) / bucket))
     counts = np.minimum(ready_counts(run, bucket, n_buckets), backtest.max_replicas)
     cold = backtest.preset.cold_start(backtest.cold_start)
-    return pods_from_counts(counts, bucket, cold, np.random.default_rng(backtest.seed)), run
+    return pods_from_counts(counts, bucket, cold, np.random.default_rng(backtest.seed))
+
+
+def policy_start(trace: Trace, backtest: Backtest, policy: str, knob: float) -> tuple[list[PodPlan], SimResult]:
+    """`policy` at `knob` run at the backtest's seed, and its `schedule_of`."""
+    run = simulate(trace, backtest, build_point_controller(policy, knob, trace, backtest),
+                   backtest.resolved_mode(trace))
+    return schedule_of(trace, backtest, run), run
 
 
 def plan_on_from(trace: Trace, backtest: Backtest, start: Sequence[PodPlan]) -> OraclePlan:
@@ -648,16 +652,9 @@ def oracle_from_points(trace: Trace, backtest: Backtest, refs: References, front
         return replace(refs, cpu_s=refs.cpu_s + time.process_time() - t0) if cands else None
     cur_pods = best[1].pods if best is not None else pods
     cur_gpu = best[0] if best is not None else refs.oracle_gpu_hours
-    cur_plan = best[1] if best is not None else None
     assert cur_pods is not None
-    more = 0
-    for _ in range(rounds):
-        plan = plan_on_from(trace, backtest, cur_pods)
-        got = summarize(plan.result, backtest.slo).gpu_hours
-        say(f"{trace.name}: planned on from its own schedule ({cur_gpu:.2f} GPU-h): {plan.status()} {got:.2f} GPU-h")
-        if not (plan.met_target and got < cur_gpu * (1 - CHEAPER)):
-            break
-        cur_pods, cur_gpu, cur_plan, more = plan.pods, got, plan, more + 1
+    later, cur_gpu, more = plan_on_while_saving(trace, backtest, cur_pods, cur_gpu, rounds, say)
+    cur_plan = later or (best[1] if best is not None else None)
     cpu = refs.cpu_s + time.process_time() - t0
     if cur_plan is None:  # the stored plan stands: now known to be settled
         return replace(refs, cpu_s=cpu, oracle_settled=True)
@@ -669,6 +666,22 @@ def oracle_from_points(trace: Trace, backtest: Backtest, refs: References, front
     return replace(refs, oracle_attainment=s.slo_attainment, oracle_gpu_hours=cur_gpu, oracle_status=status, cpu_s=cpu,
                    oracle_pods=tuple((q.ready_at, q.remove_at, q.cold_start_s) for q in cur_plan.pods),
                    oracle_settled=True, scratch_gpu_hours=refs.scratch_gpu_hours or refs.oracle_gpu_hours)
+
+
+def plan_on_while_saving(trace: Trace, backtest: Backtest, pods: Sequence[PodPlan], gpu_hours: float, rounds: int,
+                         say: Callable[[str], None]) -> tuple[OraclePlan | None, float, int]:
+    """Plan on from `pods` (a schedule meeting the target at `gpu_hours`), then from each result's own, up to
+    `rounds` plans, while each meets the target for less: (the last such plan or None, its GPU-hours, how many)."""
+    kept: OraclePlan | None = None
+    more = 0
+    for _ in range(rounds):
+        plan = plan_on_from(trace, backtest, pods)
+        got = summarize(plan.result, backtest.slo).gpu_hours
+        say(f"{trace.name}: planned on from its own schedule ({gpu_hours:.2f} GPU-h): {plan.status()} {got:.2f} GPU-h")
+        if not (plan.met_target and got < gpu_hours * (1 - CHEAPER)):
+            break
+        pods, gpu_hours, kept, more = plan.pods, got, plan, more + 1
+    return kept, gpu_hours, more
 
 
 def oracle_pods(refs: References) -> list[PodPlan] | None:

@@ -18,6 +18,7 @@ from keda_llm.simulator.control.manifest import scaledobject_manifest
 from keda_llm.simulator.control.policies import default_scaledobject
 from keda_llm.simulator.control.scaledobject import load_scaledobject, settings_from_manifest
 from keda_llm.simulator.hardware.presets import get_preset
+from keda_llm.simulator.report.frontier import Reference
 from keda_llm.simulator.report.summary import Slo
 from keda_llm.simulator.run import Backtest
 from keda_llm.simulator.tune import (
@@ -27,6 +28,7 @@ from keda_llm.simulator.tune import (
     Target,
     TuneResult,
     candidate,
+    oracle_on_from_pick,
     pareto,
     pick,
     plot,
@@ -194,3 +196,21 @@ def test_over_seeds_a_candidate_counts_its_worst_draw_at_its_mean_cost(case: tup
     assert "(the worst of seeds 0, 1, 2 at their mean GPU-hours)" in head
     with pytest.raises(ValueError, match="seeds repeat"):
         tune(tr, bt, Target(MODEL), grid=one, seeds=(1, 1))
+
+
+def test_the_oracle_is_planned_on_from_a_pick_that_meets_the_target_for_less(case: tuple[Trace, Backtest],
+                                                                           swept: TuneResult) -> None:
+    """The frontier's rule in the tuner: an oracle dearer than the pick is planned on from the pick's schedule,
+    and the oracle's line is then what that plan attains (at least the target) for no more than the pick."""
+    tr, bt = case
+    assert swept.oracle is not None
+    pick_ = swept.chosen  # as if the plan from scratch had stopped at three times what the pick spends
+    dear = Reference(swept.oracle.attainment, pick_.gpu_hours * 3)
+    on = oracle_on_from_pick(tr, replace(bt, max_replicas=Target(MODEL).max_replicas, seed=swept.seeds[0]),
+                             swept.points, 0.9, dear)
+    assert on.gpu_hours < dear.gpu_hours
+    assert on.attainment >= 0.99 * (swept.feasible_share or 1.0) - 1e-9  # the oracle's own target, met
+    # no point meets the target, or the pick costs over 10% more than the oracle: the oracle stands as given
+    assert oracle_on_from_pick(tr, bt, swept.points, 1.0, dear) is dear
+    cheap = Reference(swept.oracle.attainment, pick_.gpu_hours / 1.2)
+    assert oracle_on_from_pick(tr, bt, swept.points, 0.9, cheap) is cheap
