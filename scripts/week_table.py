@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -55,11 +56,12 @@ from pathlib import Path
 
 import numpy as np
 
-from keda_llm.simulator.cluster.engine import SimResult
+from keda_llm.simulator.cluster.engine import Controller, SimResult
 from keda_llm.simulator.control.controllers import PodPlan, ScheduleController
 from keda_llm.simulator.control.policies import build_controller
 from keda_llm.simulator.control.scaledobject import load_scaledobject
 from keda_llm.simulator.hardware.presets import get_preset
+from keda_llm.simulator.report.frontier import START_MARGIN, ready_counts
 from keda_llm.simulator.report.frontier_cache import policy_sources
 from keda_llm.simulator.report.oracle import (
     DEFAULT_MAX_RUNS,
@@ -69,6 +71,7 @@ from keda_llm.simulator.report.oracle import (
     feasible_requests,
     meets_target,
     plan_oracle,
+    pods_from_counts,
 )
 from keda_llm.simulator.report.summary import Slo, met_mask
 from keda_llm.simulator.run import Backtest, simulate
@@ -188,7 +191,7 @@ def other_seed_oracles(seed: int, hours: float | None, trace: str) -> list[tuple
 
 
 def continue_oracle(job: tuple[int, float | None, str], max_runs: int = DEFAULT_MAX_RUNS,
-                    seeds: tuple[int, ...] = ()) -> str:
+                    seeds: tuple[int, ...] = (), from_ours: bool = False, replays: bool = True) -> str:
     """Plan this source's oracle on from the cheapest schedule known to meet its target here: every schedule
     cached under another source is replayed (one simulation each; this source's own, if any, met it when it was
     planned), the cheapest that meets the target is the plan's start, and the plan is kept where it is cheaper
@@ -214,7 +217,7 @@ def continue_oracle(job: tuple[int, float | None, str], max_runs: int = DEFAULT_
         own_pods = json.dumps(own["pods"])
         cells = {k: Cell(**v) for k, v in own["cells"].items()}
         best = (cells["week"].gpu_h, [PodPlan(*q) for q in own["pods"]], cells, key.name, own["status"])
-    for pods_json, old in known_schedules(seed, hours, trace).items():
+    for pods_json, old in (known_schedules(seed, hours, trace) if replays else {}).items():
         if pods_json == own_pods:
             continue
         pods = [PodPlan(*q) for q in json.loads(pods_json)]
@@ -234,6 +237,12 @@ def continue_oracle(job: tuple[int, float | None, str], max_runs: int = DEFAULT_
     starts += [(f"continued from seed {other}'s schedule ({gpu_h:.1f} GPU-h on its own week)", pods)
                for gpu_h, other, pods in other_seed_oracles(seed, hours, trace)
                if other in seeds and (best is None or gpu_h < best[0])]
+    if from_ours:  # ours' own schedule, where it costs less than the oracle or at most START_MARGIN more
+        gpu_h, pods = ours_start(seed, hours, trace)
+        near = best is None or gpu_h < best[0] * (1 + START_MARGIN)
+        lines.append(f"{trace} seed {seed}: ours' schedule {gpu_h:.1f} GPU-h" + ("" if near else ": not a start"))
+        if near:
+            starts.append((f"continued from ours' schedule ({gpu_h:.1f} GPU-h)", pods))
     # ((missed the target, week GPU-h), pods, cells, status, start): the cheapest plan that met the target, or with
     # nothing to start from, the one from scratch
     won: tuple[tuple[bool, float], list[PodPlan], dict[str, Cell], str, str] | None = None
@@ -241,7 +250,8 @@ def continue_oracle(job: tuple[int, float | None, str], max_runs: int = DEFAULT_
         plan = plan_oracle(tr, lambda ctl: simulate(tr, bt, ctl, "fluid"), p.perf(), p.replica_config(),
                            p.cold_start(bt.cold_start), SLO, bucket_s=BUCKET_S, target=bt.oracle_target, seed=seed,
                            max_replicas=bt.max_replicas, gpus_per_replica=p.tp, max_runs=max_runs, start=pods,
-                           trim_steps=TRIM_STEPS if pods is None else CONTINUE_STEPS)
+                           trim_steps=TRIM_STEPS if pods is None or start.startswith("continued from ours")
+                           else CONTINUE_STEPS)
         cells = segment_cells(plan.result, p.tp, tr.duration_s)
         lines.append(f"{trace} seed {seed}: plan {start}: {plan.status()} {cells['week'].gpu_h:.1f} GPU-h")
         rank = (not plan.met_target, cells["week"].gpu_h)
@@ -330,6 +340,12 @@ def run_one(job: tuple[int, str, float | None, str]) -> tuple[int, str, dict[str
     if policy == "oracle":
         return seed, policy, oracle_pods(seed, hours, trace)[1], time.process_time() - t0
     tr, bt = load(seed, hours, trace), backtest(seed)
+    result = simulate(tr, bt, policy_controller(policy, bt), "fluid")
+    return seed, policy, segment_cells(result, bt.preset.tp, tr.duration_s), time.process_time() - t0
+
+
+def policy_controller(policy: str, bt: Backtest) -> Controller:
+    """`ours` (the shipped ScaledObject), `ours:key=value,...` (its trigger metadata changed) or another policy."""
     p = bt.preset
     if policy == "ours" or policy.startswith("ours:"):
         so = load_scaledobject(SHIPPED)
@@ -337,13 +353,22 @@ def run_one(job: tuple[int, str, float | None, str]) -> tuple[int, str, dict[str
         if extra:
             trig = so.triggers[0]
             so = replace(so, triggers=(replace(trig, metadata={**trig.metadata, **extra}),))
-        ctl = build_controller("ours", model=p.model.name, max_replicas=bt.max_replicas, concurrency_target=1.0,
-                               static_replicas=1, settings=so)
-    else:
-        ctl = build_controller(policy, model=p.model.name, max_replicas=bt.max_replicas, concurrency_target=1.0,
-                               static_replicas=1, slo=(SLO.ttft_s, SLO.itl_s))
-    result = simulate(tr, bt, ctl, "fluid")
-    return seed, policy, segment_cells(result, p.tp, tr.duration_s), time.process_time() - t0
+        return build_controller("ours", model=p.model.name, max_replicas=bt.max_replicas, concurrency_target=1.0,
+                                static_replicas=1, settings=so)
+    return build_controller(policy, model=p.model.name, max_replicas=bt.max_replicas, concurrency_target=1.0,
+                            static_replicas=1, slo=(SLO.ttft_s, SLO.itl_s))
+
+
+def ours_start(seed: int, hours: float | None, trace: str) -> tuple[float, list[PodPlan]]:
+    """Ours' week on this seed: its GPU-hours and the schedule of the replicas it had ready per bucket (the
+    frontier's rule for a policy's schedule as a plan's start, simulator.report.frontier.ready_counts)."""
+    tr, bt = load(seed, hours, trace), backtest(seed)
+    result = simulate(tr, bt, policy_controller("ours", bt), "fluid")
+    n = max(1, math.ceil((tr.duration_s + 1e-9) / BUCKET_S))
+    counts = np.minimum(ready_counts(result, BUCKET_S, n), bt.max_replicas)
+    cold = bt.preset.cold_start(bt.cold_start)
+    pods = pods_from_counts(counts, BUCKET_S, cold, np.random.default_rng(seed))
+    return segment_cells(result, bt.preset.tp, tr.duration_s)["week"].gpu_h, pods
 
 
 def table(results: dict[tuple[int, str], dict[str, Cell]], seeds: list[int], policies: list[str]) -> str:
@@ -381,12 +406,19 @@ def main() -> None:
     ap.add_argument("--from-seeds", type=int, nargs="+", default=None,
                     help="--continue-oracles: the seeds whose oracles are starts (default: --seeds); a seed left "
                          "out is not planned on from its own schedule")
+    ap.add_argument("--from-ours", action="store_true",
+                    help="--continue-oracles: ours' own week schedule is a start too, where it costs at most 10%% "
+                         "more than the oracle (the frontier's rule)")
+    ap.add_argument("--no-replays", action="store_true",
+                    help="--continue-oracles: do not replay the schedules stored under other sources (weighed "
+                         "already, when this source's oracle was kept)")
     ap.add_argument("--max-runs", type=int, default=DEFAULT_MAX_RUNS,
                     help="simulations one oracle plan may run (--continue-oracles)")
     args = ap.parse_args()
     if args.continue_oracles:
         starts = tuple(args.seeds if args.from_seeds is None else args.from_seeds)
-        for line in (continue_oracle((s, args.hours, args.trace), args.max_runs, starts)
+        for line in (continue_oracle((s, args.hours, args.trace), args.max_runs, starts, args.from_ours,
+                                     not args.no_replays)
                      for s in args.seeds):
             print(line, flush=True)
         return
