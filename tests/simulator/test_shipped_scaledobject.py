@@ -248,3 +248,37 @@ def test_another_seeds_cheaper_oracle_is_a_start_too_and_the_cheapest_plan_that_
     # seed 1's is no start; one run confirms the own start and changes nothing
     again = week_table.continue_oracle((0, hours, "code"), max_runs=1, seeds=(0, 1, 2))
     assert "seed 1's schedule" not in again and "kept" not in again and json.loads(current.read_text()) == kept
+
+
+def test_ours_own_schedule_is_a_start_where_it_costs_at_most_ten_percent_more_than_the_oracle(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """--from-ours: the frontier's rule on the week. Ours' week (here its first six minutes) is run on this
+    seed, the replicas it had ready per bucket become a plan's start, and the plan is kept where it meets the
+    target for less than the stored oracle; an oracle ours costs over 10% more than leaves ours no start."""
+    import json
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import week_table
+
+    from keda_llm.simulator.report.frontier_cache import policy_sources
+
+    monkeypatch.setattr(week_table, "QUICK_CACHE", tmp_path)
+    hours, digest = 0.1, policy_sources("oracle")[:12]
+    current = tmp_path / f"oracle-seed0-0.1h-{digest}.json"
+
+    def entry(n: int, gpu_h: float) -> str:
+        return json.dumps({"pods": [[0.0, float("inf"), 0.0]] * n,
+                           "cells": {"week": {"slo": 1.0, "gpu_h": gpu_h}}, "status": f"{n} replicas"})
+
+    current.write_text(entry(20, 100.0))  # 20 replicas all along: far dearer than ours
+    out = week_table.continue_oracle((0, hours, "code"), max_runs=4, seeds=(9,), from_ours=True, replays=False)
+    assert "ours' schedule" in out and "not a start" not in out
+    assert out.splitlines()[-1].startswith("code seed 0: kept the plan continued from ours' schedule")
+    kept = json.loads(current.read_text())
+    assert "target met" in kept["status"] and kept["cells"]["week"]["gpu_h"] < 100.0
+    assert len(kept["pods"]) < 20
+    # an oracle ours costs over 10% more than: ours' schedule is no start, and nothing is planned or written
+    current.write_text(entry(20, 0.01))
+    out = week_table.continue_oracle((0, hours, "code"), max_runs=4, seeds=(9,), from_ours=True, replays=False)
+    assert out.splitlines() == [out.splitlines()[0]] and out.endswith("not a start")
+    assert json.loads(current.read_text())["cells"]["week"]["gpu_h"] == 0.01
