@@ -28,8 +28,9 @@ others kept) and one plot per trace to docs/img/frontier-<trace>.png. --quick: t
 points per policy. After each trace's sweep (with the points cache, every policy), the oracle is planned on
 from the schedules of the policies whose cheapest point meeting the target costs less than it or at most 10%
 more, and the cheapest plan meeting its target for less is kept in the store with its pods
-(simulator.report.frontier.oracle_from_points); the backtest table replays those pods. Points run in --workers processes (default: every core), or on a Ray cluster with
---ray ADDRESS (`auto`: a local instance; needs `pip install 'keda-llm[ray]'`).
+(simulator.report.frontier.oracle_from_points); the backtest table replays those pods. Points run in
+--workers processes (default: every core), or on a Ray cluster with --ray ADDRESS (`auto`: a local
+instance; needs `pip install 'keda-llm[ray]'`).
 
 Points cache: every point (and each trace's oracle, static and lower bound) is kept in
 docs/data/frontier-points/ (committed, so that a fresh checkout simulates only what its changes moved), keyed
