@@ -293,7 +293,7 @@ def references(trace: Trace, backtest: Backtest) -> tuple[Reference, Reference, 
 
 
 def oracle_on_from_pick(trace: Trace, backtest: Backtest, points: Sequence[Point], target: float,
-                        oracle: Reference, rounds: int = 2) -> Reference:
+                        oracle: Reference, rounds: int = 1) -> Reference:
     """The oracle planned on from the schedule of the cheapest candidate meeting `target`, where that costs
     less than the oracle or at most START_MARGIN more, then from its own while that saves: the frontier's rule
     (simulator.report.frontier.oracle_from_points), so the oracle's line is never above a schedule the sweep
@@ -335,14 +335,15 @@ def tune(trace: Trace, backtest: Backtest, target_so: Target, *, grid: Grid = FU
                  for k in knobs]
     bt = replace(backtest, max_replicas=target_so.max_replicas, scaledobject=None, seed=seeds[0])
     jobs = [(i, seed) for i in range(len(knobs)) for seed in seeds]
-    total = len(jobs) + (1 if with_references else 0)
+    # the references: the oracle with static, then the oracle planned on from the pick (oracle_on_from_pick)
+    total = len(jobs) + (2 if with_references else 0)
     oracle = static = None
     feasible = None
     if with_references:
         oracle, static, feasible = references(trace, bt)
         if progress is not None:
             progress(1, total)
-    done0 = total - len(jobs)
+    done0 = 1 if with_references else 0
     runs: dict[tuple[int, int], Point] = {}
     if workers == 1:
         for n, (i, seed) in enumerate(jobs, start=done0 + 1):
@@ -369,6 +370,8 @@ def tune(trace: Trace, backtest: Backtest, target_so: Target, *, grid: Grid = FU
     points = tuple(over_seeds([runs[i, seed] for seed in seeds]) for i in range(len(knobs)))
     if oracle is not None:
         oracle = oracle_on_from_pick(trace, bt, points, target, oracle)
+        if progress is not None:
+            progress(total, total)
     return TuneResult(points, target, oracle, static, feasible, bt.resolved_mode(trace), seeds, bt.max_replicas)
 
 

@@ -509,7 +509,7 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
                           "(docs/tune.md, Limits)")
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=err_console, transient=True, disable=args.quiet)
-    task = progress.add_task("sweep", total=runs + (0 if args.no_oracle else 1))
+    task = progress.add_task("sweep", total=runs + (0 if args.no_oracle else 2))
     try:
         with progress:
             result = tune(trace, bt, target, grid=grid, target=args.target, workers=args.workers,
