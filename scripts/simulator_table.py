@@ -299,7 +299,7 @@ def oracle_on_from_points(tr: Trace, bt: Backtest, tf: TraceFrontier, cache: Poi
     (simulator.report.frontier.oracle_from_points), kept in the store and shown where it is cheaper."""
     refs = cache.get_references(bt.oracle_target)
     assert refs is not None  # `frontier` put them there
-    new = oracle_from_points(tr, bt, refs, tf.frontiers, target=tf.target, cap_gpu_hours=tf.static.gpu_hours,
+    new = oracle_from_points(tr, bt, refs, tf.frontiers, cap_gpu_hours=tf.static.gpu_hours,
                              log=lambda line: print("  oracle: " + line, flush=True))
     if new is None:
         return tf

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -61,7 +60,7 @@ from keda_llm.simulator.control.controllers import PodPlan, ScheduleController
 from keda_llm.simulator.control.policies import build_controller
 from keda_llm.simulator.control.scaledobject import load_scaledobject
 from keda_llm.simulator.hardware.presets import get_preset
-from keda_llm.simulator.report.frontier import START_MARGIN, ready_counts
+from keda_llm.simulator.report.frontier import START_MARGIN, schedule_of
 from keda_llm.simulator.report.frontier_cache import policy_sources
 from keda_llm.simulator.report.oracle import (
     DEFAULT_MAX_RUNS,
@@ -71,7 +70,6 @@ from keda_llm.simulator.report.oracle import (
     feasible_requests,
     meets_target,
     plan_oracle,
-    pods_from_counts,
 )
 from keda_llm.simulator.report.summary import Slo, met_mask
 from keda_llm.simulator.run import Backtest, simulate
@@ -228,13 +226,14 @@ def continue_oracle(job: tuple[int, float | None, str], max_runs: int = DEFAULT_
             best = (cells["week"].gpu_h, pods, cells, old.name,
                     f"target met: {100 * share:.1f}% of the requests that can meet the SLO at all did (target "
                     f"{100 * bt.oracle_target:g}%); the schedule planned under {old.name}, replayed on this source")
-    # (what the plan starts from, its pods; None: from scratch)
-    starts: list[tuple[str, list[PodPlan] | None]] = []
+    # (what the plan starts from, its pods (None: from scratch), the trim's steps: a trimmed schedule's one
+    # replica at a time)
+    starts: list[tuple[str, list[PodPlan] | None, tuple[float, ...]]] = []
     if best is None:
-        starts.append(("from scratch", None))
+        starts.append(("from scratch", None, TRIM_STEPS))
     elif seed in seeds or not seeds:
-        starts.append((f"continued from the schedule of {best[3]} ({best[0]:.1f} GPU-h)", best[1]))
-    starts += [(f"continued from seed {other}'s schedule ({gpu_h:.1f} GPU-h on its own week)", pods)
+        starts.append((f"continued from the schedule of {best[3]} ({best[0]:.1f} GPU-h)", best[1], CONTINUE_STEPS))
+    starts += [(f"continued from seed {other}'s schedule ({gpu_h:.1f} GPU-h on its own week)", pods, CONTINUE_STEPS)
                for gpu_h, other, pods in other_seed_oracles(seed, hours, trace)
                if other in seeds and (best is None or gpu_h < best[0])]
     if from_ours:  # ours' own schedule, where it costs less than the oracle or at most START_MARGIN more
@@ -242,16 +241,15 @@ def continue_oracle(job: tuple[int, float | None, str], max_runs: int = DEFAULT_
         near = best is None or gpu_h < best[0] * (1 + START_MARGIN)
         lines.append(f"{trace} seed {seed}: ours' schedule {gpu_h:.1f} GPU-h" + ("" if near else ": not a start"))
         if near:
-            starts.append((f"continued from ours' schedule ({gpu_h:.1f} GPU-h)", pods))
+            starts.append((f"continued from ours' schedule ({gpu_h:.1f} GPU-h)", pods, TRIM_STEPS))  # untrimmed
     # ((missed the target, week GPU-h), pods, cells, status, start): the cheapest plan that met the target, or with
     # nothing to start from, the one from scratch
     won: tuple[tuple[bool, float], list[PodPlan], dict[str, Cell], str, str] | None = None
-    for start, pods in starts:
+    for start, pods, steps in starts:
         plan = plan_oracle(tr, lambda ctl: simulate(tr, bt, ctl, "fluid"), p.perf(), p.replica_config(),
                            p.cold_start(bt.cold_start), SLO, bucket_s=BUCKET_S, target=bt.oracle_target, seed=seed,
                            max_replicas=bt.max_replicas, gpus_per_replica=p.tp, max_runs=max_runs, start=pods,
-                           trim_steps=TRIM_STEPS if pods is None or start.startswith("continued from ours")
-                           else CONTINUE_STEPS)
+                           trim_steps=steps)
         cells = segment_cells(plan.result, p.tp, tr.duration_s)
         lines.append(f"{trace} seed {seed}: plan {start}: {plan.status()} {cells['week'].gpu_h:.1f} GPU-h")
         rank = (not plan.met_target, cells["week"].gpu_h)
@@ -361,14 +359,10 @@ def policy_controller(policy: str, bt: Backtest) -> Controller:
 
 def ours_start(seed: int, hours: float | None, trace: str) -> tuple[float, list[PodPlan]]:
     """Ours' week on this seed: its GPU-hours and the schedule of the replicas it had ready per bucket (the
-    frontier's rule for a policy's schedule as a plan's start, simulator.report.frontier.ready_counts)."""
+    frontier's rule for a policy's schedule as a plan's start, simulator.report.frontier.schedule_of)."""
     tr, bt = load(seed, hours, trace), backtest(seed)
     result = simulate(tr, bt, policy_controller("ours", bt), "fluid")
-    n = max(1, math.ceil((tr.duration_s + 1e-9) / BUCKET_S))
-    counts = np.minimum(ready_counts(result, BUCKET_S, n), bt.max_replicas)
-    cold = bt.preset.cold_start(bt.cold_start)
-    pods = pods_from_counts(counts, BUCKET_S, cold, np.random.default_rng(seed))
-    return segment_cells(result, bt.preset.tp, tr.duration_s)["week"].gpu_h, pods
+    return segment_cells(result, bt.preset.tp, tr.duration_s)["week"].gpu_h, schedule_of(tr, bt, result, BUCKET_S)
 
 
 def table(results: dict[tuple[int, str], dict[str, Cell]], seeds: list[int], policies: list[str]) -> str:

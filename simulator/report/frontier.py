@@ -593,9 +593,10 @@ def ready_counts(result: SimResult, bucket_s: float, n_buckets: int) -> np.ndarr
     return counts
 
 
-def schedule_of(trace: Trace, backtest: Backtest, run: SimResult) -> list[PodPlan]:
-    """The schedule of the replicas `run` had ready per oracle bucket: the start of a plan on from that run."""
-    bucket = oracle_bucket_s(trace, backtest)
+def schedule_of(trace: Trace, backtest: Backtest, run: SimResult, bucket_s: float | None = None) -> list[PodPlan]:
+    """The schedule of the replicas `run` had ready per oracle bucket (`bucket_s`, default the one `run_policies`
+    plans with): the start of a plan on from that run."""
+    bucket = bucket_s or oracle_bucket_s(trace, backtest)
     n_buckets = max(1, math.ceil((trace.duration_s + 1e-9) / bucket))
     counts = np.minimum(ready_counts(run, bucket, n_buckets), backtest.max_replicas)
     cold = backtest.preset.cold_start(backtest.cold_start)
@@ -620,10 +621,11 @@ def plan_on_from(trace: Trace, backtest: Backtest, start: Sequence[PodPlan]) -> 
 
 
 def oracle_from_points(trace: Trace, backtest: Backtest, refs: References, fronts: Sequence[Frontier], *,
-                       target: float, cap_gpu_hours: float | None, starts: int = 3, rounds: int = 3,
+                       cap_gpu_hours: float | None, starts: int = 3, rounds: int = 3,
                        margin: float = START_MARGIN, log: Callable[[str], None] | None = None) -> References | None:
     """References whose oracle is planned on from the policies' schedules (the module docstring), or None where
-    there was nothing to try. The starts: each policy's cheapest point meeting `target` (at or under the cap)
+    there was nothing to try. The starts: each policy's cheapest point meeting its target (`Frontier.reached`,
+    at or under the cap)
     that costs less than the oracle's GPU-hours x (1 + `margin`) and was not a start before (the references
     list those tried), at most `starts` of them, cheapest first. The cheapest plan meeting the oracle's target
     for less than the oracle is then planned on from its own schedule (the trim's frozen buckets thawed) up to
@@ -631,7 +633,7 @@ def oracle_from_points(trace: Trace, backtest: Backtest, refs: References, front
     so, then marked settled."""
     say = log or (lambda line: None)
     cands = sorted((p.gpu_hours, f.policy, p.knob) for f in fronts if (p := f.reached) is not None
-                   and p.attainment >= target and (cap_gpu_hours is None or p.gpu_hours <= cap_gpu_hours)
+                   and (cap_gpu_hours is None or p.gpu_hours <= cap_gpu_hours)
                    and p.gpu_hours < refs.oracle_gpu_hours * (1 + margin)
                    and start_name(f.policy, p.knob) not in refs.oracle_starts)[:starts]
     t0 = time.process_time()

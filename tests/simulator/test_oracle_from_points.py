@@ -62,7 +62,7 @@ def test_a_policy_cheaper_than_the_oracle_is_planned_on_and_its_plan_replays_to_
     dear = replace(refs, oracle_gpu_hours=refs.oracle_gpu_hours * 50)
     lines: list[str] = []
     new = oracle_from_points(tr, bt, dear, [_front("concurrency", 4.0, refs.oracle_gpu_hours * 2)],
-                             target=0.99, cap_gpu_hours=None, log=lines.append)
+                             cap_gpu_hours=None, log=lines.append)
     assert new is not None
     assert any("planned on from concurrency at 4" in line for line in lines)
     assert new.oracle_gpu_hours < dear.oracle_gpu_hours
@@ -82,7 +82,7 @@ def test_a_policy_cheaper_than_the_oracle_is_planned_on_and_its_plan_replays_to_
     # settled, and its start tried: run again, nothing is planned
     again: list[str] = []
     assert oracle_from_points(tr, bt, new, [_front("concurrency", 4.0, refs.oracle_gpu_hours * 2)],
-                              target=0.99, cap_gpu_hours=None, log=again.append) is None
+                              cap_gpu_hours=None, log=again.append) is None
     assert again == []
 
 
@@ -93,11 +93,11 @@ def test_a_start_that_saves_nothing_is_recorded_and_not_tried_again(case: tuple[
     level = replace(refs, oracle_gpu_hours=refs.static_gpu_hours)
     lines: list[str] = []
     fronts = [_front("gpu", 80.0, refs.static_gpu_hours * 1.05)]
-    out = oracle_from_points(tr, bt, level, fronts, target=0.99, cap_gpu_hours=None, log=lines.append)
+    out = oracle_from_points(tr, bt, level, fronts, cap_gpu_hours=None, log=lines.append)
     assert len(lines) == 1 and "planned on from gpu at 80" in lines[0]
     assert out is not None and out.oracle_starts == ("gpu@80.0",)
     assert replace(out, oracle_starts=(), cpu_s=level.cpu_s) == level
-    assert oracle_from_points(tr, bt, out, fronts, target=0.99, cap_gpu_hours=None, log=lines.append) is None
+    assert oracle_from_points(tr, bt, out, fronts, cap_gpu_hours=None, log=lines.append) is None
     assert len(lines) == 1
 
 
@@ -108,9 +108,9 @@ def test_no_plan_where_no_policy_meets_the_target_for_less(case: tuple[Trace, Ba
     missing = Frontier("queue", "knob", 5.0, (Point(5.0, 0.9, refs.oracle_gpu_hours / 2, 0.0),), target=0.99,
                        cap_gpu_hours=None)
     over_cap = _front("gpu", 80.0, refs.oracle_gpu_hours / 2)
-    assert oracle_from_points(tr, bt, refs, [dearer, missing], target=0.99, cap_gpu_hours=None,
+    assert oracle_from_points(tr, bt, refs, [dearer, missing], cap_gpu_hours=None,
                               log=lines.append) is None
-    assert oracle_from_points(tr, bt, refs, [over_cap], target=0.99, cap_gpu_hours=refs.oracle_gpu_hours / 4,
+    assert oracle_from_points(tr, bt, refs, [over_cap], cap_gpu_hours=refs.oracle_gpu_hours / 4,
                               log=lines.append) is None
     assert lines == []
 
