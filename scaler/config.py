@@ -486,7 +486,7 @@ class ScalerConfig:
                                     "unset: off.", "100ms",
                                     check=bounded(0.0, HOUR, lo_open=True, duration=True),
                                     shown_default="(off)")
-    short_output_tokens: float = _key(45.0, "shortOutputTokens", parse_float,
+    short_output_tokens: float = _key(50.0, "shortOutputTokens", parse_float,
                                       "With `targetInterTokenLatency`: traffic whose answers average fewer output "
                                       "tokens per request (last 10 minutes) holds the mean ITL at that share of the "
                                       "target (at least a quarter): a short answer's per-request ITL is its few "

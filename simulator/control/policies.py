@@ -22,7 +22,10 @@ from keda_llm.simulator.control.scaler import ServiceScaler, workload_state
 
 POLICIES = ("ours", "ours-zero", "static", "queue", "gpu", "concurrency", "oracle", *ANCHORS)
 DEFAULT_POLICIES = ("ours", "static", "queue", "gpu", "concurrency", "oracle")
-ITL_TARGET_FRACTION = 0.5  # ours' targetInterTokenLatency, as a fraction of the backtest's ITL SLO
+#: ours' targetInterTokenLatency, as a fraction of the backtest's ITL SLO: a little over half (0.5 held two
+#: replicas of 70B TP4 on azure2023-conv where one met 99.2-99.8% of the SLO: 1.51x the oracle -> 1.18x;
+#: docs/simulator-results.md, "The ITL target at 0.56 of the SLO")
+ITL_TARGET_FRACTION = 0.56
 #: ours' targetTimeToFirstToken, as a fraction of the backtest's TTFT SLO (the same rule as the ITL target:
 #: the term holds a mean, the SLO is per request)
 TTFT_TARGET_FRACTION = 0.5
@@ -156,8 +159,10 @@ def build_controller(policy: str, *, model: str, max_replicas: int, concurrency_
     """The controller for one policy name (see POLICIES); `slo` (TTFT s, ITL s) sets ours' latency targets
     to TTFT_TARGET_FRACTION and ITL_TARGET_FRACTION of the SLO.
 
-    Half the SLO because the term holds the *mean* ITL of all tokens while the SLO is judged per request:
+    About half the SLO because the term holds the *mean* ITL of all tokens while the SLO is judged per request:
     with the mean at the SLO, about half the requests miss it; the TTFT target likewise (TTFT_TARGET_FRACTION).
+    The ITL target sits at 0.56, not 0.5: a chat replica decoding long answers spreads its per-request ITL
+    narrowly about the mean, and 0.5 kept a second replica that a mean at 0.56 of the SLO does without.
     Short answers need less: there a request decoded beside a long prompt's prefill chunks (8,192 tokens,
     ~0.6 s an iteration on 70B TP4) misses the SLO while the mean stays low. The scaler tightens the target
     itself for such traffic (`shortOutputTokens`, scaler/slo.py `short_output_factor`: the target x output

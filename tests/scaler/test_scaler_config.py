@@ -37,7 +37,7 @@ def test_defaults() -> None:
         "pending_timeout": 300.0,
 
         "degraded_fraction": 0.5, "slow_replica_ratio": 0.7, "seasonality": "auto", "forecast_quantile": 0.5,
-        "short_output_tokens": 45.0,
+        "short_output_tokens": 50.0,
     }
 
 

@@ -44,7 +44,7 @@ def test_the_week_runs_the_same_shipped_scaledobject() -> None:
 
     assert week_table.SHIPPED == EXAMPLES / "llama-70b-h100-tp4.yaml"
     _, meta = _policy(load_scaledobject(week_table.SHIPPED))
-    assert meta["target_itl"] == 0.05 and meta["short_output_tokens"] == 45.0 and meta["mode"] == "reactive"
+    assert meta["target_itl"] == 0.056 and meta["short_output_tokens"] == 50.0 and meta["mode"] == "reactive"
     assert meta["target_ttft"] == 1.0
     assert not (EXAMPLES / "llama-70b-h100-tp4-code.yaml").exists()
 
