@@ -85,7 +85,8 @@ def test_knob_grid_down_divides_and_stops_at_the_bound() -> None:
 
 # A stand-in simulation, hand-derivable: `gpu_hours = 1 / knob` (queue: 10 / knob), and attainment a step in the
 # knob per policy; the cap (static's GPU-hours) is 3.
-#  ours (default half the 20 ms ITL SLO, 0.01): 100% up to 0.016, 90% beyond -> down 0.01, 0.01429 (meets),
+#  ours (default half the 20 ms ITL SLO, 0.01, pinned by `half_slo_default`: the sweep's steps, not the shipped
+#    fraction, which tests/simulator/test_sim_latency.py holds): 100% up to 0.016, 90% beyond -> down 0.01, 0.01429 (meets),
 #    0.02041 (misses): `below`; the crossing is bisected five times (each time the point that met costs over
 #    2% more than the one that missed): sqrt(0.01429 x 0.02041) = 0.01708 (misses), sqrt(0.01429 x 0.01708)
 #    = 0.01562 (meets), 0.01633 (misses), 0.01597 (meets, 62.62 GPU-h against 61.24: 2.3% more), 0.01615
@@ -115,6 +116,18 @@ FAKE_EXPECTED = {"ours": ([0.01, 0.01429, 0.02041, 0.01708, 0.01562, 0.01633, 0.
                  "ray-serve": ([2.0, 2.857], "flat", 2.0)}
 
 
+def _half_slo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ours' default knob at half the stand-in's ITL SLO, the value the hand derivation above starts from."""
+    from keda_llm.simulator.report import frontier
+
+    monkeypatch.setattr(frontier, "ITL_TARGET_FRACTION", 0.5)
+
+
+@pytest.fixture
+def half_slo_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    _half_slo(monkeypatch)
+
+
 def _check_fake(fronts: list[Frontier]) -> None:
     assert [f.policy for f in fronts] == FAKE
     for f in fronts:
@@ -127,6 +140,7 @@ def _check_fake(fronts: list[Frontier]) -> None:
     assert by["queue"].cost() == "never (best 50.0%)"
 
 
+@pytest.mark.usefixtures("half_slo_default")
 def test_sweep_both_directions_on_a_stand_in(case: tuple[Trace, Backtest]) -> None:
     _check_fake(sweep(*case, FAKE, cap_gpu_hours=3.0, points=6, run=_fake_point))
 
@@ -195,6 +209,7 @@ def test_two_more_bisections_while_the_point_that_met_costs_over_2_percent_more(
     assert nk(*three, refine=0) is None  # no refinement asked: none at all
 
 
+@pytest.mark.usefixtures("half_slo_default")
 def test_the_points_cache_replays_a_sweep_and_keys_on_the_source(case: tuple[Trace, Backtest], tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     tr, bt = case
@@ -466,12 +481,14 @@ def test_a_default_that_meets_the_target_is_swept_toward_less_capacity(serial: l
     assert gpu.reached is min(ok, key=lambda p: p.gpu_hours)
 
 
-def test_parallel_equals_serial(case: tuple[Trace, Backtest], serial: list[Frontier]) -> None:
+def test_parallel_equals_serial(case: tuple[Trace, Backtest], serial: list[Frontier],
+                                monkeypatch: pytest.MonkeyPatch) -> None:
     par = sweep(*case, POLICIES, cap_gpu_hours=None, points=6, workers=2)
     assert [f.policy for f in par] == POLICIES
     for a, b in zip(par, serial, strict=True):
         assert len(a.points) == len(b.points) and all(x.same(y) for x, y in zip(a.points, b.points, strict=True))
     assert par[2].went_down and par[2].stop == serial[2].stop == "below"
+    _half_slo(monkeypatch)  # the stand-in after the real sweeps, which run at the shipped default
     _check_fake(sweep(*case, FAKE, cap_gpu_hours=3.0, points=6, run=_fake_point, workers=2))
 
 
