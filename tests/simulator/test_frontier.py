@@ -86,7 +86,8 @@ def test_knob_grid_down_divides_and_stops_at_the_bound() -> None:
 # A stand-in simulation, hand-derivable: `gpu_hours = 1 / knob` (queue: 10 / knob), and attainment a step in the
 # knob per policy; the cap (static's GPU-hours) is 3.
 #  ours (default half the 20 ms ITL SLO, 0.01, pinned by `half_slo_default`: the sweep's steps, not the shipped
-#    fraction, which tests/simulator/test_sim_latency.py holds): 100% up to 0.016, 90% beyond -> down 0.01, 0.01429 (meets),
+#    fraction, which tests/simulator/test_sim_latency.py holds): 100% up to 0.016, 90% beyond -> down 0.01,
+#    0.01429 (meets),
 #    0.02041 (misses): `below`; the crossing is bisected five times (each time the point that met costs over
 #    2% more than the one that missed): sqrt(0.01429 x 0.02041) = 0.01708 (misses), sqrt(0.01429 x 0.01708)
 #    = 0.01562 (meets), 0.01633 (misses), 0.01597 (meets, 62.62 GPU-h against 61.24: 2.3% more), 0.01615
