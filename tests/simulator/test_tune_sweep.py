@@ -214,3 +214,17 @@ def test_the_oracle_is_planned_on_from_a_pick_that_meets_the_target_for_less(cas
     assert oracle_on_from_pick(tr, bt, swept.points, 1.0, dear) is dear
     cheap = Reference(swept.oracle.attainment, pick_.gpu_hours / 1.2)
     assert oracle_on_from_pick(tr, bt, swept.points, 0.9, cheap) is cheap
+
+
+def test_both_grids_hold_the_backtests_default_itl_target() -> None:
+    """The tuner can recommend what the docs' backtests run and the shipped 70B example sets: a grid without the
+    default would pick a neighbour of it wherever the default is the cheapest point meeting the target."""
+    from keda_llm.simulator.control.policies import ITL_TARGET_FRACTION, TTFT_TARGET_FRACTION
+    from keda_llm.simulator.tune import FULL_GRID, QUICK_GRID
+
+    for grid in (FULL_GRID, QUICK_GRID):
+        assert ITL_TARGET_FRACTION in grid.itl_fraction
+        assert TTFT_TARGET_FRACTION in grid.ttft_fraction
+        assert any(k.itl_fraction == ITL_TARGET_FRACTION for k in grid.candidates())
+    assert len(QUICK_GRID.candidates()) == 4
+    assert len(FULL_GRID.candidates()) == 5 * 2 * 3 * 2 * 3 * 2
