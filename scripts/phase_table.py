@@ -35,15 +35,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from simulator_table import CASES, PRESET, SLO, Case, cache_root, replace_block  # noqa: E402
+from simulator_table import CASES, PRESET, SLO, Case, cache_root, replace_block
 
-from keda_llm.simulator.cluster.lead_in import LEAD_IN_S  # noqa: E402
-from keda_llm.simulator.hardware.presets import get_preset  # noqa: E402
-from keda_llm.simulator.report.frontier_cache import PointCache  # noqa: E402
-from keda_llm.simulator.report.leave_one_out import BAR_RATIO  # noqa: E402
-from keda_llm.simulator.report.summary import summarize  # noqa: E402
-from keda_llm.simulator.run import Backtest, run_policies  # noqa: E402
-from keda_llm.simulator.workload.traces import Trace, load_shipped  # noqa: E402
+from keda_llm.simulator.cluster.lead_in import LEAD_IN_S
+from keda_llm.simulator.hardware.presets import get_preset
+from keda_llm.simulator.report.frontier_cache import PointCache
+from keda_llm.simulator.report.leave_one_out import BAR_RATIO
+from keda_llm.simulator.report.summary import summarize
+from keda_llm.simulator.run import Backtest, run_policies
+from keda_llm.simulator.workload.traces import Trace, load_shipped
 
 ROOT = Path(__file__).resolve().parent.parent
 SYNC_S = 15.0  # the HPA's sync period, the longest of the loop's periods: the phase spans it
@@ -107,7 +107,8 @@ def table(runs: list[Run], cases: list[Case], seeds: list[int], phases: int, qui
         bar = slo.mean() >= target - 1e-9 and rat.mean() <= BAR_RATIO
         rows.append(
             f"| {case.trace} | {100 * target:.1f}% | {100 * min(r.slo for r in at0):.2f}% / "
-            f"{np.mean([r.gpu_h for r in at0]) / oracle_gpu_h:.2f}x | {100 * slo.mean():.2f}% | {100 * slo.min():.2f}% | "
+            f"{np.mean([r.gpu_h for r in at0]) / oracle_gpu_h:.2f}x | {100 * slo.mean():.2f}% | "
+            f"{100 * slo.min():.2f}% | "
             f"{met} of {len(mine)} | {rat.mean():.2f}x ({rat.min():.2f}-{rat.max():.2f}) | "
             f"{'**met**' if bar else 'not met'} |")
     step = SYNC_S / phases
@@ -115,8 +116,8 @@ def table(runs: list[Run], cases: list[Case], seeds: list[int], phases: int, qui
             f"ours is the shipped ScaledObject, as the backtest table runs it. {len(seeds)} seed(s) x {phases} "
             f"phase(s): the arrivals shifted by 0, {step:g}, ..., {step * (phases - 1):g} s. Phase 0 is what the "
             f"tables report (the worst seed's SLO attainment, the mean GPU-hours); GPU-hours relative to the "
-            f"oracle of the frontier (docs/data/frontier-points). The bar: the mean attainment at the target and the mean "
-            f"GPU-hours at most {BAR_RATIO:g}x the oracle's.\n\n"
+            f"oracle of the frontier (docs/data/frontier-points). The bar: the mean attainment at the target and the "
+            f"mean GPU-hours at most {BAR_RATIO:g}x the oracle's.\n\n"
             "| trace | target | phase 0: worst SLO / GPU-h÷oracle | SLO mean over the phase | worst | runs "
             "meeting the target | GPU-h÷oracle, mean (range) | bar over the phase |\n"
             "|---|---|---|---|---|---|---|---|\n")
