@@ -472,6 +472,7 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from keda_llm.simulator.tune import (
+        COST_TIE,
         check_holdout,
         fidelity_note,
         holdout_line,
@@ -556,7 +557,8 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
                       "target on this preset")
     if result.met:
         console.print(f"recommended: {100 * c.attainment:.1f}% of requests met the SLO at {c.gpu_hours:.2f} "
-                      f"GPU-hours, the cheapest of the points meeting the {100 * result.target:g}% target")
+                      f"GPU-hours, the cheapest of the points meeting the {100 * result.target:g}% target (within "
+                      f"{100 * COST_TIE:g}% of the cheapest's GPU-hours, the most requests within the SLO)")
     else:
         console.print(f"[bold]no point met the {100 * result.target:g}% target[/bold]; written: the best attainment, "
                       f"{100 * c.attainment:.1f}% at {c.gpu_hours:.2f} GPU-hours. Raise --max-replicas, relax the SLO "

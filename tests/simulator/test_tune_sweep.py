@@ -22,6 +22,7 @@ from keda_llm.simulator.report.frontier import Reference
 from keda_llm.simulator.report.summary import Slo
 from keda_llm.simulator.run import Backtest
 from keda_llm.simulator.tune import (
+    COST_TIE,
     Grid,
     Knobs,
     Point,
@@ -47,7 +48,7 @@ def _pt(att: float, gpu_h: float, sdd: float | None = None) -> Point:
     return Point(Knobs(scale_down_delay=sdd), {}, att, gpu_h, 0, 0.0)
 
 
-def test_pick_is_the_cheapest_meeting_the_target_else_the_best_attainment() -> None:
+def test_pick_is_the_cheapest_meeting_the_target_within_a_cost_tie_else_the_best_attainment() -> None:
     a, b, c, d = _pt(0.995, 3.0), _pt(0.991, 2.0), _pt(0.97, 1.0), _pt(0.991, 2.0, sdd=1.0)
     assert pick([a, b, c], 0.99) is b
     assert pick([a, c], 0.99) is a
@@ -57,6 +58,11 @@ def test_pick_is_the_cheapest_meeting_the_target_else_the_best_attainment() -> N
     assert pick([e, f, c], 0.99) is f  # within 0.1 point of the best: the cheaper
     assert pick([e, _pt(0.9751, 2.0)], 0.99) is e  # 0.11 point below: not a tie
     assert pick([b, d], 0.99) is b  # a full tie: the first swept
+    # meeting the target, GPU-hours within COST_TIE of the cheapest are a tie: the better attainment is written
+    g, h = _pt(0.9528, 2.7395), _pt(0.9823, 2.7405)
+    assert pick([g, h], 0.95) is h
+    assert pick([g, _pt(0.9823, 2.7395 * (1 + COST_TIE) * 1.001)], 0.95) is g  # just past the tie: the cheaper
+    assert pick([g, h, _pt(0.94, 2.0)], 0.95) is h  # a cheaper point under the target does not move the band
 
 
 def test_pareto_keeps_only_points_no_other_beats_on_both_axes() -> None:
