@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/phase_table.py [--phases N] [--seeds S] [--traces NAME ...] [--workers J]
                                             [--update-docs | --quick]
+    .venv/bin/python scripts/phase_table.py --policy NAME --knob X --traces NAME [--phases N] [--seeds S]
 
 Every figure in the backtest and frontier tables is one run per seed, with the trace's arrivals where they
 fall against the control loop: the exporter's 5 s samples, KEDA's 10 s poll and the HPA's 15 s sync. Where
@@ -16,7 +17,9 @@ schedule, which a shift of seconds does not move).
 A trace meets issue 11's bar over the phase where the mean attainment meets the target and the mean
 GPU-hours are at most 1.25x the oracle's.
 
---update-docs writes the `phase-table` block of docs/simulator-results.md; --quick runs the first 20
+`--policy NAME --knob X` runs a frontier policy at one knob value instead (simulator.report.frontier_point,
+as the frontier runs its points: an anchor's cost to reach the target, say), printed, not written.
+--update-docs writes the `phase-table` block of docs/simulator-results.md (ours' default); --quick runs the first 20
 minutes of each trace, two phases, one seed, writing nothing (checks the script). Not run by CI: the
 default (6 phases x 3 seeds x 5 traces, ours only) is about 40 CPU minutes.
 """
@@ -40,6 +43,7 @@ from simulator_table import CASES, PRESET, SLO, Case, cache_root, replace_block
 from keda_llm.simulator.cluster.lead_in import LEAD_IN_S
 from keda_llm.simulator.hardware.presets import get_preset
 from keda_llm.simulator.report.frontier_cache import PointCache
+from keda_llm.simulator.report.frontier_point import run_point
 from keda_llm.simulator.report.leave_one_out import BAR_RATIO
 from keda_llm.simulator.report.summary import summarize
 from keda_llm.simulator.run import Backtest, run_policies
@@ -74,11 +78,16 @@ def backtest(seed: int) -> Backtest:
     return Backtest(get_preset(PRESET), cold_start="typical", slo=SLO, seed=seed)
 
 
-def run_one(job: tuple[int, int, float, bool]) -> Run:
-    index, seed, shift_s, quick = job
+def run_one(job: tuple[int, int, float, bool, str | None, float]) -> Run:
+    """Ours' default as the backtest table runs it, or `policy` at `knob` as the frontier runs its points."""
+    index, seed, shift_s, quick, policy, knob = job
     case = CASES[index]
     t0 = time.process_time()
-    (result,), _ = run_policies(load(case, shift_s, quick), backtest(seed), ["ours"])
+    tr = load(case, shift_s, quick)
+    if policy is not None:
+        point = run_point(tr, backtest(seed), policy, knob)
+        return Run(case.trace, seed, shift_s, point.attainment, point.gpu_hours, time.process_time() - t0)
+    (result,), _ = run_policies(tr, backtest(seed), ["ours"])
     s = summarize(result, SLO)
     return Run(case.trace, seed, shift_s, s.slo_attainment, s.gpu_hours, time.process_time() - t0)
 
@@ -91,7 +100,8 @@ def oracle_of(case: Case, quick: bool) -> tuple[float, float] | None:
     return None if refs is None else (refs.oracle_gpu_hours, refs.target_over_all)
 
 
-def table(runs: list[Run], cases: list[Case], seeds: list[int], phases: int, quick: bool) -> str:
+def table(runs: list[Run], cases: list[Case], seeds: list[int], phases: int, quick: bool,
+          who: str = "ours is the shipped ScaledObject, as the backtest table runs it") -> str:
     rows = []
     for case in cases:
         mine = [r for r in runs if r.trace == case.trace]
@@ -113,7 +123,7 @@ def table(runs: list[Run], cases: list[Case], seeds: list[int], phases: int, qui
             f"{'**met**' if bar else 'not met'} |")
     step = SYNC_S / phases
     head = (f"Preset {PRESET}, typical cold starts, SLO TTFT <= {SLO.ttft_s:g} s and mean ITL <= {SLO.itl_s:g} s; "
-            f"ours is the shipped ScaledObject, as the backtest table runs it. {len(seeds)} seed(s) x {phases} "
+            f"{who}. {len(seeds)} seed(s) x {phases} "
             f"phase(s): the arrivals shifted by 0, {step:g}, ..., {step * (phases - 1):g} s. Phase 0 is what the "
             f"tables report (the worst seed's SLO attainment, the mean GPU-hours); GPU-hours relative to the "
             f"oracle of the frontier (docs/data/frontier-points). The bar: the mean attainment at the target and the "
@@ -132,7 +142,13 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--quick", action="store_true", help="20-minute traces, 2 phases, 1 seed, no docs")
     ap.add_argument("--update-docs", action="store_true")
+    ap.add_argument("--policy", default=None, help="a frontier policy (ours, an anchor, ...) at --knob instead")
+    ap.add_argument("--knob", type=float, default=None)
     args = ap.parse_args()
+    if (args.policy is None) != (args.knob is None):
+        raise SystemExit("--policy and --knob go together")
+    if args.policy is not None and args.update_docs:
+        raise SystemExit("--update-docs writes ours' default only; --policy prints")
     if args.phases < 1 or args.seeds < 1:
         raise SystemExit("--phases and --seeds must be at least 1")
     if args.quick and args.update_docs:
@@ -141,7 +157,8 @@ def main() -> None:
     cases = [c for c in CASES if args.traces is None or c.trace in args.traces]
     if not cases:
         raise SystemExit(f"no such trace; known: {', '.join(c.trace for c in CASES)}")
-    jobs = [(CASES.index(c), s, k * SYNC_S / phases, args.quick) for c in cases for s in seeds for k in range(phases)]
+    jobs = [(CASES.index(c), s, k * SYNC_S / phases, args.quick, args.policy, args.knob or 0.0)
+            for c in cases for s in seeds for k in range(phases)]
     t0 = time.time()
     runs: list[Run] = []
     with ProcessPoolExecutor(max(1, args.workers)) as ex:
@@ -149,8 +166,10 @@ def main() -> None:
             runs.append(r)
             print(f"{r.trace} seed {r.seed} +{r.shift_s:g}s: {100 * r.slo:.2f}% at {r.gpu_h:.2f} GPU-h "
                   f"({r.cpu_s:.0f} CPU s)", flush=True)
-    text = table(runs, cases, seeds, phases, args.quick)
-    text += (f"\nGenerated by `scripts/phase_table.py --update-docs` ({sum(r.cpu_s for r in runs):.0f} CPU s in "
+    who = (f"{args.policy} at {args.knob:g}, as the frontier runs its points" if args.policy is not None
+           else "ours is the shipped ScaledObject, as the backtest table runs it")
+    text = table(runs, cases, seeds, phases, args.quick, who)
+    text += (f"\nGenerated by `scripts/phase_table.py{'' if args.policy is None else f' --policy {args.policy} --knob {args.knob:g}'}` ({sum(r.cpu_s for r in runs):.0f} CPU s in "
              f"{time.time() - t0:.0f} s on {args.workers} worker(s)).\n")
     print(text)
     if args.update_docs:
