@@ -104,6 +104,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run every candidate with the cold starts drawn N times (seeds --seed .. --seed+N-1) and "
                         "count its worst SLO attainment at its mean GPU-hours: a pick that holds on every draw, "
                         "N times the CPU; at most 1,000 [1]")
+    r.add_argument("--phases", type=int, default=1, metavar="N",
+                   help="also run every candidate with the arrivals moved by 0, 15/N, ... s against the control "
+                        "loop and count each seed's mean over them: on an hour of bursty traffic one phase can "
+                        "flatter a pick (docs/tune.md); N times the CPU; at most 60 [1]")
     r.add_argument("--holdout", default=None, metavar="SPAN",
                    help="tune on the trace but its last SPAN (1d, 6h, 90m; at least a minute), then run the pick on "
                         "that SPAN, which it was not chosen on, and report it (exit 3 when the pick meets the target "
@@ -228,6 +232,8 @@ SHORT_TRACE_S, FEW_REQUESTS = 1800.0, 100
 MOST_NAME = 63 - len("keda-hpa-")
 #: seeds enough for any confidence; the sweep lists every (candidate, seed) run before the first starts
 MOST_SEEDS = 1_000
+#: phases enough to cover the HPA's 15 s sync period every quarter second
+MOST_PHASES = 60
 
 
 def _check_writable(flag: str, name: str) -> None:
@@ -274,7 +280,7 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any, Trace | None]
         raise _Refused(f"--slo-ttft {args.slo_ttft:g} / --slo-itl {args.slo_itl:g}: the TTFT SLO must be "
                        f"{SLO_TTFT_S[0]:g}-{SLO_TTFT_S[1]:g} s and the ITL SLO {SLO_ITL_S[0]:g}-{SLO_ITL_S[1]:g} s",
                        "e.g. --slo-ttft 2 --slo-itl 0.1")
-    for flag in ("workers", "max_replicas", "seeds"):
+    for flag in ("workers", "max_replicas", "seeds", "phases"):
         if getattr(args, flag) < 1:
             name = "--" + flag.replace("_", "-")
             raise _Refused(f"{name} {getattr(args, flag)}: must be >= 1", f"e.g. {name} 1 (see {PROG} --help)")
@@ -284,6 +290,9 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any, Trace | None]
     if args.seeds > MOST_SEEDS:
         raise _Refused(f"--seeds {args.seeds}: at most {MOST_SEEDS:,} (each one runs every candidate again)",
                        "a few draws tell a lucky pick from a sound one, e.g. --seeds 4")
+    if args.phases > MOST_PHASES:
+        raise _Refused(f"--phases {args.phases}: at most {MOST_PHASES} (each one runs every candidate again)",
+                       "a few phases across the HPA's 15 s sync tell a lucky pick from a sound one, e.g. --phases 6")
     if args.seed < 0:
         raise _Refused(f"--seed {args.seed}: must be >= 0", "any whole number from 0, e.g. --seed 1")
     for flag, out in (("--out", args.out), ("--plot", args.plot)):
@@ -460,6 +469,8 @@ def _command(args: argparse.Namespace) -> str:
             parts += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
     if args.seeds != 1:
         parts += ["--seeds", str(args.seeds)]
+    if args.phases != 1:
+        parts += ["--phases", str(args.phases)]
     if args.holdout is not None:
         parts += ["--holdout", args.holdout]
     if args.quick:
@@ -494,10 +505,11 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
         console = Console(width=width, stderr=console.stderr)
     n = len(grid.candidates())
     seeds = tuple(range(args.seed, args.seed + args.seeds))
-    runs = n * len(seeds)
+    runs = n * len(seeds) * args.phases
     err_console.print(f"trace {trace.name}: {len(trace)} requests over {trace.duration_s / 3600:.2f} h; "
                       f"preset {bt.preset.name}; mode {bt.resolved_mode(trace)}; {n} candidates"
                       + (f" x {len(seeds)} seeds" if len(seeds) > 1 else "")
+                      + (f" x {args.phases} phases" if args.phases > 1 else "")
                       + f" on {min(args.workers, runs)} worker(s)")
     # no --model: the preset's name is written, which no engine serves under unless started so (one line, as is)
     preset_model = target.model if args.model is None else None
@@ -514,7 +526,7 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
     try:
         with progress:
             result = tune(trace, bt, target, grid=grid, target=args.target, workers=args.workers,
-                          with_references=not args.no_oracle, seeds=seeds,
+                          with_references=not args.no_oracle, seeds=seeds, phases=args.phases,
                           progress=lambda done, total: progress.update(task, completed=done, total=total))
             holdout = None
             if held is not None:

@@ -92,6 +92,8 @@ def test_its_metadata_is_what_the_scaler_accepts(written: tuple[int, str, Path, 
     ([], "give --trace or --from-prometheus", "--trace NAME|FILE"),
     (["--trace", "azure-code-2023", "--target", "99"], "--target 99", "0.99"),
     (["--trace", "azure-code-2023", "--seeds", "0"], "--seeds 0: must be >= 1", "e.g. --seeds 1"),
+    (["--trace", "azure-code-2023", "--phases", "0"], "--phases 0: must be >= 1", "e.g. --phases 1"),
+    (["--trace", "azure-code-2023", "--phases", "61"], "--phases 61: at most 60", "e.g. --phases 6"),
     (["--trace", "azure-code-2023", "--max-replicas", "0"], "--max-replicas 0: must be >= 1", "e.g. --max-replicas 1"),
     (["--trace", "azure-code-2023", "--holdout", "2h"], "shorter than the trace", "--holdout"),
     (["--trace", "azure-code-2023", "--holdout", "30s"], "at least 60 s", "at least a minute"),
@@ -221,6 +223,9 @@ def test_the_header_command_reads_the_trace_as_it_was_read() -> None:
                          "--stretch", "2", "--rate-scale", "0.5", "--lead-in", "600", "--slo-ttft", "2",
                          "--slo-itl", "0.1"])
     cmd = _command(args)
+    assert "--phases" not in cmd and "--seeds" not in cmd  # at their defaults: left out
+    assert "--seeds 3 --phases 6" in _command(p.parse_args(["--trace", "my.csv", "--slo-ttft", "2", "--slo-itl", "0.1", "--seeds", "3",
+                                                            "--phases", "6"]))
     for part in ("--sort", "--time-unit ms", "--time-column ts", "--stretch 2", "--rate-scale 0.5", "--lead-in 600"):
         assert part in cmd, cmd
     # history from Prometheus: the span's end is written as a time, so the command reads the same span later

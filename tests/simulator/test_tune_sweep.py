@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -234,3 +235,34 @@ def test_both_grids_hold_the_backtests_default_itl_target() -> None:
         assert any(k.itl_fraction == ITL_TARGET_FRACTION for k in grid.candidates())
     assert len(QUICK_GRID.candidates()) == 4
     assert len(FULL_GRID.candidates()) == 5 * 2 * 3 * 2 * 3 * 2
+
+
+def test_over_phases_each_seed_counts_its_mean_over_the_control_loops_phase(case: tuple[Trace, Backtest]) -> None:
+    """`phases` runs each candidate with the arrivals moved across the HPA's 15 s sync: each seed's mean over its
+    phases, then the seeds' rule; the runs are exactly the shifted traces tuned alone, in parallel as serially."""
+    from keda_llm.simulator.tune import PHASE_SPAN_S, phase_shifted
+
+    tr, bt = case
+    one = Grid(itl_fraction=(0.5,), kv_utilization=(0.8,), scale_down_delay=(None,), mode=("hybrid",),
+               min_replicas=(1, 2), ttft_fraction=(0.5,))
+    assert phase_shifted(tr, 0, 3) is tr
+    moved = phase_shifted(tr, 2, 3)
+    assert np.allclose(moved.arrival_s, tr.arrival_s + 2 * PHASE_SPAN_S / 3)
+    assert moved.lead is tr.lead and moved.lead_s == tr.lead_s
+    alone = [tune(phase_shifted(tr, k, 3), bt, Target(MODEL), grid=one, target=0.9, with_references=False).points
+             for k in range(3)]
+    three = tune(tr, bt, Target(MODEL), grid=one, target=0.9, workers=2, with_references=False, phases=3)
+    assert three.phases == 3 and len(three.points) == 2
+    for i, p in enumerate(three.points):
+        runs = [pts[i] for pts in alone]
+        assert p.attainment == pytest.approx(sum(r.attainment for r in runs) / 3)
+        assert p.gpu_hours == pytest.approx(sum(r.gpu_hours for r in runs) / 3)
+    # the phase moves this case's runs, so the mean is seen to be taken over distinct runs
+    assert len({(pts[0].attainment, pts[0].gpu_hours) for pts in alone}) > 1 or \
+        len({(pts[1].attainment, pts[1].gpu_hours) for pts in alone}) > 1
+    serial = tune(tr, bt, Target(MODEL), grid=one, target=0.9, with_references=False, phases=3)
+    assert all(a.same(b) for a, b in zip(serial.points, three.points, strict=True))
+    head = render_yaml(three, trace=tr, backtest=bt)
+    assert "the mean over 3 phases of the control loop" in head
+    with pytest.raises(ValueError, match="phases"):
+        tune(tr, bt, Target(MODEL), grid=one, phases=0)
