@@ -224,8 +224,8 @@ def test_the_header_command_reads_the_trace_as_it_was_read() -> None:
                          "--slo-itl", "0.1"])
     cmd = _command(args)
     assert "--phases" not in cmd and "--seeds" not in cmd  # at their defaults: left out
-    assert "--seeds 3 --phases 6" in _command(p.parse_args(["--trace", "my.csv", "--slo-ttft", "2", "--slo-itl", "0.1", "--seeds", "3",
-                                                            "--phases", "6"]))
+    many = ["--trace", "my.csv", "--slo-ttft", "2", "--slo-itl", "0.1", "--seeds", "3", "--phases", "6"]
+    assert "--seeds 3 --phases 6" in _command(p.parse_args(many))
     for part in ("--sort", "--time-unit ms", "--time-column ts", "--stretch 2", "--rate-scale 0.5", "--lead-in 600"):
         assert part in cmd, cmd
     # history from Prometheus: the span's end is written as a time, so the command reads the same span later
