@@ -2,8 +2,9 @@
 
 Each file's header names the command that wrote it. The test rebuilds that command's trace, preset and SLO
 with the tuner's own argument parser, checks the file is the tuner's candidate for the knobs it carries
-(nothing edited by hand), and simulates the file once: SLO attainment and GPU-hours must be the header's
-(one simulation of the hour-long trace, about 1.5 CPU s; the full sweep that chose it is not re-run).
+(nothing edited by hand), and simulates the file as the sweep counted it (each of the command's seeds and
+phases): SLO attainment and GPU-hours must be the header's (one simulation of the hour-long trace is about
+1.5 CPU s; the full sweep that chose it is not re-run).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import yaml
 
 from keda_llm.common.durations import parse_duration
 from keda_llm.simulator.control.manifest import scaledobject_manifest
-from keda_llm.simulator.tune import Knobs, candidate, run_point
+from keda_llm.simulator.report.frontier import with_seed
+from keda_llm.simulator.tune import Knobs, candidate, over_phases, over_seeds, phase_shifted, run_point
 from keda_llm.simulator.tune_cli import add_arguments, build
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,7 +59,10 @@ def test_the_example_is_the_tuners_output_and_measures_what_it_says(path: Path) 
                   ttft_fraction=None if ttft == "unset" else round(parse_duration(ttft) / bt.slo.ttft_s, 4))
     assert doc == scaledobject_manifest(candidate(knobs, target, slo_itl_s=bt.slo.itl_s, cold_start_s=cold,
                                                   slo_ttft_s=bt.slo.ttft_s))
-    point = run_point(trace, bt, knobs, doc)
+    # as the sweep counted it: each seed's mean over the control loop's phases, the worst seed at their mean cost
+    point = over_seeds([over_phases([run_point(phase_shifted(trace, k, args.phases), with_seed(bt, seed), knobs, doc)
+                                     for k in range(args.phases)])
+                        for seed in range(args.seed, args.seed + args.seeds)])
     measured = re.match(r"([\d.]+)% of requests met the SLO at ([\d.]+) GPU-hours", head["Measured"])
     assert measured is not None
     assert f"{100 * point.attainment:.1f}" == measured.group(1)
