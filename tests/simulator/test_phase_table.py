@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from conftest import load_script
 
 
 @pytest.fixture(scope="module")
 def script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("phase_table", ROOT / "scripts" / "phase_table.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["phase_table"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("phase_table")
 
 
 @pytest.mark.parametrize("trace", ["azure2023-conv", "azure2024-code"])
