@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -17,9 +18,11 @@ def engine_body(name: str) -> str:
 
 
 def load_script(name: str) -> ModuleType:
-    """scripts/<name>.py as a module (scripts/ is not a package: tools run it, tests import it this way)."""
+    """scripts/<name>.py as a module (scripts/ is not a package: tools run it, tests import it this way),
+    registered under its name first, as an import would (a dataclass in it looks its module up there)."""
     spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module

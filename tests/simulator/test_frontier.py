@@ -11,17 +11,16 @@ with hand-derived points (`_fake_point`), as is the points cache.
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import os
 import re
 import shutil
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import load_script
 
 from keda_llm.simulator.hardware.presets import get_preset
 from keda_llm.simulator.report import frontier_cache
@@ -46,12 +45,7 @@ POLICIES = [*UP, "gpu"]
 
 
 def _script():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("simulator_table", ROOT / "scripts" / "simulator_table.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["simulator_table"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("simulator_table")
 
 
 @pytest.fixture(scope="module")
@@ -647,11 +641,7 @@ def test_a_points_cache_keyed_by_another_checkouts_source_reads_what_that_source
 
 
 def test_carrying_points_re_simulates_each_groups_dearest_and_a_seeded_sample_within_the_budget() -> None:
-    spec = importlib.util.spec_from_file_location("carry_points", ROOT / "scripts" / "carry_points.py")
-    assert spec is not None and spec.loader is not None
-    cp = importlib.util.module_from_spec(spec)
-    sys.modules["carry_points"] = cp  # its dataclass looks its module up
-    spec.loader.exec_module(cp)
+    cp = load_script("carry_points")
     entries = [cp.Entry(c, pol, 0.1 * i, 0, Point(0.1 * i, 0.9, 1.0, cpu))
                for c in (0, 1) for pol in ("gpu", "ours") for i, cpu in enumerate((5.0, 50.0, 10.0, 20.0))]
     dearest = [e for e in entries if e.point.cpu_s == 50.0]
