@@ -38,30 +38,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from simulator_table import CASES, PRESET, SLO, Case, cache_root, replace_block
+from simulator_table import CASES, PRESET, SLO, Case, cache_root, load, replace_block
 
-from keda_llm.simulator.cluster.lead_in import LEAD_IN_S
 from keda_llm.simulator.hardware.presets import get_preset
 from keda_llm.simulator.report.frontier_cache import PointCache
 from keda_llm.simulator.report.frontier_point import run_point
 from keda_llm.simulator.report.leave_one_out import BAR_RATIO
 from keda_llm.simulator.report.summary import summarize
 from keda_llm.simulator.run import Backtest, run_policies
-from keda_llm.simulator.workload.traces import Trace, load_shipped
+from keda_llm.simulator.tune import PHASE_SPAN_S
 
 ROOT = Path(__file__).resolve().parent.parent
-SYNC_S = 15.0  # the HPA's sync period, the longest of the loop's periods: the phase spans it
-
-
-def load(case: Case, shift_s: float, quick: bool) -> Trace:
-    """The case's trace as the docs table loads it (simulator_table.load), its arrivals `shift_s` later."""
-    base = load_shipped(case.trace)
-    tr = Trace(base.name, base.arrival_s + shift_s, base.prompt_tokens, base.output_tokens, base.hash_offsets,
-               base.hash_values)
-    if case.window is not None:
-        start, end = case.window
-        return tr.window(start, min(end, start + 1200.0) if quick else end, lead_s=LEAD_IN_S)
-    return (tr.window(0.0, 1200.0) if quick else tr).wrapped(LEAD_IN_S)
 
 
 @dataclass(frozen=True)
@@ -83,7 +70,7 @@ def run_one(job: tuple[int, int, float, bool, str | None, float]) -> Run:
     index, seed, shift_s, quick, policy, knob = job
     case = CASES[index]
     t0 = time.process_time()
-    tr = load(case, shift_s, quick)
+    tr = load(case, quick, shift_s)
     if policy is not None:
         point = run_point(tr, backtest(seed), policy, knob)
         return Run(case.trace, seed, shift_s, point.attainment, point.gpu_hours, time.process_time() - t0)
@@ -96,7 +83,7 @@ def oracle_of(case: Case, quick: bool) -> tuple[float, float] | None:
     """(the oracle's GPU-hours, its target over all requests) from the frontier's store: seed 0's, which the
     frontier's multi-seed points are judged against too."""
     bt = backtest(0)
-    refs = PointCache(cache_root(quick), load(case, 0.0, quick), bt).get_references(bt.oracle_target)
+    refs = PointCache(cache_root(quick), load(case, quick), bt).get_references(bt.oracle_target)
     return None if refs is None else (refs.oracle_gpu_hours, refs.target_over_all)
 
 
@@ -121,7 +108,7 @@ def table(runs: list[Run], cases: list[Case], seeds: list[int], phases: int, qui
             f"{100 * slo.min():.2f}% | "
             f"{met} of {len(mine)} | {rat.mean():.2f}x ({rat.min():.2f}-{rat.max():.2f}) | "
             f"{'**met**' if bar else 'not met'} |")
-    step = SYNC_S / phases
+    step = PHASE_SPAN_S / phases
     head = (f"Preset {PRESET}, typical cold starts, SLO TTFT <= {SLO.ttft_s:g} s and mean ITL <= {SLO.itl_s:g} s; "
             f"{who}. {len(seeds)} seed(s) x {phases} "
             f"phase(s): the arrivals shifted by 0, {step:g}, ..., {step * (phases - 1):g} s. Phase 0 is what the "
@@ -157,7 +144,7 @@ def main() -> None:
     cases = [c for c in CASES if args.traces is None or c.trace in args.traces]
     if not cases:
         raise SystemExit(f"no such trace; known: {', '.join(c.trace for c in CASES)}")
-    jobs = [(CASES.index(c), s, k * SYNC_S / phases, args.quick, args.policy, args.knob or 0.0)
+    jobs = [(CASES.index(c), s, k * PHASE_SPAN_S / phases, args.quick, args.policy, args.knob or 0.0)
             for c in cases for s in seeds for k in range(phases)]
     t0 = time.time()
     runs: list[Run] = []

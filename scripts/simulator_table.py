@@ -114,11 +114,15 @@ CASES = [
 ]
 
 
-def load(case: Case, quick: bool) -> Trace:
+def load(case: Case, quick: bool, shift_s: float = 0.0) -> Trace:
     """The case's trace with a lead-in every policy but the oracle lives through first, unscored
     (simulator/cluster/lead_in.py), so none starts cold where the oracle starts warm: a window of a longer
-    trace carries LEAD_IN_S of the traffic before it; a whole trace, its own last LEAD_IN_S (Trace.wrapped)."""
+    trace carries LEAD_IN_S of the traffic before it; a whole trace, its own last LEAD_IN_S (Trace.wrapped).
+    `shift_s` moves every arrival that much later before the cut (scripts/phase_table.py)."""
     tr = load_shipped(case.trace)
+    if shift_s:
+        tr = Trace(tr.name, tr.arrival_s + shift_s, tr.prompt_tokens, tr.output_tokens, tr.hash_offsets,
+                   tr.hash_values)
     if case.window is not None:
         start, end = case.window
         return tr.window(start, min(end, start + 1200.0) if quick else end, lead_s=LEAD_IN_S)

@@ -206,9 +206,7 @@ def over_phases(runs: Sequence[Point]) -> Point:
     the most cold starts, CPU summed. One run is itself."""
     if len(runs) == 1:
         return runs[0]
-    return Point(runs[0].knobs, runs[0].manifest, fmean(p.attainment for p in runs),
-                 fmean(p.gpu_hours for p in runs), max(p.cold_starts for p in runs),
-                 sum(p.cpu_s for p in runs), max(p.preemptions for p in runs), runs[0].requests)
+    return _combined(runs, fmean(p.attainment for p in runs), fmean(p.gpu_hours for p in runs))
 
 
 def over_seeds(runs: Sequence[Point]) -> Point:
@@ -216,7 +214,12 @@ def over_seeds(runs: Sequence[Point]) -> Point:
     the most cold starts of any run, CPU summed. One run is itself."""
     if len(runs) == 1:
         return runs[0]
-    attainment, gpu_hours = worst_at_mean([(p.attainment, p.gpu_hours) for p in runs])
+    return _combined(runs, *worst_at_mean([(p.attainment, p.gpu_hours) for p in runs]))
+
+
+def _combined(runs: Sequence[Point], attainment: float, gpu_hours: float) -> Point:
+    """One candidate's runs as one point with the given attainment and GPU-hours: the most cold starts and
+    preemptions of any run, CPU summed."""
     return Point(runs[0].knobs, runs[0].manifest, attainment, gpu_hours, max(p.cold_starts for p in runs),
                  sum(p.cpu_s for p in runs), max(p.preemptions for p in runs), runs[0].requests)
 

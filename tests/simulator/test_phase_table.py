@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from types import ModuleType
 
 import numpy as np
@@ -16,13 +15,10 @@ def script() -> ModuleType:
 
 
 @pytest.mark.parametrize("trace", ["azure2023-conv", "azure2024-code"])
-def test_phase_zero_is_the_docs_tables_trace_and_a_shift_moves_every_arrival(script: ModuleType, trace: str) -> None:
-    table = sys.modules["simulator_table"]
+def test_a_shift_moves_every_arrival_of_the_docs_tables_trace(script: ModuleType, trace: str) -> None:
     case = next(c for c in script.CASES if c.trace == trace)
-    docs, at0, moved = table.load(case, True), script.load(case, 0.0, True), script.load(case, 2.5, True)
-    assert np.array_equal(at0.arrival_s, docs.arrival_s) and np.array_equal(at0.prompt_tokens, docs.prompt_tokens)
-    assert at0.lead is not None and docs.lead is not None and at0.lead_s == docs.lead_s
-    assert np.array_equal(at0.lead.arrival_s, docs.lead.arrival_s)
+    at0, moved = script.load(case, True), script.load(case, True, 2.5)
+    assert at0.lead is not None
     # the same requests 2.5 s later, but for the few the window's edges let in or out
     assert abs(len(moved) - len(at0)) <= 0.01 * len(at0)
     inside = at0.arrival_s < at0.arrival_s[-1] - 5.0
