@@ -1,0 +1,53 @@
+"""scripts/preset_table.py: the floor and margin a target leaves, and the table's cells and pick."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import pytest
+from conftest import load_script
+
+from keda_llm.simulator.hardware.perf import step_time
+from keda_llm.simulator.hardware.presets import get_preset
+
+
+@pytest.fixture(scope="module")
+def script() -> ModuleType:
+    return load_script("preset_table")
+
+
+def test_the_floor_is_one_decode_step_and_orders_the_presets_as_their_hardware(script: ModuleType) -> None:
+    floors = {p: script.floor_s(p) for p in script.PRESETS}
+    for p, f in floors.items():
+        assert f == step_time(get_preset(p).perf(), 1.0, 1500.0, 1500.0)
+    # an H100 reads 8B's weights faster than an A100 does; 70B on four H100s reads more than 8B on one
+    assert floors["llama-3.1-8b/h100"] < floors["llama-3.1-8b/a100"] < floors["llama-3.1-70b/h100-tp4"]
+
+
+def test_a_target_further_above_the_floor_holds_more_utilization_and_leaves_less_margin(script: ModuleType) -> None:
+    u70, m70 = script.margin(0.018, 0.056, 0.1)
+    u8, m8 = script.margin(0.011, 0.056, 0.1)
+    assert u70 == pytest.approx(1 - 0.018 / 0.056) and m70 == pytest.approx((1 - 0.018 / 0.1) / u70)
+    assert u8 > u70 and m8 < m70
+    # at the SLO itself there is no margin left; under the floor the target holds nothing
+    assert script.margin(0.018, 0.1, 0.1)[1] == pytest.approx(1.0)
+    assert script.margin(0.07, 0.056, 0.1) == (0.0, 0.0)
+
+
+def _runs(script: ModuleType, cells: list[tuple[float, int, float, float]]) -> list:  # type: ignore[type-arg]
+    return [script.Run("llama-3.1-8b/a100", "azure2023-conv", share, seed, 0.0, slo, gpu_h, 1.0)
+            for share, seed, slo, gpu_h in cells]
+
+
+def test_a_cell_is_the_worst_run_at_the_mean_cost_and_the_pick_the_cheapest_meeting_99(script: ModuleType) -> None:
+    case = next(c for c in script.CASES if c.trace == "azure2023-conv")
+    runs = _runs(script, [(0.0, 0, 0.999, 2.0),
+                          (0.3, 0, 0.999, 3.0), (0.3, 1, 0.998, 3.2),  # meets, 1.55x
+                          (0.5, 0, 0.995, 2.2), (0.5, 1, 0.991, 2.4),  # meets, 1.15x: the pick
+                          (0.56, 0, 0.995, 2.0), (0.56, 1, 0.94, 3.0)])  # one run misses: not picked
+    row = script.table(runs, ["llama-3.1-8b/a100"], [case], (0.3, 0.5, 0.56), 2, 1).splitlines()[-1]
+    assert "| 99.90% at 2.00 GPU-h |" in row
+    assert "| 99.80% / 1.55x | **99.10% / 1.15x** | 94.00% / 1.25x |" in row
+    none = _runs(script, [(0.0, 0, 0.999, 2.0), (0.5, 0, 0.98, 2.2)])
+    row = script.table(none, ["llama-3.1-8b/a100"], [case], (0.5,), 1, 1).splitlines()[-1]
+    assert "**" not in row and row.endswith("| 98.00% / 1.10x |")
