@@ -32,6 +32,7 @@ AGGREGATIONS = ("weighted", "mean", "max")
 MODES = ("reactive", "proactive", "hybrid")
 SEASONALITY = ("auto", "off")
 ANSWERS = ("replicas", "warmCapacity")
+ITL_SCALINGS = ("proportional", "busy")
 POOL_ROLES = ("unified", "prefill", "decode")  # the exporter's `role` label (common/vocabulary.py ROLES)
 RATIO_MODES = ("fixed", "independent", "bounded")
 MAX_RATIO = 1000.0  # prefill replicas per decode replica, or the inverse: far beyond any real P:D mix
@@ -493,6 +494,13 @@ class ScalerConfig:
                                       "decode steps beside other prompts' prefill chunks, so its tail sits further "
                                       "above the mean (scaler/slo.py `short_output_factor`). 0: off.", "60",
                                       check=bounded(0.0, 1e6))
+    itl_scaling: str = _key("proportional", "itlScaling", one_of(*ITL_SCALINGS),
+                            "With `targetInterTokenLatency`: how an ITL under its target counts. `proportional`: "
+                            "ready x observed / target; `busy`: the larger of that and ready x the replicas' "
+                            "busy share over the target's, on ITL = floor / (1 - busy) with the fitted ITL "
+                            "floor, which keeps a replica that proportional scaling releases where the target "
+                            "is several times the floor (8B on one GPU; docs/design.md, \"itlScaling: busy\").",
+                            "busy")
     answer: str = _key("replicas", "answer", one_of(*ANSWERS),
                        "`replicas`: the model's replica count; `warmCapacity`: placeholder replicas to keep for "
                        "the model (the decided count beyond the replicas running, at most `warmCapacityMax`, 0 "

@@ -204,9 +204,10 @@ def _latency(x: _Inputs, details: dict[str, float], replicas: list[ReplicaWindow
     # replicas whose queue is pinned to them are left out of the means (scaler/slo.py `without_pinned`)
     unpinned = [without_pinned(replicas, c.target_ttft),
                 without_pinned(x.history.replica_windows(x.now, c.panic_window, c.stale_after), c.target_ttft)]
-    out = (from_window(stable, c.stable_window, basis, c, factor, unpinned[0]),
+    floor = x.history.itl_floor() if c.target_itl is not None else None
+    out = (from_window(stable, c.stable_window, basis, c, factor, unpinned[0], itl_floor=floor),
            from_window(x.history.window(x.now, c.panic_window), c.panic_window, basis, c, factor, unpinned[1],
-                       panic=True))
+                       panic=True, itl_floor=floor))
     for name, u in zip(("", "_panic"), unpinned, strict=True):
         if u is not None:
             details["latency_pinned_replicas" + name] = float(u.pinned)

@@ -46,7 +46,8 @@ class LatencyDesired:
 def latency_desired(ttft: float | None, itl: float | None, completed: float, ready: float,
                     target_ttft: float | None, target_itl: float | None,
                     min_completed: float = MIN_COMPLETED, queued: float | None = None,
-                    queue_wait: float | None = None, itl_step: float = 1.0) -> LatencyDesired | None:
+                    queue_wait: float | None = None, itl_step: float = 1.0,
+                    itl_floor: float | None = None) -> LatencyDesired | None:
     """ready x max(observed / target) over the latency targets that are set and observed.
 
     None (no latency signal) when no target is set, no replica is ready, fewer than `min_completed`
@@ -66,7 +67,9 @@ def latency_desired(ttft: float | None, itl: float | None, completed: float, rea
     a fraction of one served at 1.1x), so ready x ratio overshot: on mooncake-conv each rise while long
     prompts queued (1.2-1.6x) took the count that much higher, and the scale-down delay held it. The
     pending guard still lets the term step again a cold start later if the TTFT stays over. `itl_step` is
-    the same power for the ITL over its target (1: proportional; the panic window's: `from_window`).
+    the same power for the ITL over its target (1: proportional; the panic window's: `from_window`). With
+    `itl_floor` (`itlScaling: busy`), an ITL at or under its target also counts as its busy share over the
+    target's (`busy_ratio`), where that is the larger.
     """
     if (target_ttft is None and target_itl is None) or ready <= 0 or completed < min_completed:
         return None
@@ -78,10 +81,26 @@ def latency_desired(ttft: float | None, itl: float | None, completed: float, rea
     ratios = [(obs / target) ** (steps[kind] if obs > target else 1.0)
               for kind, obs, target in (("ttft", ttft, target_ttft), ("itl", itl, target_itl))
               if obs is not None and target is not None and target > 0]
+    if itl_floor is not None and itl is not None and target_itl is not None and 0 < itl <= target_itl:
+        ratios.append(busy_ratio(itl, target_itl, itl_floor))  # itlScaling: busy (from_window)
     if not ratios:
         return None
     ratio = max(ratios)
     return LatencyDesired(ready * ratio, ratio, ttft, itl, completed, queue_wait)
+
+
+def busy_ratio(itl: float, target: float, floor: float) -> float:
+    """The replicas' busy share over the share the target holds, read on ITL = floor / (1 - busy): a replica's
+    ITL is its one-request decode step (`floor`, scaler/itl_floor.py) stretched by the other work its iterations
+    carry, mostly other prompts' prefill chunks (docs/design.md, "itlScaling: busy").
+
+    Why beside observed / target: that ratio assumes the ITL falls in proportion to each replica's load, and
+    near the floor it falls less. Two 8B A100 replicas at 19 ms against a 56 ms target read 0.34 each, so the
+    term let one go; their busy share (1 - 11.2 / 19 = 0.41) over the target's (0.80) is 0.51, and one replica
+    carrying both is past its target. 0 where the ITL is at the floor or the target is not above it."""
+    if not (0 < floor < target) or not itl > floor:
+        return 0.0
+    return (1.0 - floor / itl) / (1.0 - floor / target)
 
 
 def latency_basis(ready: int, window_replicas: float | None) -> float:
@@ -200,8 +219,8 @@ def without_pinned(windows: Sequence[ReplicaWindow], target_ttft: float | None =
 
 
 def from_window(load: Load, window_s: float, ready: float, config: ScalerConfig,
-                itl_factor: float = 1.0, unpinned: Unpinned | None = None, panic: bool = False
-                ) -> LatencyDesired | None:
+                itl_factor: float = 1.0, unpinned: Unpinned | None = None, panic: bool = False,
+                itl_floor: float | None = None) -> LatencyDesired | None:
     """The term over one window of history: means are rate(_sum) / rate(_count); the requests completed
     are the TTFT count's rate (else requests finished) x the window. With `unpinned` (some replica's queue
     is pinned to it: `without_pinned`) the means and the queue are the other replicas'. (Spreading the ratio
@@ -209,6 +228,8 @@ def from_window(load: Load, window_s: float, ready: float, config: ScalerConfig,
     of this, on mooncake-conv 4 seeds 186 GPU-h mean against 176.) `itl_factor` scales the ITL target
     (`short_output_factor`, read by the caller over the last 10 minutes so the panic window's few finished
     requests do not move it).
+
+    `itl_floor`: the replicas' fitted ITL floor, read only with `itlScaling: busy`.
 
     `panic`: the window is the panic window, whose ITL over its target counts as its square root
     (PANIC_STEP). Its few seconds hold a handful of decode steps, and a burst of prompts stalls them while
@@ -225,4 +246,5 @@ def from_window(load: Load, window_s: float, ready: float, config: ScalerConfig,
     ttft, itl = (load.mean_ttft, load.mean_itl) if unpinned is None else (unpinned.ttft, unpinned.itl)
     wait = queued / per_s if queued is not None and per_s else None
     return latency_desired(ttft, itl, completed, ready, config.target_ttft, target_itl, queued=queued,
-                           queue_wait=wait, itl_step=PANIC_STEP if panic else 1.0)
+                           queue_wait=wait, itl_step=PANIC_STEP if panic else 1.0,
+                           itl_floor=itl_floor if config.itl_scaling == "busy" else None)

@@ -14,13 +14,15 @@ utilization, and a different margin for a burst within a cold start, on each pre
 This runs ours (the shipped ScaledObject at each ITL share of the tuner's grid, the TTFT target moved in
 proportion, as the frontier's knob moves it) on each preset and trace, as the docs' tables run a trace
 (the same lead-in), over seeds and the control loop's phase (the arrivals shifted across the HPA's 15 s
-sync), against the oracle of that preset (seed 0, phase 0). Each cell: the worst run's SLO attainment and
-the runs' mean GPU-hours over the oracle's. Beside it the preset's floor (one decode step at 1,500 tokens
-of context) and the utilization and load margin the default target leaves.
+sync), against the oracle of that preset (seed 0, phase 0), and the default share once more with
+`itlScaling: busy` (the latency term reads the replicas' busy share above their fitted ITL floor). Each
+cell: the worst run's SLO attainment and the runs' mean GPU-hours over the oracle's. Beside it the
+preset's floor (one decode step at 1,500 tokens of context) and the utilization and load margin the
+default target leaves.
 
 --update-docs writes the `preset-table` block of docs/simulator-results.md; --quick runs the first 20
 minutes of one trace on one preset, one seed and phase (checks the script). Not run by CI: the default
-(3 presets x 2 traces x 4 shares x 3 seeds x 2 phases) is about 15 CPU minutes.
+(3 presets x 2 traces x 5 columns x 3 seeds x 2 phases) is about 8 CPU minutes.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from simulator_table import CASES, SLO, Case, load, replace_block
 
-from keda_llm.simulator.control.policies import ITL_TARGET_FRACTION
+from keda_llm.simulator.control import KedaSettings
+from keda_llm.simulator.control.policies import ITL_TARGET_FRACTION, ours_scaledobject
 from keda_llm.simulator.hardware.perf import step_time
 from keda_llm.simulator.hardware.presets import get_preset
 from keda_llm.simulator.report.frontier_point import run_point
@@ -59,6 +62,7 @@ class Run:
     preset: str
     trace: str
     share: float  # the ITL target over the ITL SLO; 0 for the oracle
+    busy: bool  # itlScaling: busy
     seed: int
     shift_s: float
     slo: float
@@ -80,8 +84,17 @@ def margin(floor: float, target_s: float, slo_s: float) -> tuple[float, float]:
     return held, (1.0 - floor / slo_s) / held
 
 
-def run_one(job: tuple[str, str, float, int, float, bool]) -> Run:
-    preset, trace, share, seed, shift_s, quick = job
+def busy_scaledobject(bt: Backtest) -> KedaSettings:
+    """The shipped ScaledObject as the backtest builds it, with `itlScaling: busy`."""
+    p = bt.preset
+    so = ours_scaledobject(p.model.name, max_replicas=bt.max_replicas,
+                           cold_start_s=p.cold_start(bt.cold_start).quantile(0.9), slo=(SLO.ttft_s, SLO.itl_s))
+    trig = so.triggers[0]
+    return replace(so, triggers=(replace(trig, metadata={**trig.metadata, "itlScaling": "busy"}), *so.triggers[1:]))
+
+
+def run_one(job: tuple[str, str, float, bool, int, float, bool]) -> Run:
+    preset, trace, share, busy, seed, shift_s, quick = job
     case = next(c for c in CASES if c.trace == trace)
     t0 = time.process_time()
     tr = load(case, quick, shift_s)
@@ -89,9 +102,13 @@ def run_one(job: tuple[str, str, float, int, float, bool]) -> Run:
     if share == 0.0:
         (result,), _ = run_policies(tr, bt, ["oracle"])
         s = summarize(result, SLO)
-        return Run(preset, trace, 0.0, seed, shift_s, s.slo_attainment, s.gpu_hours, time.process_time() - t0)
+        return Run(preset, trace, 0.0, False, seed, shift_s, s.slo_attainment, s.gpu_hours,
+                   time.process_time() - t0)
+    if busy:
+        bt = replace(bt, scaledobject=busy_scaledobject(bt))
     point = run_point(tr, bt, "ours", share * SLO.itl_s)
-    return Run(preset, trace, share, seed, shift_s, point.attainment, point.gpu_hours, time.process_time() - t0)
+    return Run(preset, trace, share, busy, seed, shift_s, point.attainment, point.gpu_hours,
+               time.process_time() - t0)
 
 
 def table(runs: list[Run], presets: list[str], cases: list[Case], shares: tuple[float, ...], seeds: int,
@@ -102,10 +119,11 @@ def table(runs: list[Run], presets: list[str], cases: list[Case], shares: tuple[
             f"attainment / the runs' mean GPU-hours over the preset's oracle (seed 0, phase 0). Floor: one decode "
             f"step at {FLOOR_CONTEXT:,.0f} tokens of context; at the default ({ITL_TARGET_FRACTION:g}) the "
             f"utilization its target holds, u = 1 - floor / target, and how far the load can grow before the ITL "
-            f"reaches the SLO, (1 - floor / SLO) / u. **Bold**: the cheapest share at 99% on every run.\n\n")
-    cols = " | ".join(f"ours at {s:g}" for s in shares)
+            f"reaches the SLO, (1 - floor / SLO) / u. Last column: the default with `itlScaling: busy`. **Bold**: "
+            f"the cheapest share at 99% on every run (proportional scaling).\n\n")
+    cols = " | ".join(f"ours at {s:g}" for s in shares) + f" | ours at {ITL_TARGET_FRACTION:g}, busy"
     out = [head + f"| preset | trace | floor | u / margin at {ITL_TARGET_FRACTION:g} | oracle | {cols} |",
-           "|---|---|---|---|---|" + "---|" * len(shares)]
+           "|---|---|---|---|---|" + "---|" * (len(shares) + 1)]
     for preset in presets:
         floor = floor_s(preset)
         u, grow = margin(floor, ITL_TARGET_FRACTION * SLO.itl_s, SLO.itl_s)
@@ -114,13 +132,16 @@ def table(runs: list[Run], presets: list[str], cases: list[Case], shares: tuple[
             (oracle,) = [r for r in mine if r.share == 0.0]
             cells: list[tuple[float, float]] = []
             for s in shares:
-                at = [r for r in mine if r.share == s]
+                at = [r for r in mine if r.share == s and not r.busy]
                 cells.append((min(r.slo for r in at), float(np.mean([r.gpu_h for r in at])) / oracle.gpu_h))
+            busy = [r for r in mine if r.busy]
             meeting = [i for i, (slo, _) in enumerate(cells) if slo >= 0.99 - 1e-9]
             best = min(meeting, key=lambda i: cells[i][1]) if meeting else None
             text = [f"{100 * slo:.2f}% / {ratio:.2f}x" for slo, ratio in cells]
             if best is not None:
                 text[best] = f"**{text[best]}**"
+            text.append(f"{100 * min(r.slo for r in busy):.2f}% / "
+                        f"{float(np.mean([r.gpu_h for r in busy])) / oracle.gpu_h:.2f}x" if busy else "-")
             out.append(f"| {preset} | {case.trace} | {1000 * floor:.1f} ms | {u:.2f} / {grow:.2f}x | "
                        f"{100 * oracle.slo:.2f}% at {oracle.gpu_h:.2f} GPU-h | " + " | ".join(text) + " |")
     return "\n".join(out) + "\n"
@@ -148,15 +169,17 @@ def main() -> None:
     presets, seeds, phases = args.presets, args.seeds, args.phases
     if args.quick:
         presets, cases, seeds, phases = presets[:1], cases[:1], 1, 1
-    jobs = [(p, c.trace, 0.0, 0, 0.0, args.quick) for p in presets for c in cases]
-    jobs += [(p, c.trace, s, seed, k * PHASE_SPAN_S / phases, args.quick) for p in presets for c in cases
-             for s in SHARES for seed in range(seeds) for k in range(phases)]
+    jobs = [(p, c.trace, 0.0, False, 0, 0.0, args.quick) for p in presets for c in cases]
+    columns = [(s, False) for s in SHARES] + [(ITL_TARGET_FRACTION, True)]
+    jobs += [(p, c.trace, s, busy, seed, k * PHASE_SPAN_S / phases, args.quick) for p in presets for c in cases
+             for s, busy in columns for seed in range(seeds) for k in range(phases)]
     t0 = time.time()
     runs: list[Run] = []
     with ProcessPoolExecutor(max(1, args.workers)) as ex:
         for r in ex.map(run_one, jobs):
             runs.append(r)
-            print(f"{r.preset} {r.trace} {r.share or 'oracle'} seed {r.seed} +{r.shift_s:g}s: {100 * r.slo:.2f}% at "
+            name = f"{r.share or 'oracle'}{' busy' if r.busy else ''}"
+            print(f"{r.preset} {r.trace} {name} seed {r.seed} +{r.shift_s:g}s: {100 * r.slo:.2f}% at "
                   f"{r.gpu_h:.2f} GPU-h ({r.cpu_s:.0f} CPU s)", flush=True)
     text = table(runs, presets, cases, SHARES, seeds, phases)
     text += (f"\nGenerated by `scripts/preset_table.py --update-docs` ({sum(r.cpu_s for r in runs):.0f} CPU s in "

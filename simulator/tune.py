@@ -84,7 +84,8 @@ def promql_string(text: str) -> str:
 class Knobs:
     """One candidate's settings. `itl_fraction`: targetInterTokenLatency over the ITL SLO; `scale_down_delay`
     in cold starts (p90), None = the scaler's adaptive default; `ttft_fraction`: targetTimeToFirstToken over
-    the TTFT SLO, None = unset (no TTFT term: the cheapest where prompts never queue)."""
+    the TTFT SLO, None = unset (no TTFT term: the cheapest where prompts never queue); `itl_scaling`: the
+    scaler's `itlScaling` (docs/design.md, "`itlScaling: busy`")."""
 
     itl_fraction: float = ITL_TARGET_FRACTION
     kv_utilization: float = 0.8
@@ -92,6 +93,7 @@ class Knobs:
     mode: str = "hybrid"
     min_replicas: int = 1
     ttft_fraction: float | None = TTFT_TARGET_FRACTION
+    itl_scaling: str = "proportional"
 
     def describe(self, slo_itl_s: float, cold_start_s: float, slo_ttft_s: float) -> dict[str, str]:
         """The knobs as the ScaledObject spells them."""
@@ -101,7 +103,8 @@ class Knobs:
                 else format_duration(round(self.scale_down_delay * cold_start_s)),
                 "mode": self.mode, "minReplicaCount": str(self.min_replicas),
                 "targetTimeToFirstToken": "unset" if self.ttft_fraction is None
-                else format_duration(round(self.ttft_fraction * slo_ttft_s, 4))}
+                else format_duration(round(self.ttft_fraction * slo_ttft_s, 4)),
+                "itlScaling": self.itl_scaling}
 
 
 @dataclass(frozen=True)
@@ -115,11 +118,12 @@ class Grid:
     mode: tuple[str, ...] = ("hybrid", "reactive")
     min_replicas: tuple[int, ...] = (1, 2, 3)
     ttft_fraction: tuple[float | None, ...] = (TTFT_TARGET_FRACTION, None)
+    itl_scaling: tuple[str, ...] = ("proportional",)  # `keda-llm tune --itl-scaling`
 
     def candidates(self) -> list[Knobs]:
         return [Knobs(*combo) for combo in itertools.product(self.itl_fraction, self.kv_utilization,
                                                              self.scale_down_delay, self.mode, self.min_replicas,
-                                                             self.ttft_fraction)]
+                                                             self.ttft_fraction, self.itl_scaling)]
 
 
 FULL_GRID = Grid()
@@ -159,6 +163,8 @@ def candidate(knobs: Knobs, target: Target, *, slo_itl_s: float, cold_start_s: f
         meta["prometheusAddress"] = target.prometheus_address
     if knobs.scale_down_delay is not None:
         meta["scaleDownDelay"] = format_duration(round(knobs.scale_down_delay * cold_start_s))
+    if knobs.itl_scaling != "proportional":  # the scaler's default, left unwritten
+        meta["itlScaling"] = knobs.itl_scaling
     parse_metadata(meta)  # a bad knob is the scaler's own ConfigError, here rather than in a worker
     behavior = None
     if base.behavior is not None:  # no `tolerance`: it needs KEDA 2.18 and Kubernetes 1.33

@@ -96,6 +96,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--quick", action="store_true",
                    help=f"{len(QUICK_GRID.candidates())} candidates (ITL target x mode) instead of "
                         f"{len(FULL_GRID.candidates())}")
+    r.add_argument("--itl-scaling", default="proportional", choices=("proportional", "busy", "both"),
+                   help="the candidates' itlScaling; both: every candidate with each, twice the CPU (busy reads "
+                        "a replica's ITL above its floor: for a fast-decoding model, docs/design.md) [proportional]")
     r.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes [the CPU count]")
     r.add_argument("--no-oracle", action="store_true", help="skip the oracle and static references")
     r.add_argument("--mode", default="auto", choices=MODES, help="simulator mode [auto]")
@@ -357,7 +360,9 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any, Trace | None]
                     prometheus_address=args.prometheus_address)
     grid = QUICK_GRID if args.quick else FULL_GRID
     # minReplicaCount above maxReplicaCount is not a ScaledObject KEDA takes
-    grid = dataclasses.replace(grid, min_replicas=tuple(m for m in grid.min_replicas if m <= args.max_replicas))
+    grid = dataclasses.replace(grid, min_replicas=tuple(m for m in grid.min_replicas if m <= args.max_replicas),
+                               itl_scaling=("proportional", "busy") if args.itl_scaling == "both"
+                               else (args.itl_scaling,))
     # any metadata the flags make invalid (the scaler's own ConfigError) is one line here, not a worker's traceback
     candidate(grid.candidates()[0], target, slo_itl_s=args.slo_itl, slo_ttft_s=args.slo_ttft,
               cold_start_s=preset.cold_start(case).quantile(0.9))
@@ -463,7 +468,8 @@ def _command(args: argparse.Namespace) -> str:
               "--target", f"{args.target:g}"]
     defaults = {"cold_start": None, "max_replicas": DEFAULT_MAX_REPLICAS, "mode": "auto", "seed": 0,
                 "model": None, "namespace": None, "name": "llm", "deployment": "llm",
-                "scaler_address": DEFAULT_SCALER_ADDRESS, "prometheus_address": None}
+                "scaler_address": DEFAULT_SCALER_ADDRESS, "prometheus_address": None,
+                "itl_scaling": "proportional"}
     for key, default in defaults.items():
         if getattr(args, key) != default:
             parts += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
@@ -606,8 +612,8 @@ def frontier_table(result: Any, bt: Any) -> Any:
                     f"(target {100 * result.target:g}% of requests)")
     t.caption = ("ITL target: targetInterTokenLatency, KV target: targetKVUtilization, min: minReplicaCount, "
                  "TTFT target: targetTimeToFirstToken")
-    for col in ("", "ITL target", "KV target", "scaleDownDelay", "mode", "min", "TTFT target", "SLO met", "GPU-h",
-                "cold starts"):
+    for col in ("", "ITL target", "KV target", "scaleDownDelay", "mode", "min", "TTFT target", "ITL scaling",
+                "SLO met", "GPU-h", "cold starts"):
         t.add_column(col, justify="right" if col in ("min", "SLO met", "GPU-h", "cold starts") else "left",
                      no_wrap=True)
     chosen = result.chosen
@@ -618,5 +624,5 @@ def frontier_table(result: Any, bt: Any) -> Any:
         t.add_row(mark, *k.values(), f"{100 * p.attainment:.2f}%", f"{p.gpu_hours:.2f}", str(p.cold_starts))
     for name, ref in (("oracle", result.oracle), ("static (peak)", result.static)):
         if ref is not None:
-            t.add_row("", name, "", "", "", "", "", f"{100 * ref.attainment:.2f}%", f"{ref.gpu_hours:.2f}", "")
+            t.add_row("", name, "", "", "", "", "", "", f"{100 * ref.attainment:.2f}%", f"{ref.gpu_hours:.2f}", "")
     return t

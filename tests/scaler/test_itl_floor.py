@@ -171,3 +171,47 @@ def test_a_target_the_floor_leaves_room_under_is_judged_as_set() -> None:
                   READY2, 60.0)
     assert d.details["itl_target_below_floor"] == 0.0
     assert "target_itl_effective_s" not in d.details  # no short-output factor, no raise: the target is `target_itl_s`
+
+
+def a100_fleet(*phases: tuple[float, int]) -> ModelHistory:
+    """Pods a and b, each running `r` requests for `n` seconds per (r, n) phase, decoding 100 tokens/s at
+    an ITL of 10 ms + 0.5 ms a request: a fast replica whose ITL sits near its floor."""
+    h = ModelHistory("ns", "m")
+    total = {"a": [0.0, 0.0], "b": [0.0, 0.0]}
+    t = 0
+    for r, n in phases:
+        for _ in range(n):
+            pods = []
+            for p in ("a", "b"):
+                total[p][0] += 100.0 * (0.010 + 0.0005 * r)
+                total[p][1] += 100.0
+                s, c = total[p]
+                pods.append(ReplicaSample(p, float(t), running=r, max_running=256.0, ttft_sum=c / 100,
+                                          ttft_count=c / 100, itl_sum=s, itl_count=c))
+            h.ingest(Observation("ns", "m", float(t), tuple(pods)))
+            t += 1
+    return h
+
+
+def test_busy_scaling_keeps_the_replica_proportional_scaling_releases_near_the_floor() -> None:
+    # two replicas at a mean ITL of about 21 ms against 56 ms: proportional reads 2 x 0.38 -> 1 replica; the
+    # floor (10.5 ms) says each is about half busy against the 0.81 the target holds: 2 x 0.62 -> 2
+    h = a100_fleet((36.0, 31), (8.0, 30))
+    meta = {**BASE, "targetInterTokenLatency": "56ms"}
+    prop, _ = decide(h, parse_metadata(meta), PolicyState(initialized=True), READY2, 60.0)
+    busy, _ = decide(h, parse_metadata({**meta, "itlScaling": "busy"}), PolicyState(initialized=True), READY2, 60.0)
+    floor, itl = busy.details["itl_floor_s"], busy.details["observed_itl_s"]
+    assert floor == pytest.approx(0.0105, rel=1e-3) and itl == pytest.approx(0.021, rel=0.05)
+    assert prop.details["latency_ratio"] == pytest.approx(itl / 0.056)
+    assert busy.details["latency_ratio"] == pytest.approx((1 - floor / itl) / (1 - floor / 0.056))
+    assert (prop.replicas, busy.replicas) == (1, 2)
+
+
+def test_busy_scaling_leaves_a_target_within_twice_the_floor_as_proportional() -> None:
+    # the L4 fleet, its 50 ms target raised to 1.1 x the 70 ms floor: the busy share can only exceed the
+    # proportional ratio above floor x target / (target - floor), which is over the target there
+    h = l4_fleet((30.0, 31), (10.0, 30))
+    got = [decide(h, parse_metadata({**BASE, "itlScaling": s}), PolicyState(initialized=True), READY2, 60.0)[0]
+           for s in ("proportional", "busy")]
+    assert got[0].replicas == got[1].replicas == 3
+    assert got[0].details["latency_ratio"] == got[1].details["latency_ratio"]

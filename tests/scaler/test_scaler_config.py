@@ -37,7 +37,7 @@ def test_defaults() -> None:
         "pending_timeout": 300.0,
 
         "degraded_fraction": 0.5, "slow_replica_ratio": 0.7, "seasonality": "auto", "forecast_quantile": 0.5,
-        "short_output_tokens": 50.0,
+        "short_output_tokens": 50.0, "itl_scaling": "proportional",
     }
 
 
@@ -51,6 +51,7 @@ def test_every_key_parsed() -> None:
         "scaleToZero": "True", "idleTimeout": "0", "activationQuery": 'sum(x{a="b"})', "coldStart": "2m30s",
         "scaleDownDelay": "4m", "mode": "hybrid", "advisory": "1", "staleAfter": "500ms", "minReplicas": "0",
         "maxReplicas": "12", "maxRunning": "256", "targetTimeToFirstToken": "1.5s", "targetInterTokenLatency": "80ms",
+        "itlScaling": "busy",
         # KEDA's own keys pass through unrefused.
         "scalerAddress": "keda-llm:9090", "enableTLS": "true", "unsafeSsl": "false", "tokenFromEnv": "TOKEN",
     })
@@ -62,7 +63,7 @@ def test_every_key_parsed() -> None:
         stable_window=3600.0, panic_window=90.0, panic_threshold=1.1, max_scale_up_rate=10.0, max_scale_down_rate=1.5,
         scale_to_zero=True, idle_timeout=0.0, activation_query='sum(x{a="b"})', cold_start=150.0,
         scale_down_delay=240.0, mode="hybrid", advisory=True, stale_after=0.5, min_replicas=0, max_replicas=12,
-        max_running=256.0, target_ttft=1.5, target_itl=0.08,
+        max_running=256.0, target_ttft=1.5, target_itl=0.08, itl_scaling="busy",
     )
 
 

@@ -11,6 +11,7 @@ from keda_llm.scaler.model import Observation, PolicyState, ReplicaSample, Workl
 from keda_llm.scaler.slo import (
     QUEUE_SHARE,
     LatencyDesired,
+    busy_ratio,
     from_window,
     latency_basis,
     latency_desired,
@@ -288,3 +289,42 @@ def test_long_answers_and_the_switch_off_keep_the_target() -> None:
     # 20 tokens but shortOutputTokens 0: the plain target, steady too, and no factor reported.
     replicas, reason, details = run(answers(0.03, 20.0), {**ITL50, "shortOutputTokens": "0"})
     assert (replicas, reason) == (2, "steady") and "itl_short_output_factor" not in details
+
+
+@pytest.mark.parametrize("itl,target,floor,want", [
+    (0.019, 0.056, 0.0112, (1 - 0.0112 / 0.019) / (1 - 0.0112 / 0.056)),  # 8B A100: 0.51, where 19 / 56 = 0.34
+    (0.056, 0.056, 0.0112, 1.0),  # at the target: the proportional ratio's 1
+    (0.0112, 0.056, 0.0112, 0.0),  # at the floor: idle
+    (0.005, 0.056, 0.0112, 0.0),  # under a floor fitted high: idle, not negative
+    (0.05, 0.05, 0.07, 0.0),  # a target under the floor holds no busy share
+    (0.05, 0.05, 0.0, 0.0),  # no floor
+])
+def test_busy_ratio_by_hand(itl: float, target: float, floor: float, want: float) -> None:
+    assert busy_ratio(itl, target, floor) == pytest.approx(want)
+
+
+def test_the_busy_share_counts_only_under_the_target_and_only_with_a_floor() -> None:
+    # under the target it adds to the proportional ratio where larger: 2 x 0.51 = 1.03 against 2 x 0.34
+    assert latency_desired(None, 0.019, 10.0, 2, None, 0.056).desired == pytest.approx(2 * 0.019 / 0.056)
+    got = latency_desired(None, 0.019, 10.0, 2, None, 0.056, itl_floor=0.0112)
+    assert got is not None and got.desired == pytest.approx(2 * busy_ratio(0.019, 0.056, 0.0112))
+    # near the floor the proportional ratio is the larger, and it stands
+    assert latency_desired(None, 0.012, 10.0, 2, None, 0.056, itl_floor=0.0112).desired == pytest.approx(
+        2 * 0.012 / 0.056)
+    # over the target the term is as before: proportional in the stable window, its root in the panic one
+    for step in (1.0, 0.5):
+        assert latency_desired(None, 0.112, 10.0, 2, None, 0.056, itl_floor=0.0112, itl_step=step) == \
+            latency_desired(None, 0.112, 10.0, 2, None, 0.056, itl_step=step)
+
+
+def test_from_window_reads_the_floor_only_with_itl_scaling_busy() -> None:
+    load = Load(itl_sum_rate=0.019 * 100.0, itl_count_rate=100.0, finished_rate=1.0)
+    for scaling, want in (("proportional", 0.019 / 0.056), ("busy", busy_ratio(0.019, 0.056, 0.0112))):
+        config = parse_metadata({"model": "m", "targetInterTokenLatency": "56ms", "itlScaling": scaling})
+        got = from_window(load, 60.0, 2.0, config, itl_floor=0.0112)
+        assert got is not None and got.ratio == pytest.approx(want)
+
+
+def test_an_unknown_itl_scaling_is_refused_with_the_choices() -> None:
+    with pytest.raises(ValueError, match=r"itlScaling.*proportional.*busy"):
+        parse_metadata({"model": "m", "itlScaling": "fast"})

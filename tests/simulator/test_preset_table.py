@@ -35,7 +35,7 @@ def test_a_target_further_above_the_floor_holds_more_utilization_and_leaves_less
 
 
 def _runs(script: ModuleType, cells: list[tuple[float, int, float, float]]) -> list:  # type: ignore[type-arg]
-    return [script.Run("llama-3.1-8b/a100", "azure2023-conv", share, seed, 0.0, slo, gpu_h, 1.0)
+    return [script.Run("llama-3.1-8b/a100", "azure2023-conv", share, False, seed, 0.0, slo, gpu_h, 1.0)
             for share, seed, slo, gpu_h in cells]
 
 
@@ -45,9 +45,24 @@ def test_a_cell_is_the_worst_run_at_the_mean_cost_and_the_pick_the_cheapest_meet
                           (0.3, 0, 0.999, 3.0), (0.3, 1, 0.998, 3.2),  # meets, 1.55x
                           (0.5, 0, 0.995, 2.2), (0.5, 1, 0.991, 2.4),  # meets, 1.15x: the pick
                           (0.56, 0, 0.995, 2.0), (0.56, 1, 0.94, 3.0)])  # one run misses: not picked
+    runs += [script.Run("llama-3.1-8b/a100", "azure2023-conv", 0.56, True, seed, 0.0, slo, 2.1, 1.0)
+             for seed, slo in ((0, 0.992), (1, 0.995))]  # busy: its own column, not in the pick
     row = script.table(runs, ["llama-3.1-8b/a100"], [case], (0.3, 0.5, 0.56), 2, 1).splitlines()[-1]
     assert "| 99.90% at 2.00 GPU-h |" in row
-    assert "| 99.80% / 1.55x | **99.10% / 1.15x** | 94.00% / 1.25x |" in row
+    assert "| 99.80% / 1.55x | **99.10% / 1.15x** | 94.00% / 1.25x | 99.20% / 1.05x |" in row
     none = _runs(script, [(0.0, 0, 0.999, 2.0), (0.5, 0, 0.98, 2.2)])
     row = script.table(none, ["llama-3.1-8b/a100"], [case], (0.5,), 1, 1).splitlines()[-1]
-    assert "**" not in row and row.endswith("| 98.00% / 1.10x |")
+    assert "**" not in row and row.endswith("| 98.00% / 1.10x | - |")
+
+
+def test_the_busy_column_runs_the_shipped_scaledobject_with_itl_scaling_busy(script: ModuleType) -> None:
+    from keda_llm.simulator.control.policies import ours_scaledobject
+    from keda_llm.simulator.run import Backtest
+
+    bt = Backtest(get_preset("llama-3.1-8b/a100"), cold_start="typical", slo=script.SLO, seed=0)
+    so = script.busy_scaledobject(bt)
+    shipped = ours_scaledobject(bt.preset.model.name, max_replicas=bt.max_replicas,
+                                cold_start_s=bt.preset.cold_start("typical").quantile(0.9),
+                                slo=(script.SLO.ttft_s, script.SLO.itl_s))
+    assert so.triggers[0].metadata == {**shipped.triggers[0].metadata, "itlScaling": "busy"}
+    assert so.behavior == shipped.behavior and so.min_replicas == shipped.min_replicas

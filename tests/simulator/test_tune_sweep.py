@@ -266,3 +266,47 @@ def test_over_phases_each_seed_counts_its_mean_over_the_control_loops_phase(case
     assert "the mean over 3 phases of the control loop" in head
     with pytest.raises(ValueError, match="phases"):
         tune(tr, bt, Target(MODEL), grid=one, phases=0)
+
+
+def test_itl_scaling_is_a_knob_written_only_where_it_is_not_the_scalers_default() -> None:
+    busy = candidate(Knobs(itl_scaling="busy"), Target(MODEL), slo_itl_s=0.1, cold_start_s=150.0, slo_ttft_s=2.0)
+    assert busy.triggers[0].metadata["itlScaling"] == "busy"
+    assert parse_metadata(busy.triggers[0].metadata).itl_scaling == "busy"
+    plain = candidate(Knobs(), Target(MODEL), slo_itl_s=0.1, cold_start_s=150.0, slo_ttft_s=2.0)
+    assert "itlScaling" not in plain.triggers[0].metadata  # proportional, the scaler's default
+    assert Knobs(itl_scaling="busy").describe(0.1, 150.0, 2.0)["itlScaling"] == "busy"
+    assert {k.itl_scaling for k in Grid().candidates()} == {"proportional"}
+    both = Grid(itl_scaling=("proportional", "busy"))
+    assert len(both.candidates()) == 2 * len(Grid().candidates())
+
+
+@pytest.mark.parametrize("flag,want", [("proportional", ("proportional",)), ("busy", ("busy",)),
+                                       ("both", ("proportional", "busy"))])
+def test_the_cli_sweeps_the_itl_scaling_it_is_given(flag: str, want: tuple[str, ...]) -> None:
+    import argparse
+
+    from keda_llm.simulator.tune_cli import add_arguments, build
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args(["--trace", "azure-code-2023", "--window", "0:60", "--lead-in", "0", "--slo-ttft", "2",
+                         "--slo-itl", "0.1", "--quick", "--itl-scaling", flag])
+    grid = build(args)[3]
+    assert grid.itl_scaling == want
+    assert {k.itl_scaling for k in grid.candidates()} == set(want)
+
+
+def test_the_written_command_repeats_itl_scaling_so_it_sweeps_the_same_grid() -> None:
+    import argparse
+    import shlex
+
+    from keda_llm.simulator.tune_cli import _command, add_arguments, build
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    argv = ["--trace", "azure-code-2023", "--window", "0:60", "--slo-ttft", "2", "--slo-itl", "0.1", "--quick"]
+    for extra in ([], ["--itl-scaling", "both"]):
+        args = p.parse_args(argv + extra)
+        again = p.parse_args(shlex.split(_command(args))[2:])
+        assert ("--itl-scaling" in _command(args)) == bool(extra)
+        assert build(again)[3] == build(args)[3]
