@@ -121,6 +121,11 @@ def l4_fleet(*phases: tuple[float, int], polls: int = 0) -> ModelHistory:
     """Pods a and b report every second, each running `r` requests for `n` seconds per (r, n) phase, each
     request decoding 100 tokens/s at the L4's ITL for that batch (69 ms + 1.1 ms a request); every `polls`
     seconds (0: never) a decision reads it, as KEDA's polls do."""
+    return fleet(phases, 0.069, 0.0011, polls)
+
+
+def fleet(phases: tuple[tuple[float, int], ...], floor: float, slope: float, polls: int = 0) -> ModelHistory:
+    """l4_fleet's pods at an ITL of `floor` + `slope` a request."""
     h = ModelHistory("ns", "m")
     total = {"a": [0.0, 0.0], "b": [0.0, 0.0]}  # ITL sum, count
     t = 0
@@ -128,7 +133,7 @@ def l4_fleet(*phases: tuple[float, int], polls: int = 0) -> ModelHistory:
         for _ in range(n):
             pods = []
             for p in ("a", "b"):
-                total[p][0] += 100.0 * (0.069 + 0.0011 * r)
+                total[p][0] += 100.0 * (floor + slope * r)
                 total[p][1] += 100.0
                 s, c = total[p]
                 pods.append(ReplicaSample(p, float(t), running=r, max_running=256.0, ttft_sum=c / 100,
@@ -174,23 +179,8 @@ def test_a_target_the_floor_leaves_room_under_is_judged_as_set() -> None:
 
 
 def a100_fleet(*phases: tuple[float, int]) -> ModelHistory:
-    """Pods a and b, each running `r` requests for `n` seconds per (r, n) phase, decoding 100 tokens/s at
-    an ITL of 10 ms + 0.5 ms a request: a fast replica whose ITL sits near its floor."""
-    h = ModelHistory("ns", "m")
-    total = {"a": [0.0, 0.0], "b": [0.0, 0.0]}
-    t = 0
-    for r, n in phases:
-        for _ in range(n):
-            pods = []
-            for p in ("a", "b"):
-                total[p][0] += 100.0 * (0.010 + 0.0005 * r)
-                total[p][1] += 100.0
-                s, c = total[p]
-                pods.append(ReplicaSample(p, float(t), running=r, max_running=256.0, ttft_sum=c / 100,
-                                          ttft_count=c / 100, itl_sum=s, itl_count=c))
-            h.ingest(Observation("ns", "m", float(t), tuple(pods)))
-            t += 1
-    return h
+    """l4_fleet's pods at an ITL of 10 ms + 0.5 ms a request: a fast replica whose ITL sits near its floor."""
+    return fleet(phases, 0.010, 0.0005)
 
 
 def test_busy_scaling_keeps_the_replica_proportional_scaling_releases_near_the_floor() -> None:
