@@ -193,7 +193,8 @@ def _latency(x: _Inputs, details: dict[str, float], replicas: list[ReplicaWindow
     (scaler/slo.py); the windows then take the larger of it and the policy's count. Both windows' ratios
     multiply the replicas the stable window's signal reflects (`latency_basis`), not those ready now. The
     ITL target is judged at no less than FLOOR_HEADROOM x the replicas' ITL floor (seconds, the history's
-    last fit: scaler/itl_floor.py), where no count brings the ITL lower."""
+    last fit: scaler/itl_floor.py), where no count brings the ITL lower; with `itlScaling: busy` an ITL under
+    its target is also read against that floor (scaler/slo.py `busy_ratio`)."""
     c = x.config
     if c.target_ttft is None and c.target_itl is None:
         return None, None
@@ -204,7 +205,7 @@ def _latency(x: _Inputs, details: dict[str, float], replicas: list[ReplicaWindow
     # replicas whose queue is pinned to them are left out of the means (scaler/slo.py `without_pinned`)
     unpinned = [without_pinned(replicas, c.target_ttft),
                 without_pinned(x.history.replica_windows(x.now, c.panic_window, c.stale_after), c.target_ttft)]
-    floor = x.history.itl_floor() if c.target_itl is not None else None
+    floor = x.history.itl_floor() if c.target_itl is not None and c.itl_scaling == "busy" else None
     out = (from_window(stable, c.stable_window, basis, c, factor, unpinned[0], itl_floor=floor),
            from_window(x.history.window(x.now, c.panic_window), c.panic_window, basis, c, factor, unpinned[1],
                        panic=True, itl_floor=floor))
