@@ -298,6 +298,9 @@ def test_long_answers_and_the_switch_off_keep_the_target() -> None:
     (0.005, 0.056, 0.0112, 0.0),  # under a floor fitted high: idle, not negative
     (0.05, 0.05, 0.07, 0.0),  # a target under the floor holds no busy share
     (0.05, 0.05, 0.0, 0.0),  # no floor
+    (float("nan"), 0.056, 0.0112, 0.0),  # no reading, not NaN carried into the count
+    (0.019, 0.056, float("nan"), 0.0),
+    (0.019, 0.056, float("inf"), 0.0),
 ])
 def test_busy_ratio_by_hand(itl: float, target: float, floor: float, want: float) -> None:
     assert busy_ratio(itl, target, floor) == pytest.approx(want)
