@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from types import ModuleType
 
 import pytest
@@ -66,3 +67,16 @@ def test_the_busy_column_runs_the_shipped_scaledobject_with_itl_scaling_busy(scr
                                 slo=(script.SLO.ttft_s, script.SLO.itl_s))
     assert so.triggers[0].metadata == {**shipped.triggers[0].metadata, "itlScaling": "busy"}
     assert so.behavior == shipped.behavior and so.min_replicas == shipped.min_replicas
+
+
+def test_quick_runs_one_preset_end_to_end_and_writes_no_docs(script: ModuleType, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """The script as regenerate_docs --quick runs it: the first 20 minutes of one trace, every column."""
+    monkeypatch.setattr(sys, "argv", ["preset_table.py", "--quick", "--workers", "1"])
+    written: list[str] = []
+    monkeypatch.setattr(script, "replace_block", lambda *a: written.append(a[1]))
+    script.main()
+    out = capsys.readouterr().out
+    (row,) = [line for line in out.splitlines() if line.startswith("| llama-3.1-8b/h100 |")]
+    assert row.count("%") == 1 + len(script.SHARES) + 1  # the oracle, each share, the busy column
+    assert not written
