@@ -187,6 +187,10 @@ class _Entry:
     at_zero: bool = False  # the target ran no replica at the last decision (known, or as collection saw it)
 
 
+#: the `window` label of keda_llm_scaler_latency_ratio -> the decision detail it reads
+LATENCY_WINDOWS = {"stable": "latency_ratio", "panic": "latency_ratio_panic"}
+
+
 @dataclass
 class ServiceMetrics:
     """The scaler's own Prometheus metrics, per ScaledObject (namespace, scaledobject, model)."""
@@ -224,6 +228,14 @@ class ServiceMetrics:
             "keda_llm_scaler_replica_capacity_fraction",
             "Fraction of a whole replica a degraded replica counts as, by reason (scaler/health.py); healthy "
             "replicas have no series", [*labels, "pod", "reason"], registry=r)
+        self.latency_ratio = Gauge(
+            "keda_llm_scaler_latency_ratio",
+            "The latency term's ratio per window (stable, panic): the replicas it asks for over those its window "
+            "reflects (observed TTFT or ITL over the target, or with itlScaling busy the replicas' busy share over "
+            "the target's); no series while the term has no signal", [*labels, "window"], registry=r)
+        self.itl_floor = Gauge("keda_llm_scaler_itl_floor_seconds",
+                               "The replicas' fitted ITL floor: one decode step at a batch of one "
+                               "(scaler/itl_floor.py); no series until a first fit", labels, registry=r)
         self._fractions: dict[tuple[str, str, str], set[tuple[str, str]]] = {}
         self._reasons: dict[tuple[str, str, str], str] = {}
         self._rpc_children: dict[tuple[str, str], Any] = {}
@@ -247,6 +259,7 @@ class ServiceMetrics:
             if value is not None and math.isfinite(value):
                 gauge.labels(*lv).set(value)
         self._record_fractions(lv, details)
+        self._record_latency(lv, details)
         old = self._reasons.get(lv)
         if old != d.reason:
             if old is not None:
@@ -270,6 +283,28 @@ class ServiceMetrics:
         for pod, why in self._fractions.pop(lv, set()):
             with contextlib.suppress(KeyError):
                 self.replica_fraction.remove(*lv, pod, why)
+        for window in LATENCY_WINDOWS:
+            with contextlib.suppress(KeyError):
+                self.latency_ratio.remove(*lv, window)
+        with contextlib.suppress(KeyError):
+            self.itl_floor.remove(*lv)
+
+    def _record_latency(self, lv: tuple[str, str, str], details: Mapping[str, float]) -> None:
+        """The latency term's ratios and the fitted ITL floor; a window without a signal (or a ScaledObject with
+        no latency target) has no series, rather than its last value standing for the current one."""
+        for window, name in LATENCY_WINDOWS.items():
+            value = details.get(name)
+            if value is not None and math.isfinite(value):
+                self.latency_ratio.labels(*lv, window).set(value)
+            else:
+                with contextlib.suppress(KeyError):
+                    self.latency_ratio.remove(*lv, window)
+        floor = details.get("itl_floor_s")
+        if floor is not None and math.isfinite(floor) and floor > 0:
+            self.itl_floor.labels(*lv).set(floor)
+        else:
+            with contextlib.suppress(KeyError):
+                self.itl_floor.remove(*lv)
 
     def _record_fractions(self, lv: tuple[str, str, str], details: Mapping[str, float]) -> None:
         """The decision's `replica_fraction:<reason>:<pod>` details as gauge children; a pod gone or healthy

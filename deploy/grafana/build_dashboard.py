@@ -87,21 +87,36 @@ def build() -> dict[str, Any]:
             ("max by (namespace, scaledobject) (keda_llm_scaler_capacity{namespace=~\"$namespace\"})",
              "{{scaledobject}} capacity"),
         ], "short", 12, 26),
-        row("GPUs (NVML)", 34),
+        panel("Latency term: ratio to its target", [
+            ("max by (namespace, scaledobject, window) (keda_llm_scaler_latency_ratio{namespace=~\"$namespace\"})",
+             "{{scaledobject}} {{window}}"),
+        ], "short", 0, 34, description="With targetInterTokenLatency or targetTimeToFirstToken: the replicas the "
+           "term asks for over those its window reflects. Over 1 it adds replicas; the panic window's reading "
+           "over 1 with one replica ready is what starts Knative's panic mode."),
+        panel("Fitted ITL floor and the replicas' mean ITL", [
+            ("max by (namespace, scaledobject) (keda_llm_scaler_itl_floor_seconds{namespace=~\"$namespace\"})",
+             "{{scaledobject}} ITL floor"),
+            (f"sum by (namespace, model) (rate(llm_inter_token_latency_seconds_sum{{{SEL}}}[1m])) / "
+             f"sum by (namespace, model) (rate(llm_inter_token_latency_seconds_count{{{SEL}}}[1m]))",
+             "{{model}} mean ITL"),
+        ], "s", 12, 34, description="The ITL no replica count goes under (one decode step at a batch of one, "
+           "fitted from how the replicas' ITL moves with their batch). A target within a few floors of it leaves "
+           "little room for a burst; with a target many floors up, itlScaling: busy reads the ITL against it."),
+        row("GPUs (NVML)", 42),
         panel("GPU utilization", [(f"llm_gpu_utilization_ratio{{{GPU_SEL}}}", "{{node}} gpu{{gpu}} {{pod}}")],
-              "percentunit", 0, 35, w=8),
+              "percentunit", 0, 43, w=8),
         panel("GPU memory used", [(f"llm_gpu_memory_used_bytes{{{GPU_SEL}}}", "{{node}} gpu{{gpu}} {{pod}}")],
-              "bytes", 8, 35, w=8),
-        panel("GPU power", [(f"llm_gpu_power_watts{{{GPU_SEL}}}", "{{node}} gpu{{gpu}}")], "watt", 16, 35, w=8),
+              "bytes", 8, 43, w=8),
+        panel("GPU power", [(f"llm_gpu_power_watts{{{GPU_SEL}}}", "{{node}} gpu{{gpu}}")], "watt", 16, 43, w=8),
         panel("GPU temperature", [(f"llm_gpu_temperature_celsius{{{GPU_SEL}}}", "{{node}} gpu{{gpu}}")],
-              "celsius", 0, 43, w=8),
+              "celsius", 0, 51, w=8),
         panel("GPU throttled / lost", [
             (f"llm_gpu_throttled{{{GPU_SEL}}}", "{{node}} gpu{{gpu}} throttled"),
             (f"1 - llm_gpu_up{{{GPU_SEL}}}", "{{node}} gpu{{gpu}} lost"),
-        ], "short", 8, 43, w=8),
+        ], "short", 8, 51, w=8),
         panel("Exporter scrape errors", [
             ("sum by (instance, reason) (rate(llm_exporter_scrape_errors_total[5m]))", "{{instance}} {{reason}}"),
-        ], "short", 16, 43, w=8),
+        ], "short", 16, 51, w=8),
     ]
     for i, p in enumerate(panels):
         p["id"] = i + 1

@@ -1,8 +1,9 @@
 """Every recording rule, alert and dashboard panel evaluated with data on a real Prometheus.
 
 On loopback: engines serving real bodies (tests/fixtures/engines), discovered as pods on this node (one
-comes up after its container started, so its cold start is measured; one stays down), the real exporter
-with fake GPUs (one throttled), the real scaler answering KEDA's calls for the model, and a real
+comes up after its container started, so its cold start is measured, and then serves moving traffic; one
+stays down), the real exporter with fake GPUs (one throttled), the real scaler answering KEDA's calls for
+the model (once plain, once with an ITL target, for the latency panels), and a real
 Prometheus scraping both under the job names the rules use, with deploy/prometheus/rules.yaml loaded (its
 group intervals shortened to the scrape interval, nothing else changed). Then every recording rule and
 every panel query must return series, every alert expression must evaluate, and the alerts whose
@@ -15,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -59,11 +61,65 @@ def _rfc3339(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+class Traffic:
+    """Serves the vLLM engine's body with traffic moving through it: every half second its running batch
+    (36 or 8 requests, alternating every 5 s), its first tokens (10 a second) and its decoded tokens (100 a
+    second at an ITL of 10 ms + 0.5 ms a request) advance, so the scaler's latency term has a signal and
+    fits an ITL floor. The histograms' +Inf buckets move with their counts, as an engine's do."""
+
+    TICK_S = 0.5
+
+    def __init__(self, engine: FakeEngine, body: str) -> None:
+        self.engine, self.body = engine, body
+        self.ttft = [16.0, 5.477985382080078]  # count, sum: the fixture's own
+        self.itl = [81.0, float(re.search(r'^vllm:inter_token_latency_seconds_sum\{[^}]*\} (\S+)$', body,
+                                          re.M).group(1))]  # type: ignore[union-attr]
+        self.generated = 97.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="traffic", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.ident is not None:  # started
+            self._thread.join(5)
+
+    def _run(self) -> None:
+        t = 0.0
+        while not self._stop.wait(self.TICK_S):
+            t += self.TICK_S
+            running = 36.0 if int(t // 5) % 2 == 0 else 8.0
+            self.ttft[0] += 10 * self.TICK_S
+            self.ttft[1] += 10 * self.TICK_S * 0.2
+            self.itl[0] += 100 * self.TICK_S
+            self.itl[1] += 100 * self.TICK_S * (0.010 + 0.0005 * running)
+            self.generated += 100 * self.TICK_S
+            self.engine.body = self.render(running).encode()
+
+    def render(self, running: float) -> str:
+        values = {"vllm:num_requests_running": running, "vllm:generation_tokens_total": self.generated,
+                  "vllm:time_to_first_token_seconds_count": self.ttft[0],
+                  "vllm:time_to_first_token_seconds_sum": self.ttft[1],
+                  "vllm:inter_token_latency_seconds_count": self.itl[0],
+                  "vllm:inter_token_latency_seconds_sum": self.itl[1]}
+        body = self.body
+        for name, value in values.items():
+            body = re.sub(rf"^({re.escape(name)}\{{[^}}]*\}}) \S+$", rf"\g<1> {value!r}", body, flags=re.M)
+        for name, value in (("vllm:time_to_first_token_seconds", self.ttft[0]),
+                            ("vllm:inter_token_latency_seconds", self.itl[0])):
+            body = re.sub(rf'^({re.escape(name)}_bucket\{{[^}}]*le="\+Inf"[^}}]*\}}) \S+$', rf"\g<1> {value!r}",
+                          body, flags=re.M)
+        return body
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
     tmp = tmp_path_factory.mktemp("live")
     vllm = FakeEngine(engine_body("vllm-0.32.0-cpu-load.prom"))
     vllm.mode = "status"  # loading: the exporter sees it not ready, then come up (its cold start is measured)
+    traffic = Traffic(vllm, engine_body("vllm-0.32.0-cpu-load.prom"))
     llama = FakeEngine(engine_body("llamacpp-b11434-load.prom"))
     dead = FakeEngine(engine_body("vllm-0.32.0-cpu-idle.prom"))
     dead.mode = "status"  # never comes up: LLMEngineNeverUp, scrape errors
@@ -93,12 +149,17 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer
     rules.write_text(re.sub(r"interval: \d+s", "interval: 1s", RULES.read_text()))
     try:
         time.sleep(2.5)
-        vllm.mode = "serve"  # the engine is up now
+        vllm.mode = "serve"  # the engine is up now, serving traffic
+        traffic.start()
         gone.mode = "status"  # and this one, scraped by now, is down
         with grpc.insecure_channel(scaler.grpc_target) as channel:  # KEDA's first calls for the model
             client = stub(channel)
             so = ref("chat", namespace=NS, model="smollm2", exporters=f"127.0.0.1:{port}")
             name = client.GetMetricSpec(so).metricSpecs[0].metricName
+            # the same model with a latency target: the latency panels' series
+            slo = ref("chat-slo", namespace=NS, model="smollm2", exporters=f"127.0.0.1:{port}",
+                      targetInterTokenLatency="56ms", itlScaling="busy")
+            slo_name = client.GetMetricSpec(slo).metricSpecs[0].metricName
             request = urllib.request.Request(f"{scaler.http_url}/v1/activate/{NS}/chat", data=b"", method="POST")
             jobs = [Job("keda-llm-exporter", [f"127.0.0.1:{port}"]),
                     Job("keda-llm-scaler", [scaler.http_url.removeprefix("http://")])]
@@ -106,20 +167,24 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer
                 deadline = time.monotonic() + 60
                 refused = False
                 while time.monotonic() < deadline:  # KEDA keeps polling while Prometheus fills
-                    with contextlib.suppress(grpc.RpcError):
-                        client.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=so, metricName=name))
+                    for ref_, metric in ((so, name), (slo, slo_name)):
+                        with contextlib.suppress(grpc.RpcError):
+                            client.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=ref_, metricName=metric))
                     if not refused and prom.query("up{job='keda-llm-scaler'} == 1")["data"]["result"]:
                         with pytest.raises(urllib.error.HTTPError):  # no token: refused, counted, seen rising
                             urllib.request.urlopen(request, timeout=10)
                         refused = True
                     if prom.query("model:llm_engine_startup_seconds:max1d")["data"]["result"] and \
                             prom.query("rate(llm_gpu_energy_joules_total[5m])")["data"]["result"] and \
-                            prom.query("keda_llm_scaler_desired_replicas")["data"]["result"]:
+                            prom.query("keda_llm_scaler_desired_replicas")["data"]["result"] and \
+                            prom.query("keda_llm_scaler_itl_floor_seconds")["data"]["result"] and \
+                            prom.query("keda_llm_scaler_latency_ratio")["data"]["result"]:
                         break
                     time.sleep(0.5)
                 time.sleep(3)  # a few more evaluations of every rule on full data
                 yield prom
     finally:
+        traffic.stop()
         scaler.stop()
         collector.stop()
         exporter.stop()

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
-from scaler_harness import FakeClock, ServerThread, keda_poll, ref, stub
+from scaler_harness import FakeClock, ServerThread, get, keda_poll, metric_value, ref, stub
 
 from keda_llm.scaler.activation import ActivationBus
 from keda_llm.scaler.decide import decide
@@ -75,6 +75,13 @@ def test_itl_scaling_decides_over_keda_polls(scaling: str, want: int,
     assert d is not None
     assert d.details["itl_floor_s"] == pytest.approx(0.0105, rel=0.02)
     assert d.details["observed_itl_s"] == pytest.approx(0.021, rel=0.1)
+    # what the decision read is on /metrics for the dashboard: the floor, and the ratio the count came from
+    _, text = get(server.http + "/metrics")
+    labels = {"namespace": "llm", "scaledobject": "chat", "model": MODEL}
+    assert metric_value(text, "keda_llm_scaler_itl_floor_seconds", **labels) == pytest.approx(d.details["itl_floor_s"])
+    stable = metric_value(text, "keda_llm_scaler_latency_ratio", **labels, window="stable")
+    assert stable == pytest.approx(d.details["latency_ratio"])
+    assert (2 * stable > 1) == (scaling == "busy")  # two replicas' worth asked for, or one
 
 
 def test_an_unknown_itl_scaling_is_invalid_argument_naming_the_key(
@@ -84,3 +91,31 @@ def test_an_unknown_itl_scaling_is_invalid_argument_naming_the_key(
         stub(channel).GetMetricSpec(ref("chat", **{**META, "itlScaling": "fast"}), timeout=10)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "itlScaling" in (err.value.details() or "")
+
+
+def test_latency_series_go_when_the_term_has_no_signal_and_with_the_scaledobject() -> None:
+    from keda_llm.scaler.model import Decision
+    from keda_llm.scaler.service import Answer, ServiceMetrics
+
+    m = ServiceMetrics()
+    lv = ("llm", "chat", MODEL)
+
+    def value(name: str, **labels: str) -> float | None:
+        return m.registry.get_sample_value(name, {"namespace": "llm", "scaledobject": "chat", "model": MODEL,
+                                                  **labels})
+
+    full = {"latency_ratio": 0.62, "latency_ratio_panic": 0.5, "itl_floor_s": 0.0105}
+    m.record(ScaledObjectKey(*lv[:2]), MODEL, Answer("m", Decision(2, "steady", details=full), True))
+    assert (value("keda_llm_scaler_latency_ratio", window="stable"),
+            value("keda_llm_scaler_latency_ratio", window="panic"),
+            value("keda_llm_scaler_itl_floor_seconds")) == (0.62, 0.5, 0.0105)
+    # the panic window lost its signal (too few requests), the floor is NaN: their series go, not stay stale
+    m.record(ScaledObjectKey(*lv[:2]), MODEL,
+             Answer("m", Decision(2, "steady", details={"latency_ratio": 0.7, "itl_floor_s": float("nan")}), True))
+    assert value("keda_llm_scaler_latency_ratio", window="stable") == 0.7
+    assert value("keda_llm_scaler_latency_ratio", window="panic") is None
+    assert value("keda_llm_scaler_itl_floor_seconds") is None
+    m.record(ScaledObjectKey(*lv[:2]), MODEL, Answer("m", Decision(2, "steady", details=full), True))
+    m.forget(lv)
+    assert value("keda_llm_scaler_latency_ratio", window="stable") is None
+    assert value("keda_llm_scaler_itl_floor_seconds") is None
