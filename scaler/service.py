@@ -237,6 +237,7 @@ class ServiceMetrics:
                                "The replicas' fitted ITL floor: one decode step at a batch of one "
                                "(scaler/itl_floor.py); no series until a first fit", labels, registry=r)
         self._fractions: dict[tuple[str, str, str], set[tuple[str, str]]] = {}
+        self._latency: dict[tuple[str, str, str], frozenset[str]] = {}  # the latency series set: windows, "floor"
         self._reasons: dict[tuple[str, str, str], str] = {}
         self._rpc_children: dict[tuple[str, str], Any] = {}
 
@@ -283,28 +284,33 @@ class ServiceMetrics:
         for pod, why in self._fractions.pop(lv, set()):
             with contextlib.suppress(KeyError):
                 self.replica_fraction.remove(*lv, pod, why)
-        for window in LATENCY_WINDOWS:
-            with contextlib.suppress(KeyError):
-                self.latency_ratio.remove(*lv, window)
-        with contextlib.suppress(KeyError):
+        had = self._latency.pop(lv, frozenset())
+        for window in had & LATENCY_WINDOWS.keys():
+            self.latency_ratio.remove(*lv, window)
+        if "floor" in had:
             self.itl_floor.remove(*lv)
 
     def _record_latency(self, lv: tuple[str, str, str], details: Mapping[str, float]) -> None:
         """The latency term's ratios and the fitted ITL floor; a window without a signal (or a ScaledObject with
-        no latency target) has no series, rather than its last value standing for the current one."""
+        no latency target) has no series, rather than its last value standing for the current one. The series
+        set are remembered, so a ScaledObject without latency targets costs no lookups."""
+        had = self._latency.get(lv, frozenset())
+        now: set[str] = set()
         for window, name in LATENCY_WINDOWS.items():
             value = details.get(name)
             if value is not None and math.isfinite(value):
                 self.latency_ratio.labels(*lv, window).set(value)
-            else:
-                with contextlib.suppress(KeyError):
-                    self.latency_ratio.remove(*lv, window)
+                now.add(window)
+            elif window in had:
+                self.latency_ratio.remove(*lv, window)
         floor = details.get("itl_floor_s")
         if floor is not None and math.isfinite(floor) and floor > 0:
             self.itl_floor.labels(*lv).set(floor)
-        else:
-            with contextlib.suppress(KeyError):
-                self.itl_floor.remove(*lv)
+            now.add("floor")
+        elif "floor" in had:
+            self.itl_floor.remove(*lv)
+        if now or had:
+            self._latency[lv] = frozenset(now)
 
     def _record_fractions(self, lv: tuple[str, str, str], details: Mapping[str, float]) -> None:
         """The decision's `replica_fraction:<reason>:<pod>` details as gauge children; a pod gone or healthy
