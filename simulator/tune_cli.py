@@ -49,6 +49,7 @@ PROG = "keda-llm tune"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from keda_llm.scaler.config import ITL_SCALINGS
     from keda_llm.simulator.run import MODES
     from keda_llm.simulator.tune import DEFAULT_MAX_REPLICAS, DEFAULT_SCALER_ADDRESS, FULL_GRID, QUICK_GRID
 
@@ -96,7 +97,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--quick", action="store_true",
                    help=f"{len(QUICK_GRID.candidates())} candidates (ITL target x mode) instead of "
                         f"{len(FULL_GRID.candidates())}")
-    r.add_argument("--itl-scaling", default="proportional", choices=("proportional", "busy", "both"),
+    r.add_argument("--itl-scaling", default="proportional", choices=(*ITL_SCALINGS, "both"),
                    help="the candidates' itlScaling; both: every candidate with each, twice the CPU (busy reads "
                         "a replica's ITL above its floor: for a fast-decoding model, docs/design.md) [proportional]")
     r.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes [the CPU count]")
@@ -269,6 +270,7 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any, Trace | None]
     """(trace, Backtest, Target, Grid, the held-out trace or None) from the arguments; every input error raises
     with a clear message."""
     from keda_llm.common.addresses import host_port
+    from keda_llm.scaler.config import ITL_SCALINGS
     from keda_llm.simulator.report.summary import Slo
     from keda_llm.simulator.run import Backtest
     from keda_llm.simulator.tune import DEFAULT_SCALER_ADDRESS, FULL_GRID, QUICK_GRID, Target, candidate
@@ -361,8 +363,7 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, Any, Any, Trace | None]
     grid = QUICK_GRID if args.quick else FULL_GRID
     # minReplicaCount above maxReplicaCount is not a ScaledObject KEDA takes
     grid = dataclasses.replace(grid, min_replicas=tuple(m for m in grid.min_replicas if m <= args.max_replicas),
-                               itl_scaling=("proportional", "busy") if args.itl_scaling == "both"
-                               else (args.itl_scaling,))
+                               itl_scaling=ITL_SCALINGS if args.itl_scaling == "both" else (args.itl_scaling,))
     # any metadata the flags make invalid (the scaler's own ConfigError) is one line here, not a worker's traceback
     candidate(grid.candidates()[0], target, slo_itl_s=args.slo_itl, slo_ttft_s=args.slo_ttft,
               cold_start_s=preset.cold_start(case).quantile(0.9))
