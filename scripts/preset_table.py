@@ -111,6 +111,15 @@ def run_one(job: tuple[str, str, float, bool, int, float, bool]) -> Run:
                time.process_time() - t0)
 
 
+def _cell(runs: list[Run], oracle_gpu_h: float) -> tuple[float, float]:
+    """The worst run's SLO attainment and the runs' mean GPU-hours over the oracle's."""
+    return min(r.slo for r in runs), float(np.mean([r.gpu_h for r in runs])) / oracle_gpu_h
+
+
+def _shown(cell: tuple[float, float]) -> str:
+    return f"{100 * cell[0]:.2f}% / {cell[1]:.2f}x"
+
+
 def table(runs: list[Run], presets: list[str], cases: list[Case], shares: tuple[float, ...], seeds: int,
           phases: int) -> str:
     head = (f"SLO TTFT <= {SLO.ttft_s:g} s and mean ITL <= {SLO.itl_s:g} s, typical cold starts; ours is the shipped "
@@ -130,18 +139,14 @@ def table(runs: list[Run], presets: list[str], cases: list[Case], shares: tuple[
         for case in cases:
             mine = [r for r in runs if r.preset == preset and r.trace == case.trace]
             (oracle,) = [r for r in mine if r.share == 0.0]
-            cells: list[tuple[float, float]] = []
-            for s in shares:
-                at = [r for r in mine if r.share == s and not r.busy]
-                cells.append((min(r.slo for r in at), float(np.mean([r.gpu_h for r in at])) / oracle.gpu_h))
+            cells = [_cell([r for r in mine if r.share == s and not r.busy], oracle.gpu_h) for s in shares]
             busy = [r for r in mine if r.busy]
             meeting = [i for i, (slo, _) in enumerate(cells) if slo >= 0.99 - 1e-9]
             best = min(meeting, key=lambda i: cells[i][1]) if meeting else None
-            text = [f"{100 * slo:.2f}% / {ratio:.2f}x" for slo, ratio in cells]
+            text = [_shown(c) for c in cells]
             if best is not None:
                 text[best] = f"**{text[best]}**"
-            text.append(f"{100 * min(r.slo for r in busy):.2f}% / "
-                        f"{float(np.mean([r.gpu_h for r in busy])) / oracle.gpu_h:.2f}x" if busy else "-")
+            text.append(_shown(_cell(busy, oracle.gpu_h)) if busy else "-")
             out.append(f"| {preset} | {case.trace} | {1000 * floor:.1f} ms | {u:.2f} / {grow:.2f}x | "
                        f"{100 * oracle.slo:.2f}% at {oracle.gpu_h:.2f} GPU-h | " + " | ".join(text) + " |")
     return "\n".join(out) + "\n"

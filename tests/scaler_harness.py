@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import queue
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -27,7 +28,7 @@ from keda_llm.scaler.externalscaler import externalscaler_pb2 as pb
 from keda_llm.scaler.externalscaler import externalscaler_pb2_grpc as pb_grpc
 from keda_llm.scaler.model import Decision, NoData, PolicyState, WorkloadState
 from keda_llm.scaler.server import ScalerServer
-from keda_llm.scaler.service import ScalerService
+from keda_llm.scaler.service import HistoryStore, ScalerService
 
 T = TypeVar("T")
 
@@ -97,6 +98,22 @@ def make_service(histories: Mapping[tuple[str, str], Any], clock: FakeClock,
                  decide: Callable[..., Any] = fake_decide, **kwargs: Any) -> ScalerService:
     return ScalerService(decide=decide, histories=lambda ns, model: histories.get((ns, model)),
                          bus=ActivationBus(clock=clock), clock=clock, **kwargs)
+
+
+@contextlib.contextmanager
+def real_scaler(t0: float) -> Iterator[tuple[FakeClock, HistoryStore, ServerThread]]:
+    """The real history store and decide behind the real server, on a fake clock at `t0`: tests ingest
+    observations into the store and ask over gRPC as KEDA does."""
+    from keda_llm.scaler.decide import decide
+
+    clock, store = FakeClock(t0), HistoryStore()
+    service = ScalerService(decide=decide, histories=store.get, history_lock=store.lock,
+                            bus=ActivationBus(clock=clock), clock=clock)
+    server = ServerThread(service)
+    try:
+        yield clock, store, server
+    finally:
+        server.stop()
 
 
 def ref(name: str = "llama", namespace: str = "llm", **metadata: str) -> pb.ScaledObjectRef:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import grpc
 import pytest
-from scaler_harness import FakeClock, ServerThread, get, keda_poll, metric_value, ref, stub
+from scaler_harness import FakeClock, ServerThread, get, keda_poll, metric_value, real_scaler, ref, stub
 
 from keda_llm.exporter.collect import Snapshot, TargetState
 from keda_llm.exporter.model import EngineMetrics, GpuMetrics, Target
@@ -82,12 +82,8 @@ class Exporters:
 
 @pytest.fixture
 def scaler() -> Iterator[tuple[FakeClock, HistoryStore, ServerThread]]:
-    clock, store = FakeClock(T0), HistoryStore()
-    service = ScalerService(decide=decide, histories=store.get, history_lock=store.lock,
-                            bus=ActivationBus(clock=clock), clock=clock)
-    server = ServerThread(service)
-    yield clock, store, server
-    server.stop()
+    with real_scaler(T0) as world:
+        yield world
 
 
 def settle(exporters: Exporters, server: ServerThread, meta: dict[str, str]) -> int:

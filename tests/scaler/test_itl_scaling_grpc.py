@@ -12,12 +12,10 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
-from scaler_harness import FakeClock, ServerThread, get, keda_poll, metric_value, ref, stub
+from scaler_harness import FakeClock, ServerThread, get, keda_poll, metric_value, real_scaler, ref, stub
 
-from keda_llm.scaler.activation import ActivationBus
-from keda_llm.scaler.decide import decide
 from keda_llm.scaler.model import Observation, ReplicaSample
-from keda_llm.scaler.service import HistoryStore, ScaledObjectKey, ScalerService
+from keda_llm.scaler.service import HistoryStore, ScaledObjectKey
 
 MODEL = "llama-8b"
 META = {"model": MODEL, "policy": "concurrency", "targetConcurrency": "64", "mode": "reactive",
@@ -27,12 +25,8 @@ T0 = 80_000.0
 
 @pytest.fixture
 def scaler() -> Iterator[tuple[FakeClock, HistoryStore, ServerThread]]:
-    clock, store = FakeClock(T0), HistoryStore()
-    service = ScalerService(decide=decide, histories=store.get, history_lock=store.lock,
-                            bus=ActivationBus(clock=clock), clock=clock)
-    server = ServerThread(service)
-    yield clock, store, server
-    server.stop()
+    with real_scaler(T0) as world:
+        yield world
 
 
 class Fleet:
