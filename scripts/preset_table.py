@@ -17,8 +17,10 @@ proportion, as the frontier's knob moves it) on each preset and trace, as the do
 sync), against the oracle of that preset (seed 0, phase 0), and the default share once more with
 `itlScaling: busy` (the latency term reads the replicas' busy share above their fitted ITL floor). Each
 cell: the worst run's SLO attainment and the runs' mean GPU-hours over the oracle's. Beside it the
-preset's floor (one decode step at 1,500 tokens of context) and the utilization and load margin the
-default target leaves.
+preset's floor (one decode step at 1,500 tokens of context), the utilization and load margin the
+default target leaves, and the reactive limit: the cheapest perfectly informed reactive schedule that
+meets the oracle's target (simulator/report/reactive.py: the oracle's own count for each minute, ready a
+cold start after the minute starts, held and given headroom), which no policy that reacts beats.
 
 --update-docs writes the `preset-table` block of docs/simulator-results.md; --quick runs the first 20
 minutes of one trace on one preset, one seed and phase (checks the script). Not run by CI: the default
@@ -46,6 +48,7 @@ from keda_llm.simulator.control.policies import ITL_TARGET_FRACTION, ours_scaled
 from keda_llm.simulator.hardware.perf import step_time
 from keda_llm.simulator.hardware.presets import get_preset
 from keda_llm.simulator.report.frontier_point import run_point
+from keda_llm.simulator.report.reactive import ReactivePoint, reactive_limit
 from keda_llm.simulator.report.summary import summarize
 from keda_llm.simulator.run import Backtest, run_policies
 from keda_llm.simulator.tune import FULL_GRID, PHASE_SPAN_S
@@ -68,6 +71,10 @@ class Run:
     slo: float
     gpu_h: float
     cpu_s: float
+    #: the oracle's row only: the cheapest perfectly informed reactive setting meeting its target (None: none
+    #: does) and the setting of best attainment (`reactive_limit`)
+    limit: ReactivePoint | None = None
+    limit_best: ReactivePoint | None = None
 
 
 def floor_s(preset: str) -> float:
@@ -100,10 +107,12 @@ def run_one(job: tuple[str, str, float, bool, int, float, bool]) -> Run:
     tr = load(case, quick, shift_s)
     bt = Backtest(get_preset(preset), cold_start="typical", slo=SLO, seed=seed)
     if share == 0.0:
-        (result,), _ = run_policies(tr, bt, ["oracle"])
+        (result,), plan = run_policies(tr, bt, ["oracle"])
+        assert plan is not None
         s = summarize(result, SLO)
+        limit, best = reactive_limit(tr, bt, plan)
         return Run(preset, trace, 0.0, False, seed, shift_s, s.slo_attainment, s.gpu_hours,
-                   time.process_time() - t0)
+                   time.process_time() - t0, limit, best)
     if busy:
         bt = replace(bt, scaledobject=busy_scaledobject(bt))
     point = run_point(tr, bt, "ours", share * SLO.itl_s)
@@ -120,6 +129,17 @@ def _shown(cell: tuple[float, float]) -> str:
     return f"{100 * cell[0]:.2f}% / {cell[1]:.2f}x"
 
 
+def _limit(oracle: Run) -> str:
+    """The reactive limit's cell: its setting and cost over the oracle's, or the best it reached."""
+    if oracle.limit is not None:
+        p = oracle.limit
+        return f"{p.gpu_hours / oracle.gpu_h:.2f}x (hold {p.hold} min, x{p.headroom:g})"
+    if oracle.limit_best is None:
+        return "-"
+    p = oracle.limit_best
+    return f"never: {100 * p.attainment:.2f}% at best (hold {p.hold} min, x{p.headroom:g})"
+
+
 def table(runs: list[Run], presets: list[str], cases: list[Case], shares: tuple[float, ...], seeds: int,
           phases: int) -> str:
     head = (f"SLO TTFT <= {SLO.ttft_s:g} s and mean ITL <= {SLO.itl_s:g} s, typical cold starts; ours is the shipped "
@@ -128,11 +148,13 @@ def table(runs: list[Run], presets: list[str], cases: list[Case], shares: tuple[
             f"attainment / the runs' mean GPU-hours over the preset's oracle (seed 0, phase 0). Floor: one decode "
             f"step at {FLOOR_CONTEXT:,.0f} tokens of context; at the default ({ITL_TARGET_FRACTION:g}) the "
             f"utilization its target holds, u = 1 - floor / target, and how far the load can grow before the ITL "
-            f"reaches the SLO, (1 - floor / SLO) / u. Last column: the default with `itlScaling: busy`. **Bold**: "
-            f"the cheapest share at 99% on every run (proportional scaling).\n\n")
+            f"reaches the SLO, (1 - floor / SLO) / u. Reactive limit: the cheapest perfectly informed reactive "
+            f"schedule meeting the oracle's target, over the oracle's GPU-hours. Last column: the default with "
+            f"`itlScaling: busy`. **Bold**: the cheapest share at 99% on every run (proportional scaling).\n\n")
     cols = " | ".join(f"ours at {s:g}" for s in shares) + f" | ours at {ITL_TARGET_FRACTION:g}, busy"
-    out = [head + f"| preset | trace | floor | u / margin at {ITL_TARGET_FRACTION:g} | oracle | {cols} |",
-           "|---|---|---|---|---|" + "---|" * (len(shares) + 1)]
+    out = [head + f"| preset | trace | floor | u / margin at {ITL_TARGET_FRACTION:g} | oracle | reactive limit | "
+                  f"{cols} |",
+           "|---|---|---|---|---|---|" + "---|" * (len(shares) + 1)]
     for preset in presets:
         floor = floor_s(preset)
         u, grow = margin(floor, ITL_TARGET_FRACTION * SLO.itl_s, SLO.itl_s)
@@ -148,7 +170,8 @@ def table(runs: list[Run], presets: list[str], cases: list[Case], shares: tuple[
                 text[best] = f"**{text[best]}**"
             text.append(_shown(_cell(busy, oracle.gpu_h)) if busy else "-")
             out.append(f"| {preset} | {case.trace} | {1000 * floor:.1f} ms | {u:.2f} / {grow:.2f}x | "
-                       f"{100 * oracle.slo:.2f}% at {oracle.gpu_h:.2f} GPU-h | " + " | ".join(text) + " |")
+                       f"{100 * oracle.slo:.2f}% at {oracle.gpu_h:.2f} GPU-h | {_limit(oracle)} | "
+                       + " | ".join(text) + " |")
     return "\n".join(out) + "\n"
 
 

@@ -15,18 +15,22 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 from simulator_table import CASES, PRESET, SLO, Case, load
 
-from keda_llm.simulator.control.controllers import ScheduleController
 from keda_llm.simulator.hardware.presets import get_preset
 from keda_llm.simulator.report.oracle import OraclePlan
-from keda_llm.simulator.report.reactive import delay_buckets, reactive_counts, reactive_pods
+from keda_llm.simulator.report.reactive import (
+    ReactivePoint,
+    cheapest_meeting,
+    delay_buckets,
+    reactive_counts,
+    reactive_point,
+)
 from keda_llm.simulator.report.summary import summarize
-from keda_llm.simulator.run import Backtest, run_policies, simulate
+from keda_llm.simulator.run import Backtest, run_policies
 
 CASE = {c.trace: c for c in CASES}  # the docs table's traces and windows (scripts/simulator_table.py)
 
@@ -42,14 +46,9 @@ def plan(case: Case) -> OraclePlan:
     return oracle
 
 
-def point(case: Case, oracle: OraclePlan, hold: int, headroom: float) -> tuple[int, float, float, float, float]:
-    """(hold, headroom, SLO attainment, GPU-hours, CPU s) of the reactive schedule (a schedule planned in
-    advance runs from the window's start, the lead-in unplayed, as the oracle's does)."""
-    tr, bt = load(case, quick=False), backtest()
-    t0 = time.process_time()
-    pods = reactive_pods(oracle, bt.preset.cold_start(bt.cold_start), hold, headroom, bt.seed, bt.max_replicas)
-    s = summarize(simulate(tr, bt, ScheduleController("reactive", pods), bt.resolved_mode(tr)), SLO)
-    return hold, headroom, s.slo_attainment, s.gpu_hours, time.process_time() - t0
+def point(case: Case, oracle: OraclePlan, hold: int, headroom: float) -> ReactivePoint:
+    """The reactive schedule at one setting on the docs table's trace (simulator/report/reactive.py)."""
+    return reactive_point(load(case, quick=False), backtest(), oracle, hold, headroom)
 
 
 def main() -> None:
@@ -88,13 +87,14 @@ def main() -> None:
                   f"{cold.quantile(0.5):.0f} s).\n")
             print("| hold (minutes) | headroom | SLO met | GPU-h | ÷ oracle | CPU s |")
             print("|---|---|---|---|---|---|")
-            for h, r, slo, gpu_h, cpu in rows:
-                print(f"| {h} | {r:g} | {100 * slo:.2f}% | {gpu_h:.2f} | {gpu_h / o.gpu_hours:.2f}x | {cpu:.0f} |")
-            meeting = [row for row in rows if row[2] >= target - 1e-9]
-            best = min(meeting, key=lambda row: row[3]) if meeting else None
+            for p in rows:
+                print(f"| {p.hold} | {p.headroom:g} | {100 * p.attainment:.2f}% | {p.gpu_hours:.2f} | "
+                      f"{p.gpu_hours / o.gpu_hours:.2f}x | {p.cpu_s:.0f} |")
+            best = cheapest_meeting(rows, target)
             print("\nCheapest setting that meets the oracle's target: " + (
-                f"hold {best[0]}, headroom {best[1]:g}: {100 * best[2]:.2f}% at {best[3] / o.gpu_hours:.2f}x the "
-                f"oracle." if best else f"none (best {100 * max(row[2] for row in rows):.2f}%)."), flush=True)
+                f"hold {best.hold}, headroom {best.headroom:g}: {100 * best.attainment:.2f}% at "
+                f"{best.gpu_hours / o.gpu_hours:.2f}x the oracle." if best
+                else f"none (best {100 * max(p.attainment for p in rows):.2f}%)."), flush=True)
 
 
 if __name__ == "__main__":

@@ -7,18 +7,30 @@ start later. This schedule is what any reactive policy could at best do with a p
 exactly the count the oracle found each bucket needs (no estimate, no noise), asks for it at once, and keeps
 the largest count of the last `hold` buckets (a scale-down delay). Where it cannot meet the oracle's target
 near the oracle's cost, no policy that reacts can, and only capacity placed ahead of a burst (a forecast
-that sees it coming, a floor) meets the trace. Used by scripts/reactive_reference.py.
+that sees it coming, a floor) meets the trace. Used by scripts/reactive_reference.py and, as each preset's
+reactive limit, scripts/preset_table.py.
 """
 
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from keda_llm.simulator.control.controllers import PodPlan
+from keda_llm.simulator.control.controllers import PodPlan, ScheduleController
 from keda_llm.simulator.hardware.coldstart import ColdStartModel
 from keda_llm.simulator.report.oracle import COLD_TABLE_SEED, OraclePlan, cold_start_table, pods_from_counts
+from keda_llm.simulator.report.summary import summarize
+from keda_llm.simulator.run import Backtest, simulate
+from keda_llm.simulator.workload.traces import Trace
+
+#: the holds (minutes) and headrooms a reactive limit is searched over: up to half an hour kept, and a
+#: quarter more than the count (which doubles a count of one)
+HOLDS = (0, 1, 2, 4, 6, 10, 15, 20, 30)
+HEADROOMS = (1.0, 1.25)
 
 
 def reactive_counts(counts: np.ndarray, delay: int, hold: int, headroom: float = 1.0) -> np.ndarray:
@@ -62,4 +74,40 @@ def reactive_pods(plan: OraclePlan, cold_start: ColdStartModel, hold: int, headr
     return pods_from_counts(counts, step, cold_start, np.random.default_rng(seed + COLD_TABLE_SEED), colds)
 
 
-__all__ = ["delay_buckets", "reactive_counts", "reactive_pods"]
+@dataclass(frozen=True)
+class ReactivePoint:
+    """One setting of the schedule replayed: its SLO attainment over all requests and GPU-hours."""
+
+    hold: int  # minutes the largest count is kept
+    headroom: float
+    attainment: float
+    gpu_hours: float
+    cpu_s: float
+
+
+def reactive_point(trace: Trace, bt: Backtest, plan: OraclePlan, hold: int, headroom: float) -> ReactivePoint:
+    """The schedule at one setting, replayed on `trace` in the backtest's mode (a schedule planned in advance
+    runs from the window's start, the lead-in unplayed, as the oracle's does)."""
+    t0 = time.process_time()
+    pods = reactive_pods(plan, bt.preset.cold_start(bt.cold_start), hold, headroom, bt.seed, bt.max_replicas)
+    s = summarize(simulate(trace, bt, ScheduleController("reactive", pods), bt.resolved_mode(trace)), bt.slo)
+    return ReactivePoint(hold, headroom, s.slo_attainment, s.gpu_hours, time.process_time() - t0)
+
+
+def cheapest_meeting(points: Sequence[ReactivePoint], target: float) -> ReactivePoint | None:
+    """The fewest GPU-hours among the settings that meet `target` (SLO attainment over all requests); None
+    where none does."""
+    meeting = [p for p in points if p.attainment >= target - 1e-9]
+    return min(meeting, key=lambda p: p.gpu_hours) if meeting else None
+
+
+def reactive_limit(trace: Trace, bt: Backtest, plan: OraclePlan, holds: Sequence[int] = HOLDS,
+                   headrooms: Sequence[float] = HEADROOMS) -> tuple[ReactivePoint | None, ReactivePoint]:
+    """(the cheapest setting meeting the oracle's target or None, the setting of best attainment) over
+    `holds` x `headrooms`: what no reactive policy beats on this trace, preset and SLO."""
+    points = [reactive_point(trace, bt, plan, h, r) for r in headrooms for h in holds]
+    return cheapest_meeting(points, plan.target_over_all), max(points, key=lambda p: p.attainment)
+
+
+__all__ = ["HEADROOMS", "HOLDS", "ReactivePoint", "cheapest_meeting", "delay_buckets", "reactive_counts",
+           "reactive_limit", "reactive_pods", "reactive_point"]

@@ -12,7 +12,13 @@ from sim_helpers import config, fixed_cold_start
 from keda_llm.simulator.cluster.engine import SimResult, Simulation
 from keda_llm.simulator.control.controllers import ScheduleController
 from keda_llm.simulator.report.oracle import plan_oracle
-from keda_llm.simulator.report.reactive import delay_buckets, reactive_counts, reactive_pods
+from keda_llm.simulator.report.reactive import (
+    ReactivePoint,
+    cheapest_meeting,
+    delay_buckets,
+    reactive_counts,
+    reactive_pods,
+)
 from keda_llm.simulator.report.summary import Slo, summarize
 from keda_llm.simulator.workload.traces import Trace
 
@@ -94,3 +100,15 @@ def test_long_buckets_are_cut_into_minutes_before_the_delay() -> None:
     # unsplit (resolution as long as the bucket), the same cold start is one bucket late
     whole = reactive_pods(plan, cfg.cold_start, 0, max_replicas=16, resolution_s=120.0)
     assert all(p.ready_at % 120.0 == 0 for p in whole)
+
+
+def test_the_limit_is_the_cheapest_setting_at_the_target_and_none_where_no_setting_meets_it() -> None:
+    pts = [ReactivePoint(0, 1.0, 0.95, 10.0, 0.0), ReactivePoint(4, 1.0, 0.991, 12.0, 0.0),
+           ReactivePoint(2, 1.25, 0.999, 11.5, 0.0), ReactivePoint(10, 1.0, 0.99, 14.0, 0.0)]
+    best = cheapest_meeting(pts, 0.99)
+    assert best is not None and (best.hold, best.headroom) == (2, 1.25)  # cheaper than hold 4 and hold 10
+    # exactly at the target meets it (float noise forgiven); above every point none does
+    at = cheapest_meeting([ReactivePoint(10, 1.0, 0.99 - 1e-12, 14.0, 0.0)], 0.99)
+    assert at is not None and at.hold == 10
+    assert cheapest_meeting(pts, 0.9995) is None
+    assert cheapest_meeting([], 0.5) is None
