@@ -18,13 +18,14 @@ sync), against the oracle of that preset (seed 0, phase 0), and the default shar
 `itlScaling: busy` (the latency term reads the replicas' busy share above their fitted ITL floor). Each
 cell: the worst run's SLO attainment and the runs' mean GPU-hours over the oracle's. Beside it the
 preset's floor (one decode step at 1,500 tokens of context), the utilization and load margin the
-default target leaves, and the reactive limit: the cheapest perfectly informed reactive schedule that
+default target leaves, and the perfectly informed reactive schedule: the cheapest setting that
 meets the oracle's target (simulator/report/reactive.py: the oracle's own count for each minute, ready a
-cold start after the minute starts, held and given headroom), which no policy that reacts beats.
+cold start after the minute starts, held and given headroom): what reacting on a perfect signal costs.
 
 --update-docs writes the `preset-table` block of docs/simulator-results.md; --quick runs the first 20
 minutes of one trace on one preset, one seed and phase (checks the script). Not run by CI: the default
-(3 presets x 2 traces x 5 columns x 3 seeds x 2 phases) is about 8 CPU minutes.
+(3 presets x 2 traces x 5 columns x 3 seeds x 2 phases, and each oracle's informed reactive schedules) is
+about 12 CPU minutes.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from keda_llm.simulator.control.policies import ITL_TARGET_FRACTION, ours_scaled
 from keda_llm.simulator.hardware.perf import step_time
 from keda_llm.simulator.hardware.presets import get_preset
 from keda_llm.simulator.report.frontier_point import run_point
-from keda_llm.simulator.report.reactive import ReactivePoint, reactive_limit
+from keda_llm.simulator.report.reactive import ReactivePoint, cheapest_reactive
 from keda_llm.simulator.report.summary import summarize
 from keda_llm.simulator.run import Backtest, run_policies
 from keda_llm.simulator.tune import FULL_GRID, PHASE_SPAN_S
@@ -72,9 +73,9 @@ class Run:
     gpu_h: float
     cpu_s: float
     #: the oracle's row only: the cheapest perfectly informed reactive setting meeting its target (None: none
-    #: does) and the setting of best attainment (`reactive_limit`)
-    limit: ReactivePoint | None = None
-    limit_best: ReactivePoint | None = None
+    #: does) and the setting of best attainment (`cheapest_reactive`)
+    reactive: ReactivePoint | None = None
+    reactive_best: ReactivePoint | None = None
 
 
 def floor_s(preset: str) -> float:
@@ -110,9 +111,9 @@ def run_one(job: tuple[str, str, float, bool, int, float, bool]) -> Run:
         (result,), plan = run_policies(tr, bt, ["oracle"])
         assert plan is not None
         s = summarize(result, SLO)
-        limit, best = reactive_limit(tr, bt, plan)
+        reactive, best = cheapest_reactive(tr, bt, plan)
         return Run(preset, trace, 0.0, False, seed, shift_s, s.slo_attainment, s.gpu_hours,
-                   time.process_time() - t0, limit, best)
+                   time.process_time() - t0, reactive, best)
     if busy:
         bt = replace(bt, scaledobject=busy_scaledobject(bt))
     point = run_point(tr, bt, "ours", share * SLO.itl_s)
@@ -129,14 +130,14 @@ def _shown(cell: tuple[float, float]) -> str:
     return f"{100 * cell[0]:.2f}% / {cell[1]:.2f}x"
 
 
-def _limit(oracle: Run) -> str:
-    """The reactive limit's cell: its setting and cost over the oracle's, or the best it reached."""
-    if oracle.limit is not None:
-        p = oracle.limit
+def _reactive(oracle: Run) -> str:
+    """The informed reactive cell: its setting and cost over the oracle's, or the best it reached."""
+    if oracle.reactive is not None:
+        p = oracle.reactive
         return f"{p.gpu_hours / oracle.gpu_h:.2f}x (hold {p.hold} min, x{p.headroom:g})"
-    if oracle.limit_best is None:
+    if oracle.reactive_best is None:
         return "-"
-    p = oracle.limit_best
+    p = oracle.reactive_best
     return f"never: {100 * p.attainment:.2f}% at best (hold {p.hold} min, x{p.headroom:g})"
 
 
@@ -148,11 +149,11 @@ def table(runs: list[Run], presets: list[str], cases: list[Case], shares: tuple[
             f"attainment / the runs' mean GPU-hours over the preset's oracle (seed 0, phase 0). Floor: one decode "
             f"step at {FLOOR_CONTEXT:,.0f} tokens of context; at the default ({ITL_TARGET_FRACTION:g}) the "
             f"utilization its target holds, u = 1 - floor / target, and how far the load can grow before the ITL "
-            f"reaches the SLO, (1 - floor / SLO) / u. Reactive limit: the cheapest perfectly informed reactive "
+            f"reaches the SLO, (1 - floor / SLO) / u. Informed reactive: the cheapest perfectly informed reactive "
             f"schedule meeting the oracle's target, over the oracle's GPU-hours. Last column: the default with "
             f"`itlScaling: busy`. **Bold**: the cheapest share at 99% on every run (proportional scaling).\n\n")
     cols = " | ".join(f"ours at {s:g}" for s in shares) + f" | ours at {ITL_TARGET_FRACTION:g}, busy"
-    out = [head + f"| preset | trace | floor | u / margin at {ITL_TARGET_FRACTION:g} | oracle | reactive limit | "
+    out = [head + f"| preset | trace | floor | u / margin at {ITL_TARGET_FRACTION:g} | oracle | informed reactive | "
                   f"{cols} |",
            "|---|---|---|---|---|---|" + "---|" * (len(shares) + 1)]
     for preset in presets:
@@ -170,7 +171,7 @@ def table(runs: list[Run], presets: list[str], cases: list[Case], shares: tuple[
                 text[best] = f"**{text[best]}**"
             text.append(_shown(_cell(busy, oracle.gpu_h)) if busy else "-")
             out.append(f"| {preset} | {case.trace} | {1000 * floor:.1f} ms | {u:.2f} / {grow:.2f}x | "
-                       f"{100 * oracle.slo:.2f}% at {oracle.gpu_h:.2f} GPU-h | {_limit(oracle)} | "
+                       f"{100 * oracle.slo:.2f}% at {oracle.gpu_h:.2f} GPU-h | {_reactive(oracle)} | "
                        + " | ".join(text) + " |")
     return "\n".join(out) + "\n"
 

@@ -12,7 +12,8 @@ one command, in the order they depend on nothing but the code:
 3. scripts/simulator_table.py --update-docs: the backtest table (every trace, every baseline, the oracle
    the frontier kept, replayed); then scripts/phase_table.py --update-docs: ours' default over the control
    loop's phase (the arrivals shifted by seconds), against the same oracles; then scripts/preset_table.py
-   --update-docs: the default's ITL share on 8B H100 and A100 beside 70B, against each preset's oracle;
+   --update-docs: the default's ITL share on 8B H100 and A100 beside 70B, against each preset's oracle and
+   its perfectly informed reactive schedule;
 4. scripts/pools_table.py --update-docs (docs/pools.md) and scripts/degraded_backtest.py --update-docs
    (docs/degraded.md), then its KV-bound world (--preset llama-3.1-8b/l4 --trace azure2023-code).
 Not run by CI: the whole takes CPU hours (what does not move is read from docs/data/:

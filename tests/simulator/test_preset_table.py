@@ -81,7 +81,7 @@ def test_quick_runs_one_preset_end_to_end_and_writes_no_docs(script: ModuleType,
     out = capsys.readouterr().out
     (row,) = [line for line in out.splitlines() if line.startswith("| llama-3.1-8b/h100 |")]
     cells = [c.strip() for c in row.strip("|").split("|")]
-    # preset, trace, floor, margin, the oracle, the reactive limit, each share, the busy column
+    # preset, trace, floor, margin, the oracle, the reactive reactive, each share, the busy column
     assert len(cells) == 6 + len(script.SHARES) + 1
     assert "GPU-h" in cells[4]
     assert re.fullmatch(r"\d+\.\d\dx \(hold \d+ min, x[\d.]+\)|never: [\d.]+% at best \(hold \d+ min, x[\d.]+\)",
@@ -90,12 +90,12 @@ def test_quick_runs_one_preset_end_to_end_and_writes_no_docs(script: ModuleType,
     assert not written
 
 
-def test_the_reactive_limit_cell_says_the_cheapest_setting_or_the_best_it_reached(script: ModuleType) -> None:
+def test_the_cheapest_reactive_cell_says_the_cheapest_setting_or_the_best_it_reached(script: ModuleType) -> None:
     from keda_llm.simulator.report.reactive import ReactivePoint
 
     oracle = script.Run("llama-3.1-8b/h100", "azure2023-code", 0.0, False, 0, 0.0, 0.998, 2.0, 1.0,
                         ReactivePoint(2, 1.25, 0.9978, 3.02, 1.0), ReactivePoint(10, 1.25, 0.9989, 3.5, 1.0))
-    assert script._limit(oracle) == "1.51x (hold 2 min, x1.25)"
-    never = replace(oracle, limit=None, limit_best=ReactivePoint(10, 1.0, 0.97631, 2.6, 1.0))
-    assert script._limit(never) == "never: 97.63% at best (hold 10 min, x1)"
-    assert script._limit(replace(oracle, limit=None, limit_best=None)) == "-"
+    assert script._reactive(oracle) == "1.51x (hold 2 min, x1.25)"
+    never = replace(oracle, reactive=None, reactive_best=ReactivePoint(10, 1.0, 0.97631, 2.6, 1.0))
+    assert script._reactive(never) == "never: 97.63% at best (hold 10 min, x1)"
+    assert script._reactive(replace(oracle, reactive=None, reactive_best=None)) == "-"
