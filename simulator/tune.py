@@ -22,6 +22,11 @@ meeting `target` (a fraction of all requests), else the cheapest point within 0.
 attainment, flagged as missing the target. The oracle is planned on from the cheapest candidate's schedule
 that meets the target for less than it, or at most 10% more (`oracle_on_from_pick`, the frontier's rule):
 the plan from scratch can stop short, and a pick "cheaper than the oracle" would say so only about the plan.
+Beside the oracle, the perfectly informed reactive schedule (simulator/report/reactive.py: the oracle's count
+for each minute, ready a cold start after the minute starts, held and given headroom), its settings run in
+the same pool as the candidates: the cheapest that meets `target`, or the best it reaches. Where even it
+misses, or needs far more than the oracle, the trace's bursts are shorter than a cold start, and what meets
+them is capacity held before them (`minReplicaCount`, warm windows) rather than a better reactive knob.
 """
 
 from __future__ import annotations
@@ -64,6 +69,8 @@ from keda_llm.simulator.report.frontier import (
     worker_pool,
     worst_at_mean,
 )
+from keda_llm.simulator.report.oracle import OraclePlan
+from keda_llm.simulator.report.reactive import HOLDS, ReactivePoint, best_of, cheapest_meeting, replay, settings_pods
 from keda_llm.simulator.report.summary import summarize
 from keda_llm.simulator.run import Backtest, Mode, run_policies, simulate
 from keda_llm.simulator.workload.traces import Trace, TraceError
@@ -257,6 +264,13 @@ class TuneResult:
     seeds: tuple[int, ...] = (0,)  # each point's runs (over_seeds); the references ran with the first
     max_replicas: int = DEFAULT_MAX_REPLICAS  # every candidate's maxReplicaCount, as simulated
     phases: int = 1  # each seed's runs over the control loop's phase (over_phases)
+    #: the perfectly informed reactive schedule's settings, replayed (first seed, phase 0; with the oracle)
+    reactive: tuple[ReactivePoint, ...] = ()
+
+    @property
+    def reactive_meeting(self) -> ReactivePoint | None:
+        """The cheapest informed reactive setting that meets the target (None: none does, or none ran)."""
+        return cheapest_meeting(self.reactive, self.target)
 
     @property
     def met(self) -> bool:
@@ -334,13 +348,19 @@ def _worker_point(knobs: Knobs, manifest: dict[str, Any], seed: int, phase: int,
     return run_point(phase_shifted(trace, phase, phases), with_seed(backtest, seed), knobs, manifest)
 
 
-def references(trace: Trace, backtest: Backtest) -> tuple[Reference, Reference, float]:
-    """(oracle, static at the oracle's peak, the share of requests that can meet the SLO at all)."""
+def references(trace: Trace, backtest: Backtest) -> tuple[Reference, Reference, float, OraclePlan]:
+    """(oracle, static at the oracle's peak, the share of requests that can meet the SLO at all, the plan)."""
     results, oracle = run_policies(trace, backtest, ["static", "oracle"])
     assert oracle is not None
     static, orc = (summarize(r, backtest.slo) for r in results)
     return (Reference(orc.slo_attainment, orc.gpu_hours), Reference(static.slo_attainment, static.gpu_hours),
-            oracle.feasible_share)
+            oracle.feasible_share, oracle)
+
+
+def _worker_reactive(hold: int, headroom: float, pods: list[Any]) -> ReactivePoint:
+    assert _WORKER is not None, "worker not initialized"
+    trace, backtest = _WORKER
+    return replay(trace, backtest, hold, headroom, pods)
 
 
 def oracle_on_from_pick(trace: Trace, backtest: Backtest, points: Sequence[Point], target: float,
@@ -371,9 +391,12 @@ def oracle_on_from_pick(trace: Trace, backtest: Backtest, points: Sequence[Point
 
 def tune(trace: Trace, backtest: Backtest, target_so: Target, *, grid: Grid = FULL_GRID, target: float = 0.99,
          workers: int = 1, with_references: bool = True, seeds: Sequence[int] | None = None, phases: int = 1,
-         progress: Callable[[int, int], None] | None = None) -> TuneResult:
+         progress: Callable[[int, int], None] | None = None,
+         reactive_holds: Sequence[int] = HOLDS) -> TuneResult:
     """Every candidate of `grid` on the trace (see the module docstring), each run with every one of `seeds`
-    (default: the backtest's own) at each of `phases` phases. `progress(done, total)` after each run."""
+    (default: the backtest's own) at each of `phases` phases; with the references, the informed reactive
+    schedule at each of `reactive_holds` (minutes) x reactive.HEADROOMS. `progress(done, total)` after each
+    run."""
     if not 0 < target <= 1:
         raise ValueError(f"target must be in (0, 1], got {target}")
     if workers < 1:
@@ -390,32 +413,48 @@ def tune(trace: Trace, backtest: Backtest, target_so: Target, *, grid: Grid = FU
                  for k in knobs]
     bt = replace(backtest, max_replicas=target_so.max_replicas, scaledobject=None, seed=seeds[0])
     jobs = [(i, seed, k) for i in range(len(knobs)) for seed in seeds for k in range(phases)]
-    # the references: the oracle with static, then the oracle planned on from the pick (oracle_on_from_pick)
-    total = len(jobs) + (2 if with_references else 0)
+    # the references: the oracle with static, the informed reactive schedule's settings (in the pool, beside the
+    # candidates), then the oracle planned on from the pick (oracle_on_from_pick)
     oracle = static = None
     feasible = None
+    settings: list[tuple[int, float, list[Any]]] = []
     if with_references:
-        oracle, static, feasible = references(trace, bt)
-        if progress is not None:
-            progress(1, total)
+        oracle, static, feasible, plan = references(trace, bt)
+        settings = settings_pods(plan, bt, reactive_holds)
+    total = len(jobs) + len(settings) + (2 if with_references else 0)
+    if with_references and progress is not None:
+        progress(1, total)
     done0 = 1 if with_references else 0
     runs: dict[tuple[int, int, int], Point] = {}
+    reactive: list[ReactivePoint] = []
     if workers == 1:
-        for n, (i, seed, k) in enumerate(jobs, start=done0 + 1):
+        n = done0
+        for i, seed, k in jobs:
             runs[i, seed, k] = run_point(phase_shifted(trace, k, phases), with_seed(bt, seed), knobs[i], manifests[i])
+            n += 1
+            if progress is not None:
+                progress(n, total)
+        for hold, room, pods in settings:
+            reactive.append(replay(trace, bt, hold, room, pods))
+            n += 1
             if progress is not None:
                 progress(n, total)
     else:
-        pool = worker_pool(min(workers, len(jobs)), _init_worker, (trace, bt))
+        pool = worker_pool(min(workers, len(jobs) + len(settings)), _init_worker, (trace, bt))
         try:
-            pending: dict[Future[Point], tuple[int, int, int]] = {
+            pending: dict[Future[Any], tuple[int, int, int] | None] = {
                 pool.submit(_worker_point, knobs[i], manifests[i], seed, k, phases): (i, seed, k)
                 for i, seed, k in jobs}
+            pending.update({pool.submit(_worker_reactive, hold, room, pods): None for hold, room, pods in settings})
             n = done0
             while pending:
                 finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
                 for fut in finished:
-                    runs[pending.pop(fut)] = fut.result()
+                    key = pending.pop(fut)
+                    if key is None:
+                        reactive.append(fut.result())
+                    else:
+                        runs[key] = fut.result()
                     n += 1
                     if progress is not None:
                         progress(n, total)
@@ -423,6 +462,7 @@ def tune(trace: Trace, backtest: Backtest, target_so: Target, *, grid: Grid = FU
             _stop(pool)
             raise
         pool.shutdown()
+    reactive.sort(key=lambda p: (p.headroom, p.hold))
     points = tuple(over_seeds([over_phases([runs[i, seed, k] for k in range(phases)]) for seed in seeds])
                    for i in range(len(knobs)))
     if oracle is not None:
@@ -430,7 +470,7 @@ def tune(trace: Trace, backtest: Backtest, target_so: Target, *, grid: Grid = FU
         if progress is not None:
             progress(total, total)
     return TuneResult(points, target, oracle, static, feasible, bt.resolved_mode(trace), seeds, bt.max_replicas,
-                      phases)
+                      phases, tuple(reactive))
 
 
 # -- holding out ------------------------------------------------------------------------------------
@@ -555,6 +595,9 @@ def header(result: TuneResult, *, trace: Trace, backtest: Backtest, command: str
         refs.append(f"static at peak {100 * result.static.attainment:.1f}% at {result.static.gpu_hours:.2f} GPU-h")
     if refs:
         lines.append("Beside it: " + "; ".join(refs) + ".")
+    line = reactive_line(result)
+    if line is not None:
+        lines.append(line)
     note = fidelity_note(result)
     if note is not None:
         lines.append(f"NOTE: {note}.")
@@ -564,6 +607,23 @@ def header(result: TuneResult, *, trace: Trace, backtest: Backtest, command: str
     if command:
         lines.append(f"Command: {command}")
     return lines
+
+
+def reactive_line(result: TuneResult) -> str | None:
+    """One sentence: what reacting on a perfect signal costs on this trace, against the pick (None: not run)."""
+    if not result.reactive:
+        return None
+    head = "Reacting on a perfect signal (the oracle's count for each minute, ready a cold start later): "
+    best = result.reactive_meeting
+    if best is not None:
+        return (head + f"meets the target at {best.gpu_hours:.2f} GPU-hours (a {best.hold}-minute hold, headroom "
+                f"{best.headroom:g}; {100 * best.attainment:.1f}%).")
+    top = best_of(result.reactive)
+    head += (f"never meets the target ({100 * top.attainment:.1f}% at best, a {top.hold}-minute hold, headroom "
+             f"{top.headroom:g}, {top.gpu_hours:.2f} GPU-hours)")
+    if result.oracle is not None and result.oracle.attainment < result.target:
+        return head + ", nor does the oracle."
+    return head + ": reacting is not enough here; capacity held before the bursts (minReplicaCount, warm windows) is."
 
 
 def holdout_line(h: Holdout) -> str:
@@ -619,6 +679,10 @@ def plot(result: TuneResult, path: str | Path, *, title: str) -> None:
     for ref, name, marker in ((result.oracle, "oracle", "D"), (result.static, "static (peak)", "s")):
         if ref is not None:
             ax.scatter([ref.gpu_hours], [100 * ref.attainment], marker=marker, s=50, color="k", label=name, zorder=4)
+    if result.reactive:
+        r = result.reactive_meeting or best_of(result.reactive)
+        ax.scatter([r.gpu_hours], [100 * r.attainment], marker="^", s=60, color="tab:green", zorder=4,
+                   label=f"informed reactive (hold {r.hold} min, x{r.headroom:g})")
     ax.set_xlabel("GPU-hours")
     ax.set_ylabel("SLO attainment (% of requests)")
     ax.set_title(title, fontsize=10)

@@ -101,7 +101,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the candidates' itlScaling; both: every candidate with each, twice the CPU (busy reads "
                         "a replica's ITL above its floor: for a fast-decoding model, docs/design.md) [proportional]")
     r.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes [the CPU count]")
-    r.add_argument("--no-oracle", action="store_true", help="skip the oracle and static references")
+    r.add_argument("--no-oracle", action="store_true",
+                   help="skip the references: the oracle, static and the informed reactive schedule")
     r.add_argument("--mode", default="auto", choices=MODES, help="simulator mode [auto]")
     r.add_argument("--seed", type=int, default=0, help="seed for cold starts and synthesized arrivals [0]")
     r.add_argument("--seeds", type=int, default=1, metavar="N",
@@ -489,6 +490,7 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from keda_llm.simulator.report.reactive import HEADROOMS, HOLDS, QUICK_HOLDS
     from keda_llm.simulator.tune import (
         COST_TIE,
         check_holdout,
@@ -496,6 +498,7 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
         holdout_line,
         model_note,
         plot,
+        reactive_line,
         render_yaml,
         static_line,
         tune,
@@ -529,11 +532,13 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
                           "(docs/tune.md, Limits)")
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=err_console, transient=True, disable=args.quiet)
-    task = progress.add_task("sweep", total=runs + (0 if args.no_oracle else 2))
+    reactive = 0 if args.no_oracle else len(QUICK_HOLDS if args.quick else HOLDS) * len(HEADROOMS)
+    task = progress.add_task("sweep", total=runs + reactive + (0 if args.no_oracle else 2))
     try:
         with progress:
             result = tune(trace, bt, target, grid=grid, target=args.target, workers=args.workers,
                           with_references=not args.no_oracle, seeds=seeds, phases=args.phases,
+                          reactive_holds=QUICK_HOLDS if args.quick else HOLDS,
                           progress=lambda done, total: progress.update(task, completed=done, total=total))
             holdout = None
             if held is not None:
@@ -590,6 +595,9 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
     static = static_line(result)
     if static is not None:
         console.print(static, markup=False, highlight=False)
+    reactive_text = reactive_line(result)
+    if reactive_text is not None:
+        console.print(reactive_text, markup=False, highlight=False)
     if holdout is not None:
         console.print(holdout_line(holdout), markup=False, highlight=False)
     if args.out:
@@ -626,4 +634,10 @@ def frontier_table(result: Any, bt: Any) -> Any:
     for name, ref in (("oracle", result.oracle), ("static (peak)", result.static)):
         if ref is not None:
             t.add_row("", name, "", "", "", "", "", "", f"{100 * ref.attainment:.2f}%", f"{ref.gpu_hours:.2f}", "")
+    if result.reactive:  # the cheapest informed reactive setting meeting the target, else its best
+        from keda_llm.simulator.report.reactive import best_of
+
+        r = result.reactive_meeting or best_of(result.reactive)
+        t.add_row("", f"informed reactive x{r.headroom:g}", "", f"{r.hold}m hold", "", "", "", "",
+                  f"{100 * r.attainment:.2f}%", f"{r.gpu_hours:.2f}", "")
     return t

@@ -33,6 +33,8 @@ from keda_llm.simulator.workload.traces import Trace
 #: quarter more than the count (which doubles a count of one)
 HOLDS = (0, 1, 2, 4, 6, 10, 15, 20, 30)
 HEADROOMS = (1.0, 1.25)
+#: a coarser set of holds, for a quick look (`keda-llm tune --quick`): 8 replays where HOLDS makes 18
+QUICK_HOLDS = (0, 2, 6, 20)
 
 
 def reactive_counts(counts: np.ndarray, delay: int, hold: int, headroom: float = 1.0) -> np.ndarray:
@@ -87,13 +89,26 @@ class ReactivePoint:
     cpu_s: float
 
 
-def reactive_point(trace: Trace, bt: Backtest, plan: OraclePlan, hold: int, headroom: float) -> ReactivePoint:
-    """The schedule at one setting, replayed on `trace` in the backtest's mode (a schedule planned in advance
-    runs from the window's start, the lead-in unplayed, as the oracle's does)."""
+def settings_pods(plan: OraclePlan, bt: Backtest, holds: Sequence[int] = HOLDS,
+                  headrooms: Sequence[float] = HEADROOMS) -> list[tuple[int, float, list[PodPlan]]]:
+    """(hold, headroom, the schedule's pods) for each setting, drawn as `reactive_point` draws them: what a
+    caller replays elsewhere (a worker process) without shipping the plan there."""
+    cold = bt.preset.cold_start(bt.cold_start)
+    return [(h, r, reactive_pods(plan, cold, h, r, bt.seed, bt.max_replicas)) for r in headrooms for h in holds]
+
+
+def replay(trace: Trace, bt: Backtest, hold: int, headroom: float, pods: list[PodPlan]) -> ReactivePoint:
+    """One setting's pods replayed on `trace` in the backtest's mode (a schedule planned in advance runs from
+    the window's start, the lead-in unplayed, as the oracle's does)."""
     t0 = time.process_time()
-    pods = reactive_pods(plan, bt.preset.cold_start(bt.cold_start), hold, headroom, bt.seed, bt.max_replicas)
     s = summarize(simulate(trace, bt, ScheduleController("reactive", pods), bt.resolved_mode(trace)), bt.slo)
     return ReactivePoint(hold, headroom, s.slo_attainment, s.gpu_hours, time.process_time() - t0)
+
+
+def reactive_point(trace: Trace, bt: Backtest, plan: OraclePlan, hold: int, headroom: float) -> ReactivePoint:
+    """The schedule at one setting, replayed on `trace` (`replay`)."""
+    ((_, _, pods),) = settings_pods(plan, bt, (hold,), (headroom,))
+    return replay(trace, bt, hold, headroom, pods)
 
 
 def cheapest_meeting(points: Sequence[ReactivePoint], target: float) -> ReactivePoint | None:
@@ -107,18 +122,27 @@ def cheapest_reactive(trace: Trace, bt: Backtest, plan: OraclePlan, holds: Seque
                    headrooms: Sequence[float] = HEADROOMS) -> tuple[ReactivePoint | None, ReactivePoint]:
     """(the cheapest setting meeting the oracle's target or None, the setting of best attainment) over
     `holds` x `headrooms`: what no reactive policy beats on this trace, preset and SLO."""
-    points = [reactive_point(trace, bt, plan, h, r) for r in headrooms for h in holds]
-    return cheapest_meeting(points, plan.target_over_all), max(points, key=lambda p: p.attainment)
+    points = [replay(trace, bt, h, r, pods) for h, r, pods in settings_pods(plan, bt, holds, headrooms)]
+    return cheapest_meeting(points, plan.target_over_all), best_of(points)
+
+
+def best_of(points: Sequence[ReactivePoint]) -> ReactivePoint:
+    """The setting of best attainment (the cheaper at a tie)."""
+    return min(points, key=lambda p: (-p.attainment, p.gpu_hours))
 
 
 __all__ = [
     "HEADROOMS",
     "HOLDS",
+    "QUICK_HOLDS",
     "ReactivePoint",
+    "best_of",
     "cheapest_meeting",
     "cheapest_reactive",
     "delay_buckets",
     "reactive_counts",
     "reactive_pods",
     "reactive_point",
+    "replay",
+    "settings_pods",
 ]

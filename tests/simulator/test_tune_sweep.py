@@ -20,6 +20,7 @@ from keda_llm.simulator.control.policies import default_scaledobject
 from keda_llm.simulator.control.scaledobject import load_scaledobject, settings_from_manifest
 from keda_llm.simulator.hardware.presets import get_preset
 from keda_llm.simulator.report.frontier import Reference
+from keda_llm.simulator.report.reactive import HEADROOMS, HOLDS, ReactivePoint
 from keda_llm.simulator.report.summary import Slo
 from keda_llm.simulator.run import Backtest
 from keda_llm.simulator.tune import (
@@ -34,6 +35,7 @@ from keda_llm.simulator.tune import (
     pareto,
     pick,
     plot,
+    reactive_line,
     render_yaml,
     tune,
 )
@@ -122,6 +124,49 @@ def test_a_small_sweep_picks_the_cheapest_point_meeting_the_target(swept: TuneRe
     assert swept.oracle is not None and swept.static is not None
     assert swept.oracle.gpu_hours < swept.static.gpu_hours
     assert swept.chosen.manifest["spec"]["minReplicaCount"] == 2
+
+
+def test_the_informed_reactive_schedule_runs_beside_the_references(case: tuple[Trace, Backtest],
+                                                                   swept: TuneResult) -> None:
+    """Every setting of the perfectly informed reactive schedule ran in the pool with the candidates, in order;
+    a serial run gives the same replays; the header says the cheapest meeting the target."""
+    assert [(p.headroom, p.hold) for p in swept.reactive] == [(r, h) for r in HEADROOMS for h in HOLDS]
+    meeting = [p for p in swept.reactive if p.attainment >= swept.target]
+    assert swept.reactive_meeting == (min(meeting, key=lambda p: p.gpu_hours) if meeting else None)
+    # held longer, the schedule keeps at least as many replicas: never cheaper
+    for room in HEADROOMS:
+        costs = [p.gpu_hours for p in swept.reactive if p.headroom == room]
+        assert costs == sorted(costs)
+    serial = tune(*case, Target(MODEL), grid=Grid(itl_fraction=(0.5,), kv_utilization=(0.8,),
+                                                  scale_down_delay=(None,), mode=("hybrid",), min_replicas=(2,),
+                                                  ttft_fraction=(0.5,)),
+                  target=0.9, workers=1, reactive_holds=(0, 20))
+    par = {(p.hold, p.headroom): p for p in swept.reactive}
+    assert [(p.hold, p.headroom) for p in serial.reactive] == [(0, 1.0), (20, 1.0), (0, 1.25), (20, 1.25)]
+    assert all((p.attainment, p.gpu_hours) == (par[p.hold, p.headroom].attainment, par[p.hold, p.headroom].gpu_hours)
+               for p in serial.reactive)
+    text = render_yaml(swept, trace=case[0], backtest=case[1])
+    line = reactive_line(swept)
+    assert line is not None and f"# {line}" in text.splitlines()
+    assert tune(*case, Target(MODEL), grid=Grid(itl_fraction=(0.5,), kv_utilization=(0.8,), scale_down_delay=(None,),
+                                                 mode=("hybrid",), min_replicas=(2,), ttft_fraction=(0.5,)),
+                target=0.9, workers=1, with_references=False).reactive == ()
+
+
+def test_the_reactive_line_says_the_cheapest_setting_or_why_none_meets(swept: TuneResult) -> None:
+    pts = (ReactivePoint(0, 1.0, 0.95, 2.0, 0.0), ReactivePoint(2, 1.25, 0.992, 3.9, 0.0),
+           ReactivePoint(20, 1.0, 0.991, 3.3, 0.0))
+    met = replace(swept, target=0.99, reactive=pts)
+    assert reactive_line(met) == ("Reacting on a perfect signal (the oracle's count for each minute, ready a cold "
+                                  "start later): meets the target at 3.30 GPU-hours (a 20-minute hold, headroom 1; "
+                                  "99.1%).")
+    never = replace(met, target=0.995, oracle=Reference(0.998, 2.5))
+    line = reactive_line(never)
+    assert line is not None and "never meets the target (99.2% at best, a 2-minute hold, headroom 1.25, 3.90" in line
+    assert line.endswith("capacity held before the bursts (minReplicaCount, warm windows) is.")
+    infeasible = replace(never, oracle=Reference(0.99, 2.5))
+    assert (reactive_line(infeasible) or "").endswith(", nor does the oracle.")
+    assert reactive_line(replace(met, reactive=())) is None
 
 
 def test_parallel_points_equal_serial_ones(case: tuple[Trace, Backtest], swept: TuneResult) -> None:
