@@ -4,7 +4,8 @@ Each file's header names the command that wrote it. The test rebuilds that comma
 with the tuner's own argument parser, checks the file is the tuner's candidate for the knobs it carries
 (nothing edited by hand), and simulates the file as the sweep counted it (each of the command's seeds and
 phases): SLO attainment and GPU-hours must be the header's (one simulation of the hour-long trace is about
-1.5 CPU s; the full sweep that chose it is not re-run).
+1.5 CPU s; the full sweep that chose it is not re-run). The header's informed reactive line is replayed too:
+the oracle planned as the tuner plans it, then the schedule at each hold and headroom (about 15 CPU s).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,18 @@ import yaml
 from keda_llm.common.durations import parse_duration
 from keda_llm.simulator.control.manifest import scaledobject_manifest
 from keda_llm.simulator.report.frontier import with_seed
-from keda_llm.simulator.tune import Knobs, candidate, over_phases, over_seeds, phase_shifted, run_point
+from keda_llm.simulator.report.reactive import replay, settings_pods
+from keda_llm.simulator.tune import (
+    Knobs,
+    TuneResult,
+    candidate,
+    over_phases,
+    over_seeds,
+    phase_shifted,
+    reactive_line,
+    references,
+    run_point,
+)
 from keda_llm.simulator.tune_cli import add_arguments, build
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,3 +80,19 @@ def test_the_example_is_the_tuners_output_and_measures_what_it_says(path: Path) 
     assert measured is not None
     assert f"{100 * point.attainment:.1f}" == measured.group(1)
     assert f"{point.gpu_hours:.2f}" == measured.group(2)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_the_examples_informed_reactive_line_is_what_the_tuner_replays(path: Path) -> None:
+    text = path.read_text()
+    argv = shlex.split(_header(text)["Command"])
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(argv[2:])
+    trace, bt, target, _, _ = build(args)
+    bt = with_seed(replace(bt, max_replicas=target.max_replicas, scaledobject=None), args.seed)  # as tune() runs it
+    *_, plan = references(trace, bt)
+    points = tuple(replay(trace, bt, hold, room, pods) for hold, room, pods in settings_pods(plan, bt))
+    result = TuneResult((), args.target, None, None, None, bt.resolved_mode(trace), reactive=points)
+    line = reactive_line(result)
+    assert line is not None and f"# {line}" in text.splitlines()
