@@ -48,6 +48,7 @@ import yaml
 from keda_llm.scaler.config import format_duration, parse_metadata
 from keda_llm.scaler.scaledobject import Behavior
 from keda_llm.simulator.cluster.engine import Controller
+from keda_llm.simulator.control.controllers import PodPlan
 from keda_llm.simulator.control.manifest import scaledobject_manifest
 from keda_llm.simulator.control.policies import (
     ITL_TARGET_FRACTION,
@@ -357,7 +358,7 @@ def references(trace: Trace, backtest: Backtest) -> tuple[Reference, Reference, 
             oracle.feasible_share, oracle)
 
 
-def _worker_reactive(hold: int, headroom: float, pods: list[Any]) -> ReactivePoint:
+def _worker_reactive(hold: int, headroom: float, pods: list[PodPlan]) -> ReactivePoint:
     assert _WORKER is not None, "worker not initialized"
     trace, backtest = _WORKER
     return replay(trace, backtest, hold, headroom, pods)
@@ -417,7 +418,7 @@ def tune(trace: Trace, backtest: Backtest, target_so: Target, *, grid: Grid = FU
     # candidates), then the oracle planned on from the pick (oracle_on_from_pick)
     oracle = static = None
     feasible = None
-    settings: list[tuple[int, float, list[Any]]] = []
+    settings: list[tuple[int, float, list[PodPlan]]] = []
     if with_references:
         oracle, static, feasible, plan = references(trace, bt)
         settings = settings_pods(plan, bt, reactive_holds)
