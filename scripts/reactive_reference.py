@@ -15,9 +15,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 from simulator_table import CASES, PRESET, SLO, Case, load
 
 from keda_llm.simulator.hardware.presets import get_preset
