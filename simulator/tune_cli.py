@@ -490,7 +490,7 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from keda_llm.simulator.report.reactive import HEADROOMS, HOLDS, QUICK_HOLDS
+    from keda_llm.simulator.report.reactive import HOLDS, QUICK_HOLDS
     from keda_llm.simulator.tune import (
         COST_TIE,
         check_holdout,
@@ -532,8 +532,7 @@ def execute(args: argparse.Namespace, trace: Trace, bt: Any, target: Any, grid: 
                           "(docs/tune.md, Limits)")
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=err_console, transient=True, disable=args.quiet)
-    reactive = 0 if args.no_oracle else len(QUICK_HOLDS if args.quick else HOLDS) * len(HEADROOMS)
-    task = progress.add_task("sweep", total=runs + reactive + (0 if args.no_oracle else 2))
+    task = progress.add_task("sweep", total=runs + (0 if args.no_oracle else 2))  # tune() reports the full total
     try:
         with progress:
             result = tune(trace, bt, target, grid=grid, target=args.target, workers=args.workers,

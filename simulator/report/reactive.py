@@ -119,9 +119,9 @@ def cheapest_meeting(points: Sequence[ReactivePoint], target: float) -> Reactive
 
 
 def cheapest_reactive(trace: Trace, bt: Backtest, plan: OraclePlan, holds: Sequence[int] = HOLDS,
-                   headrooms: Sequence[float] = HEADROOMS) -> tuple[ReactivePoint | None, ReactivePoint]:
+                      headrooms: Sequence[float] = HEADROOMS) -> tuple[ReactivePoint | None, ReactivePoint]:
     """(the cheapest setting meeting the oracle's target or None, the setting of best attainment) over
-    `holds` x `headrooms`: what no reactive policy beats on this trace, preset and SLO."""
+    `holds` x `headrooms`: what reacting on a perfect signal costs on this trace, preset and SLO."""
     points = [replay(trace, bt, h, r, pods) for h, r, pods in settings_pods(plan, bt, holds, headrooms)]
     return cheapest_meeting(points, plan.target_over_all), best_of(points)
 

@@ -76,7 +76,7 @@ def test_quick_runs_one_preset_end_to_end_and_writes_no_docs(script: ModuleType,
     """The script as regenerate_docs --quick runs it: the first 20 minutes of one trace, every column."""
     monkeypatch.setattr(sys, "argv", ["preset_table.py", "--quick", "--workers", "1"])
     written: list[str] = []
-    monkeypatch.setattr(script, "replace_block", lambda *a: written.append(a[1]))
+    monkeypatch.setattr(sys.modules["simulator_table"], "replace_block", lambda *a: written.append(a[1]))
     script.main()
     out = capsys.readouterr().out
     (row,) = [line for line in out.splitlines() if line.startswith("| llama-3.1-8b/h100 |")]
