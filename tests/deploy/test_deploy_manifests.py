@@ -622,7 +622,7 @@ def test_recommended_vllm_scaled_object() -> None:
     cfg = parse_metadata(trig.metadata)
     assert trig.is_push and cfg.scale_to_zero and s.min_replicas == 0
     assert cfg.activation_query and cfg.prometheus_address == "http://prometheus-operated.monitoring.svc:9090"
-    assert cfg.idle_timeout == 900.0
+    assert cfg.idle_timeout == 1800.0
     b = s.behavior
     assert b is not None and b.scale_up is not None and b.scale_down is not None
     # no `tolerance` here: it validates on KEDA 2.17 and Kubernetes 1.27 (test_deploy_validate.py)

@@ -4,9 +4,12 @@ deploy/examples/keda-2.18/llama-70b-h100-tp4*.yaml, not from a ScaledObject only
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from keda_llm.scaler.config import parse_metadata
 from keda_llm.simulator.control.policies import ours_scaledobject
@@ -282,3 +285,60 @@ def test_ours_own_schedule_is_a_start_where_it_costs_at_most_ten_percent_more_th
     out = week_table.continue_oracle((0, hours, "code"), max_runs=4, seeds=(9,), from_ours=True, replays=False)
     assert out.splitlines() == [out.splitlines()[0]] and out.endswith("not a start")
     assert json.loads(current.read_text())["cells"]["week"]["gpu_h"] == 0.01
+
+
+#: the README's quickstart ScaledObjects (KEDA 2.17+, and 2.18+ with the HPA's tolerance at 0)
+QUICKSTART = (ROOT / "deploy" / "examples" / "vllm-scaledobject.yaml", EXAMPLES / "vllm-scaledobject.yaml")
+MEASURED = re.compile(r"^# Measured on ([\w-]+): ([\d.]+)% of requests met the SLO at ([\d.]+) GPU-hours "
+                      r"\(seed (\d+), (?:the mean over (\d+) phases of the control loop|phase 0)\)$", re.M)
+
+
+def test_every_scaledobject_the_readme_applies_says_what_it_measures() -> None:
+    """A user's first ScaledObject is the one the README's install block applies: each such file is the
+    quickstart (below) or the tuner's output (test_tune_example.py), and carries measured figures. The one it
+    applied before, sized from KV usage alone, met 66% of requests on the hour it was meant for."""
+    readme = (ROOT / "README.md").read_text()
+    applied = re.findall(r"kubectl apply -f (deploy/examples/\S+\.yaml)", readme)
+    scaledobjects = [ROOT / a for a in applied if "kind: ScaledObject" in (ROOT / a).read_text()]
+    assert scaledobjects, applied
+    for path in scaledobjects:
+        assert path in QUICKSTART or path.parent.name == "tuned", path
+        assert MEASURED.search(path.read_text()) or "# Measured:" in path.read_text(), path
+
+
+@pytest.mark.parametrize("path", QUICKSTART, ids=lambda p: p.parent.name + "/" + p.name)
+def test_the_quickstart_is_the_shipped_default_for_8b_and_measures_what_it_says(path: Path) -> None:
+    """The README's quickstart runs the rules of the backtests' `ours`, sized for 8B on one H100 (eight replicas
+    at most, the preset's p90 cold start), and each `# Measured on` line of its header is what the tuner's
+    simulation of the file gives (one H100 hour is about 1.5 CPU s a run)."""
+    import argparse
+
+    import yaml
+
+    from keda_llm.simulator.report.frontier import with_seed
+    from keda_llm.simulator.tune import Knobs, over_phases, phase_shifted, run_point
+    from keda_llm.simulator.tune_cli import add_arguments, build
+
+    p = get_preset("llama-3.1-8b/h100")
+    so = load_scaledobject(path)
+    ours = ours_scaledobject("llama-3.1-8b", max_replicas=8, cold_start_s=p.cold_start("typical").quantile(0.9),
+                             slo=(2.0, 0.1))
+    if path.parent != EXAMPLES:  # KEDA 2.17 refuses `tolerance`: the HPA's 10% band stays
+        assert so.behavior is not None and ours.behavior is not None
+        ours = dataclasses.replace(ours, behavior=dataclasses.replace(
+            ours.behavior, scale_up=dataclasses.replace(ours.behavior.scale_up, tolerance=None),
+            scale_down=dataclasses.replace(ours.behavior.scale_down, tolerance=None)))
+    assert _policy(so) == _policy(ours)
+    doc = yaml.safe_load(path.read_text())
+    lines = MEASURED.findall(path.read_text())
+    assert {t for t, *_ in lines} == {"azure2023-code", "azure2023-conv"}
+    for trace_name, share, gpu_h, seed, phases in lines:
+        parser = argparse.ArgumentParser()
+        add_arguments(parser)
+        args = parser.parse_args(["--trace", trace_name, "--preset", "llama-3.1-8b/h100", "--slo-ttft", "2",
+                                  "--slo-itl", "0.1", "--max-replicas", str(so.max_replicas)])
+        trace, bt, *_ = build(args)
+        n = int(phases or 1)
+        got = over_phases([run_point(phase_shifted(trace, k, n), with_seed(bt, int(seed)), Knobs(), doc)
+                           for k in range(n)])
+        assert (f"{100 * got.attainment:.1f}", f"{got.gpu_hours:.2f}") == (share, gpu_h), (path.name, trace_name)
