@@ -65,6 +65,33 @@ def test_the_scaledobject_validates_strictly_on_every_supported_keda(written: tu
     assert deploy_validate.keda_errors(doc, keda) == []
 
 
+def test_every_candidate_of_the_full_grid_validates_on_every_supported_keda() -> None:
+    """The run above writes one pick of the quick grid; any of the full grid's candidates (with --itl-scaling
+    busy too, and every Prometheus wiring) may be the one written, so each must be valid on every KEDA the
+    docs support, its HPA on the oldest and newest Kubernetes, and its metadata the scaler's. No simulation."""
+    from dataclasses import replace as dc_replace
+
+    from keda_llm.simulator.control.manifest import scaledobject_manifest
+    from keda_llm.simulator.tune import FULL_GRID, Target, candidate
+
+    grid = dc_replace(FULL_GRID, itl_scaling=("proportional", "busy"))
+    targets = (Target("meta-llama/Llama-3.1-8B-Instruct", name="llama-8b", namespace="llm", deployment="vllm-llama-8b",
+                      max_replicas=8, prometheus_address="http://prometheus-operated.monitoring.svc:9090"),
+               Target("llama-3.1-70b", max_replicas=64))
+    seen = 0
+    for target in targets:
+        for knobs in grid.candidates():
+            doc = scaledobject_manifest(candidate(knobs, target, slo_itl_s=0.1, cold_start_s=206.3, slo_ttft_s=2.0))
+            for keda in deploy_validate.KEDA_ORDER:
+                assert deploy_validate.keda_errors(doc, keda) == [], (keda, knobs)
+            hpa = deploy_validate.hpa_of(doc)
+            for version in (deploy_validate.K8S_VERSIONS[0], deploy_validate.K8S_VERSIONS[-1]):
+                assert deploy_validate.k8s_errors(hpa, version) == [], (version, knobs)
+            parse_metadata(doc["spec"]["triggers"][0]["metadata"])
+            seen += 1
+    assert seen == 2 * 2 * len(FULL_GRID.candidates()) == 1440
+
+
 def test_the_hpa_it_makes_validates_on_the_oldest_and_newest_kubernetes(written: tuple[int, str, Path, Path]) -> None:
     doc = yaml.safe_load(written[2].read_text())
     for version in (deploy_validate.K8S_VERSIONS[0], deploy_validate.K8S_VERSIONS[-1]):
