@@ -18,6 +18,7 @@ point that differs stops it with nothing written: the change moved results, and 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import random
 import subprocess
@@ -26,19 +27,22 @@ import tarfile
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from simulator_table import CACHE, CASES, PRESET, SLO, load
 
+from keda_llm.simulator.control.controllers import ScheduleController
 from keda_llm.simulator.hardware.presets import get_preset
-from keda_llm.simulator.report.frontier import references, with_seed
+from keda_llm.simulator.report import frontier_cache
+from keda_llm.simulator.report.frontier import oracle_pods, references, with_seed
 from keda_llm.simulator.report.frontier_cache import PointCache, References
 from keda_llm.simulator.report.frontier_point import Point, run_point
-from keda_llm.simulator.run import Backtest
+from keda_llm.simulator.report.summary import summarize
+from keda_llm.simulator.run import Backtest, simulate
 from keda_llm.simulator.workload.traces import Trace
 
 #: the parts a point's key reads (simulator/report/frontier_cache.py: SHARED_SOURCES and what they import)
@@ -68,8 +72,24 @@ def checkout(rev: str, into: Path) -> Path:
     return into
 
 
+def key_rule(old_root: Path) -> type[PointCache]:
+    """The revision's own PointCache, loaded from its frontier_cache.py: the entries it wrote are keyed by its
+    rule of what a point's source is (NOT_A_POINT and the rest), which a change to that rule moves for every
+    entry without moving a result. Where the revision's rule is the working tree's, the installed class."""
+    old = old_root / "simulator" / "report" / "frontier_cache.py"
+    if old.read_bytes() == Path(frontier_cache.__file__).read_bytes():
+        return PointCache
+    spec = importlib.util.spec_from_file_location("carried_frontier_cache", old)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return cast(type[PointCache], module.PointCache)
+
+
 def stale_entries(old_root: Path, bt: Backtest) -> tuple[list[Entry], dict[int, tuple[PointCache, PointCache]]]:
-    """Every point entry current for the source under `old_root` and missing for the working tree's."""
+    """Every point entry current for the source under `old_root` (keyed by its own rule: key_rule) and missing
+    for the working tree's."""
     by_trace: dict[str, list[dict[str, Any]]] = {}
     for f in sorted((CACHE / "points").glob("*.json")):
         d = json.loads(f.read_text())
@@ -78,7 +98,7 @@ def stale_entries(old_root: Path, bt: Backtest) -> tuple[list[Entry], dict[int, 
     caches: dict[int, tuple[PointCache, PointCache]] = {}
     for ci, case in enumerate(CASES):
         tr = load(case, False)
-        old = PointCache(CACHE, tr, bt, sources_root=old_root)
+        old = key_rule(old_root)(CACHE, tr, bt, sources_root=old_root)
         new = PointCache(CACHE, tr, bt)
         caches[ci] = (old, new)
         for d in by_trace.get(tr.name, []):
@@ -117,8 +137,24 @@ def _simulate(e: Entry, bt: Backtest) -> Point:
     return run_point(tr, with_seed(bt, e.seed), e.policy, e.knob)
 
 
-def _references(case: int, bt: Backtest) -> References:
-    return references(load(CASES[case], False), bt)
+def _references(case: int, bt: Backtest, was: References) -> References | None:
+    """The trace's references on this source, or None where they moved. The plan from scratch, static and the
+    bound are computed again; where the stored oracle was planned on from a policy's schedule
+    (frontier.oracle_from_points) the plan from scratch must give its `scratch_gpu_hours`, and its own schedule,
+    replayed, its SLO attainment and GPU-hours: what is carried is the stored entry."""
+    tr = load(CASES[case], False)
+    fresh = references(tr, bt)
+    pods = oracle_pods(was)
+    if pods is None:  # the plan from scratch stood, whatever starts were tried (those are carried too)
+        return was if _same_refs(fresh, replace(was, oracle_starts=(), oracle_settled=False)) else None
+    scratch = replace(was, oracle_attainment=fresh.oracle_attainment, oracle_gpu_hours=was.scratch_gpu_hours,
+                      oracle_status=fresh.oracle_status, oracle_pods=(), oracle_settled=False, scratch_gpu_hours=0.0,
+                      oracle_starts=())
+    if not _same_refs(fresh, scratch):
+        return None
+    s = summarize(simulate(tr, bt, ScheduleController("oracle", pods), bt.resolved_mode(tr)), SLO)
+    same = s.slo_attainment == was.oracle_attainment and s.gpu_hours == was.oracle_gpu_hours
+    return was if same else None
 
 
 def _same_refs(a: References, b: References) -> bool:
@@ -154,14 +190,14 @@ def main() -> None:
         carry_refs = [ci for ci, (old, new) in caches.items()
                       if old.get_references(bt.oracle_target) is not None
                       and new.get_references(bt.oracle_target) is None]
-        rfuts = {ci: pool.submit(_references, ci, bt) for ci in carry_refs}
+        # the revision's References may be its own class (key_rule): carried as this source's
+        rfuts = {ci: pool.submit(_references, ci, bt, References(**asdict(was))) for ci in carry_refs
+                 if (was := caches[ci][0].get_references(bt.oracle_target)) is not None}
         futs = {e: pool.submit(_simulate, e, bt) for e in picked}
         for ci, rf in rfuts.items():
-            was = caches[ci][0].get_references(bt.oracle_target)
-            assert was is not None
             r = rf.result()
-            print(f"  {CASES[ci].trace} references: {'same' if _same_refs(r, was) else 'DIFFER'}", flush=True)
-            if not _same_refs(r, was):
+            print(f"  {CASES[ci].trace} references: {'same' if r is not None else 'DIFFER'}", flush=True)
+            if r is None:
                 pool.shutdown(cancel_futures=True)
                 raise SystemExit(f"{CASES[ci].trace}'s references moved: this change is not result-neutral; "
                                  "nothing carried. hint: scripts/simulator_table.py --frontier re-simulates them")

@@ -175,13 +175,16 @@ class Frontier:
         return "points"
 
     def cost(self) -> str:
-        """`12.3 GPU-h`, `never (best 97.1%)` or `over the cap (99.8% at 71.37 GPU-h)`."""
+        """`12.3 GPU-h`, `never (best 97.1%)`, `not in 6 points (best 58.2%)` or `over the cap (99.8% at 71.37
+        GPU-h)`. "never": the sweep went on until its points cost more than static provisioning; "not in N
+        points": its grid ran out first, so more capacity might still reach the target under the cap."""
         r = self.reached
         if r is None:
             o = self.reached_over_cap
             if o is not None:
                 return f"over the cap ({100 * o.attainment:.1f}% at {o.gpu_hours:.2f} GPU-h)"
-            return f"never (best {100 * self.best.attainment:.1f}%)"
+            best = f"best {100 * self.best.attainment:.1f}%"
+            return f"not in {len(self.grid)} points ({best})" if self.stop == "points" else f"never ({best})"
         return f"{r.gpu_hours:.2f} GPU-h"
 
 

@@ -59,9 +59,11 @@ IMPORTED_ONLY = ("common", "activator")
 #: server, command line and Kubernetes client do not
 OURS_IMPORTED = (*IMPORTED_ONLY, "scaler")
 #: what of those does not compute a point: the sweep itself, this cache, the tuner and command lines, the caveat
-#: on a fluid run's fidelity (read from a finished run), and ours' wiring (in OURS_SOURCES instead)
+#: on a fluid run's fidelity (read from a finished run), the informed reactive reference (replays an oracle's
+#: schedule beside the sweep, never inside a point), and ours' wiring (in OURS_SOURCES instead)
 NOT_A_POINT = ("simulator/report/frontier.py", "simulator/report/frontier_cache.py",
-               "simulator/report/leave_one_out.py", "simulator/report/fidelity.py", "simulator/tune.py",
+               "simulator/report/leave_one_out.py", "simulator/report/fidelity.py", "simulator/report/reactive.py",
+               "simulator/tune.py",
                "simulator/tune_cli.py", "simulator/cli.py", "simulator/control/policies.py")
 #: what only the fluid mode runs (simulator/run.py imports them for it alone): not in a detailed point's key
 FLUID_ONLY = ("simulator/cluster/fluid.py", "simulator/cluster/fluid_kernel.py")

@@ -487,6 +487,22 @@ def test_parallel_equals_serial(case: tuple[Trace, Backtest], serial: list[Front
     _check_fake(sweep(*case, FAKE, cap_gpu_hours=3.0, points=6, run=_fake_point, workers=2))
 
 
+def test_ray_without_ray_installed_is_one_line_with_a_hint() -> None:
+    """scripts/simulator_table.py --ray where the [ray] extra is not installed: one line, no traceback."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("ray") is not None:
+        pytest.skip("Ray is installed here")
+    script = Path(__file__).resolve().parents[2] / "scripts" / "simulator_table.py"
+    done = subprocess.run([sys.executable, str(script), "--frontier", "--quick", "--ray", "auto"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == ("--ray needs Ray, which is not installed; hint: pip install 'keda-llm[ray]', or run "
+                                   "on --workers N")
+
+
 @pytest.mark.skipif(not os.environ.get("KEDA_LLM_TEST_RAY"),
                     reason="starting a local Ray instance takes 15-45 s on 2 cores: set KEDA_LLM_TEST_RAY=1")
 def test_ray_equals_serial(case: tuple[Trace, Backtest], serial: list[Frontier]) -> None:
@@ -511,7 +527,8 @@ def test_frontier_section_round_trips_and_plots(case: tuple[Trace, Backtest], tm
     assert (tmp_path / "f.png").stat().st_size > 1000
 
 
-COST = re.compile(r"^(\d+\.\d\d GPU-h|never \(best \d+\.\d%\)|over the cap \(\d+\.\d% at (\d+\.\d\d) GPU-h\))$")
+COST = re.compile(r"^(\d+\.\d\d GPU-h|never \(best \d+\.\d%\)|not in \d+ points \(best \d+\.\d%\)|"
+                  r"over the cap \(\d+\.\d% at (\d+\.\d\d) GPU-h\))$")
 CAP = re.compile(r"static at its peak \(the cap\) (\d+\.\d\d) GPU-h")
 
 
@@ -534,6 +551,8 @@ def test_the_docs_frontier_block_parses() -> None:
             elif r[cost].endswith("GPU-h"):  # a cost to reach counts only under the cap
                 assert float(r[cost].split()[0]) <= float(cap.group(1)), (title, r)
             assert r["stop"] in ("target", "cap", "points", "below", "flat", "bound")
+            assert r[cost].startswith("not in ") == (r["stop"] == "points" and m.group(2) is None
+                                                      and not r[cost].endswith("GPU-h")), (title, r)
         img = re.search(r"\]\((img/[^)]+\.png)\)", text)
         assert img and (ROOT / "docs" / img.group(1)).is_file(), title
 
@@ -566,20 +585,24 @@ def test_a_point_over_a_cap_that_static_meets_does_not_reach_the_target() -> Non
     # a point under the cap that meets the target is the cost to reach it, the one above it aside
     h = replace(f, points=(*pts, Point(0.075, 0.99, 44.0, 0.0)))
     assert h.reached is not None and h.reached.gpu_hours == 44.0 and h.reached_over_cap is None
-    # no point meets it anywhere: never, with the best attainment
-    k = replace(f, points=(pts[0], pts[2]))
-    assert k.reached is None and k.reached_over_cap is None and k.cost() == "never (best 97.0%)"
+    # no point meets it, and the sweep went on past the cap: never, with the best attainment
+    k = replace(f, points=(pts[0], Point(0.07, 0.97, 50.0, 0.0)))
+    assert k.reached is None and k.reached_over_cap is None and k.stop == "cap" and k.cost() == "never (best 97.0%)"
+    # no point meets it and the grid ran out under the cap: more capacity might still reach it, so not "never"
+    m = replace(f, points=(pts[0], pts[2]))
+    assert m.stop == "points" and m.cost() == "not in 2 points (best 97.0%)"
 
 
 def test_the_docs_frontier_block_is_what_the_committed_points_give() -> None:
     """Each trace's section in the docs, rebuilt from docs/data/frontier-points alone (nothing simulated): a
     hand-edited figure, a section written by other code than the store's, or a corrupt entry fails here.
-    A trace whose points the store lacks for this source (a change moved them; `--frontier` re-simulates
-    just those) is skipped, and it is said which."""
+    A trace whose points the store lacks for this source fails too: its section is no longer what the code
+    gives. A change that moves no result is carried over with scripts/carry_points.py; one that moves points
+    is re-simulated by `--frontier` (just those). A skip here once hid a stale store over several commits."""
     st = _script()
     bt = Backtest(get_preset(st.PRESET), cold_start="typical", slo=st.SLO)
     docs = st.parse_sections(st.read_block(ROOT / "docs" / "simulator-results.md", "frontier"))
-    compared, stale = [], []
+    stale: list[str] = []
     for case in st.CASES:
         title = st.case_title(case, False)
         try:
@@ -589,9 +612,9 @@ def test_the_docs_frontier_block_is_what_the_committed_points_give() -> None:
             stale.append(f"{title} ({e})")
             continue
         assert st.RUN_NOTE.sub("", mine) == st.RUN_NOTE.sub("", docs[title]), title
-        compared.append(title)
-    if not compared:
-        pytest.skip("the committed points are stale for this source on every trace: " + "; ".join(stale))
+    assert not stale, ("the committed points are stale for this source: " + "; ".join(stale)
+                       + ". hint: scripts/carry_points.py --from <the revision that wrote them> where no result "
+                       "moved, else scripts/simulator_table.py --frontier")
 
 
 def test_the_store_check_fails_on_a_figure_the_points_do_not_give(tmp_path: Path,
@@ -605,8 +628,7 @@ def test_the_store_check_fails_on_a_figure_the_points_do_not_give(tmp_path: Path
     monkeypatch.setattr(st, "DOCS", tmp_path)
     (tmp_path / "simulator-results.md").write_text(doc)
     case = next((c for c in st.CASES if st.check_frontier(bt, [c], *args) == 0), None)
-    if case is None:
-        pytest.skip("the committed points are stale for this source on every trace")
+    assert case is not None, "the committed points are stale for this source on every trace (the test above says how)"
     sections = st.parse_sections(st.read_block(tmp_path / "simulator-results.md", "frontier"))
     section = sections[st.case_title(case, False)]
     oracle = re.search(r"Oracle (\d+\.\d\d) GPU-h", section)
