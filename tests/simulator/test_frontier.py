@@ -662,6 +662,30 @@ def test_a_points_cache_keyed_by_another_checkouts_source_reads_what_that_source
     assert PointCache(store, tr, bt).get("hpa-kv", 0.6) is not None  # the unedited copy is the installed source
 
 
+def test_entries_written_under_another_key_rule_are_read_by_that_rule(case: tuple[Trace, Backtest],
+                                                                      tmp_path: Path) -> None:
+    """A change to what a point's key reads (frontier_cache.NOT_A_POINT) moves every entry's key without moving a
+    result: carry_points reads the revision's entries with the revision's own rule, loaded from its tree."""
+    tr, bt = case
+    cp = load_script("carry_points")
+    old = tmp_path / "old"
+    for part in ("simulator", "scaler", "common", "activator"):
+        shutil.copytree(frontier_cache._part_dir(part, None), old / part, ignore=shutil.ignore_patterns("__pycache__"))
+    assert cp.key_rule(old) is PointCache  # the same rule: the installed class
+    rule = old / "simulator" / "report" / "frontier_cache.py"
+    # the old rule keyed a module the new one leaves out (as simulator/report/reactive.py until 2026-12-07)
+    text = rule.read_text()
+    assert '"simulator/report/reactive.py",' in text
+    rule.write_text(text.replace('"simulator/report/reactive.py",', "", 1))
+    old_rule = cp.key_rule(old)
+    assert old_rule is not PointCache
+    store = tmp_path / "store"
+    old_rule(store, tr, bt, sources_root=old).put("hpa-kv", Point(0.5, 0.9, 3.0, 1.0))
+    assert PointCache(store, tr, bt, sources_root=old).get("hpa-kv", 0.5) is None  # the new rule misses it
+    got = old_rule(store, tr, bt, sources_root=old).get("hpa-kv", 0.5)
+    assert got is not None and (got.attainment, got.gpu_hours) == (0.9, 3.0)
+
+
 def test_carrying_points_re_simulates_each_groups_dearest_and_a_seeded_sample_within_the_budget() -> None:
     cp = load_script("carry_points")
     entries = [cp.Entry(c, pol, 0.1 * i, 0, Point(0.1 * i, 0.9, 1.0, cpu))
