@@ -68,6 +68,24 @@ def test_the_conversation_week_runs_the_same_scaledobject_on_the_other_service()
     assert all(f"<!-- generated:{b} -->" in doc for b in week_table.BLOCKS.values())
 
 
+def test_the_week_table_shows_the_lower_bound_under_the_oracle() -> None:
+    """Issue 9: every table shows ours against the achieved oracle and the bound. On the week's first hour the
+    bound is a positive share of the oracle's GPU-hours, under it; the row has no SLO of its own."""
+    import math
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import week_table
+
+    assert week_table.DOCS_POLICIES["code"][0] == week_table.DOCS_POLICIES["conv"][0] == "ours"
+    seed, pol, bound, _ = week_table.run_one((0, "bound", 1.0, "code"))
+    assert (seed, pol) == (0, "bound") and bound["week"].gpu_h > 0 and math.isnan(bound["week"].slo)
+    # a stand-in oracle at twice the bound: the row reads 0.50x in every cell the hour has
+    results = {(0, "bound"): bound,
+               (0, "oracle"): {k: week_table.Cell(0.99, 2 * c.gpu_h) for k, c in bound.items()}}
+    row = week_table.table(results, [0], ["oracle", "bound"]).splitlines()[-1]
+    assert row.startswith("| lower bound (no schedule goes under it) | - / 0.50x (0.50x) |")
+
+
 def test_the_shipped_scaledobject_keeps_its_replica_through_a_pause_and_gives_it_back_after_an_idle_half_hour() -> None:
     # 70B TP4, typical cold starts: a request every 10 s for 5 minutes, a 20-minute pause, 5 minutes more, then
     # two hours of nothing and 5 minutes more. The pause is shorter than idleTimeout (30m) + cooldownPeriod
