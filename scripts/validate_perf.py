@@ -150,23 +150,28 @@ class LoadedRow:
 
     curve: cal.LoadedCurve
     qps: float
-    metric: str  # "mean_tpot_ms" | "req_s"
+    metric: str  # "mean_tpot_ms" | "req_s" | "mean_ttft_s"
     measured: float
-    fitted: bool  # part of the fit (finite-QPS TPOT, QPS = inf throughput); the QPS = inf TPOT is reported only
+    fitted: bool  # part of the fit (finite-QPS TPOT, QPS = inf throughput); the QPS = inf TPOT and TTFT are reported
 
     def model(self, eff: Efficiency) -> float:
         c = self.curve
         perf = PhysicsPerf(c.gpu, c.model, c.tp, eff)
         r = cal.replay(perf, cal.v060_config(c.gpu, c.model, c.tp), self.qps,
                        scheduler_steps=cal.V060_SCHEDULER_STEPS)
-        return r.mean_tpot_ms if self.metric == "mean_tpot_ms" else r.req_s
+        return {"mean_tpot_ms": r.mean_tpot_ms, "req_s": r.req_s, "mean_ttft_s": r.mean_ttft_s}[self.metric]
 
+
+#: the mean TTFT with every request at once (QPS = inf) each loaded curve's source states beside its TPOT
+#: (../shared/reference/calibration-under-load.md, L1-L3; the blog's figures): reported, never fitted
+INF_TTFT_S = {"L1": 2.65, "L2": 4.4, "L3": 4.7}
 
 LOADED_ROWS: list[LoadedRow] = [
     row
     for c in cal.LOADED
     for row in [LoadedRow(c, q, "mean_tpot_ms", t, not math.isinf(q)) for q, t in c.tpot_ms]
-    + [LoadedRow(c, math.inf, "req_s", c.inf_req_s, True)]
+    + [LoadedRow(c, math.inf, "req_s", c.inf_req_s, True),
+       LoadedRow(c, math.inf, "mean_ttft_s", INF_TTFT_S[c.key], False)]
 ]
 
 
