@@ -172,6 +172,28 @@ def running_prometheus(workdir: Path, jobs: Sequence[Job], scrape_interval: str 
 
 
 @contextmanager
+def backfilled_prometheus(workdir: Path, openmetrics: str) -> Iterator[PrometheusServer]:
+    """A real Prometheus whose history is `openmetrics` (samples with timestamps, `# EOF` last), turned into TSDB
+    blocks by `promtool tsdb create-blocks-from openmetrics` (Prometheus' own backfill tool), so a test of hours or
+    days of history waits for none of it. It scrapes an empty body: everything it holds is in the blocks. Skipped
+    (or failed under CI) without the binaries; the samples must be older than about an hour's head block."""
+    prometheus_binary()
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool (Prometheus' own backfill tool, packaged with prometheus) is not on PATH")
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "data.om").write_text(openmetrics)
+    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(workdir / "data.om"),
+                    str(workdir / "tsdb")], check=True, capture_output=True)
+    idle = BodyServer("")
+    try:
+        with running_prometheus(workdir, [Job("idle", [idle.address])]) as prom:
+            yield prom
+    finally:
+        idle.close()
+
+
+@contextmanager
 def prometheus_servers(tmp_path: Path) -> Iterator[Callable[[Sequence[Job]], PrometheusServer]]:
     """`start(jobs) -> PrometheusServer`; every server started is stopped on exit."""
     started: list[Any] = []

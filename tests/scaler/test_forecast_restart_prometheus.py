@@ -14,15 +14,12 @@ test_history_long_prometheus.py holds the rebuilt minutes to the live ones over 
 from __future__ import annotations
 
 import math
-import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-from prometheus_server import BodyServer, Job, PrometheusServer, prometheus_binary, running_prometheus
+from prometheus_server import PrometheusServer, backfilled_prometheus
 
 from keda_llm.scaler import backfill
 from keda_llm.scaler.config import parse_metadata
@@ -90,24 +87,12 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    prometheus_binary()  # skip (or fail under CI) without it
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool (Prometheus' own backfill tool, packaged with prometheus) is not on PATH")
     end = math.floor(time.time() / 60) * 60 - 15 * 60  # old enough for Prometheus to take as history
     feed = Feed(end - SPAN, end)
-    work = tmp_path_factory.mktemp("prometheus-days")
-    (work / "data.om").write_text(feed.openmetrics())
-    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(work / "data.om"), str(work / "tsdb")],
-                   check=True, capture_output=True)
-    idle = BodyServer("")  # something to scrape: the history is in the blocks
-    try:
-        with running_prometheus(Path(work), [Job("idle", [idle.address])]) as prom:
-            prom.wait_for(f'count(llm_engine_up{{model="{MODEL}"}} @ {end - 60})',
-                          lambda r: len(r) == 1 and r[0]["value"][1] == "2")
-            yield World(feed, prom)
-    finally:
-        idle.close()
+    with backfilled_prometheus(tmp_path_factory.mktemp("prometheus-days"), feed.openmetrics()) as prom:
+        prom.wait_for(f'count(llm_engine_up{{model="{MODEL}"}} @ {end - 60})',
+                      lambda r: len(r) == 1 and r[0]["value"][1] == "2")
+        yield World(feed, prom)
 
 
 def decided(h: ModelHistory, now: float, mode: str = "hybrid") -> dict[str, float]:

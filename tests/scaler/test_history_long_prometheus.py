@@ -3,7 +3,8 @@ per-pod snapshot (scaler/snapshot.py), through the scaler as `keda-llm scaler` a
 
 The Prometheus holds 150 minutes of two replicas' exporter series, written as OpenMetrics at the
 timestamps a 15 s scrape would have given and turned into TSDB blocks with `promtool tsdb
-create-blocks-from openmetrics` (Prometheus' own backfill tool), so a test needs no 150-minute wait.
+create-blocks-from openmetrics` (Prometheus' own backfill tool: prometheus_server.backfilled_prometheus),
+so a test needs no 150-minute wait.
 The live feed is made of the very same samples: an Observation at each scrape time (or the exporter
 body a ScalerPod scrapes). Expected values are derived by hand from the generator below.
 """
@@ -12,8 +13,6 @@ from __future__ import annotations
 
 import logging
 import math
-import shutil
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,14 +21,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import pytest
-from prometheus_server import (
-    BodyServer,
-    Job,
-    PrometheusServer,
-    prometheus_binary,
-    refused_address,
-    running_prometheus,
-)
+from prometheus_server import BodyServer, PrometheusServer, backfilled_prometheus, refused_address
 from scaler_harness import FakeClock, ScalerPod, ref, stub
 
 from keda_llm.scaler import backfill
@@ -160,24 +152,12 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    prometheus_binary()  # skip (or fail under CI) without it
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool (Prometheus' own backfill tool, packaged with prometheus) is not on PATH")
     # 150 minutes ending 15 minutes ago: old enough for Prometheus to take as history
     end = math.floor(time.time() / 60) * 60 - 15 * 60
     data = Data(m0=int(end // 60) - K)
-    work = tmp_path_factory.mktemp("prometheus-long")
-    (work / "data.om").write_text(data.openmetrics())
-    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(work / "data.om"), str(work / "tsdb")],
-                   check=True, capture_output=True)
-    idle = BodyServer("")  # something to scrape: the history is in the blocks
-    try:
-        with running_prometheus(work, [Job("idle", [idle.address])]) as prom:
-            prom.wait_for(f'count(llm_engine_up{{model="{MODEL}"}} @ {end - 60})', lambda r: len(r) == 1)
-            yield World(data, prom, end)
-    finally:
-        idle.close()
+    with backfilled_prometheus(tmp_path_factory.mktemp("prometheus-long"), data.openmetrics()) as prom:
+        prom.wait_for(f'count(llm_engine_up{{model="{MODEL}"}} @ {end - 60})', lambda r: len(r) == 1)
+        yield World(data, prom, end)
 
 
 def live_history(data: Data, upstream: bool = False) -> ModelHistory:
