@@ -3,8 +3,10 @@ one command, in the order they depend on nothing but the code:
 
     python scripts/regenerate_docs.py [--quick] [--workers N]
 
-1. scripts/week_table.py --update-docs: the whole 2024 week, 3 seeds, tuning vs held-back days; then
-   --trace conv: the conversation week no default was tuned on, one process (an oracle there holds 14-16 GB);
+1. scripts/week_table.py --update-docs: the whole 2024 week, 3 seeds, tuning vs held-back days, ours beside
+   hybrid (week_table.DOCS_POLICIES) and the lower bound (about 35 CPU minutes once the oracles are cached);
+   then --trace conv: the conversation week no default was tuned on, one process (an oracle there holds
+   14-16 GB);
 2. scripts/simulator_table.py --frontier --update-docs: the cost to reach 99% per policy, with plots
    (--quick: the first 20 minutes of each trace, 3 points per policy), and each trace's oracle planned on
    from the policies' cheaper schedules; then --loo --update-docs: leave one trace out, from the frontier's
