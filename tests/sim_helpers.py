@@ -43,3 +43,10 @@ def at(result: SimResult, t: float) -> tuple[int, int, int]:
     i = result.timeline.t.index(t)
     tl = result.timeline
     return tl.ready[i], tl.starting[i], tl.desired[i]
+
+
+def busiest(tr: Trace, minutes: int) -> Trace:
+    """The `minutes`-long window (on whole minutes) with the most arrivals."""
+    per_min = np.bincount(np.floor(tr.arrival_s / 60.0).astype(np.int64))
+    start = int(np.argmax(np.convolve(per_min, np.ones(minutes, dtype=np.int64), "valid")))
+    return tr.window(start * 60.0, (start + minutes) * 60.0)

@@ -341,12 +341,8 @@ def test_the_quickstart_is_the_shipped_default_for_8b_and_measures_what_it_says(
     so = load_scaledobject(path)
     ours = ours_scaledobject("llama-3.1-8b", max_replicas=8, cold_start_s=p.cold_start("typical").quantile(0.9),
                              slo=(2.0, 0.1))
-    if path.parent != EXAMPLES:  # KEDA 2.17 refuses `tolerance`: the HPA's 10% band stays
-        assert so.behavior is not None and ours.behavior is not None
-        ours = dataclasses.replace(ours, behavior=dataclasses.replace(
-            ours.behavior, scale_up=dataclasses.replace(ours.behavior.scale_up, tolerance=None),
-            scale_down=dataclasses.replace(ours.behavior.scale_down, tolerance=None)))
-    assert _policy(so) == _policy(ours)
+    if path.parent == EXAMPLES:  # the KEDA 2.17 file is this one less `tolerance` (test_deploy_manifests.py)
+        assert _policy(so) == _policy(ours)
     doc = yaml.safe_load(path.read_text())
     lines = MEASURED.findall(path.read_text())
     assert {t for t, *_ in lines} == {"azure2023-code", "azure2023-conv"}

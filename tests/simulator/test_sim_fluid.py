@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 import pytest
+from sim_helpers import busiest
 
 import keda_llm.simulator.cluster.fluid as fluid
 import keda_llm.simulator.cluster.fluid_kernel as k
@@ -579,19 +580,13 @@ def test_a_request_arriving_at_a_busy_replica_waits_for_the_iteration_in_flight(
 
 # -- a short window per preset (the full matrix: scripts/fluid_agreement.py, docs/simulator-results.md) -----
 
-def _busiest(trace: Trace, minutes: int) -> Trace:
-    per_min = np.bincount(np.floor(trace.arrival_s / 60.0).astype(np.int64))
-    start = int(np.argmax(np.convolve(per_min, np.ones(minutes, dtype=np.int64), "valid")))
-    return trace.window(start * 60.0, (start + minutes) * 60.0)
-
-
 _WEEK_PEAK: list[Trace] = []
 
 
 def _peak_10_minutes() -> Trace:
     """The busiest 10 minutes of the Azure 2024 code week (52k requests, 87 per second)."""
     if not _WEEK_PEAK:
-        _WEEK_PEAK.append(_busiest(load_shipped("azure2024-code"), 10))
+        _WEEK_PEAK.append(busiest(load_shipped("azure2024-code"), 10))
     return _WEEK_PEAK[0]
 
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sim_helpers import busiest
 
 from keda_llm.simulator.hardware.presets import get_preset
 from keda_llm.simulator.report.summary import Slo, met_mask, summarize
 from keda_llm.simulator.run import Backtest, run_policies
-from keda_llm.simulator.workload.traces import SHIPPED, Trace, load_shipped
+from keda_llm.simulator.workload.traces import SHIPPED, load_shipped
 
 SLO = Slo(ttft_s=2.0, itl_s=0.1)
 PRESET = "llama-3.1-70b/h100-tp4"
@@ -32,14 +33,6 @@ CASES: dict[str, tuple[float | str, float]] = {
 }
 
 
-def busiest(tr: Trace, span_s: float) -> Trace:
-    """The `span_s` window (on whole minutes) with the most arrivals."""
-    per_min = np.bincount(np.floor(tr.arrival_s / 60.0).astype(np.int64))
-    minutes = int(span_s // 60)
-    start = int(np.argmax(np.convolve(per_min, np.ones(minutes, dtype=np.int64), "valid"))) * 60.0
-    return tr.window(start, start + span_s)
-
-
 def test_every_shipped_trace_is_a_case() -> None:
     assert set(CASES) == set(SHIPPED)
 
@@ -48,7 +41,7 @@ def test_every_shipped_trace_is_a_case() -> None:
 def test_oracle_meets_its_target_or_says_why_and_the_bound_is_below(name: str) -> None:
     start, span = CASES[name]
     tr = load_shipped(name)
-    tr = busiest(tr, span) if isinstance(start, str) else tr.window(start, start + span)
+    tr = busiest(tr, int(span // 60)) if isinstance(start, str) else tr.window(start, start + span)
     assert len(tr) > 1000, len(tr)  # traffic enough to plan for
     bt = Backtest(get_preset(PRESET), cold_start="typical", slo=SLO)
     results, oracle = run_policies(tr, bt, ["oracle"])
