@@ -66,6 +66,7 @@ from pathlib import Path
 
 from keda_llm.simulator.cluster.engine import SimResult
 from keda_llm.simulator.cluster.lead_in import LEAD_IN_S
+from keda_llm.simulator.control.anchors import VARIANTS
 from keda_llm.simulator.control.controllers import ScheduleController
 from keda_llm.simulator.hardware.presets import get_preset
 from keda_llm.simulator.report.frontier import (
@@ -234,8 +235,9 @@ FRONTIER_POINTS = 6
 QUICK_POINTS = 3
 #: seeds (the cold starts' draws) every frontier point runs with: issue 11 asks for at least 3, the worst reported
 FRONTIER_SEEDS = 3
-#: the frontier's policies: every one with a knob (static and the oracle are its reference points)
-FRONTIER_POLICIES = list(SWEPT)
+#: the frontier's policies: every one with a knob (static and the oracle are its reference points), but an
+#: anchor's variants (Dynamo's other predictors: measured beside the frontier, docs "Dynamo's predictors")
+FRONTIER_POLICIES = [p for p in SWEPT if p not in VARIANTS]
 IMG = DOCS / "img"
 
 
@@ -262,10 +264,10 @@ def run_frontier(bt: Backtest, args: argparse.Namespace) -> None:
     if args.policies is not None and args.update_docs:
         raise SystemExit("--policies fills the points cache; --update-docs needs every policy (cached ones cost "
                          "nothing: run it without --policies)")
-    unknown = set(policies) - set(FRONTIER_POLICIES)
+    unknown = set(policies) - set(SWEPT)  # the variants too: swept on demand, into the same store
     if unknown:
         raise SystemExit(f"unknown policy(ies): {', '.join(sorted(unknown))}; "
-                         f"sweepable: {', '.join(FRONTIER_POLICIES)}")
+                         f"sweepable: {', '.join(SWEPT)}")
     if args.check:
         shaped = [f for f, v in (("--quick", args.quick), ("--points", args.points), ("--seeds", args.seeds),
                                  ("--policies", args.policies)) if v]

@@ -19,6 +19,7 @@ import shlex
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -151,9 +152,13 @@ def _history(args: argparse.Namespace, model: str) -> Trace:
         raise _Refused(f"--since {args.since}: {span / 86400:,.0f} days; a history spans at most "
                        f"{MOST_SPAN_S / 86400:.0f}", "a few weeks hold the daily and weekly cycle, e.g. --since 14d")
     start = end - span
-    minutes = export_minutes(args.from_prometheus, model, start, end, namespace=args.namespace)
+    dropped: Counter[str] = Counter()
+    minutes = export_minutes(args.from_prometheus, model, start, end, namespace=args.namespace, dropped=dropped)
     where = (f"Prometheus at {args.from_prometheus}, model {model!r}"
              f"{f' in namespace {args.namespace!r}' if args.namespace else ''}, the last {args.since}")
+    if dropped["non_finite"] or dropped["negative"]:
+        print(f"warning: {where}: {dropped['non_finite']:,} NaN or infinite point(s) read as no traffic, "
+              f"{dropped['negative']:,} negative rate(s) as 0", file=sys.stderr)
     if not any(m.requests > 0 for m in minutes):
         raise TraceError(f"{where}: no requests")
     if not any(m.prompt_tokens > 0 or m.output_tokens > 0 for m in minutes):

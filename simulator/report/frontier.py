@@ -208,7 +208,7 @@ def default_knob(policy: str, trace: Trace, backtest: Backtest) -> float:
         return keda_driven.HPA_KV_TARGET
     if policy == "ray-serve":
         return ray_serve.TARGET_ONGOING_REQUESTS
-    if policy in ("dynamo-load", "dynamo-sla"):
+    if policy.startswith("dynamo-"):
         return backtest.slo.itl_s
     raise ValueError(f"policy {policy!r} has no knob to sweep; sweepable: {', '.join(SWEPT)}")
 

@@ -20,6 +20,7 @@ import csv
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -91,8 +92,9 @@ def chunks(start: int, end: int, step: int = STEP_S, max_points: int = MAX_POINT
 
 
 def query_range(url: str, promql: str, start: int, end: int, step: int = STEP_S, *, timeout_s: float = 60.0,
-                get: Fetch = fetch) -> dict[int, float]:
-    """timestamp -> value of a query that returns at most one series (empty when it returns none)."""
+                get: Fetch = fetch, dropped: Counter[str] | None = None) -> dict[int, float]:
+    """timestamp -> value of a query that returns at most one series (empty when it returns none). A NaN or
+    infinite value is no value (a minute without it counts 0), counted in `dropped["non_finite"]`."""
     body = _get(url, "query_range", {"query": promql, "start": str(start), "end": str(end), "step": str(step)},
                 timeout_s, get)
     try:
@@ -103,7 +105,11 @@ def query_range(url: str, promql: str, start: int, end: int, step: int = STEP_S,
         raise HistoryError(f"Prometheus at {url} {why}: {e.message}") from None
     if len(result) > 1:
         raise HistoryError(f"Prometheus at {url}: {promql!r} gave {len(result)} series, expected one")
-    return {round(ts): v for series in result for ts, v in series.points if math.isfinite(v)}
+    points = [(round(ts), v) for series in result for ts, v in series.points]
+    good = {ts: v for ts, v in points if math.isfinite(v)}
+    if dropped is not None:
+        dropped["non_finite"] += len(points) - len(good)
+    return good
 
 
 @dataclass(frozen=True)
@@ -115,8 +121,13 @@ class Minute:
 
 
 def export_minutes(url: str, model: str, start: float, end: float, *, namespace: str | None = None,
-                   max_points: int = MAX_POINTS, timeout_s: float = 60.0, get: Fetch = fetch) -> list[Minute]:
-    """The model's minutes in [start, end) (Unix seconds, rounded down to whole minutes), oldest first."""
+                   max_points: int = MAX_POINTS, timeout_s: float = 60.0, get: Fetch = fetch,
+                   dropped: Counter[str] | None = None) -> list[Minute]:
+    """The model's minutes in [start, end) (Unix seconds, rounded down to whole minutes), oldest first.
+
+    What Prometheus gives that no traffic can be is read as none and counted in `dropped`, for the caller to
+    say: "non_finite" (NaN or infinite points: no value) and "negative" (a negative rate, a counter that went
+    back without a reset Prometheus saw: 0)."""
     first = int(start // STEP_S) * STEP_S + STEP_S  # the point at t counts the minute (t - 60, t]
     last = int(end // STEP_S) * STEP_S
     if last < first:
@@ -124,8 +135,11 @@ def export_minutes(url: str, model: str, start: float, end: float, *, namespace:
     cols: dict[str, dict[int, float]] = {c: {} for c in _COUNTERS}
     for col, promql in queries(model, namespace).items():
         for lo, hi in chunks(first, last, STEP_S, max_points):
-            cols[col].update(query_range(url, promql, lo, hi, STEP_S, timeout_s=timeout_s, get=get))
+            cols[col].update(query_range(url, promql, lo, hi, STEP_S, timeout_s=timeout_s, get=get,
+                                         dropped=dropped))
     times = sorted(set().union(*(c.keys() for c in cols.values())))
+    if dropped is not None:
+        dropped["negative"] += sum(v < 0 for c in cols.values() for v in c.values())
     return [Minute(t - STEP_S, *(max(0.0, cols[c].get(t, 0.0)) for c in _COUNTERS)) for t in times]
 
 

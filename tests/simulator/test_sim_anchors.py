@@ -14,7 +14,12 @@ from keda_llm.simulator.control import ScalingPolicy
 from keda_llm.simulator.control.anchors import ANCHORS, AnchorContext, build_anchor
 from keda_llm.simulator.control.anchors.aibrix import AibrixAutoscaler, apa_desired, kpa_desired
 from keda_llm.simulator.control.anchors.base import Signals
-from keda_llm.simulator.control.anchors.dynamo import ConstantPredictor, DynamoPlanner, KalmanPredictor
+from keda_llm.simulator.control.anchors.dynamo import (
+    ArimaPredictor,
+    ConstantPredictor,
+    DynamoPlanner,
+    KalmanPredictor,
+)
 from keda_llm.simulator.control.anchors.keda_driven import (
     WVA_HPA_BEHAVIOR,
     KvUsageScaler,
@@ -263,6 +268,65 @@ def test_dynamo_predictors() -> None:
     for v in (5.0, 7.0, 9.0):
         short.add(v)
     assert short.predict() == 9.0  # fewer than 5 points: the last value
+
+
+def test_dynamo_arima_predictor_is_pmdarimas_auto_arima_on_the_last_100_values() -> None:
+    """Dynamo's default predictor, as its planner runs it (utils/load_predictor.py): auto_arima with its
+    defaults refitted on the last 100 values, the last value until there are 5. A trend continues, a noisy
+    level comes back near its mean, and the window holds 100 values (a trace's first hours drop out)."""
+    pmdarima = pytest.importorskip("pmdarima")
+    a = ArimaPredictor()
+    for v in (5.0, 7.0, 9.0, 11.0):
+        a.add(v)
+    assert a.predict() == 11.0  # fewer than 5 points: the last value
+    a.add(13.0)
+    assert 13.0 < a.predict() <= 16.0  # the rise goes on (five points: auto_arima damps it)
+    rng = np.random.default_rng(3)
+    noisy = ArimaPredictor()
+    for v in 500.0 + rng.normal(0.0, 20.0, 150):
+        noisy.add(float(v))
+    assert len(noisy.values) == 100
+    assert abs(noisy.predict() - 500.0) < 30.0
+    want = pmdarima.auto_arima(np.array(noisy.values), suppress_warnings=True, error_action="ignore")
+    assert noisy.predict() == pytest.approx(float(want.predict(n_periods=1)[0]))
+
+
+def test_dynamo_sla_runs_each_documented_predictor() -> None:
+    """`dynamo-sla` (Kalman), `dynamo-sla-constant` and `dynamo-sla-arima` build the same planner with their
+    predictor; on a step in the request rate the constant floor follows one interval late, as Dynamo's does."""
+    from keda_llm.simulator.hardware.presets import get_preset
+
+    p = get_preset("llama-3.1-8b/h100")
+    ctx = AnchorContext(8, 2.0, 0.1, p.perf(), p.replica_config())
+    for name, kind in (("dynamo-sla", KalmanPredictor), ("dynamo-sla-constant", ConstantPredictor),
+                       ("dynamo-sla-arima", ArimaPredictor)):
+        if kind is ArimaPredictor:
+            pytest.importorskip("pmdarima")
+        ctl = build_anchor(name, ctx)
+        assert isinstance(ctl, DynamoPlanner) and ctl.name == name
+        assert type(ctl.pred_req) is kind and type(ctl.pred_isl) is kind and type(ctl.pred_osl) is kind
+    with pytest.raises(ValueError, match="predictor must be one of"):
+        DynamoPlanner("sla", perf=p.perf(), config=p.replica_config(), predictor="prophet")
+    c = build_anchor("dynamo-sla-constant", ctx)
+    assert isinstance(c, DynamoPlanner)
+    for n in (100.0, 100.0, 4000.0):
+        c.pred_req.add(n)
+    assert c.pred_req.predict() == 4000.0
+
+
+def test_the_arima_variant_without_pmdarima_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    real = importlib.import_module
+
+    def no_pmdarima(name: str, *a: object) -> object:
+        if name == "pmdarima":
+            raise ImportError("No module named 'pmdarima'")
+        return real(name, *a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(importlib, "import_module", no_pmdarima)
+    with pytest.raises(ValueError, match=r"pip install 'keda-llm\[arima\]'"):
+        ArimaPredictor()
 
 
 def _planner(mode: str = "load", **kw: float) -> DynamoPlanner:

@@ -341,3 +341,38 @@ def test_a_partial_answer_is_a_history_error_and_partial_answers_are_declined() 
         assert req.query["partial_response"] == ["false"] and req.query["deny_partial_response"] == ["1"]
     finally:
         stub.close()
+
+
+def test_points_no_traffic_can_be_are_read_as_none_and_counted(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A NaN, an infinity or a negative rate in Prometheus' answer (an exporter that wrote NaN into a counter, a
+    counter that went back): read as no traffic, and the export counts them so `tune` says how many, where it
+    used to drop them without a word."""
+    from collections import Counter
+
+    from httpstub import HttpStub, Request, Response
+    from prometheus_server import json_body
+
+    from keda_llm.cli import main
+
+    t0 = 1_700_000_040  # a minute in the past: --until is refused past now
+
+    def matrix(request: Request) -> Response:
+        values = [[t0 + 60 * (i + 1), v] for i, v in enumerate(["2", "NaN", "+Inf", "-3", "4", "-Inf"])]
+        return Response(200, json_body({"status": "success", "data": {"resultType": "matrix", "result": [
+            {"metric": {}, "values": values}]}}), "application/json")
+
+    stub = HttpStub(matrix)
+    try:
+        dropped: Counter[str] = Counter()
+        got = export_minutes(stub.url, MODEL, t0, t0 + 60 * 6, dropped=dropped)
+        assert [m.requests for m in got] == [2.0, 0.0, 4.0]  # the NaN and infinite minutes hold no point
+        assert dropped == {"non_finite": 3 * 3, "negative": 3}  # three counters, the same answer each
+        hist = tmp_path / "h.csv"
+        main(["tune", "--from-prometheus", stub.url, "--model", MODEL, "--since", "6m", "--until",
+              str(t0 + 60 * 6), "--slo-ttft", "2", "--slo-itl", "0.1", "--save-history", str(hist), "--quick",
+              "--no-oracle", "--quiet", "--out", str(tmp_path / "so.yaml")])
+        warned = [line for line in capsys.readouterr().err.splitlines() if "NaN" in line]
+        assert len(warned) == 1 and "9 NaN or infinite point(s)" in warned[0] and "3 negative" in warned[0], warned
+    finally:
+        stub.close()

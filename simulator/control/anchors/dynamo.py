@@ -17,10 +17,14 @@ Two loops, each on its own adjustment interval (planner-guide.md, PlannerConfig)
   ITL SLA (the aggregated engine time-shares both), rounded up, at least `min_endpoint` 1, at most the GPU
   budget. The result is a floor the load loop can only exceed.
 
-Predictors implemented (core/load/predictors.py): `constant` (next = last) and `kalman`, a local
-linear-trend Kalman filter (state level and trend; q_level 1.0, q_trend 0.1, r 10; at least 5 points,
-otherwise the last value; leading idle zeros skipped). ARIMA (the documented default) and Prophet are not:
-`dynamo-sla` uses the Kalman filter, the simplest documented statistical one. SLA defaults TTFT 500 ms,
+Predictors (core/load/predictors.py; utils/load_predictor.py in the planner's source): `constant` (next =
+last); `kalman`, a local linear-trend Kalman filter (state level and trend; q_level 1.0, q_trend 0.1, r 10;
+at least 5 points, otherwise the last value; leading idle zeros skipped); `arima`, the documented default:
+pmdarima's `auto_arima` with its defaults refitted on the last 100 intervals at every throughput interval
+(fewer than 5: the last value), the library the planner itself calls, so its choices (a perfectly flat
+series is a (0, 0, 0) model without a mean: it forecasts 0) are the planner's. `dynamo-sla` runs the Kalman
+filter (a week's sweep refits ARIMA about 10,000 times, about 0.4 CPU s a fit); `dynamo-sla-constant` and
+`dynamo-sla-arima` run the other two (the `arima` extra). Prophet is not implemented. SLA defaults TTFT 500 ms,
 ITL 50 ms (planner-guide.md); the backtest passes its own SLO, as a user configures theirs. The ITL SLA is
 the knob.
 
@@ -34,8 +38,10 @@ known at arrival here, at completion in Dynamo); no correction factors, KV-hit o
 
 from __future__ import annotations
 
+import importlib
 import math
-from typing import Literal
+import warnings
+from typing import Any, Literal
 
 import numpy as np
 
@@ -50,6 +56,8 @@ DOWN_SENSITIVITY = 0.8
 TTFT_SLA_S = 0.5
 ITL_SLA_S = 0.05
 KALMAN_Q_LEVEL, KALMAN_Q_TREND, KALMAN_R, KALMAN_MIN_POINTS = 1.0, 0.1, 10.0, 5
+ARIMA_WINDOW, ARIMA_MIN_POINTS = 100, 5  # load_predictor.py: window_size, minimum_data_points
+PREDICTORS = ("constant", "kalman", "arima")
 
 
 class ConstantPredictor:
@@ -63,6 +71,36 @@ class ConstantPredictor:
 
     def predict(self) -> float:
         return self.values[-1] if self.values else 0.0
+
+
+class ArimaPredictor(ConstantPredictor):
+    """pmdarima's auto_arima on the last ARIMA_WINDOW values, one step ahead; fewer than ARIMA_MIN_POINTS
+    values: the last one. A fit that fails or forecasts no finite number also gives the last value (the
+    planner would raise; a backtest keeps going and the floor holds)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        try:
+            self._pm: Any = importlib.import_module("pmdarima")
+        except ImportError:
+            raise ValueError("the ARIMA predictor runs pmdarima (as Dynamo's planner does), which is not "
+                             "installed: pip install 'keda-llm[arima]'") from None
+
+    def add(self, value: float) -> None:
+        super().add(value)
+        del self.values[:-ARIMA_WINDOW]
+
+    def predict(self) -> float:
+        if len(self.values) < ARIMA_MIN_POINTS:
+            return super().predict()
+        with warnings.catch_warnings():  # "completely constant", convergence: the planner suppresses them too
+            warnings.simplefilter("ignore")
+            try:
+                model = self._pm.auto_arima(np.array(self.values), suppress_warnings=True, error_action="ignore")
+                value = float(np.asarray(model.predict(n_periods=1))[0])
+            except (ValueError, np.linalg.LinAlgError):
+                return super().predict()
+        return value if math.isfinite(value) else super().predict()
 
 
 class KalmanPredictor(ConstantPredictor):
@@ -124,19 +162,22 @@ class DynamoPlanner(OwnLoopController):
 
     def __init__(self, mode: Literal["load", "sla"], *, perf: PerfModel, config: ReplicaConfig,
                  ttft_sla_s: float = TTFT_SLA_S, itl_sla_s: float = ITL_SLA_S, max_replicas: int = 64,
-                 predictor: Literal["constant", "kalman"] = "kalman", load_interval_s: float = LOAD_INTERVAL_S,
+                 predictor: str = "kalman", load_interval_s: float = LOAD_INTERVAL_S,
                  throughput_interval_s: float = THROUGHPUT_INTERVAL_S) -> None:
         if mode not in ("load", "sla"):
             raise ValueError(f"Dynamo planner mode must be load or sla, got {mode!r}")
         if not (ttft_sla_s > 0 and itl_sla_s > 0):
             raise ValueError(f"Dynamo SLA targets must be > 0, got {ttft_sla_s}, {itl_sla_s}")
-        super().__init__(f"dynamo-{mode}", scrape_s=load_interval_s, tick_s=load_interval_s, initial_replicas=1,
+        suffix = "" if mode == "load" or predictor == "kalman" else f"-{predictor}"  # the anchor's name
+        super().__init__(f"dynamo-{mode}{suffix}", scrape_s=load_interval_s, tick_s=load_interval_s, initial_replicas=1,
                          min_replicas=1, max_replicas=max_replicas)
         self.mode = mode
         self.perf, self.config = perf, config
         self.ttft_sla, self.itl_sla = ttft_sla_s, itl_sla_s
         self.throughput_s = throughput_interval_s
-        make = KalmanPredictor if predictor == "kalman" else ConstantPredictor
+        if predictor not in PREDICTORS:
+            raise ValueError(f"Dynamo predictor must be one of {', '.join(PREDICTORS)}, got {predictor!r}")
+        make = {"constant": ConstantPredictor, "kalman": KalmanPredictor, "arima": ArimaPredictor}[predictor]
         self.pred_req, self.pred_isl, self.pred_osl = make(), make(), make()
         self.floor = 1
         self._next_throughput = 0.0
