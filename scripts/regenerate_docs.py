@@ -43,6 +43,9 @@ def steps(quick: bool, workers: int) -> list[list[str]]:
         ["week_table.py", *w, *week],
         ["week_table.py", "--trace", "conv", "--workers", "1", *week],
         ["simulator_table.py", "--frontier", *w, *q],
+        # against the frontier's oracles, so after them; quick: one trace, two holds, its oracle planned afresh
+        ["reactive_reference.py", *w,
+         *(["--traces", "azure2023-code", "--holds", "0,4"] if quick else ["--update-docs"])],
         ["simulator_table.py", "--loo", *w, *q],
         ["simulator_table.py", *q],
         ["phase_table.py", *w, *q],

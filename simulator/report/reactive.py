@@ -19,12 +19,13 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from keda_llm.simulator.control.controllers import PodPlan, ScheduleController
 from keda_llm.simulator.hardware.coldstart import ColdStartModel
-from keda_llm.simulator.report.oracle import COLD_TABLE_SEED, OraclePlan, cold_start_table, pods_from_counts
+from keda_llm.simulator.report.oracle import COLD_TABLE_SEED, cold_start_table, pods_from_counts
 from keda_llm.simulator.report.summary import summarize
 from keda_llm.simulator.run import Backtest, simulate
 from keda_llm.simulator.workload.traces import Trace
@@ -35,6 +36,39 @@ HOLDS = (0, 1, 2, 4, 6, 10, 15, 20, 30)
 HEADROOMS = (1.0, 1.25)
 #: a coarser set of holds, for a quick look (`keda-llm tune --quick`): 8 replays where HOLDS makes 18
 QUICK_HOLDS = (0, 2, 6, 20)
+
+
+class CountPlan(Protocol):
+    """What the schedule reads of an oracle: its count per bucket and its target over all requests
+    (an OraclePlan, or `counted`'s view of a stored schedule)."""
+
+    @property
+    def counts(self) -> np.ndarray: ...
+    @property
+    def bucket_s(self) -> float: ...
+    @property
+    def target_over_all(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class Counted:
+    """An oracle known by its pods alone (the frontier's store keeps the schedule, not the plan): `counted`."""
+
+    counts: np.ndarray
+    bucket_s: float
+    target_over_all: float
+
+
+def counted(pods: Sequence[PodPlan], duration_s: float, target_over_all: float, bucket_s: float = 60.0) -> Counted:
+    """The count of pods ready at the middle of each `bucket_s` bucket of [0, duration_s): the oracle's count per
+    minute, read off a schedule planned on from a policy's (whose pods come and go on the buckets the plan used)."""
+    if not (bucket_s > 0 and math.isfinite(duration_s) and duration_s >= 0):
+        raise ValueError(f"bucket_s must be > 0 and duration_s finite and >= 0, got {bucket_s} and {duration_s}")
+    mid = (np.arange(math.ceil(duration_s / bucket_s)) + 0.5) * bucket_s
+    ready = np.array([p.ready_at for p in pods], dtype=np.float64)
+    gone = np.array([p.remove_at for p in pods], dtype=np.float64)
+    counts = ((ready[None, :] <= mid[:, None]) & (gone[None, :] > mid[:, None])).sum(axis=1)
+    return Counted(counts.astype(np.int64), bucket_s, target_over_all)
 
 
 def reactive_counts(counts: np.ndarray, delay: int, hold: int, headroom: float = 1.0) -> np.ndarray:
@@ -62,7 +96,7 @@ def delay_buckets(cold_start: ColdStartModel, bucket_s: float) -> int:
     return int(cold_start.quantile(0.5) // bucket_s)
 
 
-def reactive_pods(plan: OraclePlan, cold_start: ColdStartModel, hold: int, headroom: float = 1.0,
+def reactive_pods(plan: CountPlan, cold_start: ColdStartModel, hold: int, headroom: float = 1.0,
                   seed: int = 0, max_replicas: int = 1000, resolution_s: float = 60.0) -> list[PodPlan]:
     """The pods of `reactive_counts` over the oracle's plan, its buckets cut into `resolution_s` steps where
     they are longer (the oracle plans a long trace in 5-minute buckets; known only as such a bucket starts,
@@ -89,7 +123,7 @@ class ReactivePoint:
     cpu_s: float
 
 
-def settings_pods(plan: OraclePlan, bt: Backtest, holds: Sequence[int] = HOLDS,
+def settings_pods(plan: CountPlan, bt: Backtest, holds: Sequence[int] = HOLDS,
                   headrooms: Sequence[float] = HEADROOMS) -> list[tuple[int, float, list[PodPlan]]]:
     """(hold, headroom, the schedule's pods) for each setting, drawn as `reactive_point` draws them: what a
     caller replays elsewhere (a worker process) without shipping the plan there."""
@@ -105,7 +139,7 @@ def replay(trace: Trace, bt: Backtest, hold: int, headroom: float, pods: list[Po
     return ReactivePoint(hold, headroom, s.slo_attainment, s.gpu_hours, time.process_time() - t0)
 
 
-def reactive_point(trace: Trace, bt: Backtest, plan: OraclePlan, hold: int, headroom: float) -> ReactivePoint:
+def reactive_point(trace: Trace, bt: Backtest, plan: CountPlan, hold: int, headroom: float) -> ReactivePoint:
     """The schedule at one setting, replayed on `trace` (`replay`)."""
     ((_, _, pods),) = settings_pods(plan, bt, (hold,), (headroom,))
     return replay(trace, bt, hold, headroom, pods)
@@ -118,7 +152,7 @@ def cheapest_meeting(points: Sequence[ReactivePoint], target: float) -> Reactive
     return min(meeting, key=lambda p: p.gpu_hours) if meeting else None
 
 
-def cheapest_reactive(trace: Trace, bt: Backtest, plan: OraclePlan, holds: Sequence[int] = HOLDS,
+def cheapest_reactive(trace: Trace, bt: Backtest, plan: CountPlan, holds: Sequence[int] = HOLDS,
                       headrooms: Sequence[float] = HEADROOMS) -> tuple[ReactivePoint | None, ReactivePoint]:
     """(the cheapest setting meeting the oracle's target or None, the setting of best attainment) over
     `holds` x `headrooms`: what reacting on a perfect signal costs on this trace, preset and SLO."""
@@ -135,10 +169,13 @@ __all__ = [
     "HEADROOMS",
     "HOLDS",
     "QUICK_HOLDS",
+    "CountPlan",
+    "Counted",
     "ReactivePoint",
     "best_of",
     "cheapest_meeting",
     "cheapest_reactive",
+    "counted",
     "delay_buckets",
     "reactive_counts",
     "reactive_pods",

@@ -10,11 +10,12 @@ import pytest
 from sim_helpers import config, fixed_cold_start
 
 from keda_llm.simulator.cluster.engine import SimResult, Simulation
-from keda_llm.simulator.control.controllers import ScheduleController
+from keda_llm.simulator.control.controllers import PodPlan, ScheduleController
 from keda_llm.simulator.report.oracle import plan_oracle
 from keda_llm.simulator.report.reactive import (
     ReactivePoint,
     cheapest_meeting,
+    counted,
     delay_buckets,
     reactive_counts,
     reactive_pods,
@@ -46,6 +47,34 @@ def test_delay_is_the_median_cold_start_in_whole_buckets_rounded_down() -> None:
     assert delay_buckets(fixed_cold_start(20.0, 100.0), 60.0) == 2  # 120 s
     assert delay_buckets(fixed_cold_start(20.0, 99.0), 60.0) == 1  # 119 s: generous, a bucket early
     assert delay_buckets(fixed_cold_start(5.0, 25.0), 60.0) == 0
+
+
+def test_a_stored_schedule_is_counted_per_minute_as_the_pods_ready_in_it() -> None:
+    """The frontier's store keeps an oracle planned on from a policy's schedule as its pods: the count of each
+    minute is the pods ready at its middle (ready by it, removed after it): a pod ready at 90 s counts from the
+    second minute on, one removed at 150 s not in the third, one removed at 200 s not in the fourth."""
+    pods = [PodPlan(0.0, 300.0, 60.0), PodPlan(90.0, 200.0, 60.0), PodPlan(120.0, 150.0, 60.0),
+            PodPlan(240.0, float("inf"), 60.0)]
+    c = counted(pods, 300.0, 0.98)
+    assert c.counts.tolist() == [1, 2, 2, 1, 2] and c.bucket_s == 60.0 and c.target_over_all == 0.98
+    assert counted(pods, 0.0, 0.98).counts.tolist() == []
+    assert counted(pods, 90.0, 0.98).counts.tolist() == [1, 2]  # a part minute counts as a bucket
+    with pytest.raises(ValueError):
+        counted(pods, math.nan, 0.98)
+
+
+def test_counted_oracle_pods_give_the_reactive_schedule_the_oracles_own_counts() -> None:
+    """Counted back from the oracle's own pods, the counts are at least the plan's (its pods bridge gaps
+    shorter than a cold start) and the reactive schedule over them is at least the one over the plan."""
+    tr = _burst()
+    cfg = config(iteration_s=0.02, cold=(20.0, 100.0))
+    slo = Slo(ttft_s=0.5, itl_s=0.05)
+    plan = plan_oracle(tr, lambda ctl: Simulation(tr, cfg, ctl).run(), cfg.perf, cfg.replica, cfg.cold_start, slo,
+                       bucket_s=60.0, target=0.99, max_replicas=16)
+    back = counted(plan.pods, tr.duration_s, plan.target_over_all)
+    assert len(back.counts) == len(plan.counts)
+    assert (back.counts >= plan.counts).all() and back.counts.max() == plan.counts.max()
+    assert back.target_over_all == plan.target_over_all
 
 
 def _burst() -> Trace:
