@@ -235,8 +235,8 @@ FRONTIER_POINTS = 6
 QUICK_POINTS = 3
 #: seeds (the cold starts' draws) every frontier point runs with: issue 11 asks for at least 3, the worst reported
 FRONTIER_SEEDS = 3
-#: the frontier's policies: every one with a knob (static and the oracle are its reference points), but an
-#: anchor's variants (Dynamo's other predictors: measured beside the frontier, docs "Dynamo's predictors")
+#: the frontier's policies: every one with a knob (static and the oracle are its reference points), but the
+#: anchors' VARIANTS (Dynamo's ARIMA predictor: measured beside the frontier, docs "Dynamo's predictors")
 FRONTIER_POLICIES = [p for p in SWEPT if p not in VARIANTS]
 IMG = DOCS / "img"
 

@@ -13,9 +13,9 @@
 | `hpa-kv` | the HPA on vLLM KV-cache usage (GKE) | KEDA + HPA, 15 s scrape | KV usage per pod (0.8) |
 | `ray-serve` | Ray Serve target ongoing requests | its own loop (10 s) | target_ongoing_requests (2) |
 
-`build_anchor(name, context, knob)` builds one; `knob` None keeps the documented default. The predictor
-variants (VARIANTS) are selectable anywhere a policy is; the frontier tables sweep the others (ARIMA
-refits every throughput interval: docs/simulator-results.md, "Dynamo's predictors").
+`build_anchor(name, context, knob)` builds one; `knob` None keeps the documented default. VARIANTS are
+selectable anywhere a policy is, and the frontier tables sweep the others: `dynamo-sla-arima` refits ARIMA
+every throughput interval, hours of CPU on a week (docs/simulator-results.md, "Dynamo's predictors").
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from keda_llm.simulator.hardware.replica import ReplicaConfig
 
 ANCHORS = ("knative-kpa", "aibrix-kpa", "aibrix-apa", "llmd-wva", "llmd-wva-tokens", "dynamo-load", "dynamo-sla",
            "hpa-kv", "ray-serve", "dynamo-sla-constant", "dynamo-sla-arima")
-#: the same anchor with another of its documented options: not in the frontier tables by default
-VARIANTS = ("dynamo-sla-constant", "dynamo-sla-arima")
+#: an anchor's documented option too dear to sweep on every trace: not in the frontier tables by default
+VARIANTS = ("dynamo-sla-arima",)
 #: what each anchor's knob is, for sweeps and error messages
 KNOBS = {"knative-kpa": "target concurrency per pod", "aibrix-kpa": "KV-cache usage target",
          "aibrix-apa": "KV-cache usage target", "llmd-wva": "kvCacheThreshold", "llmd-wva-tokens": "kvThreshold",
@@ -80,7 +80,7 @@ def build_anchor(name: str, context: AnchorContext, knob: float | None = None) -
             raise ValueError(f"{name} needs the replica's performance model and config (its profiles)")
         ttft = dynamo.TTFT_SLA_S if context.slo_ttft_s is None else context.slo_ttft_s
         itl = knob if knob is not None else (dynamo.ITL_SLA_S if context.slo_itl_s is None else context.slo_itl_s)
-        predictor = name.removeprefix("dynamo-sla-") if name in VARIANTS else "kalman"
+        predictor = {"dynamo-sla-constant": "constant", "dynamo-sla-arima": "arima"}.get(name, "kalman")
         return DynamoPlanner("load" if name == "dynamo-load" else "sla", perf=context.perf, config=context.replica,
                              max_replicas=m, ttft_sla_s=ttft, itl_sla_s=itl,
                              predictor=predictor)
