@@ -16,7 +16,7 @@ trace of the backtest table against the frontier's oracle (docs/data/frontier-po
 other ratio on that page is to. Where the store's oracle was planned on from a policy's schedule, the count per
 minute is read off its pods (simulator/report/reactive.py `counted`); where it is the plan from scratch, that
 plan is made again (deterministic: the same GPU-hours, checked). Beside each trace ours' default as the
-frontier ran it (its three seeds: the worst attainment at the mean GPU-hours), from the same store. About 35
+frontier ran it (its three seeds: the worst attainment at the mean GPU-hours), from the same store. About 6
 CPU minutes, most of it BurstGPT's week.
 """
 
@@ -33,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from simulator_table import CACHE, CASES, FRONTIER_SEEDS, PRESET, SLO, Case, load, publish
+from simulator_table import CACHE, CASES, FRONTIER_SEEDS, PRESET, SLO, Case, case_title, load, publish
 
 from keda_llm.simulator.control.controllers import PodPlan
 from keda_llm.simulator.hardware.presets import get_preset
@@ -126,7 +126,7 @@ def docs_table(workers: int) -> tuple[str, float]:
                      f"none (best {100 * max(p.attainment for p in pts):.2f}%)")
             ours = ours_default(case)
             mine = "not in the store" if ours is None else f"{100 * ours[0]:.1f}% / {ours[1] / oracle_h:.2f}x"
-            rows.append(f"| {case.trace} | {100 * oracle.target_over_all:.1f}% | " + " | ".join(cells)
+            rows.append(f"| {case_title(case, False)} | {100 * oracle.target_over_all:.1f}% | " + " | ".join(cells)
                         + f" | {cheap} | {mine} |")
             print(rows[-1], flush=True)
     bt = backtest()

@@ -38,7 +38,6 @@ known at arrival here, at completion in Dynamo); no correction factors, KV-hit o
 
 from __future__ import annotations
 
-import importlib
 import math
 import warnings
 from typing import Any, Literal
@@ -80,11 +79,12 @@ class ArimaPredictor(ConstantPredictor):
 
     def __init__(self) -> None:
         super().__init__()
-        try:
-            self._pm: Any = importlib.import_module("pmdarima")
+        try:  # the `arima` extra: imported only where the predictor is asked for
+            import pmdarima  # type: ignore[import-untyped]
         except ImportError:
             raise ValueError("the ARIMA predictor runs pmdarima (as Dynamo's planner does), which is not "
                              "installed: pip install 'keda-llm[arima]'") from None
+        self._pm: Any = pmdarima
 
     def add(self, value: float) -> None:
         super().add(value)
