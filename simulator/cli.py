@@ -437,6 +437,10 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, list[str]]:
                          f"{max_replicas}: at most {MOST_REPLICAS:,}")
     if args.out is not None:
         check_out_dir(args.out)
+    if any(p.partition("@")[0] == "dynamo-sla-arima" for p in policies):
+        from keda_llm.simulator.control.anchors.dynamo import ArimaPredictor
+
+        ArimaPredictor()  # its extra, checked before the run: a ValueError naming it, not a traceback mid-run
     trace = load_trace(args)
     bt = Backtest(preset, cold_start=args.cold_start, slo=Slo(args.slo_ttft, args.slo_itl), seed=args.seed,
                   routing=args.routing, max_wait_s=args.max_wait, max_held=args.max_held, scaledobject=settings,

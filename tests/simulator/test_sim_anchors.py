@@ -314,10 +314,17 @@ def test_dynamo_sla_runs_each_documented_predictor() -> None:
     assert c.pred_req.predict() == 4000.0
 
 
-def test_the_arima_variant_without_pmdarima_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_arima_variant_without_pmdarima_is_one_clear_error(monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
     import sys
 
     monkeypatch.setitem(sys.modules, "pmdarima", None)  # what an environment without the extra gives: ImportError
+    from keda_llm.cli import main
+
+    assert main(["simulate", "--trace", "azure2023-conv", "--window", "0:60", "--policies", "dynamo-sla-arima",
+                 "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pip install 'keda-llm[arima]'" in err[0], err
     with pytest.raises(ValueError, match=r"pip install 'keda-llm\[arima\]'"):
         ArimaPredictor()
 
