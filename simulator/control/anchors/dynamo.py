@@ -23,8 +23,9 @@ at least 5 points, otherwise the last value; leading idle zeros skipped); `arima
 pmdarima's `auto_arima` with its defaults refitted on the last 100 intervals at every throughput interval
 (fewer than 5: the last value), the library the planner itself calls, so its choices (a perfectly flat
 series is a (0, 0, 0) model without a mean: it forecasts 0) are the planner's. `dynamo-sla` runs the Kalman
-filter (a week's sweep refits ARIMA about 10,000 times, about 0.4 CPU s a fit); `dynamo-sla-constant` and
-`dynamo-sla-arima` run the other two (the `arima` extra). Prophet is not implemented. SLA defaults TTFT 500 ms,
+filter and `dynamo-sla-constant` the constant one, both in the frontier tables; `dynamo-sla-arima` runs ARIMA
+(the `arima` extra), measured beside them: a week's sweep would refit it about 10,000 times, at about 1.8 CPU
+s a fit on the one-hour traces' series (bench/README.md). Prophet is not implemented. SLA defaults TTFT 500 ms,
 ITL 50 ms (planner-guide.md); the backtest passes its own SLO, as a user configures theirs. The ITL SLA is
 the knob.
 
