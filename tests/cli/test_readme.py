@@ -71,28 +71,3 @@ def test_the_simulate_example_runs_as_written(tmp_path: Path) -> None:
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "results" / "results.json").is_file() and (tmp_path / "results" / "replicas.png").is_file()
-
-
-def _week_cell(block: str, policy: str = "ours") -> tuple[str, str]:
-    """The whole week's cell of `policy` in a generated week block: (SLO range, GPU-h ratio range)."""
-    doc = (ROOT / "docs" / "simulator-results.md").read_text()
-    m = re.search(rf"<!-- generated:{block} -->\n(.*?)<!-- /generated:{block} -->", doc, re.S)
-    assert m is not None, f"docs/simulator-results.md lost its {block} block"
-    (row,) = [line for line in m.group(1).splitlines() if line.startswith(f"| {policy} |")]
-    slo, ratio = row.strip("| ").split(" | ")[-1].split(" / ")
-    return slo, ratio
-
-
-def test_the_week_figures_the_readme_and_the_docs_quote_are_the_generated_blocks() -> None:
-    """The README's and the docs' summary figures for the two weeks are the generated week blocks' (the seeds'
-    range of the whole week for ours, the shipped ScaledObject): regenerating a block without the prose fails."""
-    code_slo, code_ratio = _week_cell("week-table")
-    conv_slo, conv_ratio = _week_cell("week-table-conv")
-    text = " ".join(README.split())
-    glance = " ".join((ROOT / "docs" / "simulator-results.md").read_text().split("## How a backtest runs")[0].split())
-    code = f"meets the SLO for {code_slo} of the requests of the whole Azure 2024 code week at {code_ratio}"
-    conv = f"it meets the SLO for {conv_slo} at {conv_ratio}"
-    assert code in text, (code, "README")
-    assert conv in text, (conv, "README")
-    assert f"{code_slo} of requests within the SLO at {code_ratio}" in glance, "docs, At a glance (code week)"
-    assert f"{conv_slo} at {conv_ratio}" in glance, "docs, At a glance (conversation week)"

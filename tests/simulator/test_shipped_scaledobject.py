@@ -83,9 +83,7 @@ def test_the_week_table_shows_the_lower_bound_under_the_oracle() -> None:
     results = {(0, "bound"): bound,
                (0, "oracle"): {k: week_table.Cell(0.99, 2 * c.gpu_h) for k, c in bound.items()}}
     row = week_table.table(results, [0], ["oracle", "bound"]).splitlines()[-1]
-    assert row.startswith("| lower bound (no schedule goes under it) | - / 0.50x |")
-    assert week_table.span([99.091, 99.114], ".2f", "%") == "99.09-99.11%"
-    assert week_table.span([1.071, 1.074], ".2f", "x") == "1.07x"  # alike as printed: one figure
+    assert row.startswith("| lower bound (no schedule goes under it) | - / 0.50x (0.50x) |")
 
 
 def test_the_shipped_scaledobject_keeps_its_replica_through_a_pause_and_gives_it_back_after_an_idle_half_hour() -> None:
