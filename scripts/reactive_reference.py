@@ -53,6 +53,7 @@ from keda_llm.simulator.report.reactive import (
 )
 from keda_llm.simulator.report.summary import summarize
 from keda_llm.simulator.run import Backtest, run_policies
+from keda_llm.simulator.workload.traces import Trace
 
 CASE = {c.trace: c for c in CASES}  # the docs table's traces and windows (scripts/simulator_table.py)
 
@@ -77,9 +78,9 @@ def point(case: Case, oracle: CountPlan, hold: int, headroom: float) -> Reactive
 DOCS_HOLDS = (0, 4, 10, 20, 30)
 
 
-def stored_oracle(case: Case) -> tuple[CountPlan, float]:
-    """The frontier's oracle for the case (seed 0) as the schedule replays it, and its GPU-hours."""
-    tr, bt = load(case, quick=False), backtest()
+def stored_oracle(case: Case, tr: Trace) -> tuple[CountPlan, float]:
+    """The frontier's oracle for the case (seed 0; `tr` its trace) as the schedule replays it, and its GPU-hours."""
+    bt = backtest()
     refs = PointCache(CACHE, tr, bt).get_references(bt.oracle_target)
     if refs is None:
         raise SystemExit(f"reactive_reference: the store holds no oracle for {case.trace} under this source; "
@@ -95,9 +96,9 @@ def stored_oracle(case: Case) -> tuple[CountPlan, float]:
     return fresh, refs.oracle_gpu_hours
 
 
-def ours_default(case: Case) -> tuple[float, float] | None:
+def ours_default(tr: Trace) -> tuple[float, float] | None:
     """Ours' default point over the frontier's seeds from the store: (worst attainment, mean GPU-hours)."""
-    tr, bt = load(case, quick=False), backtest()
+    bt = backtest()
     cache = PointCache(CACHE, tr, bt)
     knob = default_knob("ours", tr, bt)
     runs = [cache.get("ours", knob, seed) for seed in range(FRONTIER_SEEDS)]
@@ -115,7 +116,8 @@ def docs_table(workers: int) -> tuple[str, float]:
     cpu = 0.0
     with ProcessPoolExecutor(workers) as pool:
         for case in CASES:
-            oracle, oracle_h = stored_oracle(case)
+            tr = load(case, quick=False)
+            oracle, oracle_h = stored_oracle(case, tr)
             pts = list(pool.map(point, *zip(*[(case, oracle, h, r) for h, r in settings], strict=True)))
             cpu += sum(p.cpu_s for p in pts)
             shown = {p.hold: p for p in pts if p.headroom == 1.0}
@@ -124,7 +126,7 @@ def docs_table(workers: int) -> tuple[str, float]:
             cheap = (f"hold {best.hold}{'' if best.headroom == 1.0 else f', headroom {best.headroom:g}'}: "
                      f"{best.gpu_hours / oracle_h:.2f}x" if best else
                      f"none (best {100 * max(p.attainment for p in pts):.2f}%)")
-            ours = ours_default(case)
+            ours = ours_default(tr)
             mine = "not in the store" if ours is None else f"{100 * ours[0]:.1f}% / {ours[1] / oracle_h:.2f}x"
             rows.append(f"| {case_title(case, False)} | {100 * oracle.target_over_all:.1f}% | " + " | ".join(cells)
                         + f" | {cheap} | {mine} |")

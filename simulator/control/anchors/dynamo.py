@@ -57,7 +57,6 @@ TTFT_SLA_S = 0.5
 ITL_SLA_S = 0.05
 KALMAN_Q_LEVEL, KALMAN_Q_TREND, KALMAN_R, KALMAN_MIN_POINTS = 1.0, 0.1, 10.0, 5
 ARIMA_WINDOW, ARIMA_MIN_POINTS = 100, 5  # load_predictor.py: window_size, minimum_data_points
-PREDICTORS = ("constant", "kalman", "arima")
 
 
 class ConstantPredictor:
@@ -128,6 +127,11 @@ class KalmanPredictor(ConstantPredictor):
         return max(0.0, float(x[0] + x[1]))
 
 
+#: the predictors the planner documents that run here, by the name its config gives them
+PREDICTORS: dict[str, type[ConstantPredictor]] = {"constant": ConstantPredictor, "kalman": KalmanPredictor,
+                                                  "arima": ArimaPredictor}
+
+
 def prefill_tokens_per_s(perf: PerfModel, isl: float) -> float:
     """Profiled prefill throughput of one engine for prompts of `isl` tokens."""
     n = max(1.0, isl)
@@ -178,7 +182,7 @@ class DynamoPlanner(OwnLoopController):
         self.throughput_s = throughput_interval_s
         if predictor not in PREDICTORS:
             raise ValueError(f"Dynamo predictor must be one of {', '.join(PREDICTORS)}, got {predictor!r}")
-        make = {"constant": ConstantPredictor, "kalman": KalmanPredictor, "arima": ArimaPredictor}[predictor]
+        make = PREDICTORS[predictor]
         self.pred_req, self.pred_isl, self.pred_osl = make(), make(), make()
         self.floor = 1
         self._next_throughput = 0.0
