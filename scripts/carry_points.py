@@ -12,7 +12,10 @@ under the working tree's key: the sampled ones with their new CPU seconds, the o
 point that differs stops it with nothing written: the change moved results, and `simulator_table.py
 --frontier` re-simulates what it moved. The old entries stay (entries are never deleted).
 
-    python scripts/carry_points.py [--from REV] [--budget CPU_S] [--workers N] [--dry-run]
+A change that moves some policies on purpose (a fix to one anchor's predictor) names them with `--moved`:
+their entries are neither sampled nor carried, and are simulated again by hand or by the frontier.
+
+    python scripts/carry_points.py [--from REV] [--budget CPU_S] [--workers N] [--moved POLICY,...] [--dry-run]
 """
 
 from __future__ import annotations
@@ -169,11 +172,18 @@ def main() -> None:
                          "trace and policy's dearest point is re-simulated whatever the budget")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0, help="of the sample")
+    ap.add_argument("--moved", default="", help="policies this change moves on purpose, comma-separated: their "
+                                                "entries are left out (neither sampled nor carried)")
     ap.add_argument("--dry-run", action="store_true", help="say what would be re-simulated and carried")
     args = ap.parse_args()
+    moved = {p for p in args.moved.split(",") if p}
     bt = Backtest(get_preset(PRESET), cold_start="typical", slo=SLO)
     with tempfile.TemporaryDirectory() as tmp:
         entries, caches = stale_entries(checkout(args.rev, Path(tmp)), bt)
+    left = [e for e in entries if e.policy in moved]
+    entries = [e for e in entries if e.policy not in moved]
+    if left:
+        print(f"{len(left)} entries of {', '.join(sorted(moved))} left out (--moved)", flush=True)
     if not entries:
         print("nothing to carry: no entry is current for that revision's source and stale for this one")
         return

@@ -437,10 +437,11 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, list[str]]:
                          f"{max_replicas}: at most {MOST_REPLICAS:,}")
     if args.out is not None:
         check_out_dir(args.out)
-    if any(p.partition("@")[0] == "dynamo-sla-arima" for p in policies):
-        from keda_llm.simulator.control.anchors.dynamo import ArimaPredictor
+    for name in {p.partition("@")[0] for p in policies} & {"dynamo-sla-arima", "dynamo-sla-prophet"}:
+        from keda_llm.simulator.control.anchors import DYNAMO_SLA
+        from keda_llm.simulator.control.anchors.dynamo import PREDICTORS
 
-        ArimaPredictor()  # its extra, checked before the run: a ValueError naming it, not a traceback mid-run
+        PREDICTORS[DYNAMO_SLA[name]]()  # its extra, checked before the run: a ValueError naming it, not a traceback
     trace = load_trace(args)
     bt = Backtest(preset, cold_start=args.cold_start, slo=Slo(args.slo_ttft, args.slo_itl), seed=args.seed,
                   routing=args.routing, max_wait_s=args.max_wait, max_held=args.max_held, scaledobject=settings,

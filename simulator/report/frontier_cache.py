@@ -75,7 +75,7 @@ ANCHORS_DIR = "simulator/control/anchors"
 ANCHOR_MODULES = {"knative-kpa": "knative.py", "aibrix-kpa": "aibrix.py", "aibrix-apa": "aibrix.py",
                   "llmd-wva": "keda_driven.py", "llmd-wva-tokens": "keda_driven.py", "hpa-kv": "keda_driven.py",
                   "dynamo-load": "dynamo.py", "dynamo-sla": "dynamo.py", "dynamo-sla-constant": "dynamo.py",
-                  "dynamo-sla-arima": "dynamo.py", "ray-serve": "ray_serve.py"}
+                  "dynamo-sla-arima": "dynamo.py", "dynamo-sla-prophet": "dynamo.py", "ray-serve": "ray_serve.py"}
 ANCHORS_COMMON = ("__init__.py", "base.py")
 #: what ours' points depend on beyond SHARED_SOURCES (with the OURS_IMPORTED modules these and those import):
 #: ours' wiring and default ScaledObject

@@ -390,7 +390,7 @@ def test_an_anchors_module_keys_its_own_points_only(tmp_path: Path) -> None:
     moves = {f"{pkg}/aibrix.py": {"aibrix-kpa", "aibrix-apa"},
              f"{pkg}/knative.py": {"knative-kpa", "aibrix-kpa", "aibrix-apa"},
              f"{pkg}/keda_driven.py": wva, f"{pkg}/dynamo.py": {"dynamo-load", "dynamo-sla", "dynamo-sla-constant",
-                                                                          "dynamo-sla-arima"},
+                                                                          "dynamo-sla-arima", "dynamo-sla-prophet"},
              f"{pkg}/ray_serve.py": {"ray-serve"}, f"{pkg}/base.py": set(policies),
              f"{pkg}/__init__.py": set(policies), "simulator/run.py": set(policies)}
     try:

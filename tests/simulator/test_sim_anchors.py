@@ -19,6 +19,7 @@ from keda_llm.simulator.control.anchors.dynamo import (
     ConstantPredictor,
     DynamoPlanner,
     KalmanPredictor,
+    ProphetPredictor,
 )
 from keda_llm.simulator.control.anchors.keda_driven import (
     WVA_HPA_BEHAVIOR,
@@ -270,25 +271,79 @@ def test_dynamo_predictors() -> None:
     assert short.predict() == 9.0  # fewer than 5 points: the last value
 
 
-def test_dynamo_arima_predictor_is_pmdarimas_auto_arima_on_the_last_100_values() -> None:
-    """Dynamo's default predictor, as its planner runs it (utils/load_predictor.py): auto_arima with its
-    defaults refitted on the last 100 values, the last value until there are 5. A trend continues, a noisy
-    level comes back near its mean, and the window holds 100 values (a trace's first hours drop out)."""
+def test_dynamo_predictors_skip_the_idle_start_and_read_a_non_finite_value_as_zero() -> None:
+    # the planner's base predictor: zeros before the first non-zero value are an idle start, not load
+    for make in (ConstantPredictor, KalmanPredictor):
+        p = make()
+        for v in (0.0, float("nan"), 0.0, 4.0, float("inf"), 0.0):
+            p.add(v)
+        assert p.values == [4.0, 0.0, 0.0]
+    assert ConstantPredictor().predict() == 0.0
+
+
+def test_dynamo_arima_predictor_fits_once_then_updates_as_the_planner_does() -> None:
+    """Dynamo's default predictor (core/load/predictors.py): the last value until there are 5, a flat history's
+    own value (pmdarima would forecast 0), then auto_arima fitted once on the whole history and updated with each
+    new value, its order kept; a first fit of order (0, d, 0) is fitted again on log1p of the values."""
     pmdarima = pytest.importorskip("pmdarima")
     a = ArimaPredictor()
     for v in (5.0, 7.0, 9.0, 11.0):
         a.add(v)
     assert a.predict() == 11.0  # fewer than 5 points: the last value
-    a.add(13.0)
-    assert 13.0 < a.predict() <= 16.0  # the rise goes on (five points: auto_arima damps it)
+    flat = ArimaPredictor()
+    for _ in range(6):
+        flat.add(40.0)
+    assert flat.predict() == 40.0 and flat.model is None
     rng = np.random.default_rng(3)
-    noisy = ArimaPredictor()
-    for v in 500.0 + rng.normal(0.0, 20.0, 150):
-        noisy.add(float(v))
-    assert len(noisy.values) == 100
-    assert abs(noisy.predict() - 500.0) < 30.0
-    want = pmdarima.auto_arima(np.array(noisy.values), suppress_warnings=True, error_action="ignore")
-    assert noisy.predict() == pytest.approx(float(want.predict(n_periods=1)[0]))
+    ar = [500.0]
+    for _ in range(59):  # an AR(1) series: a first fit with p > 0, kept in the raw space
+        ar.append(500.0 + 0.8 * (ar[-1] - 500.0) + float(rng.normal(0.0, 20.0)))
+    p = ArimaPredictor()
+    for v in ar[:40]:
+        p.add(v)
+    first = p.predict()
+    want = pmdarima.auto_arima(np.array(ar[:40]), suppress_warnings=True, error_action="ignore")
+    assert want.order[0] + want.order[2] > 0 and not p.log and p.model.order == want.order
+    assert first == pytest.approx(max(0.0, float(want.predict(n_periods=1)[0])))
+    for v in ar[40:]:
+        p.add(v)
+    want.update(ar[40:])
+    assert p.predict() == pytest.approx(max(0.0, float(want.predict(n_periods=1)[0])))
+    assert p.model.order == want.order  # updated, not searched again
+    noise = ArimaPredictor()  # white noise: order (0, 0, 0), so the planner's log1p fallback
+    values = [float(v) for v in 500.0 + rng.normal(0.0, 20.0, 30)]
+    for v in values:
+        noise.add(v)
+    got = noise.predict()
+    assert pmdarima.auto_arima(np.array(values), suppress_warnings=True, error_action="ignore").order[::2] == (0, 0)
+    log = pmdarima.auto_arima(np.log1p(values), suppress_warnings=True, error_action="ignore")
+    assert noise.log and got == pytest.approx(float(np.expm1(log.predict(n_periods=1)[0])))
+
+
+def test_dynamo_prophet_predictor_is_prophet_on_the_last_50_intervals() -> None:
+    """Dynamo's Prophet predictor: Prophet with its defaults on the last 50 values, stamped one throughput
+    interval apart, asked for the next stamp; the last value until there are 5; never below 0."""
+    prophet = pytest.importorskip("prophet")
+    import pandas as pd
+
+    p = ProphetPredictor()
+    for v in (5.0, 7.0, 9.0, 11.0):
+        p.add(v)
+    assert p.predict() == 11.0
+    rng = np.random.default_rng(5)
+    values = [float(v) for v in 300.0 + 4.0 * np.arange(70) + rng.normal(0.0, 10.0, 70)]
+    for v in values:
+        p.add(v)
+    assert p.values == values[-50:]  # 74 added: the window holds the last 50
+    stamps = pd.Timestamp("2024-01-01") + pd.to_timedelta(180 * np.arange(24, 75), unit="s")
+    model = prophet.Prophet().fit(pd.DataFrame({"ds": stamps[:-1], "y": values[-50:]}))
+    want = float(model.predict(pd.DataFrame({"ds": stamps[-1:]}))["yhat"].iloc[0])
+    got = p.predict()
+    assert got == pytest.approx(want, rel=1e-6) and got > values[-1] - 30.0  # the trend goes on
+    falling = ProphetPredictor()
+    for v in (50.0, 40.0, 30.0, 20.0, 10.0, 1.0):
+        falling.add(v)
+    assert falling.predict() == 0.0  # a trend through zero: the planner's max(0, yhat)
 
 
 def test_dynamo_sla_runs_each_documented_predictor() -> None:
@@ -299,14 +354,14 @@ def test_dynamo_sla_runs_each_documented_predictor() -> None:
     p = get_preset("llama-3.1-8b/h100")
     ctx = AnchorContext(8, 2.0, 0.1, p.perf(), p.replica_config())
     for name, kind in (("dynamo-sla", KalmanPredictor), ("dynamo-sla-constant", ConstantPredictor),
-                       ("dynamo-sla-arima", ArimaPredictor)):
-        if kind is ArimaPredictor:
-            pytest.importorskip("pmdarima")
+                       ("dynamo-sla-arima", ArimaPredictor), ("dynamo-sla-prophet", ProphetPredictor)):
+        if kind in (ArimaPredictor, ProphetPredictor):
+            pytest.importorskip("pmdarima" if kind is ArimaPredictor else "prophet")
         ctl = build_anchor(name, ctx)
         assert isinstance(ctl, DynamoPlanner) and ctl.name == name
         assert type(ctl.pred_req) is kind and type(ctl.pred_isl) is kind and type(ctl.pred_osl) is kind
     with pytest.raises(ValueError, match="predictor must be one of"):
-        DynamoPlanner("sla", perf=p.perf(), config=p.replica_config(), predictor="prophet")
+        DynamoPlanner("sla", perf=p.perf(), config=p.replica_config(), predictor="moving-average")
     c = build_anchor("dynamo-sla-constant", ctx)
     assert isinstance(c, DynamoPlanner)
     for n in (100.0, 100.0, 4000.0):
@@ -314,19 +369,23 @@ def test_dynamo_sla_runs_each_documented_predictor() -> None:
     assert c.pred_req.predict() == 4000.0
 
 
-def test_the_arima_variant_without_pmdarima_is_one_clear_error(monkeypatch: pytest.MonkeyPatch,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(("policy", "module", "extra", "make"), [
+    ("dynamo-sla-arima", "pmdarima", "arima", ArimaPredictor),
+    ("dynamo-sla-prophet", "prophet", "prophet", ProphetPredictor)])
+def test_a_predictor_variant_without_its_extra_is_one_clear_error(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], policy: str, module: str, extra: str,
+        make: type[ConstantPredictor]) -> None:
     import sys
 
-    monkeypatch.setitem(sys.modules, "pmdarima", None)  # what an environment without the extra gives: ImportError
+    monkeypatch.setitem(sys.modules, module, None)  # what an environment without the extra gives: ImportError
     from keda_llm.cli import main
 
-    assert main(["simulate", "--trace", "azure2023-conv", "--window", "0:60", "--policies", "dynamo-sla-arima",
+    assert main(["simulate", "--trace", "azure2023-conv", "--window", "0:60", "--policies", policy,
                  "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "pip install 'keda-llm[arima]'" in err[0], err
-    with pytest.raises(ValueError, match=r"pip install 'keda-llm\[arima\]'"):
-        ArimaPredictor()
+    assert len(err) == 1 and f"pip install 'keda-llm[{extra}]'" in err[0], err
+    with pytest.raises(ValueError, match=rf"pip install 'keda-llm\[{extra}\]'"):
+        make()
 
 
 def _planner(mode: str = "load", **kw: float) -> DynamoPlanner:

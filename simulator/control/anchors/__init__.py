@@ -9,13 +9,14 @@
 | `llmd-wva-tokens` | llm-d WVA saturation V2 (tokens) | KEDA + HPA | kvThreshold (0.8) |
 | `dynamo-load` | Dynamo planner, load-based | its own loop (5 s) | ITL SLA (the backtest's, else 50 ms) |
 | `dynamo-sla` | Dynamo planner, throughput floor (Kalman, 180 s) + load | its own loops | ITL SLA |
-| `dynamo-sla-constant`, `dynamo-sla-arima` | the same with the constant or ARIMA predictor | its own loops | ITL SLA |
+| `dynamo-sla-constant`, `-arima`, `-prophet` | the same with another predictor | its own loops | ITL SLA |
 | `hpa-kv` | the HPA on vLLM KV-cache usage (GKE) | KEDA + HPA, 15 s scrape | KV usage per pod (0.8) |
 | `ray-serve` | Ray Serve target ongoing requests | its own loop (10 s) | target_ongoing_requests (2) |
 
 `build_anchor(name, context, knob)` builds one; `knob` None keeps the documented default. VARIANTS are
-selectable anywhere a policy is, and the frontier tables sweep the others: `dynamo-sla-arima` refits ARIMA
-every throughput interval, hours of CPU on a week (docs/simulator-results.md, "Dynamo's predictors").
+selectable anywhere a policy is, and the frontier tables sweep the others: Dynamo's ARIMA and Prophet predictors
+need their libraries (extras) and cost a fit per interval, measured by hand instead (docs/simulator-results.md,
+"Dynamo's predictors").
 """
 
 from __future__ import annotations
@@ -34,14 +35,18 @@ from keda_llm.simulator.hardware.perf import PerfModel
 from keda_llm.simulator.hardware.replica import ReplicaConfig
 
 ANCHORS = ("knative-kpa", "aibrix-kpa", "aibrix-apa", "llmd-wva", "llmd-wva-tokens", "dynamo-load", "dynamo-sla",
-           "hpa-kv", "ray-serve", "dynamo-sla-constant", "dynamo-sla-arima")
+           "hpa-kv", "ray-serve", "dynamo-sla-constant", "dynamo-sla-arima", "dynamo-sla-prophet")
 #: an anchor's documented option too dear to sweep on every trace: not in the frontier tables by default
-VARIANTS = ("dynamo-sla-arima",)
+VARIANTS = ("dynamo-sla-arima", "dynamo-sla-prophet")
+#: Dynamo's SLA planner by its predictor (the planner's config name), each anchor's name for it
+DYNAMO_SLA = {"dynamo-sla": "kalman", "dynamo-sla-constant": "constant", "dynamo-sla-arima": "arima",
+              "dynamo-sla-prophet": "prophet"}
 #: what each anchor's knob is, for sweeps and error messages
 KNOBS = {"knative-kpa": "target concurrency per pod", "aibrix-kpa": "KV-cache usage target",
          "aibrix-apa": "KV-cache usage target", "llmd-wva": "kvCacheThreshold", "llmd-wva-tokens": "kvThreshold",
          "dynamo-load": "ITL SLA (s)", "dynamo-sla": "ITL SLA (s)", "dynamo-sla-constant": "ITL SLA (s)",
-         "dynamo-sla-arima": "ITL SLA (s)", "hpa-kv": "KV-cache usage target per pod",
+         "dynamo-sla-arima": "ITL SLA (s)", "dynamo-sla-prophet": "ITL SLA (s)",
+         "hpa-kv": "KV-cache usage target per pod",
          "ray-serve": "target_ongoing_requests"}
 
 
@@ -80,11 +85,10 @@ def build_anchor(name: str, context: AnchorContext, knob: float | None = None) -
             raise ValueError(f"{name} needs the replica's performance model and config (its profiles)")
         ttft = dynamo.TTFT_SLA_S if context.slo_ttft_s is None else context.slo_ttft_s
         itl = knob if knob is not None else (dynamo.ITL_SLA_S if context.slo_itl_s is None else context.slo_itl_s)
-        predictor = {"dynamo-sla-constant": "constant", "dynamo-sla-arima": "arima"}.get(name, "kalman")
         return DynamoPlanner("load" if name == "dynamo-load" else "sla", perf=context.perf, config=context.replica,
                              max_replicas=m, ttft_sla_s=ttft, itl_sla_s=itl,
-                             predictor=predictor)
+                             predictor=DYNAMO_SLA.get(name, "kalman"))
     raise ValueError(f"unknown anchor {name!r}; known: {', '.join(ANCHORS)}")
 
 
-__all__ = ["ANCHORS", "KNOBS", "VARIANTS", "AnchorContext", "build_anchor"]
+__all__ = ["ANCHORS", "DYNAMO_SLA", "KNOBS", "VARIANTS", "AnchorContext", "build_anchor"]

@@ -17,15 +17,18 @@ Two loops, each on its own adjustment interval (planner-guide.md, PlannerConfig)
   ITL SLA (the aggregated engine time-shares both), rounded up, at least `min_endpoint` 1, at most the GPU
   budget. The result is a floor the load loop can only exceed.
 
-Predictors (core/load/predictors.py; utils/load_predictor.py in the planner's source): `constant` (next =
-last); `kalman`, a local linear-trend Kalman filter (state level and trend; q_level 1.0, q_trend 0.1, r 10;
-at least 5 points, otherwise the last value; leading idle zeros skipped); `arima`, the documented default:
-pmdarima's `auto_arima` with its defaults refitted on the last 100 intervals at every throughput interval
-(fewer than 5: the last value), the library the planner itself calls, so its choices (a perfectly flat
-series is a (0, 0, 0) model without a mean: it forecasts 0) are the planner's. `dynamo-sla` runs the Kalman
-filter and `dynamo-sla-constant` the constant one, both in the frontier tables; `dynamo-sla-arima` runs ARIMA
-(the `arima` extra), measured beside them: a week's sweep would refit it about 10,000 times, at about 1.8 CPU
-s a fit on the one-hour traces' series (bench/README.md). Prophet is not implemented. SLA defaults TTFT 500 ms,
+Predictors (components/src/dynamo/planner/core/load/predictors.py at 260b6ae, config/defaults.py): each
+skips the zeros before the first non-zero value (an idle start) and reads a non-finite value as 0.
+`constant` (next = last); `kalman`, a local linear-trend Kalman filter (state level and trend; q_level 1.0,
+q_trend 0.1, r 10; the planner's filter forecasts from its first point, here fewer than `kalman_min_points` 5
+give the last value: a run's first four intervals, inside the backtests' lead-in); `arima`, the documented
+default: pmdarima's `auto_arima` with its defaults, fitted once on the history when it holds 5 values that
+are not all equal, then updated with each new value, refitted on log1p of the values where the first fit is
+of order (0, d, 0); `prophet`: Prophet with its defaults refitted every interval on the last 50 values
+(`prophet_window_size`). ARIMA and Prophet run the libraries the planner calls (the `arima` and `prophet`
+extras). `dynamo-sla` runs the Kalman filter and `dynamo-sla-constant` the constant one, both in the
+frontier tables; `dynamo-sla-arima` and `dynamo-sla-prophet` are measured beside them (bench/README.md: their
+cost per fit). SLA defaults TTFT 500 ms,
 ITL 50 ms (planner-guide.md); the backtest passes its own SLO, as a user configures theirs. The ITL SLA is
 the knob.
 
@@ -39,6 +42,7 @@ known at arrival here, at completion in Dynamo); no correction factors, KV-hit o
 
 from __future__ import annotations
 
+import logging
 import math
 import warnings
 from typing import Any, Literal
@@ -56,51 +60,123 @@ DOWN_SENSITIVITY = 0.8
 TTFT_SLA_S = 0.5
 ITL_SLA_S = 0.05
 KALMAN_Q_LEVEL, KALMAN_Q_TREND, KALMAN_R, KALMAN_MIN_POINTS = 1.0, 0.1, 10.0, 5
-ARIMA_WINDOW, ARIMA_MIN_POINTS = 100, 5  # load_predictor.py: window_size, minimum_data_points
+ARIMA_MIN_POINTS = 5  # predictors.py: minimum_data_points (ARIMA's and Prophet's)
+PROPHET_WINDOW = 50  # defaults.py: prophet_window_size
 
 
 class ConstantPredictor:
-    """Next value = the last one seen (0 before any)."""
+    """Next value = the last one seen (0 before any). As every predictor of the planner's: a non-finite
+    value counts as 0, and the zeros before the first non-zero value (the idle start) are skipped."""
 
     def __init__(self) -> None:
         self.values: list[float] = []
 
     def add(self, value: float) -> None:
-        self.values.append(float(value))
+        value = float(value) if math.isfinite(value) else 0.0
+        if value == 0.0 and not any(self.values):
+            return
+        self.values.append(value)
 
     def predict(self) -> float:
         return self.values[-1] if self.values else 0.0
 
 
+def _missing(module: str, extra: str) -> ValueError:
+    """What a predictor whose library is not installed says: the extra that brings it."""
+    return ValueError(f"the {extra} predictor runs {module} (as Dynamo's planner does), which is not installed: "
+                      f"pip install 'keda-llm[{extra}]'")
+
+
 class ArimaPredictor(ConstantPredictor):
-    """pmdarima's auto_arima on the last ARIMA_WINDOW values, one step ahead; fewer than ARIMA_MIN_POINTS
-    values: the last one. A fit that fails or forecasts no finite number also gives the last value (the
-    planner would raise; a backtest keeps going and the floor holds)."""
+    """pmdarima's `auto_arima` with its defaults, fitted once on every value so far when there are
+    ARIMA_MIN_POINTS and they are not all equal (all equal: that value; fewer: the last), then updated with
+    each new value (`update`, the order kept); one step ahead, at least 0. A first fit of order (0, d, 0) is
+    fitted again on log1p of the values and forecasts in that space (the planner's fallback for spiky series).
+    A fit or forecast that fails, or gives no finite number, gives the last value, as the planner's does."""
 
     def __init__(self) -> None:
         super().__init__()
         try:  # the `arima` extra: imported only where the predictor is asked for
             import pmdarima  # type: ignore[import-untyped]
         except ImportError:
-            raise ValueError("the ARIMA predictor runs pmdarima (as Dynamo's planner does), which is not "
-                             "installed: pip install 'keda-llm[arima]'") from None
+            raise _missing("pmdarima", "arima") from None
         self._pm: Any = pmdarima
+        self.model: Any = None
+        self.log = False
+        self._pending: list[float] = []
 
     def add(self, value: float) -> None:
+        n = len(self.values)
         super().add(value)
-        del self.values[:-ARIMA_WINDOW]
+        if len(self.values) > n:
+            self._pending.append(max(0.0, self.values[-1]))
+
+    def predict(self) -> float:
+        vals = self.values
+        if len(vals) < ARIMA_MIN_POINTS:
+            return super().predict()
+        if len(set(vals)) == 1:
+            return vals[0]
+        with warnings.catch_warnings():  # "completely constant", convergence: the planner suppresses them too
+            warnings.simplefilter("ignore")
+            try:
+                if self.model is None:
+                    self.log, self.model = False, self._fit(vals)
+                    p, _, q = self.model.order
+                    if p == 0 and q == 0:  # swapped in only once fitted, as the planner does
+                        self.log, self.model = True, self._fit([math.log1p(v) for v in vals])
+                elif self._pending:
+                    self.model.update([math.log1p(v) for v in self._pending] if self.log else self._pending)
+                self._pending = []
+                value = float(np.asarray(self.model.predict(n_periods=1))[0])
+            except Exception:  # the planner falls back to the last value on any failure here
+                self._pending = []
+                return super().predict()
+        value = math.expm1(value) if self.log else value
+        return max(0.0, value) if math.isfinite(value) else super().predict()
+
+    def _fit(self, values: list[float]) -> Any:
+        return self._pm.auto_arima(np.array(values), suppress_warnings=True, error_action="ignore")
+
+
+class ProphetPredictor(ConstantPredictor):
+    """Prophet with its defaults fitted on the last PROPHET_WINDOW values, each stamped one throughput interval
+    after the one before from a fixed start, and asked for the next stamp; at least 0. Fewer than
+    ARIMA_MIN_POINTS values (the planner's minimum for both): the last one. Refitted at every interval."""
+
+    def __init__(self, interval_s: float = THROUGHPUT_INTERVAL_S) -> None:
+        super().__init__()
+        try:  # the `prophet` extra (pandas comes with it)
+            import pandas  # type: ignore[import-untyped]
+            import prophet
+        except ImportError:
+            raise _missing("prophet", "prophet") from None
+        self._prophet: Any = prophet
+        self._pd: Any = pandas
+        for name in ("prophet", "cmdstanpy"):  # a line per fit otherwise; the planner silences them too
+            logging.getLogger(name).setLevel(logging.WARNING)
+        self.interval_s = interval_s
+        self.step = 0  # the stamp of the next value, in intervals
+
+    def add(self, value: float) -> None:
+        n = len(self.values)
+        super().add(value)
+        if len(self.values) > n:
+            self.step += 1
+            del self.values[:-PROPHET_WINDOW]
 
     def predict(self) -> float:
         if len(self.values) < ARIMA_MIN_POINTS:
             return super().predict()
-        with warnings.catch_warnings():  # "completely constant", convergence: the planner suppresses them too
+        start = np.datetime64("2024-01-01T00:00:00")
+        stamps = start + (np.arange(self.step - len(self.values), self.step + 1) * self.interval_s).astype(
+            "timedelta64[s]")
+        with warnings.catch_warnings():  # the library's own deprecations, once a fit
             warnings.simplefilter("ignore")
-            try:
-                model = self._pm.auto_arima(np.array(self.values), suppress_warnings=True, error_action="ignore")
-                value = float(np.asarray(model.predict(n_periods=1))[0])
-            except (ValueError, np.linalg.LinAlgError):
-                return super().predict()
-        return value if math.isfinite(value) else super().predict()
+            model = self._prophet.Prophet()
+            model.fit(self._pd.DataFrame({"ds": stamps[:-1], "y": self.values}))
+            value = float(model.predict(self._pd.DataFrame({"ds": stamps[-1:]}))["yhat"].iloc[0])
+        return max(0.0, value) if math.isfinite(value) else super().predict()
 
 
 class KalmanPredictor(ConstantPredictor):
@@ -108,9 +184,7 @@ class KalmanPredictor(ConstantPredictor):
     fall back to the last value."""
 
     def predict(self) -> float:
-        vals = self.values
-        start = next((i for i, v in enumerate(vals) if v != 0.0), len(vals))
-        ys = vals[start:]
+        ys = self.values
         if len(ys) < KALMAN_MIN_POINTS:
             return ys[-1] if ys else 0.0
         f = np.array([[1.0, 1.0], [0.0, 1.0]])
@@ -129,7 +203,7 @@ class KalmanPredictor(ConstantPredictor):
 
 #: the predictors the planner documents that run here, by the name its config gives them
 PREDICTORS: dict[str, type[ConstantPredictor]] = {"constant": ConstantPredictor, "kalman": KalmanPredictor,
-                                                  "arima": ArimaPredictor}
+                                                  "arima": ArimaPredictor, "prophet": ProphetPredictor}
 
 
 def prefill_tokens_per_s(perf: PerfModel, isl: float) -> float:
@@ -183,7 +257,8 @@ class DynamoPlanner(OwnLoopController):
         if predictor not in PREDICTORS:
             raise ValueError(f"Dynamo predictor must be one of {', '.join(PREDICTORS)}, got {predictor!r}")
         make = PREDICTORS[predictor]
-        self.pred_req, self.pred_isl, self.pred_osl = make(), make(), make()
+        args = (throughput_interval_s,) if make is ProphetPredictor else ()  # its stamps are the intervals
+        self.pred_req, self.pred_isl, self.pred_osl = make(*args), make(*args), make(*args)
         self.floor = 1
         self._next_throughput = 0.0
         self._latest: Signals | None = None
