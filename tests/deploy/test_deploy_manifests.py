@@ -833,3 +833,50 @@ def test_tls_overlay_serves_the_exporters_over_https_and_the_scaler_reads_them_s
     assert scaler_cert["spec"]["issuerRef"] == cert["spec"]["issuerRef"]
     _, base_scaler = scaler_args(base)
     assert base_scaler.exporters_tls_ca is None  # the base's exporters speak plain http
+
+
+#: example ScaledObjects for an engine the user runs (no Deployment of it ships), and why
+USERS_OWN_WORKLOAD = {
+    "llama-70b": "the backtests' 70B TP4 default: the user's own 70B Deployment",
+    "llama-70b-prefill": "disaggregated pools: the user's own prefill and decode Deployments",
+    "llama-70b-decode": "disaggregated pools: the user's own prefill and decode Deployments",
+    "llama-8b-h100": "variants on two GPU types: the user's own Deployment per type",
+    "llama-8b-l4": "variants on two GPU types: the user's own Deployment per type",
+    "qwen-32b": "SGLang: the user's own Deployment",
+}
+
+
+def served_models(workload: JSON) -> set[str]:
+    """The model names the exporter labels this workload's series with: the pod's keda-llm.io/model
+    annotation, else vLLM's --served-model-name (its metrics' model_name), else its --model."""
+    template = workload["spec"]["template"]
+    annotated = template["metadata"].get("annotations", {}).get("keda-llm.io/model")
+    if annotated:
+        return {annotated}
+    names: dict[str, set[str]] = {"--served-model-name": set(), "--model": set()}
+    for c in template["spec"]["containers"]:
+        args = [str(a) for a in c.get("args", [])]
+        for i, arg in enumerate(args):
+            flag, _, value = arg.partition("=")
+            if flag in names:
+                names[flag].add(value or (args[i + 1] if i + 1 < len(args) else ""))
+    return names["--served-model-name"] or names["--model"]
+
+
+def test_every_example_scales_a_shipped_workload_by_the_model_it_serves_or_says_it_is_the_users() -> None:
+    # A ScaledObject pointed at a Deployment nobody ships, or naming a model the Deployment does not serve,
+    # applies cleanly and then never scales: KEDA finds no target, or the scaler finds no series for the model
+    # (the tuned 8B example once named both the Deployment and the model differently from vllm-deployment.yaml).
+    workloads = {(d["metadata"].get("namespace"), d["metadata"]["name"]): d for _, d in example_docs()
+                 if d["kind"] in ("Deployment", "StatefulSet")}
+    for path, so in scaled_objects():
+        ref, ns, name = so["spec"]["scaleTargetRef"], so["metadata"].get("namespace"), so["metadata"]["name"]
+        target = workloads.get((ns, ref["name"]))
+        if target is None:
+            assert name in USERS_OWN_WORKLOAD, f"{path.name}: {name} scales {ref['name']}, which no example ships"
+            continue
+        served = served_models(target)
+        if not served:
+            continue  # no engine: warm capacity's placeholders, scaled on the model's demand (warm-capacity.yaml)
+        for trig in so["spec"]["triggers"]:
+            assert trig["metadata"]["model"] in served, (path.name, trig["metadata"]["model"], served)
