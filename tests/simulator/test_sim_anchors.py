@@ -320,7 +320,7 @@ def test_dynamo_arima_predictor_fits_once_then_updates_as_the_planner_does() -> 
     assert noise.log and got == pytest.approx(float(np.expm1(log.predict(n_periods=1)[0])))
 
 
-def test_dynamo_prophet_predictor_is_prophet_on_the_last_50_intervals() -> None:
+def test_dynamo_prophet_predictor_is_prophet_on_the_last_50_intervals(capfd: pytest.CaptureFixture[str]) -> None:
     """Dynamo's Prophet predictor: Prophet with its defaults on the last 50 values, stamped one throughput
     interval apart, asked for the next stamp; the last value until there are 5; never below 0."""
     prophet = pytest.importorskip("prophet")
@@ -344,6 +344,8 @@ def test_dynamo_prophet_predictor_is_prophet_on_the_last_50_intervals() -> None:
     for v in (50.0, 40.0, 30.0, 20.0, 10.0, 1.0):
         falling.add(v)
     assert falling.predict() == 0.0  # a trend through zero: the planner's max(0, yhat)
+    out, err = capfd.readouterr()
+    assert "cmdstanpy" not in err + out and "plotly" not in err + out  # no lines a fit from the libraries
 
 
 def test_dynamo_sla_runs_each_documented_predictor() -> None:

@@ -146,6 +146,12 @@ class ProphetPredictor(ConstantPredictor):
 
     def __init__(self, interval_s: float = THROUGHPUT_INTERVAL_S) -> None:
         super().__init__()
+        logging.getLogger("prophet.plot").disabled = True  # "Importing plotly failed": no plots are drawn here
+        for name in ("prophet", "cmdstanpy"):  # two INFO lines a fit otherwise; the planner silences them too
+            log = logging.getLogger(name)
+            if not log.handlers:  # cmdstanpy sets its logger to DEBUG with an INFO handler only where it has none
+                log.addHandler(logging.NullHandler())
+            log.setLevel(logging.WARNING)
         try:  # the `prophet` extra (pandas comes with it)
             import pandas  # type: ignore[import-untyped]
             import prophet
@@ -153,8 +159,6 @@ class ProphetPredictor(ConstantPredictor):
             raise _missing("prophet", "prophet") from None
         self._prophet: Any = prophet
         self._pd: Any = pandas
-        for name in ("prophet", "cmdstanpy"):  # a line per fit otherwise; the planner silences them too
-            logging.getLogger(name).setLevel(logging.WARNING)
         self.interval_s = interval_s
         self.step = 0  # the stamp of the next value, in intervals
 
