@@ -1,11 +1,12 @@
 """What Dynamo's predictors cost per interval in the simulator's `dynamo-sla*` anchors (simulator/control/anchors/
 dynamo.py), on a shipped trace's own series: its request count per 180 s interval, fed one interval at a time,
-each followed by a forecast, as the planner does every throughput interval.
+each followed by a forecast, as the planner does every throughput interval (it runs three: requests, mean
+ISL and mean OSL, so a simulated interval costs three times the figure).
 
-Each predictor runs the whole series in turn in this process; CPU is this process's plus its children's (Prophet
-optimizes in a cmdstan subprocess), `resource.getrusage`. The constant predictor is the baseline measured in the
-same run. ARIMA fits once and then updates, so its cost per interval falls with the series' length; Prophet
-refits every interval on its last 50.
+Each predictor runs the whole series in turn in this process; CPU is this process's plus its children's
+(Prophet optimizes in a cmdstan subprocess), `resource.getrusage`. The baseline measured in the same run is
+the Kalman filter, the frontier's default predictor. ARIMA fits once and then updates, so its cost per
+interval falls with the series' length; Prophet refits every interval on its last 50.
 
     .venv/bin/python bench/bench_dynamo_predictors.py [--trace azure2023-conv] [--intervals N]
 """
@@ -54,8 +55,8 @@ def main() -> None:
             p.add(v)
             p.predict()
         per = (cpu_s() - t0) / len(values)
-        base = per if name == "constant" else base
-        ratio = f"{per / base:,.0f}x constant" if base else ""
+        base = per if name == "kalman" else base
+        ratio = f"{per / base:,.0f}x Kalman" if base and name != "kalman" else ""
         print(f"{name:9s} {1000 * per:9.3f} CPU ms per interval  {ratio}", flush=True)
 
 

@@ -618,6 +618,34 @@ def test_the_docs_frontier_block_is_what_the_committed_points_give() -> None:
                        "moved, else scripts/simulator_table.py --frontier")
 
 
+def test_the_docs_predictors_table_is_what_the_committed_points_give() -> None:
+    """docs/simulator-results.md "Dynamo's predictors": the ARIMA and Prophet planners' cells (swept by hand, not in
+    the frontier block) are each trace's cost to reach the target as the store gives it, nothing simulated."""
+    from keda_llm.simulator.control.anchors import VARIANTS
+
+    st = _script()
+    bt = Backtest(get_preset(st.PRESET), cold_start="typical", slo=st.SLO)
+    doc = (ROOT / "docs" / "simulator-results.md").read_text()
+    table = doc[doc.index("### Dynamo's predictors"):]
+    table = table[:table.index("\n### ")]
+    rows = {line.split(" | ")[0][2:].split(",")[0]: line.split(" | ") for line in table.splitlines()
+            if line.startswith("| ") and not line.startswith("| trace")}
+    checked = 0
+    for case in st.CASES:
+        row = rows.get(case.trace)
+        assert row is not None, case.trace
+        if "not run" in row[3]:
+            continue
+        section = st.frontier_from_store(bt, case, list(VARIANTS), st.FRONTIER_POINTS, tuple(range(st.FRONTIER_SEEDS)))
+        for column, policy in ((3, "dynamo-sla-arima"), (4, "dynamo-sla-prophet")):
+            (cells,) = [r.split(" | ") for r in section.splitlines() if r.startswith(f"| {policy} |")]
+            cost, ratio, knob = cells[3].replace(" GPU-h", ""), cells[4], cells[5]
+            want = f"{cost} ({ratio}) at {knob} s" if ratio else cost
+            assert row[column].startswith(want), (case.trace, policy, row[column], want)
+            checked += 1
+    assert checked >= 6  # azure2023-code, azure2023-conv and mooncake-conv at least
+
+
 def test_the_store_check_fails_on_a_figure_the_points_do_not_give(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """`--frontier --check` on the first trace the store holds for this source: 0 on the docs as they are, 1
