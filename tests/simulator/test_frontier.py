@@ -631,10 +631,12 @@ def test_the_docs_predictors_table_is_what_the_committed_points_give() -> None:
     rows = {line.split(" | ")[0][2:].split(",")[0]: line.split(" | ") for line in table.splitlines()
             if line.startswith("| ") and not line.startswith("| trace")}
     checked = 0
+    bounded: list[tuple[object, list[str]]] = []
     for case in st.CASES:
         row = rows.get(case.trace)
         assert row is not None, case.trace
         if "not run" in row[3]:
+            bounded.append((case, row))
             continue
         section = st.frontier_from_store(bt, case, list(VARIANTS), st.FRONTIER_POINTS, tuple(range(st.FRONTIER_SEEDS)))
         for column, policy in ((3, "dynamo-sla-arima"), (4, "dynamo-sla-prophet")):
@@ -644,6 +646,30 @@ def test_the_docs_predictors_table_is_what_the_committed_points_give() -> None:
             assert row[column].startswith(want), (case.trace, policy, row[column], want)
             checked += 1
     assert checked >= 6  # azure2023-code, azure2023-conv and mooncake-conv at least
+    # A trace not run carries a bound: the planner never writes under one replica, so any predictor costs at
+    # least one replica for the whole trace; the cell says that figure and that the run is not in the store.
+    preset = get_preset(st.PRESET)
+    for case, row in bounded:
+        tr = st.load(case, False)
+        bound = preset.tp * tr.duration_s / 3600.0
+        for column in (3, 4):
+            assert row[column].startswith(f"at least {bound:.2f} ("), (case.trace, row[column], bound)
+        ours = float(re.sub(r"[^0-9.]", "", row[5].split(" (")[0]))
+        assert ours < bound, (case.trace, ours, bound)  # the table's claim: ours ahead there too
+
+
+def test_every_dynamo_sla_predictor_keeps_one_replica(case: tuple[Trace, Backtest]) -> None:
+    """The floor the predictors table's bound rests on: each SLA planner variant starts with one replica and
+    clamps every count it writes to at least one (`min_endpoint` 1), whatever its predictor says."""
+    from keda_llm.simulator.control.anchors import VARIANTS
+    from keda_llm.simulator.control.anchors.base import OwnLoopController
+    from keda_llm.simulator.report.frontier_point import build_point_controller
+
+    tr, bt = case
+    for name in ("dynamo-sla", "dynamo-sla-constant", *VARIANTS):
+        ctl = build_point_controller(name, 0.1, tr, bt)
+        assert isinstance(ctl, OwnLoopController), name
+        assert (ctl.initial_replicas, ctl.min_replicas) == (1, 1), name
 
 
 def test_the_store_check_fails_on_a_figure_the_points_do_not_give(tmp_path: Path,
