@@ -356,3 +356,61 @@ def test_the_quickstart_is_the_shipped_default_for_8b_and_measures_what_it_says(
         got = over_phases([run_point(phase_shifted(trace, k, n), with_seed(bt, int(seed)), Knobs(), doc)
                            for k in range(n)])
         assert (f"{100 * got.attainment:.1f}", f"{got.gpu_hours:.2f}") == (share, gpu_h), (path.name, trace_name)
+
+
+_RANGE_PCT = r"(\d+\.\d+)(?:-(\d+\.\d+))?%"
+_RANGE_X = r"(\d+\.\d+)(?:-(\d+\.\d+))?x"
+
+
+def _week_cells(block: str) -> dict[str, tuple[float, float, float, float]]:
+    """The `ours` row of a week block: segment -> (worst SLO %, mean SLO %, worst GPU-h ratio, mean ratio)."""
+    (row,) = [line for line in block.splitlines() if line.startswith("| ours |")]
+    cells = [c.strip() for c in row.strip("|").split("|")][1:]
+    out = {}
+    for segment, cell in zip(("days 1-5", "days 6-7", "week"), cells, strict=True):
+        m = re.fullmatch(r"(\d+\.\d)% \((\d+\.\d)%\) / (\d+\.\d\d)x \((\d+\.\d\d)x\)", cell)
+        assert m, cell
+        out[segment] = (float(m[1]), float(m[2]), float(m[3]), float(m[4]))
+    return out
+
+
+def _agrees(claim: tuple[str, ...], cell: tuple[float, float, float, float]) -> bool:
+    """A prose range over the seeds (lowest-highest attainment, lowest-highest ratio) against the block's cell,
+    which rounds: the lowest attainment is the worst seed's, the highest ratio the worst seed's, and each mean
+    lies within its range."""
+    lo, hi, rlo, rhi = claim
+    slo_lo, slo_hi, r_lo, r_hi = float(lo), float(hi or lo), float(rlo), float(rhi or rlo)  # a single value
+    worst, mean, worst_r, mean_r = cell
+    return (abs(slo_lo - worst) <= 0.05 + 1e-9 and slo_lo - 0.05 - 1e-9 <= mean <= slo_hi + 0.05 + 1e-9
+            and abs(r_hi - worst_r) <= 0.005 + 1e-9 and r_lo - 0.005 - 1e-9 <= mean_r <= r_hi + 0.005 + 1e-9)
+
+
+def test_the_readmes_and_summarys_week_figures_are_the_week_blocks() -> None:
+    """The README's and docs' headline week figures (issue 11's first bar) say what the generated week blocks
+    hold for the shipped ScaledObject: regenerating a block that moves them fails here until the prose follows."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import week_table
+
+    doc = (ROOT / "docs" / "simulator-results.md").read_text()
+    blocks = {}
+    for trace, name in week_table.BLOCKS.items():
+        block = doc[doc.index(f"<!-- generated:{name} -->"):doc.index(f"<!-- /generated:{name} -->")]
+        blocks[trace] = _week_cells(block)
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    summary = " ".join(doc[:doc.index("\n## ", doc.index("**At a glance**"))].split())
+    claims = [
+        (readme, rf"meets the SLO for {_RANGE_PCT} of the requests of the whole Azure 2024 code week at {_RANGE_X}",
+         "code", "week"),
+        (readme, rf"held-back days 6-7: {_RANGE_PCT} at {_RANGE_X}", "code", "days 6-7"),
+        (readme, rf"\(the Azure 2024 conversation week, [^)]*\) it meets the SLO for {_RANGE_PCT} at {_RANGE_X}",
+         "conv", "week"),
+        (summary, rf"The whole Azure 2024 code week\*\*: {_RANGE_PCT} of requests within the SLO at {_RANGE_X}",
+         "code", "week"),
+        (summary, rf"tuned on \(1-5\) {_RANGE_PCT} at {_RANGE_X}", "code", "days 1-5"),
+        (summary, rf"held back \(6-7\) {_RANGE_PCT} at {_RANGE_X}", "code", "days 6-7"),
+        (summary, rf"which no default was tuned on: {_RANGE_PCT} at {_RANGE_X}", "conv", "week"),
+    ]
+    for text, pattern, trace, segment in claims:
+        m = re.search(pattern, text)
+        assert m, pattern
+        assert _agrees(m.groups(), blocks[trace][segment]), (pattern, m.group(0), blocks[trace][segment])
