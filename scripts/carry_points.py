@@ -13,9 +13,12 @@ point that differs stops it with nothing written: the change moved results, and 
 --frontier` re-simulates what it moved. The old entries stay (entries are never deleted).
 
 A change that moves some policies on purpose (a fix to one anchor's predictor) names them with `--moved`:
-their entries are neither sampled nor carried, and are simulated again by hand or by the frontier.
+their entries are neither sampled nor carried, and are simulated again by hand or by the frontier. A change
+to one backend moves them only on the traces that backend runs: `--moved-in detailed` (or `fluid`) carries
+their entries on the other traces like the rest.
 
-    python scripts/carry_points.py [--from REV] [--budget CPU_S] [--workers N] [--moved POLICY,...] [--dry-run]
+    python scripts/carry_points.py [--from REV] [--budget CPU_S] [--workers N] [--moved POLICY,... [--moved-in MODE]]
+                                   [--dry-run]
 """
 
 from __future__ import annotations
@@ -174,14 +177,22 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0, help="of the sample")
     ap.add_argument("--moved", default="", help="policies this change moves on purpose, comma-separated: their "
                                                 "entries are left out (neither sampled nor carried)")
+    ap.add_argument("--moved-in", choices=("detailed", "fluid"), default=None,
+                    help="the --moved policies moved only on the traces run in this mode (a change to one "
+                         "backend): on the others they are carried like the rest")
     ap.add_argument("--dry-run", action="store_true", help="say what would be re-simulated and carried")
     args = ap.parse_args()
     moved = {p for p in args.moved.split(",") if p}
     bt = Backtest(get_preset(PRESET), cold_start="typical", slo=SLO)
     with tempfile.TemporaryDirectory() as tmp:
         entries, caches = stale_entries(checkout(args.rev, Path(tmp)), bt)
-    left = [e for e in entries if e.policy in moved]
-    entries = [e for e in entries if e.policy not in moved]
+    modes = {ci: bt.resolved_mode(load(CASES[ci], False)) for ci in {e.case for e in entries}} if args.moved_in else {}
+
+    def is_moved(e: Entry) -> bool:
+        return e.policy in moved and (args.moved_in is None or modes[e.case] == args.moved_in)
+
+    left = [e for e in entries if is_moved(e)]
+    entries = [e for e in entries if not is_moved(e)]
     if left:
         print(f"{len(left)} entries of {', '.join(sorted(moved))} left out (--moved)", flush=True)
     if not entries:

@@ -48,6 +48,10 @@ class SimReplica:
     gone_at: float | None = None
     busy_prev: float = 0.0  # engine busy seconds at the previous observation (GPU utilization)
     step_end: float = 0.0  # when the engine step in flight ends (its time is counted busy up front)
+    # the requests the step in flight finishes, and the KV blocks they free: the engine applies a step at its
+    # start, a real one's gauges still count them until it ends (DetailedBackend.samples)
+    finishing: int = 0
+    finishing_blocks: int = 0
 
     @property
     def pod(self) -> str:

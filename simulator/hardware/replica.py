@@ -146,6 +146,7 @@ class Replica:
         self.running: list[Request] = []
         self.waiting: deque[Request] = deque()
         self.free_blocks = config.kv_blocks
+        self.finished_blocks = 0  # KV blocks the last step's finished requests held (see `step`)
         self.counters = ReplicaCounters()
         cap = config.kv_capacity_tokens // config.prefix_block_tokens
         self._prefix_capacity = cap
@@ -186,7 +187,9 @@ class Replica:
 
     # -- the engine iteration ----------------------------------------------------------------
     def step(self, now: float, horizon: float = math.inf) -> StepResult:
-        """Run from `now`: one iteration, or a run of pure-decode iterations ending by `horizon`."""
+        """Run from `now`: one iteration, or a run of pure-decode iterations ending by `horizon`. The step is
+        applied at once; `finished_blocks` is then the KV blocks its finished requests held."""
+        self.finished_blocks = 0
         if not self.has_work:
             return StepResult(0.0, [], 0)
         cfg = self.config
@@ -389,6 +392,7 @@ class Replica:
     def _finish(self, seq: Request, end: float, finished: list[Request]) -> None:
         seq.finish_s = end + self.perf.request_latency_s
         self.running.remove(seq)
+        self.finished_blocks += seq._blocks
         self._release(seq)
         self.counters.requests_finished += 1
         finished.append(seq)
