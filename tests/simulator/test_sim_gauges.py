@@ -1,8 +1,8 @@
 """The detailed engine's gauges at an observation are what a real engine exports then: the requests its
 step in flight will finish are still running, their KV cache still held. The engine applies a step when it
-starts it, and a run of pure-decode iterations lasts until the next arrival, so reading its state as-is had
-the running count and KV usage lead the engine by up to that run (8B H100, azure2023-conv: 10% fewer
-requests running at the samples than in flight)."""
+starts it, and a run of pure-decode iterations lasts until its first request finishes or the next arrival,
+so reading its state as-is had the running count and KV usage lead the engine by up to that run (8B H100,
+azure2023-conv: 10% fewer requests running at the samples than in flight)."""
 
 from __future__ import annotations
 
