@@ -41,7 +41,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from keda_llm.simulator.cluster.engine import Controller
+from keda_llm.simulator.cluster.engine import GAUGE_TIMINGS, Controller, GaugeTiming
 from keda_llm.simulator.control.anchors import AnchorContext
 from keda_llm.simulator.control.controllers import PodPlan, ScheduleController
 from keda_llm.simulator.control.policies import build_controller
@@ -138,11 +138,11 @@ class Row:
 
 
 def run_case(preset: str, trace_name: str, policy: str, minutes: int | None, shift_s: float,
-             plan_: OraclePlan | None) -> Row:
+             plan_: OraclePlan | None, gauges: GaugeTiming = "leading") -> Row:
     tr = load_window(trace_name, minutes)
     if shift_s:
         tr = shifted(tr, shift_s)
-    bt = Backtest(get_preset(preset), cold_start="typical", slo=SLO)
+    bt = Backtest(get_preset(preset), cold_start="typical", slo=SLO, gauges=gauges)
     out: dict[str, tuple[float, float, float]] = {}
     for mode in ("detailed", "fluid"):
         t0 = time.process_time()
@@ -219,6 +219,8 @@ def main() -> None:
                          "control loop's whole phase, as tests/simulator/test_sim_fluid.py SHIFTS_S); a table of "
                          "each case's means follows the runs")
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--gauges", default="leading", choices=GAUGE_TIMINGS,
+                    help="when the engines' gauges change, in both modes (SimConfig.gauges) [leading]")
     ap.add_argument("--json", default=None, help="write the rows here")
     ap.add_argument("--physics", action="store_true", help="static replicas only (PHYSICS_CASES), no control loop")
     ap.add_argument("--replica", action="store_true",
@@ -247,7 +249,7 @@ def main() -> None:
             if needs_plan else {}
         step = 0.5 if args.spread is None else args.spread / args.shifts
         futs = [pool.submit(run_case, p, t, pol, args.minutes, step * k,
-                            plans[(p, t)].result() if (p, t) in plans else None)
+                            plans[(p, t)].result() if (p, t) in plans else None, args.gauges)
                 for p in presets for t in traces for pol in policies for k in range(args.shifts)]
         rows = [f.result() for f in futs]
     print("| preset | trace | policy | GPU-h detailed | GPU-h fluid | GPU-h | SLO detailed | SLO fluid | SLO pts |"

@@ -20,6 +20,7 @@ from typing import Any, cast
 import numpy as np
 
 from keda_llm.common.durations import parse_duration
+from keda_llm.simulator.cluster.engine import GAUGE_TIMINGS
 from keda_llm.simulator.cluster.lead_in import LEAD_IN_S
 from keda_llm.simulator.cluster.router import ROUTING_RULES
 from keda_llm.simulator.control import ScaledObjectError, load_scaledobject
@@ -114,6 +115,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--fluid-dt", type=float, default=None,
                    help="fluid mode time slice, seconds: 0.5 is about twice as fast and coarser [the preset's: "
                         "0.25, shorter where a full prefill iteration is short, e.g. 0.1 on 8B H100]")
+    s.add_argument("--gauges", default="leading", choices=GAUGE_TIMINGS,
+                   help="when the engines' gauges change: leading (the engine's state as the simulator applies "
+                        "it, a step ahead) or published (as vLLM publishes them, at each iteration's end) [leading]")
     s.add_argument("--seed", type=int, default=0, help="seed for cold starts and synthesized arrivals [0]")
     s.add_argument("--out", default=None, metavar="DIR", help="write results.json, config.json and replicas.png here")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -446,7 +450,7 @@ def build(args: argparse.Namespace) -> tuple[Trace, Any, list[str]]:
     bt = Backtest(preset, cold_start=args.cold_start, slo=Slo(args.slo_ttft, args.slo_itl), seed=args.seed,
                   routing=args.routing, max_wait_s=args.max_wait, max_held=args.max_held, scaledobject=settings,
                   max_replicas=max_replicas,
-                  mode=args.mode, fluid_dt_s=args.fluid_dt)
+                  mode=args.mode, fluid_dt_s=args.fluid_dt, gauges=args.gauges)
     return trace, bt, policies
 
 

@@ -15,7 +15,15 @@ from typing import Any, Literal
 
 import numpy as np
 
-from keda_llm.simulator.cluster.engine import Controller, DegradedSpell, SimConfig, SimResult, Simulation
+from keda_llm.simulator.cluster.engine import (
+    GAUGE_TIMINGS,
+    Controller,
+    DegradedSpell,
+    GaugeTiming,
+    SimConfig,
+    SimResult,
+    Simulation,
+)
 from keda_llm.simulator.cluster.lead_in import lead_and_window, scored_part
 from keda_llm.simulator.cluster.router import RoutingRule
 from keda_llm.simulator.control import KedaSettings
@@ -54,6 +62,9 @@ class Backtest:
     oracle_target: float = 0.99
     fluid_dt_s: float | None = None  # the fluid mode's time slice (larger is faster, coarser); None: the preset's
     degraded: tuple[DegradedSpell, ...] = ()  # replicas running slower for a while (detailed mode only)
+    #: when the engines' gauges change (engine.GaugeTiming). Out of the repr while it is the default, so the
+    #: frontier store's keys of the leading timing's points stay as they were (frontier_cache.PointCache)
+    gauges: GaugeTiming = field(default="leading", repr=False)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -64,6 +75,8 @@ class Backtest:
             raise ValueError(f"fluid time slice must be > 0 seconds, got {self.fluid_dt_s}")
         if self.max_held is not None and self.max_held < 0:
             raise ValueError(f"max_held must be >= 0, got {self.max_held}")
+        if self.gauges not in GAUGE_TIMINGS:
+            raise ValueError(f"gauges must be one of {', '.join(GAUGE_TIMINGS)}, got {self.gauges!r}")
         if self.routing == "least_loaded" and self.mode == "fluid":
             raise ValueError("routing least_loaded runs in the detailed mode only (the fluid mode routes by "
                              "outstanding requests in its compiled loop)")
@@ -73,7 +86,7 @@ class Backtest:
         return SimConfig(p.replica_config(), p.perf(), p.cold_start(self.cold_start), gpus_per_replica=p.tp,
                          collection_interval_s=self.collection_interval_s, routing=self.routing,
                          max_wait_s=self.max_wait_s, max_held=self.max_held, seed=self.seed, model=p.model.name,
-                         degraded=self.degraded)
+                         degraded=self.degraded, gauges=self.gauges)
 
     @property
     def fluid_slice_s(self) -> float:
@@ -105,6 +118,7 @@ class Backtest:
             "seed": self.seed, "routing": self.routing, "max_wait_s": self.max_wait_s, "max_held": self.max_held,
             "collection_interval_s": self.collection_interval_s, "max_replicas": self.max_replicas,
             "mode": self.mode, "oracle_target": self.oracle_target, "fluid_dt_s": self.fluid_slice_s,
+            **({"gauges": self.gauges} if self.gauges != "leading" else {}),
             "scaledobject": None if self.scaledobject is None else {
                 "name": self.scaledobject.name, "namespace": self.scaledobject.namespace,
                 "pollingInterval": self.scaledobject.polling_interval_s,

@@ -36,7 +36,7 @@ def _latency_fields(acc: Sequence[float] | None) -> _LatencyFields:
 
 
 def _gauges(r: SimReplica) -> tuple[int, float]:
-    """(requests running, KV cache usage) as the replica's engine exports them now. The engine applies a step
+    """(requests running, KV cache usage) in the leading timing (SimConfig.gauges). The engine applies a step
     when it starts it (`Replica.step`); a real engine's gauges still count the requests that step finishes,
     and the cache they hold, until it ends. Counting them gone at the start had the gauges lead the engine by
     a step, and a pure-decode step runs up to the next arrival: on 8B H100 azure2023-conv with Ray Serve's
@@ -46,6 +46,20 @@ def _gauges(r: SimReplica) -> tuple[int, float]:
         return eng.num_running, eng.kv_usage
     return (eng.num_running + r.finishing,
             min(1.0, eng.kv_usage + r.finishing_blocks / eng.config.kv_blocks))
+
+
+def _published(r: SimReplica, now: float) -> tuple[int, int, float]:
+    """(requests running, waiting, KV usage) as vLLM publishes them: its scheduler makes its stats after each
+    step (`update_from_output`), so the gauges hold the state at the last iteration's end, and a request that
+    arrives during a step reaches the scheduler after it. A decode run publishes at each of its iterations'
+    ends: its requests and queue from the first, its cache one token a request further at each."""
+    run = r.run
+    if run is not None and r.stepping and now < r.step_end:
+        start, seqs, k = run
+        done, blocks = r.engine.decode_run_at(start, seqs, k, now)
+        if done > 0:
+            return len(seqs), r.step_waiting, min(1.0, blocks / r.engine.config.kv_blocks)
+    return r.pub_running, r.pub_waiting, r.pub_kv
 
 
 class DetailedBackend:
@@ -70,6 +84,7 @@ class DetailedBackend:
         # Per pod, the engine's TTFT and ITL histograms' _sum/_count, from its finished requests (see
         # _count_latency): [ttft_sum_s, ttft_count, itl_sum_s, itl_count].
         self._latency: dict[str, list[float]] = {}
+        self._published = sim.config.gauges == "published"
 
     # -- what the loop asks -------------------------------------------------------------------------
     @property
@@ -152,12 +167,19 @@ class DetailedBackend:
         r.stepping = True
         r.step_end = now + res.duration
         r.finishing, r.finishing_blocks = len(res.finished), r.engine.finished_blocks
+        if self._published:
+            eng = r.engine
+            r.step_waiting = eng.num_waiting
+            r.run = (now, eng.running + res.finished, res.iterations) if res.iterations > 1 else None
         self.loop.push(now + res.duration, STEP, (r, res.finished))
 
     def _on_step(self, obj: tuple[SimReplica, list[Request]]) -> None:
         r, finished = obj
         r.stepping = False
         r.finishing = r.finishing_blocks = 0
+        if self._published:
+            eng = r.engine
+            r.pub_running, r.pub_waiting, r.pub_kv, r.run = eng.num_running, r.step_waiting, eng.kv_usage, None
         if finished:
             self._count_latency(r.pod, finished)
             if self.sim.on_finished is not None:
@@ -215,9 +237,9 @@ class DetailedBackend:
             if r.phase is not Phase.READY:
                 samples.append(ReplicaSample(pod=r.pod, timestamp=0.0, up=False))
                 continue
-            running, kv_usage = _gauges(r)
+            running, waiting, kv_usage = self._gauges(r, now)
             if self._least_loaded:
-                loads[r.index] = (kv_usage, float(eng.num_waiting))
+                loads[r.index] = (kv_usage, float(waiting))
             c = eng.counters
             busy = c.busy_s - max(0.0, r.step_end - now)  # the engine adds a step's time when it starts it
             util = min(1.0, (busy - r.busy_prev) / dt) if dt > 0 else 0.0
@@ -225,7 +247,7 @@ class DetailedBackend:
             utils.append(max(0.0, util))
             samples.append(ReplicaSample(
                 pod=r.pod, timestamp=now if now > 0 else EPSILON_S, up=True, running=float(running),
-                waiting=float(eng.num_waiting),
+                waiting=float(waiting),
                 max_running=float(cfg.max_num_seqs), kv_usage_ratio=kv_usage,
                 kv_capacity_tokens=float(cfg.kv_capacity_tokens), prompt_tokens_total=float(c.prompt_tokens),
                 generation_tokens_total=float(c.generation_tokens), requests_finished_total=float(c.requests_finished),
@@ -238,6 +260,13 @@ class DetailedBackend:
             sim.router.observed(loads)
         return samples, utils, sim.router.pending
 
+    def _gauges(self, r: SimReplica, now: float) -> tuple[int, int, float]:
+        """(running, waiting, KV usage) as the exporters read them, in the run's gauge timing."""
+        if self._published:
+            return _published(r, now)
+        running, kv_usage = _gauges(r)
+        return running, r.engine.num_waiting, kv_usage
+
     def engine_totals(self) -> tuple[int, float]:
         """(preemptions, prompt tokens computed, recomputation included) over the replicas still in the
         cluster: the engine counters a fidelity comparison reads (scripts/fluid_agreement.py --replica)."""
@@ -247,7 +276,9 @@ class DetailedBackend:
 
     def row(self) -> tuple[int, int, int, int]:
         replicas = self.sim.cluster.replicas
-        running = sum(_gauges(r)[0] for r in replicas)
-        waiting = sum(r.engine.num_waiting for r in replicas)
+        now = self.loop.now
+        gauges = [self._gauges(r, now) for r in replicas]
+        running = sum(g[0] for g in gauges)
+        waiting = sum(g[1] for g in gauges)
         arrivals, self._arrivals_since = self._arrivals_since, 0
         return arrivals, self.sim.router.pending, running, waiting

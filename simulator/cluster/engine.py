@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -30,6 +30,13 @@ from keda_llm.simulator.hardware.coldstart import ColdStartModel
 from keda_llm.simulator.hardware.perf import PerfModel
 from keda_llm.simulator.hardware.replica import ReplicaConfig, Request
 from keda_llm.simulator.workload.traces import Trace
+
+#: when the engines' gauges (requests running and waiting, KV usage) change as the exporters read them:
+#: `leading`, the engine's state as the simulator applies it (a step at its start, so a step ahead of a real
+#: engine's gauges); `published`, what vLLM publishes (the state at the last iteration's end, without the
+#: requests that arrived during the iteration in flight). See docs/simulator.md, "What the exporters read".
+GaugeTiming = Literal["leading", "published"]
+GAUGE_TIMINGS: tuple[GaugeTiming, ...] = ("leading", "published")
 
 #: a scrape at time 0 is stamped just after it: the scaler reads a timestamp of 0 as "never scraped"
 EPSILON_S = 1e-6
@@ -101,6 +108,7 @@ class SimConfig:
     #: first `score_from_s` seconds are a lead-in (simulator/cluster/lead_in.py)
     score_from_s: float = 0.0
     degraded: tuple[DegradedSpell, ...] = ()  # slow replicas (throttled GPUs); detailed mode only
+    gauges: GaugeTiming = "leading"  # when the gauges change (GaugeTiming)
 
     def spell(self, replica: int, t: float) -> DegradedSpell | None:
         """The degraded spell replica `replica` is in at time `t`, if any."""
@@ -115,6 +123,8 @@ class SimConfig:
             raise ValueError(f"max_held must be >= 0, got {self.max_held}")
         if not (math.isfinite(self.score_from_s) and self.score_from_s >= 0):
             raise ValueError(f"score_from_s must be finite and >= 0, got {self.score_from_s}")
+        if self.gauges not in GAUGE_TIMINGS:
+            raise ValueError(f"gauges must be one of {', '.join(GAUGE_TIMINGS)}, got {self.gauges!r}")
 
 
 @dataclass

@@ -151,6 +151,7 @@ class FluidBackend:
         self._seqs = float(cfg.max_num_seqs)
         self._lat = config.perf.request_latency_s
         self._own_prefill = own_prefill(config.perf, self._p64, self._budget)
+        self._published = config.gauges == "published"
 
     @staticmethod
     def slices(dt_s: float) -> BackendFactory:
@@ -387,7 +388,12 @@ class FluidBackend:
         for r in active:  # slots first: the totals below cover every one
             if r.phase is Phase.READY:
                 self._slot_of(r)
-        totals = k.slot_totals(len(self._by_slot), self._ints, self._run_i, self._run_f, self._slots, self._p64)
+        if self._published:
+            totals = k.published_totals(len(self._by_slot), self._ints, self._run_i, self._run_f, self._slots,
+                                        self._p64, self._o64, self._wait_i, self._sub64, self.t, now, self._coef,
+                                        self._budget)
+        else:
+            totals = k.slot_totals(len(self._by_slot), self._ints, self._run_i, self._run_f, self._slots, self._p64)
         n_run, n_wait, kv = totals.tolist()
         counters = self._slots.tolist()
         samples: list[ReplicaSample] = []

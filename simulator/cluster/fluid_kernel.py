@@ -106,7 +106,8 @@ def route(idx: np.ndarray, ready: np.ndarray, rule: int, ints: np.ndarray, wait_
 @_jit
 def slot_totals(n_slots: int, ints: np.ndarray, run_i: np.ndarray, run_f: np.ndarray, slots: np.ndarray,
                 p64: np.ndarray) -> np.ndarray:
-    """Per slot: running requests, waiting requests, KV tokens held (what the engine's gauges show)."""
+    """Per slot: running requests, waiting requests, KV tokens held, the rows' state as of the slice's start
+    and the requests routed since (the gauges in the leading timing, SimConfig.gauges)."""
     out = np.zeros((3, n_slots))
     for j in range(ints[N_RUN]):
         s = run_i[1, j]
@@ -114,6 +115,81 @@ def slot_totals(n_slots: int, ints: np.ndarray, run_i: np.ndarray, run_f: np.nda
         out[2, s] += p64[run_i[0, j]] - run_f[0, j] + run_f[1, j]
     for s in range(n_slots):
         out[1, s] = slots[WAITING, s]
+    return out
+
+
+@_jit
+def published_totals(n_slots: int, ints: np.ndarray, run_i: np.ndarray, run_f: np.ndarray, slots: np.ndarray,
+                     p64: np.ndarray, o64: np.ndarray, wait_i: np.ndarray, sub: np.ndarray, t0: float, now: float,
+                     coef: np.ndarray, budget: float) -> np.ndarray:
+    """slot_totals as vLLM publishes its gauges (at each iteration's end, without the requests that arrived
+    during the iteration in flight; see detailed._published), at `now` inside the slice that began at `t0`.
+    The rows hold the state at `t0` plus what was routed since, so per slot:
+    - under a backlog whose whole-chunk iteration was carried into the slice (ITER_X), a request that reached
+      the replica after the iteration before the one in flight began is left out: the engine had not
+      scheduled it when it last published;
+    - at an idle queue (nothing waiting from before the slice), a request that arrived in the slice shows, as
+      running, once the rest of the decode iteration it arrived in (half of one, in the mean) and the
+      iteration that takes its first chunk have passed, else not at all; and a request decoding since before
+      the slice is gone once the slice's decode iterations up to `now` reach its last token;
+    - elsewhere every row shows as it is."""
+    out = np.zeros((3, n_slots))
+    b = np.zeros(n_slots)
+    kv = np.zeros(n_slots)
+    pend = np.zeros(n_slots)
+    old = np.zeros(n_slots)
+    n_run = ints[N_RUN]
+    for j in range(n_run):
+        s = run_i[1, j]
+        kv[s] += p64[run_i[0, j]] - run_f[0, j] + run_f[1, j]
+        if run_f[0, j] > 0.0:
+            pend[s] += run_f[0, j]
+        else:
+            b[s] += 1.0
+    head = ints[HEAD]
+    n_wait = ints[N_WAIT]
+    for q in range(head, head + n_wait):
+        if sub[wait_i[0, q]] < t0:
+            old[wait_i[1, q]] += 1.0
+    el = max(now - t0, 0.0)
+    cut = np.full(n_slots, np.inf)  # a request that reached the replica after this is not shown
+    idle = np.zeros(n_slots)
+    tau_d = np.zeros(n_slots)
+    for s in range(n_slots):
+        tau_d[s] = step_time(coef, b[s], kv[s], kv[s] + b[s]) if b[s] > 0.0 else 0.0
+        x = slots[ITER_X, s]
+        if x > 0.0 and pend[s] > 0.0:
+            tau0 = slots[ITER_TAU, s]
+            start = t0 - x / slots[ITER_C, s] * tau0  # of the iteration in flight at t0
+            if now >= start + tau0:  # a later one is in flight now, each planned whole at tau0
+                start += tau0 * math.floor((now - start) / tau0)
+            cut[s] = start - tau0
+        elif old[s] == 0.0:
+            idle[s] = 1.0
+    for j in range(n_run):
+        s = run_i[1, j]
+        i = run_i[0, j]
+        held = p64[i] - run_f[0, j] + run_f[1, j]
+        if sub[i] > cut[s]:
+            continue
+        if (idle[s] > 0.0 and run_f[0, j] <= 0.0 and tau_d[s] > 0.0
+                and math.floor(el / tau_d[s] + 1e-9) >= o64[i] - 1.0 - run_f[1, j]):
+            continue  # its last token's iteration has ended: the engine published it gone
+        out[0, s] += 1.0
+        out[2, s] += held
+    for q in range(head, head + n_wait):
+        i = wait_i[0, q]
+        s = wait_i[1, q]
+        if sub[i] > cut[s]:
+            continue
+        if idle[s] > 0.0:
+            c = min(p64[i], max(budget - b[s], 1.0))
+            tau1 = step_time(coef, b[s] + c, kv[s], kv[s] + b[s] + c * (c + 1.0) / 2.0)
+            if now - sub[i] >= 0.5 * tau_d[s] + tau1:
+                out[0, s] += 1.0
+                out[2, s] += c
+            continue
+        out[1, s] += 1.0
     return out
 
 

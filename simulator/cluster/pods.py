@@ -52,6 +52,15 @@ class SimReplica:
     # start, a real one's gauges still count them until it ends (DetailedBackend.samples)
     finishing: int = 0
     finishing_blocks: int = 0
+    # the gauges as the engine published them at its last iteration's end (SimConfig.gauges "published",
+    # DetailedBackend): requests running and waiting, KV usage; the queue as the step in flight's schedule
+    # left it (what its end publishes: arrivals during a step reach the scheduler after it); and a decode run
+    # in flight, (start, its requests, iterations), which publishes at each iteration's end
+    pub_running: int = 0
+    pub_waiting: int = 0
+    pub_kv: float = 0.0
+    step_waiting: int = 0
+    run: tuple[float, list[Request], int] | None = None
 
     @property
     def pod(self) -> str:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from keda_llm.simulator.hardware.perf import PerfModel, coefficient_step_time
@@ -371,6 +372,23 @@ class Replica:
         dur = end - now
         c.busy_s += dur
         return StepResult(dur, finished, k)
+
+    def decode_run_at(self, start: float, seqs: Sequence[Request], k: int, t: float) -> tuple[int, int]:
+        """Of a decode run of `k` iterations that began at `start` (`seqs`, its requests, each `k` tokens on
+        since): the iterations ended by `t` and the KV blocks its requests hold then, the state a real engine
+        publishes at each iteration's end. Times as `_decode_run`'s, iteration by iteration."""
+        n = len(seqs)
+        s0 = float(sum(s._computed - k for s in seqs))
+        coef, speed, new = self._coef, self.speed, float(n)
+        at = start
+        done = 0
+        while done < k:
+            kv = s0 + n * float(done)
+            at += coefficient_step_time(coef, new, kv, kv + n) / speed
+            if at > t:
+                break
+            done += 1
+        return done, sum(self._blocks_for(s._computed - k + done) for s in seqs)
 
     def _fit_blocks(self, seqs: list[Request], k: int) -> int:
         """Largest j <= k such that j decode iterations need no more blocks than are free (at least 1)."""

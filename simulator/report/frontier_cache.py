@@ -270,6 +270,12 @@ class References:
     oracle_starts: tuple[str, ...] = ()
 
 
+def _keyed(backtest: Backtest) -> str:
+    """The backtest as the store keys it: its repr, and the gauges' timing where it is not the default (kept
+    out of the repr so that the entries written before the field existed keep their keys)."""
+    return repr(backtest) + ("" if backtest.gauges == "leading" else f"|gauges={backtest.gauges}")
+
+
 class PointCache:
     """The points of one trace and backtest under `root` (docs/data/frontier-points in the scripts). A point run
     with another seed (a multi-seed frontier) is the backtest with that seed: its own entry, and the
@@ -285,7 +291,7 @@ class PointCache:
         self.trace_name = trace.name
         self.backtest = backtest
         self.prefix = f"{VERSION}|{trace.name}|{trace_digest(trace)}|"
-        self.base = f"{self.prefix}{backtest!r}"
+        self.base = f"{self.prefix}{_keyed(backtest)}"
         self.hits = 0
         self.misses = 0
         self.mode = backtest.resolved_mode(trace)  # in the backtest's repr too, but "auto" resolves by the trace
@@ -294,7 +300,7 @@ class PointCache:
 
     def _path(self, kind: str, key: str, seed: int | None = None) -> Path:
         base = self.base if seed is None or seed == self.backtest.seed else \
-            f"{self.prefix}{replace(self.backtest, seed=seed)!r}"
+            f"{self.prefix}{_keyed(replace(self.backtest, seed=seed))}"
         digest = hashlib.sha256(f"{base}|{key}".encode()).hexdigest()[:40]
         return self.root / kind / f"{digest}.json"
 
