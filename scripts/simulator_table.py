@@ -64,7 +64,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from keda_llm.simulator.cluster.engine import SimResult
+from keda_llm.simulator.cluster.engine import GAUGE_TIMINGS, SimResult
 from keda_llm.simulator.cluster.lead_in import LEAD_IN_S
 from keda_llm.simulator.control.anchors import VARIANTS
 from keda_llm.simulator.control.controllers import ScheduleController
@@ -163,13 +163,20 @@ def main() -> None:
                          "the one left out (--update-docs: the leave-one-out block); uses the points cache")
     ap.add_argument("--no-cache", action="store_true",
                     help="--frontier: neither read nor write the points cache")
+    ap.add_argument("--gauges", default="leading", choices=GAUGE_TIMINGS,
+                    help="when the engines' gauges change (SimConfig.gauges): the docs' tables are on leading until "
+                         "they are regenerated on published; --frontier --gauges published fills the store with "
+                         "published points (keyed apart), without --update-docs [leading]")
     args = ap.parse_args()
     if args.seeds is not None and args.seeds < 1:
         raise SystemExit(f"--seeds must be at least 1, got {args.seeds}")
     if args.ray and importlib.util.find_spec("ray") is None:
         raise SystemExit("--ray needs Ray, which is not installed; hint: pip install 'keda-llm[ray]', or run on "
                          "--workers N")
-    bt = Backtest(get_preset(PRESET), cold_start="typical", slo=SLO)
+    if args.gauges != "leading" and (args.update_docs or args.check):
+        raise SystemExit(f"--gauges {args.gauges} fills the points store; the docs' tables are on the leading timing "
+                         "until all of them move (docs/simulator-results.md, \"Open\"): drop --update-docs/--check")
+    bt = Backtest(get_preset(PRESET), cold_start="typical", slo=SLO, gauges=args.gauges)
     if args.oracle_check:
         raise SystemExit(oracle_check(bt, args.quick))
     if args.loo:

@@ -127,7 +127,11 @@ def published_totals(n_slots: int, ints: np.ndarray, run_i: np.ndarray, run_f: n
     The rows hold the state at `t0` plus what was routed since, so per slot:
     - under a backlog whose whole-chunk iteration was carried into the slice (ITER_X), a request that reached
       the replica after the iteration before the one in flight began is left out: the engine had not
-      scheduled it when it last published;
+      scheduled it when it last published. That iteration may have been a chunk's or a decode's; it is taken
+      as half the one in flight (one 8B H100 replica under azure2023-code's bursts: 2.39 waiting published
+      against the engine's 2.37, where a whole one read 2.25 and none 2.44);
+    - a request admitted for the slice that no chunk has reached yet is in the engine's queue, not running
+      (the slice admits for all its room at its start, the engine at each iteration's);
     - at an idle queue (nothing waiting from before the slice), a request that arrived in the slice shows, as
       running, once the rest of the decode iteration it arrived in (half of one, in the mean) and the
       iteration that takes its first chunk have passed, else not at all; and a request decoding since before
@@ -163,7 +167,7 @@ def published_totals(n_slots: int, ints: np.ndarray, run_i: np.ndarray, run_f: n
             start = t0 - x / slots[ITER_C, s] * tau0  # of the iteration in flight at t0
             if now >= start + tau0:  # a later one is in flight now, each planned whole at tau0
                 start += tau0 * math.floor((now - start) / tau0)
-            cut[s] = start - tau0
+            cut[s] = start - 0.5 * tau0  # the iteration before, taken as half this one (the docstring)
         elif old[s] == 0.0:
             idle[s] = 1.0
     for j in range(n_run):
@@ -172,9 +176,12 @@ def published_totals(n_slots: int, ints: np.ndarray, run_i: np.ndarray, run_f: n
         held = p64[i] - run_f[0, j] + run_f[1, j]
         if sub[i] > cut[s]:
             continue
-        if (idle[s] > 0.0 and run_f[0, j] <= 0.0 and tau_d[s] > 0.0
+        if (idle[s] > 0.0 and pend[s] == 0.0 and run_f[0, j] <= 0.0 and tau_d[s] > 0.0
                 and math.floor(el / tau_d[s] + 1e-9) >= o64[i] - 1.0 - run_f[1, j]):
             continue  # its last token's iteration has ended: the engine published it gone
+        if run_f[0, j] > 0.0 and held <= 1e-9:
+            out[1, s] += 1.0  # admitted for the slice, no chunk of it computed yet: still in the engine's queue
+            continue
         out[0, s] += 1.0
         out[2, s] += held
     for q in range(head, head + n_wait):

@@ -22,7 +22,7 @@ from sim_helpers import busiest
 
 import keda_llm.simulator.cluster.fluid as fluid
 import keda_llm.simulator.cluster.fluid_kernel as k
-from keda_llm.simulator.cluster.engine import Controller
+from keda_llm.simulator.cluster.engine import GAUGE_TIMINGS, Controller, GaugeTiming
 from keda_llm.simulator.cluster.fluid import own_prefill
 from keda_llm.simulator.control.controllers import PodPlan, ScheduleController
 from keda_llm.simulator.control.policies import build_controller
@@ -49,8 +49,8 @@ def _as_backtested(policy: str, trace: Trace, bt: Backtest) -> Controller:
                             cold_start_s=p.cold_start(bt.cold_start).quantile(0.9), slo=(SLO.ttft_s, SLO.itl_s))
 
 
-def _run(trace: Trace, policy: str, mode: str) -> tuple[float, float, int]:
-    bt = Backtest(get_preset("llama-3.1-8b/h100"), slo=SLO)
+def _run(trace: Trace, policy: str, mode: str, gauges: GaugeTiming = "leading") -> tuple[float, float, int]:
+    bt = Backtest(get_preset("llama-3.1-8b/h100"), slo=SLO, gauges=gauges)
     s = summarize(simulate(trace, bt, _controller(policy), mode), SLO)  # type: ignore[arg-type]
     return s.gpu_hours, s.slo_attainment, s.requests
 
@@ -93,11 +93,14 @@ def _shifted(trace: Trace, by_s: float) -> Trace:
     return Trace(trace.name, trace.arrival_s + by_s, trace.prompt_tokens, trace.output_tokens)
 
 
+# and in both gauge timings (SimConfig.gauges): the fluid mode's published counterpart
+# (fluid_kernel.published_totals) against the detailed engine's as vLLM publishes them
+@pytest.mark.parametrize("gauges", GAUGE_TIMINGS)
 @pytest.mark.parametrize("trace, policy", ENSEMBLES)
-def test_fluid_agrees_with_detailed_over_control_phases(trace: str, policy: str) -> None:
+def test_fluid_agrees_with_detailed_over_control_phases(trace: str, policy: str, gauges: GaugeTiming) -> None:
     tr = load_shipped(trace)
-    detailed = [_run(_shifted(tr, by), policy, "detailed") for by in SHIFTS_S]
-    fluid = [_run(_shifted(tr, by), policy, "fluid") for by in SHIFTS_S]
+    detailed = [_run(_shifted(tr, by), policy, "detailed", gauges) for by in SHIFTS_S]
+    fluid = [_run(_shifted(tr, by), policy, "fluid", gauges) for by in SHIFTS_S]
     d_gpu_h, d_slo = [g for g, _, _ in detailed], [s for _, s, _ in detailed]
     # why an ensemble: a control loop on bursty traffic can make one detailed run alone undetermined within
     # the tolerance (a poll a second earlier starts a replica a burst earlier); the means are what agree
