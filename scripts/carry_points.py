@@ -18,7 +18,7 @@ to one backend moves them only on the traces that backend runs: `--moved-in deta
 their entries on the other traces like the rest.
 
     python scripts/carry_points.py [--from REV] [--budget CPU_S] [--workers N] [--moved POLICY,... [--moved-in MODE]]
-                                   [--dry-run]
+                                   [--gauges TIMING] [--dry-run]
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from simulator_table import CACHE, CASES, PRESET, SLO, load
 
+from keda_llm.simulator.cluster.engine import GAUGE_TIMINGS
 from keda_llm.simulator.control.controllers import ScheduleController
 from keda_llm.simulator.hardware.presets import get_preset
 from keda_llm.simulator.report import frontier_cache
@@ -181,9 +182,12 @@ def main() -> None:
                     help="the --moved policies moved only on the traces run in this mode (a change to one "
                          "backend): on the others they are carried like the rest")
     ap.add_argument("--dry-run", action="store_true", help="say what would be re-simulated and carried")
+    ap.add_argument("--gauges", default="leading", choices=GAUGE_TIMINGS,
+                    help="the gauge timing whose entries to carry (SimConfig.gauges; the store keys each apart) "
+                         "[leading]")
     args = ap.parse_args()
     moved = {p for p in args.moved.split(",") if p}
-    bt = Backtest(get_preset(PRESET), cold_start="typical", slo=SLO)
+    bt = Backtest(get_preset(PRESET), cold_start="typical", slo=SLO, gauges=args.gauges)
     with tempfile.TemporaryDirectory() as tmp:
         entries, caches = stale_entries(checkout(args.rev, Path(tmp)), bt)
     modes = {ci: bt.resolved_mode(load(CASES[ci], False)) for ci in {e.case for e in entries}} if args.moved_in else {}
