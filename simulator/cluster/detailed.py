@@ -55,7 +55,8 @@ def _published(r: SimReplica, now: float) -> tuple[int, int, float]:
     ends: its requests and queue from the first, its cache one token a request further at each."""
     run = r.run
     if run is not None and r.stepping and now < r.step_end:
-        start, seqs, k = run
+        start, finishing, k = run
+        seqs = r.engine.running + finishing  # the run's requests: its step left only arrivals to change
         done, blocks = r.engine.decode_run_at(start, seqs, k, now)
         if done > 0:
             return len(seqs), r.step_waiting, min(1.0, blocks / r.engine.config.kv_blocks)
@@ -170,7 +171,7 @@ class DetailedBackend:
         if self._published:
             eng = r.engine
             r.step_waiting = eng.num_waiting
-            r.run = (now, eng.running + res.finished, res.iterations) if res.iterations > 1 else None
+            r.run = (now, res.finished, res.iterations) if res.iterations > 1 else None
         self.loop.push(now + res.duration, STEP, (r, res.finished))
 
     def _on_step(self, obj: tuple[SimReplica, list[Request]]) -> None:

@@ -134,14 +134,14 @@ def published_totals(n_slots: int, ints: np.ndarray, run_i: np.ndarray, run_f: n
       (the slice admits for all its room at its start, the engine at each iteration's);
     - at an idle queue (nothing waiting from before the slice), a request that arrived in the slice shows, as
       running, once the rest of the decode iteration it arrived in (half of one, in the mean) and the
-      iteration that takes its first chunk have passed, else not at all; and a request decoding since before
-      the slice is gone once the slice's decode iterations up to `now` reach its last token;
+      iteration that takes its first chunk have passed, else not at all; and, on a replica with no prompt
+      in its prefill, a request decoding since before the slice is gone once the slice's decode iterations up
+      to `now` reach its last token;
     - elsewhere every row shows as it is."""
     out = np.zeros((3, n_slots))
     b = np.zeros(n_slots)
     kv = np.zeros(n_slots)
     pend = np.zeros(n_slots)
-    old = np.zeros(n_slots)
     n_run = ints[N_RUN]
     for j in range(n_run):
         s = run_i[1, j]
@@ -150,15 +150,10 @@ def published_totals(n_slots: int, ints: np.ndarray, run_i: np.ndarray, run_f: n
             pend[s] += run_f[0, j]
         else:
             b[s] += 1.0
-    head = ints[HEAD]
-    n_wait = ints[N_WAIT]
-    for q in range(head, head + n_wait):
-        if sub[wait_i[0, q]] < t0:
-            old[wait_i[1, q]] += 1.0
     el = max(now - t0, 0.0)
     cut = np.full(n_slots, np.inf)  # a request that reached the replica after this is not shown
-    idle = np.zeros(n_slots)
     tau_d = np.zeros(n_slots)
+    first = t0  # the earliest time a waiting row's classification depends on
     for s in range(n_slots):
         tau_d[s] = step_time(coef, b[s], kv[s], kv[s] + b[s]) if b[s] > 0.0 else 0.0
         x = slots[ITER_X, s]
@@ -168,8 +163,26 @@ def published_totals(n_slots: int, ints: np.ndarray, run_i: np.ndarray, run_f: n
             if now >= start + tau0:  # a later one is in flight now, each planned whole at tau0
                 start += tau0 * math.floor((now - start) / tau0)
             cut[s] = start - 0.5 * tau0  # the iteration before, taken as half this one (the docstring)
-        elif old[s] == 0.0:
-            idle[s] = 1.0
+            first = min(first, cut[s])
+    # The queue's rows are in the order they reached a replica (a preempted one, back at the head, reached it
+    # earlier still), so the ones after `first` are its tail: only those are read one by one (a runaway queue
+    # holds 10^5 rows and more); the rest show as waiting, counted from WAITING.
+    head = ints[HEAD]
+    q0 = head + ints[N_WAIT]
+    while q0 > head and sub[wait_i[0, q0 - 1]] >= first:
+        q0 -= 1
+    tail = np.zeros(n_slots)
+    young = np.zeros(n_slots)  # arrived in the slice
+    for q in range(q0, head + ints[N_WAIT]):
+        s = wait_i[1, q]
+        tail[s] += 1.0
+        if sub[wait_i[0, q]] >= t0:
+            young[s] += 1.0
+    idle = np.zeros(n_slots)
+    for s in range(n_slots):
+        out[1, s] = slots[WAITING, s] - tail[s]
+        if cut[s] == np.inf and slots[WAITING, s] - young[s] == 0.0:
+            idle[s] = 1.0  # nothing waiting from before the slice
     for j in range(n_run):
         s = run_i[1, j]
         i = run_i[0, j]
@@ -184,7 +197,7 @@ def published_totals(n_slots: int, ints: np.ndarray, run_i: np.ndarray, run_f: n
             continue
         out[0, s] += 1.0
         out[2, s] += held
-    for q in range(head, head + n_wait):
+    for q in range(q0, head + ints[N_WAIT]):
         i = wait_i[0, q]
         s = wait_i[1, q]
         if sub[i] > cut[s]:

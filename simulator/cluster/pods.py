@@ -55,7 +55,7 @@ class SimReplica:
     # the gauges as the engine published them at its last iteration's end (SimConfig.gauges "published",
     # DetailedBackend): requests running and waiting, KV usage; the queue as the step in flight's schedule
     # left it (what its end publishes: arrivals during a step reach the scheduler after it); and a decode run
-    # in flight, (start, its requests, iterations), which publishes at each iteration's end
+    # in flight, (start, the requests it finishes, iterations), which publishes at each iteration's end
     pub_running: int = 0
     pub_waiting: int = 0
     pub_kv: float = 0.0
